@@ -1,0 +1,29 @@
+# Every module of the workspace: the root and each adapter module with its own go.mod.
+MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: test bench lint fmt example
+
+## test: every module's tests with the race detector.
+test:
+	@set -e; for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); \
+	done
+
+## bench: the pipeline benchmarks of every module.
+bench:
+	@set -e; for m in $(MODULES); do \
+		(cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); \
+	done
+
+## lint: gofmt, go vet and staticcheck (installed from the module proxy).
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
+
+## example: the quickstart.
+example:
+	$(GO) run ./examples/quickstart

@@ -1,0 +1,3 @@
+module github.com/informer-go/informer
+
+go 1.24

@@ -1,0 +1,228 @@
+package informer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ListerWatcher is a source: a collection that can be listed and whose changes can be
+// streamed. It is the only thing an Informer needs to know about where its data lives.
+//
+// A source identifies states of the collection by revisions, opaque strings that the source
+// chooses (an etcd revision, a Kubernetes resourceVersion, an HTTP stream cursor). A source
+// whose revisions are ordered implements RevisionComparer as well; that turns on
+// Informer.WaitForRevision and the check that a stream never goes back in time.
+//
+// Both methods must return promptly once ctx is cancelled. Errors are classified with
+// errors.Is against ErrExpired and ErrRetryable (see those); any other error makes the
+// informer back off and list again.
+type ListerWatcher[V any] interface {
+	// List returns one page of the collection. The first page is requested with an empty
+	// ListOptions.Continue; every later page with the Continue token of the page before, and
+	// all pages of one list must reflect the same revision, the one the first page reports.
+	List(ctx context.Context, opts ListOptions) (List[V], error)
+
+	// Watch streams the changes made after opts.Revision, in revision order. If that
+	// revision is no longer available the source returns an error that matches ErrExpired,
+	// either from Watch itself or from Watch.Next.
+	Watch(ctx context.Context, opts WatchOptions) (Watch[V], error)
+}
+
+// ListOptions selects one page of a list.
+type ListOptions struct {
+	// Revision is the oldest revision the list may reflect: the list must be at least as
+	// fresh as Revision. Empty means the source may answer from any revision it likes
+	// (a cache, say) unless Consistent is set.
+	Revision string
+	// Consistent asks for the newest state of the collection (a quorum read), not a
+	// possibly stale cached one. The reflector sets it after a revision expired.
+	Consistent bool
+	// Limit is the largest number of items the page may hold; 0 means no limit.
+	Limit int64
+	// Continue is the token of the previous page, empty for the first page.
+	Continue string
+}
+
+// List is one page of a list.
+type List[V any] struct {
+	// Items are the objects of this page.
+	Items []V
+	// Revision is the revision the whole list reflects; every page of one list reports the
+	// same one.
+	Revision string
+	// Continue is the token for the next page; empty on the last page.
+	Continue string
+}
+
+// WatchOptions configures a watch.
+type WatchOptions struct {
+	// Revision is the revision to stream changes after. Events with this revision or older
+	// are not sent.
+	Revision string
+	// Timeout asks the source to end the watch cleanly after this long (the reflector
+	// randomises it so that reconnects spread out); 0 means no timeout.
+	Timeout time.Duration
+	// AllowBookmarks tells the source that it may send Bookmark events.
+	AllowBookmarks bool
+	// SendInitialEvents asks a source that implements StreamingLister to start the stream
+	// with the current state as Added events followed by a Bookmark whose
+	// EndOfInitialEvents is set (a streaming list). Sources that do not support it return
+	// an error that matches ErrNotSupported.
+	SendInitialEvents bool
+}
+
+// Watch is an open stream of changes. It is used by one goroutine at a time.
+type Watch[V any] interface {
+	// Next blocks until the next event and returns it. It returns io.EOF when the stream
+	// ended normally (a server-side timeout, say); any other error ends the stream too,
+	// classified like the errors of ListerWatcher. After Stop, or once the context given
+	// to ListerWatcher.Watch is cancelled, Next returns promptly with an error.
+	Next() (Event[V], error)
+	// Stop ends the stream and releases its resources. It is safe to call more than once
+	// and from any goroutine.
+	Stop()
+}
+
+// EventType is the kind of a watch event.
+type EventType uint8
+
+// The kinds of watch events.
+const (
+	// Added: an object was created.
+	Added EventType = iota + 1
+	// Modified: an object changed.
+	Modified
+	// Deleted: an object was removed. The event's Object is its last state.
+	Deleted
+	// Bookmark: no object changed, but every change up to the event's Revision has been
+	// sent. The event's Object is not used.
+	Bookmark
+)
+
+// String returns the name of the event type.
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "Added"
+	case Modified:
+		return "Modified"
+	case Deleted:
+		return "Deleted"
+	case Bookmark:
+		return "Bookmark"
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// Event is one change in a watch stream.
+type Event[V any] struct {
+	Type EventType
+	// Object is the new state (Added, Modified) or the last state (Deleted). For Deleted, a
+	// source that does not know the last state must still return an object from which the
+	// informer's key function can compute the key.
+	Object V
+	// Revision is the revision of the collection after this change.
+	Revision string
+	// EndOfInitialEvents marks, on a Bookmark, the end of the initial events of a streaming
+	// list (see WatchOptions.SendInitialEvents).
+	EndOfInitialEvents bool
+}
+
+// RevisionComparer is implemented by sources whose revisions are ordered. It enables
+// Informer.WaitForRevision and the reflector's check that revisions never go backwards.
+type RevisionComparer interface {
+	// CompareRevisions returns -1, 0 or +1 as a is older than, equal to or newer than b, or
+	// an error if either is not a revision of this source.
+	CompareRevisions(a, b string) (int, error)
+}
+
+// StreamingLister is implemented by sources that can serve a list as the start of a watch
+// (Kubernetes' WatchList): Watch with WatchOptions.SendInitialEvents set streams the current
+// state as Added events, then a Bookmark with EndOfInitialEvents, then changes. The reflector
+// uses it instead of List when StreamingList reports true, and falls back to List if the
+// watch fails with ErrNotSupported.
+type StreamingLister interface {
+	StreamingList() bool
+}
+
+// The error classes a source sorts its errors into. Match them with errors.Is.
+var (
+	// ErrExpired means the requested revision is no longer available (compacted, or too old
+	// for the server's history). The informer lists again, asking for a consistent list.
+	ErrExpired = errors.New("informer: revision expired")
+
+	// ErrRetryable means the failure is transient and the current revision is still good:
+	// the informer backs off and watches again from the same revision, without a relist.
+	// ErrTooManyRequests, ErrUnavailable and ErrConnectionRefused all match it.
+	ErrRetryable = errors.New("informer: retryable")
+
+	// ErrTooManyRequests means the source is shedding load (HTTP 429). Wrap it with
+	// RetryAfter to say how long to wait.
+	ErrTooManyRequests error = &classError{msg: "informer: too many requests", class: ErrRetryable}
+
+	// ErrUnavailable means the source is temporarily unable to serve (HTTP 503, no leader).
+	ErrUnavailable error = &classError{msg: "informer: source unavailable", class: ErrRetryable}
+
+	// ErrConnectionRefused means the source could not be reached.
+	ErrConnectionRefused error = &classError{msg: "informer: connection refused", class: ErrRetryable}
+
+	// ErrNotSupported means the source does not support what was asked (a streaming list).
+	ErrNotSupported = errors.New("informer: not supported by the source")
+
+	// ErrBadInput means the source sent something the informer cannot use: a malformed
+	// page, an unknown event type, a revision older than one already seen. The informer
+	// reports it and lists again.
+	ErrBadInput = errors.New("informer: bad input from source")
+)
+
+// classError is a sentinel that also matches its class.
+type classError struct {
+	msg   string
+	class error
+}
+
+func (e *classError) Error() string        { return e.msg }
+func (e *classError) Is(target error) bool { return target == e.class }
+
+// RetryAfter wraps err with the delay the source asked for (an HTTP Retry-After header).
+// The informer waits at least that long before it retries.
+func RetryAfter(err error, after time.Duration) error {
+	return &retryAfterError{err: err, after: after}
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", e.err, e.after)
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfterOf returns the delay carried by an error made with RetryAfter, if any.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return ra.after, true
+	}
+	return 0, false
+}
+
+// ListerWatcherFuncs adapts two functions into a ListerWatcher.
+type ListerWatcherFuncs[V any] struct {
+	ListFunc  func(ctx context.Context, opts ListOptions) (List[V], error)
+	WatchFunc func(ctx context.Context, opts WatchOptions) (Watch[V], error)
+}
+
+// List calls ListFunc.
+func (f ListerWatcherFuncs[V]) List(ctx context.Context, opts ListOptions) (List[V], error) {
+	return f.ListFunc(ctx, opts)
+}
+
+// Watch calls WatchFunc.
+func (f ListerWatcherFuncs[V]) Watch(ctx context.Context, opts WatchOptions) (Watch[V], error) {
+	return f.WatchFunc(ctx, opts)
+}
