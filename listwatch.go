@@ -47,7 +47,8 @@ type ListOptions struct {
 
 // List is one page of a list.
 type List[V any] struct {
-	// Items are the objects of this page.
+	// Items are the objects of this page. The slice belongs to the caller, which may
+	// change it; the objects themselves are not changed.
 	Items []V
 	// Revision is the revision the whole list reflects; every page of one list reports the
 	// same one.

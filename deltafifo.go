@@ -1,0 +1,346 @@
+package informer
+
+import (
+	"errors"
+	"sync"
+)
+
+// DeltaType is the kind of one change queued for a key (D-1).
+type DeltaType uint8
+
+// The kinds of deltas.
+const (
+	DeltaAdded DeltaType = iota + 1
+	DeltaUpdated
+	DeltaDeleted
+	// DeltaReplaced is queued for every object of a list (D-9a).
+	DeltaReplaced
+	// DeltaSync is queued by a resync, with the object from the cache (D-15).
+	DeltaSync
+)
+
+// String returns the name of the delta type.
+func (t DeltaType) String() string {
+	switch t {
+	case DeltaAdded:
+		return "Added"
+	case DeltaUpdated:
+		return "Updated"
+	case DeltaDeleted:
+		return "Deleted"
+	case DeltaReplaced:
+		return "Replaced"
+	case DeltaSync:
+		return "Sync"
+	}
+	return "DeltaType(?)"
+}
+
+// delta is one change of one key (D-2). A tombstone is a Deleted delta whose
+// finalStateUnknown is set: the object vanished without an observed delete (D-10), and
+// object is its last known state.
+type delta[V any] struct {
+	typ               DeltaType
+	finalStateUnknown bool
+	object            V
+	revision          string
+}
+
+// deltaList holds the pending deltas of one key, oldest first (D-3). Lists are recycled
+// after their batch is applied, so a steady stream of events allocates none.
+type deltaList[V any] struct {
+	deltas []delta[V]
+}
+
+func (l *deltaList[V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
+
+// knownObjects is the cache as the DeltaFIFO sees it: Replace and Resync consult it (O-5).
+// Its methods are called with no batch in flight, so the cache agrees with what was popped.
+type knownObjects[K comparable, V any] interface {
+	eachKnown(fn func(key K, obj V))
+	getKnown(key K) (V, bool)
+}
+
+// popped is one key taken from the queue by popBatch with its deltas.
+type popped[K comparable, V any] struct {
+	key     K
+	list    *deltaList[V]
+	initial bool // part of the initial population (D-17)
+}
+
+// watermark says which revisions a popped batch covers: after it is applied, every change
+// with a revision older than rev (or equal to it, when inclusive) is in the cache.
+type watermark struct {
+	rev       string
+	inclusive bool
+}
+
+var errFIFOClosed = errors.New("informer: queue closed")
+
+// deltaFIFO is the queue between the reflector and the cache: deltas are grouped per key
+// and keys are popped in order of first arrival (D-3, D-6). It differs from client-go's in
+// these ways, on purpose:
+//
+//   - popBatch takes many keys at once and the lock is not held while the batch is applied
+//     or handlers run (D-19). Replace and Resync wait for the batch in flight to be applied,
+//     so they never read a cache older than what was popped (the race D-15 guards against).
+//   - Replace emits tombstones for every vanished key, known to the cache or only queued
+//     (§17), and counts the keys of the initial population, not list entries (HS-3).
+//   - A Delete is always queued: whether the key is known is decided when the batch is
+//     applied, against the cache at that moment, so a delete racing an in-flight add is
+//     never lost.
+//   - Writes before the first Replace do not mark the queue populated (D-14 fixed): only a
+//     list does.
+//   - add blocks while more than maxPending deltas are queued (backpressure), except for
+//     Replace and Resync, which are bounded by the size of the collection.
+type deltaFIFO[K comparable, V any] struct {
+	mu    sync.Mutex
+	cond  *sync.Cond // signalled when keys arrive, space frees, a batch completes or on close
+	items map[K]*deltaList[V]
+	queue []K // keys with pending deltas, each once, in first-arrival order; from head on
+	head  int
+	known knownObjects[K, V]
+
+	pending    int // deltas queued
+	maxPending int // 0: unbounded
+	inFlight   bool
+
+	populated    bool
+	initialCount int  // keys of the initial population still to pop
+	syncPending  bool // the initial population is not yet reported popped
+
+	lastRev string // revision of the newest delta or bookmark added
+	wmDirty bool   // lastRev moved since the last pop: wake the popper even with no keys
+	closed  bool
+
+	free []*deltaList[V]
+}
+
+func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
+	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[V]), known: known, maxPending: maxPending}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// add queues one watch change (D-6, D-8). It blocks while the queue is full and returns
+// errFIFOClosed once closed.
+func (f *deltaFIFO[K, V]) add(typ DeltaType, key K, obj V, rev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return errFIFOClosed
+	}
+	f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev})
+	if rev != "" {
+		f.lastRev = rev
+	}
+	return nil
+}
+
+// bookmark records that every change up to rev has been added.
+func (f *deltaFIFO[K, V]) bookmark(rev string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastRev = rev
+	f.wmDirty = true
+	f.cond.Broadcast()
+}
+
+// queueLocked appends d to key's deltas, deduplicating a trailing pair of deletes (D-7),
+// and queues the key if it had nothing pending (D-6: a queued key keeps its place).
+func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) {
+	l, ok := f.items[key]
+	if !ok {
+		if n := len(f.free); n > 0 {
+			l = f.free[n-1]
+			f.free = f.free[:n-1]
+		} else {
+			l = &deltaList[V]{}
+		}
+		f.items[key] = l
+		f.queue = append(f.queue, key)
+		f.cond.Broadcast()
+	}
+	if n := len(l.deltas); n > 0 && d.typ == DeltaDeleted && l.deltas[n-1].typ == DeltaDeleted {
+		// D-7: of two deletes in a row keep the real one; of two tombstones, the newer.
+		if l.deltas[n-1].finalStateUnknown {
+			l.deltas[n-1] = d
+		}
+		return
+	}
+	l.deltas = append(l.deltas, d)
+	f.pending++
+}
+
+// replace queues a list (D-9): a Replaced delta for every item and a tombstone for every
+// key that is in the cache or queued but not in the list. Tombstones carry the last known
+// object: the newest queued one, or the cached one. The first replace sets the initial
+// population (HS-2).
+func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.inFlight && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return errFIFOClosed
+	}
+	listed := make(map[K]struct{}, len(keys))
+	for i, k := range keys {
+		listed[k] = struct{}{}
+		f.queueLocked(k, delta[V]{typ: DeltaReplaced, object: objs[i], revision: rev})
+	}
+	// Keys only queued (D-9c and the §17 fix of D-9d).
+	for _, k := range f.queue[f.head:] {
+		if _, ok := listed[k]; ok {
+			continue
+		}
+		l := f.items[k]
+		if nw := l.newest(); nw.typ == DeltaDeleted {
+			continue // already going away
+		}
+		f.queueLocked(k, delta[V]{typ: DeltaDeleted, finalStateUnknown: true, object: l.newest().object, revision: rev})
+	}
+	// Keys in the cache (D-9d).
+	if f.known != nil {
+		f.known.eachKnown(func(k K, obj V) {
+			if _, ok := listed[k]; ok {
+				return
+			}
+			if _, queued := f.items[k]; queued {
+				return // handled above
+			}
+			f.queueLocked(k, delta[V]{typ: DeltaDeleted, finalStateUnknown: true, object: obj, revision: rev})
+		})
+	}
+	f.lastRev = rev
+	f.wmDirty = true
+	if !f.populated {
+		f.populated = true
+		f.initialCount = len(f.queue) - f.head
+		f.syncPending = true // reported by the pop that takes the last initial key (or the next pop)
+	}
+	f.cond.Broadcast()
+	return nil
+}
+
+// resync queues a Sync delta with the cached object for every cached key that has nothing
+// pending (D-15, RS-4). Keys with pending deltas are skipped: those deltas are newer than
+// the cache.
+func (f *deltaFIFO[K, V]) resync() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.inFlight && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return errFIFOClosed
+	}
+	if f.known == nil {
+		return nil
+	}
+	f.known.eachKnown(func(k K, obj V) {
+		if _, queued := f.items[k]; queued {
+			return
+		}
+		f.queueLocked(k, delta[V]{typ: DeltaSync, object: obj})
+	})
+	return nil
+}
+
+// popBatch waits for pending keys and takes up to max of them, in queue order, appending
+// to buf. Until finishBatch is called, Replace and Resync wait. It reports the watermark
+// the batch reaches and whether the batch completes the initial population.
+func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V], watermark, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.head == len(f.queue) && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return buf, watermark{}, false, errFIFOClosed
+	}
+	f.wmDirty = false
+	n := min(len(f.queue)-f.head, max)
+	for _, k := range f.queue[f.head : f.head+n] {
+		l := f.items[k]
+		delete(f.items, k)
+		f.pending -= len(l.deltas)
+		buf = append(buf, popped[K, V]{key: k, list: l, initial: f.initialCount > 0})
+		if f.initialCount > 0 {
+			f.initialCount--
+		}
+	}
+	var zero K
+	for i := f.head; i < f.head+n; i++ {
+		f.queue[i] = zero
+	}
+	f.head += n
+	if f.head == len(f.queue) {
+		f.queue, f.head = f.queue[:0], 0
+	} else if f.head > 1024 && f.head > len(f.queue)/2 {
+		m := copy(f.queue, f.queue[f.head:])
+		clear(f.queue[m:])
+		f.queue, f.head = f.queue[:m], 0
+	}
+	var wm watermark
+	if f.head == len(f.queue) {
+		wm = watermark{rev: f.lastRev, inclusive: true}
+	} else {
+		// The head key's oldest delta is the oldest change still queued.
+		wm = watermark{rev: f.items[f.queue[f.head]].deltas[0].revision}
+	}
+	f.inFlight = true
+	if f.maxPending > 0 {
+		f.cond.Broadcast() // space freed
+	}
+	synced := f.syncPending && f.initialCount == 0
+	if synced {
+		f.syncPending = false
+	}
+	return buf, wm, synced, nil
+}
+
+// finishBatch marks the popped batch applied and recycles its delta lists.
+func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range batch {
+		l := batch[i].list
+		clear(l.deltas)
+		l.deltas = l.deltas[:0]
+		if cap(l.deltas) <= 16 {
+			f.free = append(f.free, l)
+		}
+		batch[i].list = nil
+	}
+	f.inFlight = false
+	f.cond.Broadcast()
+}
+
+// hasSynced reports whether the initial population has been popped (HS-1). The informer
+// reports synced only once that batch is also applied.
+func (f *deltaFIFO[K, V]) hasSynced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.populated && f.initialCount == 0
+}
+
+// len returns the number of keys with pending deltas.
+func (f *deltaFIFO[K, V]) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue) - f.head
+}
+
+// close wakes every waiter; pending deltas are dropped (D-16 differs: nothing is drained,
+// so that a stop is prompt).
+func (f *deltaFIFO[K, V]) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	f.cond.Broadcast()
+}

@@ -1,0 +1,515 @@
+package informer
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler receives an informer's notifications. Each handler has its own goroutine and
+// queue: its methods are called one at a time, in the order of the changes, and a slow
+// handler delays no other handler and not the cache.
+type Handler[V any] interface {
+	// OnAdd is called for an object that appeared. initial is true while the handler is
+	// receiving the state that existed when it started: the initial list, or the cache
+	// replayed to a handler added later.
+	OnAdd(obj V, initial bool)
+	// OnUpdate is called for an object that changed, and on a resync with old and new the
+	// same object.
+	OnUpdate(old, new V)
+	// OnDelete is called for an object that went away, with its last known state. When
+	// finalStateUnknown is true the delete was not observed (it happened while the
+	// informer was disconnected and a relist found the object gone): obj is the last state
+	// the informer knew, which may be older than the object's real final state.
+	OnDelete(obj V, finalStateUnknown bool)
+}
+
+// HandlerFuncs adapts functions into a Handler. Nil functions are skipped.
+type HandlerFuncs[V any] struct {
+	AddFunc    func(obj V, initial bool)
+	UpdateFunc func(old, new V)
+	DeleteFunc func(obj V, finalStateUnknown bool)
+}
+
+// OnAdd calls AddFunc if it is set.
+func (h HandlerFuncs[V]) OnAdd(obj V, initial bool) {
+	if h.AddFunc != nil {
+		h.AddFunc(obj, initial)
+	}
+}
+
+// OnUpdate calls UpdateFunc if it is set.
+func (h HandlerFuncs[V]) OnUpdate(old, new V) {
+	if h.UpdateFunc != nil {
+		h.UpdateFunc(old, new)
+	}
+}
+
+// OnDelete calls DeleteFunc if it is set.
+func (h HandlerFuncs[V]) OnDelete(obj V, finalStateUnknown bool) {
+	if h.DeleteFunc != nil {
+		h.DeleteFunc(obj, finalStateUnknown)
+	}
+}
+
+// QueuePolicy says what a handler's queue does when it is full.
+type QueuePolicy uint8
+
+const (
+	// Coalesce keeps, once the queue is full, only the newest state per key: a handler that
+	// falls behind skips intermediate states but sees every key's latest state, in order,
+	// and memory stays bounded by the number of keys. It is the default: a stalled
+	// handler can never exhaust memory or slow anyone else.
+	Coalesce QueuePolicy = iota
+	// Block makes the informer wait when the queue is full, so the handler sees every
+	// change; the wait propagates back to the source, which is then read no faster than the
+	// slowest blocking handler drains. Other handlers stop receiving too while it waits.
+	Block
+)
+
+// DefaultQueueLength is the queue length of a handler whose HandlerOptions.QueueLength is 0.
+const DefaultQueueLength = 4096
+
+// HandlerOptions configures one handler.
+type HandlerOptions struct {
+	// ResyncPeriod asks for a resync of every cached object (OnUpdate(obj, obj)) at this
+	// period; 0 means the informer's resync period. It is raised to at least one second,
+	// and has no effect on an informer built with resync 0 (SI-7, SI-8).
+	ResyncPeriod time.Duration
+	// QueueLength bounds the notifications waiting for this handler; 0 means
+	// DefaultQueueLength.
+	QueueLength int
+	// Policy says what happens when the queue is full; the zero value is Coalesce.
+	Policy QueuePolicy
+	// Name identifies the handler in errors, logs and metrics.
+	Name string
+}
+
+// minimumResyncPeriod is the floor on a handler's resync period (SI-7).
+const minimumResyncPeriod = time.Second
+
+type notifyKind uint8
+
+const (
+	notifyAdd notifyKind = iota + 1
+	notifyUpdate
+	notifyDelete
+	notifySynced // marker: the handler has been given the whole initial state
+)
+
+// notification is one call to make on a handler. kind is never zero for a real one: the
+// queue never uses a zero value as "nothing" (PL-4).
+type notification[K comparable, V any] struct {
+	kind    notifyKind
+	initial bool // OnAdd's flag
+	unknown bool // OnDelete's finalStateUnknown
+	sync    bool // a resync: only for listeners due for one (SP-4)
+	key     K
+	old     V
+	new     V
+}
+
+// Registration is a handler added to an informer.
+type Registration struct {
+	l listenerControl
+}
+
+type listenerControl interface {
+	hasSynced() bool
+	syncedChan() <-chan struct{}
+	stats() HandlerStats
+	name() string
+}
+
+// HasSynced reports whether the handler has been called for the whole initial state: the
+// initial list, or for a handler added later the cache as it was then. It is per handler:
+// other handlers may still be behind (unlike client-go's informer-wide HasSynced).
+func (r *Registration) HasSynced() bool { return r.l.hasSynced() }
+
+// Synced returns a channel closed once HasSynced is true.
+func (r *Registration) Synced() <-chan struct{} { return r.l.syncedChan() }
+
+// Stats returns the handler's delivery counters.
+func (r *Registration) Stats() HandlerStats { return r.l.stats() }
+
+// Name returns the handler's name from HandlerOptions (or a generated one).
+func (r *Registration) Name() string { return r.l.name() }
+
+// HandlerStats are counters of one handler.
+type HandlerStats struct {
+	// Queued is the number of notifications waiting.
+	Queued int
+	// Delivered counts calls made to the handler.
+	Delivered uint64
+	// Coalesced counts notifications merged into a newer one because the queue was full.
+	Coalesced uint64
+	// Blocked counts the times the informer waited for room in this handler's queue.
+	Blocked uint64
+	// Panics counts handler calls that panicked (recovered; the notification is skipped).
+	Panics uint64
+}
+
+// listener delivers to one handler: the informer appends to pending; the listener's
+// goroutine swaps pending out and calls the handler with no lock held (PL-1..PL-5, with a
+// bound). Once pending is full (Coalesce policy) notifications go to the overflow, which
+// keeps at most a delete and an add per key; while the overflow is not empty everything new
+// goes there too, so per-key order is kept.
+type listener[K comparable, V any] struct {
+	handler Handler[V]
+	opts    HandlerOptions
+	onPanic func(name string, v any)
+
+	mu       sync.Mutex
+	space    *sync.Cond // Block policy: signalled when the listener takes pending
+	pending  []notification[K, V]
+	spare    []notification[K, V]
+	overflow map[K]*coalesced[K, V]
+	order    []overflowSlot[K]
+	stopped  bool
+	wake     chan struct{}
+	done     chan struct{}
+
+	// resync state, guarded by the processor's lock
+	resyncPeriod time.Duration
+	nextResync   time.Time
+	syncing      bool
+
+	synced    atomic.Bool
+	syncedCh  chan struct{}
+	delivered atomic.Uint64
+	coalesce  atomic.Uint64
+	blocked   atomic.Uint64
+	panics    atomic.Uint64
+	inFlight  atomic.Int64
+}
+
+type overflowSlot[K comparable] struct {
+	key    K
+	marker bool
+}
+
+// coalesced is what the overflow holds for one key: the merge of its notifications, and
+// after a delete, the add that followed it.
+type coalesced[K comparable, V any] struct {
+	first  notification[K, V]
+	second notification[K, V] // kind 0: none
+}
+
+func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, onPanic func(string, any)) *listener[K, V] {
+	if opts.QueueLength <= 0 {
+		opts.QueueLength = DefaultQueueLength
+	}
+	l := &listener[K, V]{
+		handler:  h,
+		opts:     opts,
+		onPanic:  onPanic,
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		syncedCh: make(chan struct{}),
+		syncing:  true, // SP-6: every listener is syncing until the first resync check
+	}
+	l.space = sync.NewCond(&l.mu)
+	return l
+}
+
+func (l *listener[K, V]) name() string { return l.opts.Name }
+
+func (l *listener[K, V]) hasSynced() bool { return l.synced.Load() }
+
+func (l *listener[K, V]) syncedChan() <-chan struct{} { return l.syncedCh }
+
+func (l *listener[K, V]) stats() HandlerStats {
+	l.mu.Lock()
+	q := len(l.pending) + len(l.order)
+	l.mu.Unlock()
+	return HandlerStats{
+		Queued:    q + int(l.inFlight.Load()),
+		Delivered: l.delivered.Load(),
+		Coalesced: l.coalesce.Load(),
+		Blocked:   l.blocked.Load(),
+		Panics:    l.panics.Load(),
+	}
+}
+
+// add queues notifications for this listener. With the Block policy it waits for room
+// unless force is set (a replay, which must not wait while the informer is paused).
+func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
+	if len(ns) == 0 {
+		return
+	}
+	l.mu.Lock()
+	for len(ns) > 0 && !l.stopped {
+		switch {
+		case len(l.order) > 0:
+			l.coalesceLocked(ns[0])
+			ns = ns[1:]
+		case len(l.pending) < l.opts.QueueLength || force:
+			room := len(ns)
+			if !force {
+				room = min(room, l.opts.QueueLength-len(l.pending))
+			}
+			l.pending = append(l.pending, ns[:room]...)
+			ns = ns[room:]
+		case l.opts.Policy == Block:
+			l.blocked.Add(1)
+			l.signal()
+			l.space.Wait()
+		default:
+			l.coalesceLocked(ns[0])
+			ns = ns[1:]
+		}
+	}
+	l.mu.Unlock()
+	l.signal()
+}
+
+func (l *listener[K, V]) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// coalesceLocked merges n into the overflow. The handler has seen, or will have seen
+// before the overflow, everything in pending; the overflow only has to end each key in
+// its newest state with a valid sequence (no add on top of an add, no update after a
+// delete).
+func (l *listener[K, V]) coalesceLocked(n notification[K, V]) {
+	if n.kind == notifySynced {
+		l.order = append(l.order, overflowSlot[K]{marker: true})
+		return
+	}
+	if l.overflow == nil {
+		l.overflow = make(map[K]*coalesced[K, V])
+	}
+	c, ok := l.overflow[n.key]
+	if !ok {
+		l.overflow[n.key] = &coalesced[K, V]{first: n}
+		l.order = append(l.order, overflowSlot[K]{key: n.key})
+		return
+	}
+	l.coalesce.Add(1)
+	last := &c.first
+	if c.second.kind != 0 {
+		last = &c.second
+	}
+	switch {
+	case last.kind == notifyDelete && n.kind == notifyAdd:
+		// Only first can be a delete (second only ever holds the add that followed it).
+		c.second = n
+	case n.kind == notifyUpdate && last.kind == notifyAdd:
+		last.new, last.sync = n.new, false
+	case n.kind == notifyUpdate && last.kind == notifyUpdate:
+		last.new, last.sync = n.new, last.sync && n.sync
+	case n.kind == notifyDelete && last.kind == notifyAdd:
+		if last == &c.second {
+			c.second = notification[K, V]{} // delete, add, delete → delete
+		} else {
+			// added and deleted while queued: the handler never needs to hear of it.
+			c.first = notification[K, V]{}
+		}
+	case n.kind == notifyDelete && last.kind == notifyUpdate:
+		*last = n
+	default:
+		// Anything else (an update after a delete, say) is not a valid sequence from the
+		// cache; keep the newer notification rather than lose it.
+		*last = n
+	}
+}
+
+// run is the listener's goroutine: it takes pending (or the overflow) and calls the
+// handler for each notification, with no lock held.
+func (l *listener[K, V]) run() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		for len(l.pending) == 0 && len(l.order) == 0 && !l.stopped {
+			l.mu.Unlock()
+			<-l.wake
+			l.mu.Lock()
+		}
+		if l.stopped {
+			l.mu.Unlock()
+			return // PL-7: what is still queued is dropped
+		}
+		var batch []notification[K, V]
+		if len(l.pending) > 0 {
+			batch = l.pending
+			l.pending = l.spare[:0]
+		} else {
+			batch = l.drainOverflowLocked(l.spare[:0])
+		}
+		l.inFlight.Store(int64(len(batch)))
+		l.space.Broadcast()
+		l.mu.Unlock()
+
+		for i := range batch {
+			if l.isStopped() {
+				break
+			}
+			l.deliver(&batch[i])
+			l.inFlight.Add(-1)
+		}
+		clear(batch)
+		l.mu.Lock()
+		l.spare = batch[:0]
+		l.mu.Unlock()
+	}
+}
+
+func (l *listener[K, V]) isStopped() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stopped
+}
+
+func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notification[K, V] {
+	for _, slot := range l.order {
+		if slot.marker {
+			out = append(out, notification[K, V]{kind: notifySynced})
+			continue
+		}
+		c := l.overflow[slot.key]
+		if c.first.kind != 0 {
+			out = append(out, c.first)
+		}
+		if c.second.kind != 0 {
+			out = append(out, c.second)
+		}
+		delete(l.overflow, slot.key)
+	}
+	clear(l.order)
+	l.order = l.order[:0]
+	return out
+}
+
+// deliver calls the handler; a panic is recovered, counted and reported, and the
+// notification is skipped (PL-6, by choice: the process survives).
+func (l *listener[K, V]) deliver(n *notification[K, V]) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.panics.Add(1)
+			if l.onPanic != nil {
+				l.onPanic(l.opts.Name, r)
+			}
+		}
+	}()
+	switch n.kind {
+	case notifyAdd:
+		l.delivered.Add(1)
+		l.handler.OnAdd(n.new, n.initial)
+	case notifyUpdate:
+		l.delivered.Add(1)
+		l.handler.OnUpdate(n.old, n.new)
+	case notifyDelete:
+		l.delivered.Add(1)
+		l.handler.OnDelete(n.old, n.unknown)
+	case notifySynced:
+		if !l.synced.Swap(true) {
+			close(l.syncedCh)
+		}
+	}
+}
+
+// stop ends the listener; wait for done to know the goroutine returned.
+func (l *listener[K, V]) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.space.Broadcast()
+	l.mu.Unlock()
+	l.signal()
+}
+
+// shouldResync reports whether the listener is due for a resync at now, and if so
+// schedules the next one (PL-9).
+func (l *listener[K, V]) shouldResync(now time.Time) bool {
+	if l.resyncPeriod == 0 {
+		return false
+	}
+	if now.Before(l.nextResync) {
+		return false
+	}
+	l.nextResync = now.Add(l.resyncPeriod)
+	return true
+}
+
+// processor fans notifications out to the listeners (§7). Its lock also orders handler
+// registration against batches: a handler is added between two batches, never during one.
+type processor[K comparable, V any] struct {
+	mu        sync.Mutex
+	listeners []*listener[K, V]
+	started   bool
+	wg        sync.WaitGroup
+	scratch   []notification[K, V]
+	seq       int
+}
+
+// distributeLocked queues a batch of notifications to every listener; resync
+// notifications (sync set) go only to listeners due for a resync (SP-4, RS-7).
+func (p *processor[K, V]) distributeLocked(ns []notification[K, V]) {
+	hasSync := false
+	for i := range ns {
+		if ns[i].sync {
+			hasSync = true
+			break
+		}
+	}
+	for _, l := range p.listeners {
+		if !hasSync || l.syncing {
+			l.add(ns, false)
+			continue
+		}
+		filtered := p.scratch[:0]
+		for i := range ns {
+			if !ns[i].sync {
+				filtered = append(filtered, ns[i])
+			}
+		}
+		l.add(filtered, false)
+		clear(filtered)
+		p.scratch = filtered[:0]
+	}
+}
+
+// shouldResyncLocked marks the listeners due for a resync at now and reports whether any
+// is (SP-5).
+func (p *processor[K, V]) shouldResyncLocked(now time.Time) bool {
+	any := false
+	for _, l := range p.listeners {
+		l.syncing = l.shouldResync(now)
+		any = any || l.syncing
+	}
+	return any
+}
+
+func (p *processor[K, V]) startLocked(l *listener[K, V]) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		l.run()
+	}()
+}
+
+// addLocked registers a listener and starts it if the processor runs.
+func (p *processor[K, V]) addLocked(l *listener[K, V]) {
+	p.seq++
+	if l.opts.Name == "" {
+		l.opts.Name = fmt.Sprintf("handler-%d", p.seq)
+	}
+	p.listeners = append(p.listeners, l)
+	if p.started {
+		p.startLocked(l)
+	}
+}
+
+func (p *processor[K, V]) removeLocked(l *listener[K, V]) bool {
+	for i, x := range p.listeners {
+		if x == l {
+			p.listeners = append(p.listeners[:i], p.listeners[i+1:]...)
+			l.stop()
+			return true
+		}
+	}
+	return false
+}
