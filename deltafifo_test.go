@@ -1,0 +1,265 @@
+package informer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeKnown is a cache for the queue's Replace and Resync.
+type fakeKnown map[string]string
+
+func (k fakeKnown) eachKnown(fn func(string, string)) {
+	for key, v := range k {
+		fn(key, v)
+	}
+}
+func (k fakeKnown) getKnown(key string) (string, bool) { v, ok := k[key]; return v, ok }
+
+// render pops one batch and renders it as "key:Type(obj)…" per key, in pop order.
+func popAll(t *testing.T, f *deltaFIFO[string, string]) ([]string, watermark, bool) {
+	t.Helper()
+	batch, wm, synced, err := f.popBatch(nil, 1<<20)
+	if err != nil {
+		t.Fatalf("popBatch: %v", err)
+	}
+	var out []string
+	for _, p := range batch {
+		var parts []string
+		for _, d := range p.list.deltas {
+			s := fmt.Sprintf("%v(%s)", d.typ, d.object)
+			if d.finalStateUnknown {
+				s = "Tombstone(" + d.object + ")"
+			}
+			parts = append(parts, s)
+		}
+		out = append(out, p.key+":"+strings.Join(parts, ","))
+	}
+	f.finishBatch(batch)
+	return out, wm, synced
+}
+
+func equal(t *testing.T, got, want []string) {
+	t.Helper()
+	if strings.Join(got, " | ") != strings.Join(want, " | ") {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
+
+// D-6: a key already queued keeps its place; its later deltas come with the earlier ones.
+func TestDeltaFIFO_D6_KeyKeepsPlace(t *testing.T) {
+	f := newDeltaFIFO[string, string](nil, 0)
+	f.add(DeltaAdded, "a", "a1", "1")
+	f.add(DeltaAdded, "b", "b1", "2")
+	f.add(DeltaUpdated, "a", "a2", "3")
+	got, wm, _ := popAll(t, f)
+	equal(t, got, []string{"a:Added(a1),Updated(a2)", "b:Added(b1)"})
+	if wm != (watermark{rev: "3", inclusive: true}) {
+		t.Fatalf("watermark %+v", wm)
+	}
+}
+
+// D-7: only a trailing pair of deletes is merged, keeping the real delete over a tombstone.
+func TestDeltaFIFO_D7_Dedup(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(f *deltaFIFO[string, string])
+		want string
+	}{
+		{"real,real keeps older", func(f *deltaFIFO[string, string]) {
+			f.add(DeltaDeleted, "k", "d1", "1")
+			f.add(DeltaDeleted, "k", "d2", "2")
+		}, "k:Deleted(d1)"},
+		{"real,tombstone keeps real", func(f *deltaFIFO[string, string]) {
+			f.add(DeltaDeleted, "k", "d1", "1")
+			f.mu.Lock()
+			f.queueLocked("k", delta[string]{typ: DeltaDeleted, finalStateUnknown: true, object: "t"})
+			f.mu.Unlock()
+		}, "k:Deleted(d1)"},
+		{"tombstone,real keeps real", func(f *deltaFIFO[string, string]) {
+			f.mu.Lock()
+			f.queueLocked("k", delta[string]{typ: DeltaDeleted, finalStateUnknown: true, object: "t"})
+			f.mu.Unlock()
+			f.add(DeltaDeleted, "k", "d2", "2")
+		}, "k:Deleted(d2)"},
+		{"no other merging", func(f *deltaFIFO[string, string]) {
+			f.add(DeltaAdded, "k", "a", "1")
+			f.add(DeltaUpdated, "k", "b", "2")
+			f.add(DeltaUpdated, "k", "b", "3")
+			f.add(DeltaDeleted, "k", "b", "4")
+		}, "k:Added(a),Updated(b),Updated(b),Deleted(b)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newDeltaFIFO[string, string](nil, 0)
+			c.run(f)
+			got, _, _ := popAll(t, f)
+			equal(t, got, []string{c.want})
+		})
+	}
+}
+
+// D-9, §17: Replace queues Replaced for every item and a tombstone for every vanished key,
+// whether known to the cache or only queued, with its last known object.
+func TestDeltaFIFO_D9_ReplaceTombstones(t *testing.T) {
+	known := fakeKnown{"a": "a-cached", "gone": "gone-cached"}
+	f := newDeltaFIFO[string, string](known, 0)
+	f.add(DeltaAdded, "queued-only", "q1", "5")
+	f.add(DeltaAdded, "deleted-queued", "x", "6")
+	f.add(DeltaDeleted, "deleted-queued", "x", "7")
+	if err := f.replace([]string{"a", "new"}, []string{"a2", "n"}, "9"); err != nil {
+		t.Fatal(err)
+	}
+	got, wm, synced := popAll(t, f)
+	equal(t, got, []string{
+		"queued-only:Added(q1),Tombstone(q1)",
+		"deleted-queued:Added(x),Deleted(x)",
+		"a:Replaced(a2)",
+		"new:Replaced(n)",
+		"gone:Tombstone(gone-cached)",
+	})
+	if !synced {
+		t.Fatal("the pop that drains the initial population must report synced")
+	}
+	if wm != (watermark{rev: "9", inclusive: true}) {
+		t.Fatalf("watermark %+v", wm)
+	}
+}
+
+// HS-2, D-14 (fixed): synced only after every key of the first Replace was popped; adds
+// before it do not count; an empty first list syncs at once.
+func TestDeltaFIFO_HS2_SyncedAfterInitialPopulation(t *testing.T) {
+	f := newDeltaFIFO[string, string](fakeKnown{}, 0)
+	f.add(DeltaAdded, "early", "e", "1")
+	if f.hasSynced() {
+		t.Fatal("D-14: an add before the first list must not mark the queue synced")
+	}
+	f.replace([]string{"a", "b", "c"}, []string{"a", "b", "c"}, "2")
+	batch, _, synced, _ := f.popBatch(nil, 2) // early, a
+	f.finishBatch(batch)
+	if synced || f.hasSynced() {
+		t.Fatal("synced before the whole initial population was popped")
+	}
+	if !batch[0].initial || !batch[1].initial {
+		t.Fatal("D-17: keys of the initial population are marked initial")
+	}
+	f.add(DeltaAdded, "late", "l", "3")
+	batch, _, synced, _ = f.popBatch(nil, 2) // b, c
+	f.finishBatch(batch)
+	if !synced || !f.hasSynced() {
+		t.Fatal("not synced after the initial population was popped")
+	}
+	batch, _, _, _ = f.popBatch(nil, 10)
+	if batch[0].key != "late" || batch[0].initial {
+		t.Fatalf("late key: %+v", batch[0])
+	}
+	f.finishBatch(batch)
+
+	empty := newDeltaFIFO[string, string](fakeKnown{}, 0)
+	empty.replace(nil, nil, "7")
+	_, wm, synced := popAll(t, empty)
+	if !synced || wm.rev != "7" {
+		t.Fatalf("D-14: an empty first list syncs at once: synced=%v wm=%+v", synced, wm)
+	}
+}
+
+// D-15: Resync queues Sync from the cache only for keys with nothing pending.
+func TestDeltaFIFO_D15_ResyncSkipsPending(t *testing.T) {
+	known := fakeKnown{"a": "a-cached", "b": "b-cached"}
+	f := newDeltaFIFO[string, string](known, 0)
+	f.add(DeltaUpdated, "a", "a-new", "4")
+	f.resync()
+	got, _, _ := popAll(t, f)
+	equal(t, got, []string{"a:Updated(a-new)", "b:Sync(b-cached)"})
+}
+
+// D-19 (improved): Replace and Resync wait for the batch in flight to be applied, so they
+// never read a cache older than what was popped.
+func TestDeltaFIFO_D19_ReplaceWaitsForBatchInFlight(t *testing.T) {
+	known := fakeKnown{}
+	var mu sync.Mutex
+	f := newDeltaFIFO[string, string](lockedKnown{known, &mu}, 0)
+	f.add(DeltaAdded, "a", "a1", "1")
+	batch, _, _, _ := f.popBatch(nil, 10)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.replace([]string{"b"}, []string{"b1"}, "2")
+	}()
+	select {
+	case <-done:
+		t.Fatal("replace ran while a batch was in flight")
+	case <-time.After(20 * time.Millisecond): // only bounds the negative check
+	}
+	mu.Lock()
+	known["a"] = "a1" // the batch is applied
+	mu.Unlock()
+	f.finishBatch(batch)
+	<-done
+	got, _, _ := popAll(t, f)
+	equal(t, got, []string{"b:Replaced(b1)", "a:Tombstone(a1)"})
+}
+
+type lockedKnown struct {
+	m  fakeKnown
+	mu *sync.Mutex
+}
+
+func (l lockedKnown) eachKnown(fn func(string, string)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.m.eachKnown(fn)
+}
+func (l lockedKnown) getKnown(k string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.getKnown(k)
+}
+
+// The watermark of a partial pop is the oldest revision still queued, exclusive.
+func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
+	f := newDeltaFIFO[string, string](nil, 0)
+	f.add(DeltaAdded, "a", "a", "1")
+	f.add(DeltaAdded, "b", "b", "2")
+	f.add(DeltaUpdated, "a", "a", "3")
+	batch, wm, _, _ := f.popBatch(nil, 1)
+	if batch[0].key != "a" || wm != (watermark{rev: "2"}) {
+		t.Fatalf("batch %v wm %+v, want a and everything before 2", batch[0].key, wm)
+	}
+	f.finishBatch(batch)
+	f.bookmark("8")
+	_, wm, _ = popAll(t, f)
+	if wm != (watermark{rev: "8", inclusive: true}) {
+		t.Fatalf("after a bookmark: %+v", wm)
+	}
+}
+
+// Backpressure: add blocks while MaxPending deltas are queued; close releases it (D-16).
+func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
+	f := newDeltaFIFO[string, string](nil, 2)
+	f.add(DeltaAdded, "a", "a", "1")
+	f.add(DeltaAdded, "b", "b", "2")
+	added := make(chan error)
+	go func() { added <- f.add(DeltaAdded, "c", "c", "3") }()
+	select {
+	case <-added:
+		t.Fatal("add did not wait for room")
+	case <-time.After(20 * time.Millisecond): // only bounds the negative check
+	}
+	batch, _, _, _ := f.popBatch(nil, 1)
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	f.finishBatch(batch)
+	go func() { added <- f.add(DeltaAdded, "d", "d", "4") }()
+	f.close()
+	if err := <-added; !errors.Is(err, errFIFOClosed) {
+		t.Fatalf("add after close: %v", err)
+	}
+	if _, _, _, err := f.popBatch(nil, 1); !errors.Is(err, errFIFOClosed) {
+		t.Fatalf("pop after close: %v", err)
+	}
+}

@@ -1,0 +1,94 @@
+// Package informer keeps a local, indexed, always-fresh copy of a remote collection and
+// tells typed handlers what changed. It is client-go's informer pipeline rebuilt on Go
+// generics and free of Kubernetes: any source that can list and then stream changes (an
+// etcd prefix, an HTTP list+watch API, a Kubernetes resource, an in-memory log) plugs in as
+// a ListerWatcher[V].
+//
+// # The pipeline
+//
+//	source ──List/Watch──▶ reflector ──▶ delta queue ──batch──▶ cache (indexed, snapshots)
+//	                                                              │
+//	                                                              ▼
+//	                                             one queue + goroutine per Handler
+//
+// The reflector lists the source page by page at one revision, then watches from that
+// revision, reconnecting with randomised timeouts and a jittered backoff; an expired
+// revision leads to a fresh, consistent list. The delta queue groups changes per key; the
+// informer pops it in batches, applies each batch to the cache under one write, and only
+// then hands the batch's notifications to the handlers. Readers read immutable snapshots
+// and never block the writer.
+//
+//	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
+//	inf, err := informer.New(src, informer.Options[string, *Config]{
+//		Key: func(c *Config) (string, error) { return c.Name, nil },
+//		Indexers: informer.Indexers[*Config]{
+//			"team": informer.IndexBy(func(c *Config) (string, error) { return c.Team, nil }),
+//		},
+//	})
+//	if err != nil { ... }
+//	inf.AddHandler(informer.HandlerFuncs[*Config]{
+//		AddFunc:    func(c *Config, initial bool) { fmt.Println("add", c.Name) },
+//		UpdateFunc: func(old, new *Config) { fmt.Println("update", new.Name) },
+//		DeleteFunc: func(c *Config, unknown bool) { fmt.Println("delete", c.Name) },
+//	}, informer.HandlerOptions{})
+//	go inf.Run(ctx)
+//	inf.WaitForCacheSync(ctx)
+//	payments, _ := inf.ByIndex("team", "payments")
+//
+// # The contract
+//
+// What a handler may assume:
+//
+//   - Per key, notifications come in the order the changes happened, and each handler's
+//     calls are made one at a time from its own goroutine. There is no order between
+//     different keys beyond "in the order their changes reached the informer, per batch";
+//     do not rely on one.
+//   - Each key goes through a valid life cycle: OnAdd, then any number of OnUpdate, then
+//     OnDelete, then perhaps OnAdd again. A handler never sees an update or a delete for a
+//     key it was not told was added, nor two adds without a delete between them.
+//   - The informer is eventually consistent, level- not edge-triggered: a handler may not
+//     see every intermediate state of an object (states that come and go while the informer
+//     is disconnected, or while a Coalesce-policy handler is behind, are skipped), but once
+//     the source stops changing, every handler's last notification for every key is the
+//     source's final state for that key (or a delete).
+//   - When a handler is called, the cache already holds that change and possibly later
+//     ones: the cache is level with or ahead of every notification (O-3, O-4).
+//   - OnAdd's initial flag is true for the objects of the initial list, and for the cache
+//     replayed to a handler added to a running informer.
+//   - OnDelete receives the object's last state. With finalStateUnknown false it is the
+//     state the source sent with the delete; with finalStateUnknown true the delete was not
+//     observed — the object was missing from a relist — and the object is the last state
+//     the informer knew, which may be stale. It is never a zero value standing for
+//     "unknown", and it is always typed: no tombstone type to switch on.
+//   - On a resync a handler receives OnUpdate(obj, obj) with the same object twice.
+//   - A handler that panics is recovered: the panic is reported to the error handler, that
+//     one notification is skipped, and delivery goes on. Other handlers are unaffected.
+//   - Objects are shared between the cache, every reader and every handler. Never modify
+//     an object you received; copy it first.
+//
+// What a reader may assume: every call of the read API (Get, List, ByIndex, Snapshot, …)
+// reads one consistent state of the cache, as of the end of some batch. After
+// WaitForRevision(rev) returns, every read reflects every change up to rev.
+//
+// What HasSynced means: Informer.HasSynced is true once the initial list is in the cache;
+// Registration.HasSynced is true once that handler has been called for it, which is what a
+// controller usually wants to wait for.
+//
+// Bad input never panics: an object whose key, index or transform function fails (or
+// panics) is reported to Options.ErrorHandler, counted in Stats and skipped; a source that
+// sends a malformed page, an unknown event type or a revision older than one it already
+// sent is reported and listed again, and the cache converges after that list.
+//
+// What is not guaranteed: delivery of every intermediate state; order across keys; that a
+// handler has processed anything when Informer.HasSynced is true; delivery of queued
+// notifications once the informer stops (they are dropped).
+//
+// # Memory and speed
+//
+// The cache is a B-tree per collection and per index (github.com/google/btree), so keys are
+// ordered and range and prefix scans are cheap; a snapshot is an O(1) copy-on-write clone.
+// Each handler's queue is bounded (HandlerOptions.QueueLength); when it is full the
+// handler's QueuePolicy decides: Coalesce (the default) keeps the newest state per key, so
+// memory stays bounded by the number of keys; Block makes the informer, and so the source,
+// wait. The delta queue is bounded too (Options.MaxPending).
+package informer

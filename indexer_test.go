@@ -1,0 +1,249 @@
+package informer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+type pod struct {
+	name  string
+	users string
+	ns    string
+}
+
+func byUser(p *pod) ([]string, error) {
+	if p.users == "" {
+		return nil, nil
+	}
+	return strings.Split(p.users, ","), nil
+}
+
+func newPodStore(t *testing.T) *store[string, *pod] {
+	t.Helper()
+	c, _ := defaultCompare[string]()
+	s, err := newStore[string, *pod](c, Indexers[*pod]{
+		"byUser": IndexByValues(byUser),
+		"ns":     IndexBy(func(p *pod) (string, error) { return p.ns, nil }),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func names(ps []*pod) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.name)
+	}
+	return out
+}
+
+func mustUpsert(t *testing.T, s *store[string, *pod], p *pod) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, _, err := s.upsertLocked(p.name, p); err != nil {
+		t.Fatal(err)
+	}
+	s.publishLocked("")
+}
+
+// I-21: the worked "byUser" example, with I-9's removal of empty buckets.
+func TestIndexer_I21_ByUser(t *testing.T) {
+	s := newPodStore(t)
+	pod1 := &pod{name: "one", users: "ernie,bert"}
+	pod2 := &pod{name: "two", users: "bert,oscar"}
+	pod3 := &pod{name: "tre", users: "ernie,elmo"}
+	for _, p := range []*pod{pod1, pod2, pod3} {
+		mustUpsert(t, s, p)
+	}
+	sn := s.snapshot()
+	for user, want := range map[string][]string{
+		"ernie": {"one", "tre"}, "bert": {"one", "two"}, "oscar": {"two"}, "elmo": {"tre"},
+	} {
+		got, err := sn.ByIndex("byUser", user)
+		if err != nil || !slices.Equal(names(got), want) {
+			t.Fatalf("ByIndex(byUser, %s) = %v, %v; want %v", user, names(got), err, want)
+		}
+	}
+	vals, _ := sn.IndexValues("byUser")
+	if !slices.Equal(vals, []string{"bert", "elmo", "ernie", "oscar"}) {
+		t.Fatalf("IndexValues = %v", vals)
+	}
+	if got := names(sn.List()); !slices.Equal(got, []string{"one", "tre", "two"}) {
+		t.Fatalf("List = %v", got)
+	}
+	if p, ok := sn.Get("one"); !ok || p != pod1 {
+		t.Fatal("Get(one)")
+	}
+
+	s.mu.Lock()
+	s.deleteLocked("tre")
+	s.publishLocked("")
+	s.mu.Unlock()
+	sn2 := s.snapshot()
+	if got, _ := sn2.ByIndex("byUser", "ernie"); !slices.Equal(names(got), []string{"one"}) {
+		t.Fatalf("after delete ernie = %v", names(got))
+	}
+	if vals, _ := sn2.IndexValues("byUser"); slices.Contains(vals, "elmo") {
+		t.Fatalf("I-9: empty bucket elmo left behind: %v", vals)
+	}
+	// The old snapshot is unchanged (copy-on-write).
+	if got, _ := sn.ByIndex("byUser", "elmo"); !slices.Equal(names(got), []string{"tre"}) {
+		t.Fatalf("old snapshot changed: %v", names(got))
+	}
+}
+
+// I-7, I-9: an update moves the key between index values.
+func TestIndexer_I9_UpdateMovesKey(t *testing.T) {
+	s := newPodStore(t)
+	mustUpsert(t, s, &pod{name: "p", ns: "a", users: "x"})
+	mustUpsert(t, s, &pod{name: "p", ns: "b", users: "x,y"})
+	sn := s.snapshot()
+	if got, _ := sn.IndexKeys("ns", "a"); len(got) != 0 {
+		t.Fatalf("ns a still has %v", got)
+	}
+	if got, _ := sn.IndexKeys("ns", "b"); !slices.Equal(got, []string{"p"}) {
+		t.Fatalf("ns b = %v", got)
+	}
+	if got, _ := sn.IndexKeys("byUser", "y"); !slices.Equal(got, []string{"p"}) {
+		t.Fatalf("byUser y = %v", got)
+	}
+	if vals, _ := sn.IndexValues("ns"); !slices.Equal(vals, []string{"b"}) {
+		t.Fatalf("ns values %v", vals)
+	}
+}
+
+// I-15, I-16, I-17, I-18: unknown index names are errors; unknown values are empty; Index
+// returns the de-duplicated union.
+func TestIndexer_I15_QueriesAndErrors(t *testing.T) {
+	s := newPodStore(t)
+	mustUpsert(t, s, &pod{name: "one", users: "ernie,bert"})
+	mustUpsert(t, s, &pod{name: "two", users: "bert,oscar"})
+	mustUpsert(t, s, &pod{name: "tre", users: "elmo"})
+	sn := s.snapshot()
+	for _, call := range []func() error{
+		func() error { _, err := sn.ByIndex("nope", "x"); return err },
+		func() error { _, err := sn.IndexKeys("nope", "x"); return err },
+		func() error { _, err := sn.IndexValues("nope"); return err },
+		func() error { _, err := sn.Index("nope", &pod{}); return err },
+	} {
+		if err := call(); !errors.Is(err, ErrUnknownIndex) {
+			t.Fatalf("want ErrUnknownIndex, got %v", err)
+		}
+	}
+	if got, err := sn.ByIndex("byUser", "nobody"); err != nil || len(got) != 0 {
+		t.Fatalf("I-16: unknown value: %v %v", got, err)
+	}
+	got, err := sn.Index("byUser", &pod{users: "ernie,bert,oscar"})
+	if err != nil || !slices.Equal(names(got), []string{"one", "two"}) {
+		t.Fatalf("I-15: Index = %v, %v", names(got), err)
+	}
+}
+
+// I-10 (improved): a failing or panicking index function is an error for that object;
+// the store is unchanged and nothing panics.
+func TestIndexer_I10_IndexErrorSkipsObject(t *testing.T) {
+	c, _ := defaultCompare[string]()
+	s, _ := newStore[string, *pod](c, Indexers[*pod]{
+		"ns": IndexBy(func(p *pod) (string, error) {
+			switch p.ns {
+			case "bad":
+				return "", errors.New("no namespace")
+			case "panic":
+				panic("boom")
+			}
+			return p.ns, nil
+		}),
+	})
+	mustUpsert(t, s, &pod{name: "p", ns: "a"})
+	for _, ns := range []string{"bad", "panic"} {
+		s.mu.Lock()
+		_, _, err := s.upsertLocked("p", &pod{name: "p", ns: ns})
+		s.mu.Unlock()
+		var oe *ObjectError
+		if !errors.As(err, &oe) || oe.Key != "p" {
+			t.Fatalf("%s: want an ObjectError for p, got %v", ns, err)
+		}
+	}
+	if p, _ := s.snapshot().Get("p"); p.ns != "a" {
+		t.Fatalf("store changed by a failed upsert: %+v", p)
+	}
+}
+
+// I-19, §17: AddIndexers builds the new index from existing data; a clash is an error.
+func TestIndexer_I19_AddIndexersOnData(t *testing.T) {
+	s := newPodStore(t)
+	mustUpsert(t, s, &pod{name: "one", ns: "a"})
+	mustUpsert(t, s, &pod{name: "two", ns: "b"})
+	s.mu.Lock()
+	err := s.addIndexersLocked(Indexers[*pod]{"upper": IndexBy(func(p *pod) (string, error) { return strings.ToUpper(p.ns), nil })})
+	clash := s.addIndexersLocked(Indexers[*pod]{"ns": IndexBy(func(p *pod) (string, error) { return "", nil })})
+	s.publishLocked("")
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(clash, ErrIndexExists) {
+		t.Fatalf("clash: %v", clash)
+	}
+	if got, _ := s.snapshot().ByIndex("upper", "B"); !slices.Equal(names(got), []string{"two"}) {
+		t.Fatalf("new index = %v", names(got))
+	}
+}
+
+// Ordered iteration, ranges and prefixes.
+func TestIndexer_OrderedScans(t *testing.T) {
+	s := newPodStore(t)
+	for _, n := range []string{"b/2", "a/1", "b/1", "c/1", "a/2"} {
+		mustUpsert(t, s, &pod{name: n})
+	}
+	sn := s.snapshot()
+	if got := sn.Keys(); !slices.Equal(got, []string{"a/1", "a/2", "b/1", "b/2", "c/1"}) {
+		t.Fatalf("Keys = %v", got)
+	}
+	var got []string
+	for k := range WithPrefix(sn, "b/") {
+		got = append(got, k)
+	}
+	if !slices.Equal(got, []string{"b/1", "b/2"}) {
+		t.Fatalf("prefix = %v", got)
+	}
+	got = nil
+	for k := range sn.Range("a/2", "c/1") {
+		got = append(got, k)
+	}
+	if !slices.Equal(got, []string{"a/2", "b/1", "b/2"}) {
+		t.Fatalf("range = %v", got)
+	}
+}
+
+// Snapshots are reused while nothing changes and never see later writes.
+func TestIndexer_SnapshotIsolation(t *testing.T) {
+	s := newPodStore(t)
+	mustUpsert(t, s, &pod{name: "a"})
+	s1 := s.snapshot()
+	if s.snapshot() != s1 {
+		t.Fatal("a snapshot with no write in between must be reused")
+	}
+	mustUpsert(t, s, &pod{name: "b"})
+	if s1.Len() != 1 || s.snapshot().Len() != 2 {
+		t.Fatalf("lens %d %d", s1.Len(), s.snapshot().Len())
+	}
+}
+
+func TestDefaultCompare(t *testing.T) {
+	ci, ok := defaultCompare[int64]()
+	if !ok || ci(-5, 3) >= 0 || ci(3, 3) != 0 {
+		t.Fatal("int64 order")
+	}
+	type custom struct{ a, b string }
+	if _, ok := defaultCompare[custom](); ok {
+		t.Fatal("a struct key has no natural order")
+	}
+	_ = fmt.Sprint
+}

@@ -1,0 +1,813 @@
+package informer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// obj is the test object: a key, a group (indexed), a value and a revision.
+type obj struct {
+	Key   string
+	Group string
+	Val   string
+	Rev   string
+}
+
+func newObj(key, group, val string) *obj { return &obj{Key: key, Group: group, Val: val} }
+
+func objKey(o *obj) string { return o.Key }
+
+// events records a handler's calls as strings, in order, and lets a test wait for them.
+type events struct {
+	mu    sync.Mutex
+	calls []string
+	ch    chan struct{}
+}
+
+func newEvents() *events { return &events{ch: make(chan struct{}, 1)} }
+
+func (e *events) rec(s string) {
+	e.mu.Lock()
+	e.calls = append(e.calls, s)
+	e.mu.Unlock()
+	select {
+	case e.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (e *events) OnAdd(o *obj, initial bool) {
+	if initial {
+		e.rec("add*" + o.Key + "=" + o.Val)
+		return
+	}
+	e.rec("add " + o.Key + "=" + o.Val)
+}
+func (e *events) OnUpdate(old, new *obj) {
+	if old == new {
+		e.rec("resync " + new.Key + "=" + new.Val)
+		return
+	}
+	e.rec("update " + new.Key + "=" + old.Val + "→" + new.Val)
+}
+func (e *events) OnDelete(o *obj, unknown bool) {
+	if unknown {
+		e.rec("delete?" + o.Key + "=" + o.Val)
+		return
+	}
+	e.rec("delete " + o.Key + "=" + o.Val)
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.calls)
+}
+
+// waitLen waits until at least n calls were recorded and returns them.
+func (e *events) waitLen(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if got := e.get(); len(got) >= n {
+			return got
+		}
+		select {
+		case <-e.ch:
+		case <-deadline:
+			t.Fatalf("waited for %d calls, have %q", n, e.get())
+		}
+	}
+}
+
+// expect waits for exactly want (and then checks nothing more arrived by the time a
+// barrier object's add arrives, when barrier is set).
+func (e *events) expect(t *testing.T, want ...string) {
+	t.Helper()
+	got := e.waitLen(t, len(want))
+	if !slices.Equal(got, want) {
+		t.Fatalf("calls:\n got  %q\n want %q", got, want)
+	}
+}
+
+func (e *events) reset() {
+	e.mu.Lock()
+	e.calls = nil
+	e.mu.Unlock()
+}
+
+// errs collects reported errors.
+type errs struct {
+	mu   sync.Mutex
+	list []error
+}
+
+func (e *errs) handle(err error) {
+	e.mu.Lock()
+	e.list = append(e.list, err)
+	e.mu.Unlock()
+}
+
+func (e *errs) any(target error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, err := range e.list {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *errs) waitFor(t *testing.T, target error) {
+	t.Helper()
+	waitUntil(t, func() bool { return e.any(target) })
+}
+
+// waitUntil polls cond with a deadline, for state that has no event to wait on.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type fixture struct {
+	src  *memory.Source[string, *obj]
+	inf  *informer.Informer[string, *obj]
+	errs *errs
+	stop func()
+}
+
+var fastBackoff = informer.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond, Jitter: -1}
+
+// start builds an informer over src, adds the handlers, runs it and waits for sync.
+func start(t *testing.T, src *memory.Source[string, *obj], opts informer.Options[string, *obj], handlers ...informer.Handler[*obj]) *fixture {
+	t.Helper()
+	f := &fixture{src: src, errs: &errs{}}
+	if opts.Key == nil {
+		opts.Key = func(o *obj) (string, error) { return o.Key, nil }
+	}
+	if opts.Indexers == nil {
+		opts.Indexers = informer.Indexers[*obj]{
+			"group": informer.IndexBy(func(o *obj) (string, error) { return o.Group, nil }),
+		}
+	}
+	if opts.Backoff == (informer.Backoff{}) {
+		opts.Backoff = fastBackoff
+	}
+	opts.ErrorHandler = f.errs.handle
+	inf, err := informer.New[string, *obj](src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.inf = inf
+	for _, h := range handlers {
+		if _, err := inf.AddHandler(h, informer.HandlerOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	var once sync.Once
+	f.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(f.stop)
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !inf.WaitForCacheSync(sctx) {
+		t.Fatal("informer did not sync")
+	}
+	return f
+}
+
+func newSource(opts memory.Options) *memory.Source[string, *obj] {
+	return memory.New[string, *obj](objKey, opts)
+}
+
+// assertCache checks that the cache equals the source's state.
+func assertCache(t *testing.T, f *fixture) {
+	t.Helper()
+	want := f.src.Items()
+	got := f.inf.List()
+	if len(got) != len(want) {
+		t.Fatalf("cache has %d objects, source %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Key != want[i].Key || got[i].Val != want[i].Val {
+			t.Fatalf("cache[%d] = %+v, source %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// O-2, O-3, SI-3, SI-4, D-17: initial list as initial adds, then live changes in order, the
+// cache level with or ahead of every notification.
+func TestInformer_O2_InitialListThenLiveChanges(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g1", "1"))
+	src.Put(newObj("b", "g2", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	ev.expect(t, "add*a=1", "add*b=1")
+
+	src.Put(newObj("a", "g1", "2"))
+	src.Put(newObj("c", "g1", "1"))
+	src.Delete("b")
+	ev.expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete b=1")
+	assertCache(t, f)
+	got, err := f.inf.ByIndex("group", "g1")
+	if err != nil || len(got) != 2 || got[0].Key != "a" || got[1].Key != "c" {
+		t.Fatalf("ByIndex(group, g1) = %v, %v", got, err)
+	}
+}
+
+// LW-3: the list is paged at one revision, then the watch starts from the
+// list's revision with a timeout in [min, 2·min) and bookmarks allowed.
+func TestReflector_R6_PagedListThenWatchFromListRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	for i := range 1200 {
+		src.Put(newObj(fmt.Sprintf("k%04d", i), "g", "v"))
+	}
+	listRev := strconv.FormatInt(src.Revision(), 10)
+	f := start(t, src, informer.Options[string, *obj]{PageSize: 500, MinWatchTimeout: time.Minute})
+	if err := src.WaitForWatches(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.inf.Len() != 1200 {
+		t.Fatalf("cache has %d", f.inf.Len())
+	}
+	reqs := src.Requests()
+	var lists []informer.ListOptions
+	var watch *informer.WatchOptions
+	for _, r := range reqs {
+		switch r.Op {
+		case memory.OpList:
+			lists = append(lists, r.List)
+		case memory.OpWatch:
+			if watch == nil {
+				w := r.Watch
+				watch = &w
+			}
+		}
+	}
+	if len(lists) != 3 || lists[0].Continue != "" || lists[1].Continue == "" || lists[2].Continue == "" {
+		t.Fatalf("want 3 pages with continue tokens, got %+v", lists)
+	}
+	for _, l := range lists {
+		if l.Limit != 500 {
+			t.Fatalf("page limit %d", l.Limit)
+		}
+	}
+	if watch == nil || watch.Revision != listRev || !watch.AllowBookmarks ||
+		watch.Timeout < time.Minute || watch.Timeout >= 2*time.Minute {
+		t.Fatalf("watch options %+v, want revision %s, bookmarks, timeout in [1m,2m)", watch, listRev)
+	}
+	if got := f.inf.LastSyncRevision(); got != listRev {
+		t.Fatalf("R-19: LastSyncRevision %q, want %q", got, listRev)
+	}
+}
+
+func countOps(src *memory.Source[string, *obj], op memory.Op) int {
+	n := 0
+	for _, r := range src.Requests() {
+		if r.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// a watch that ends normally is reopened from the last revision, without a relist.
+func TestReflector_R14_WatchEndReopensWithoutRelist(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(newObj("a", "g", "2"))
+	ev.expect(t, "add*a=1", "update a=1→2")
+	src.DropWatches(nil) // io.EOF after events were received: a normal end
+	src.Put(newObj("a", "g", "3"))
+	ev.expect(t, "add*a=1", "update a=1→2", "update a=2→3")
+	if n := countOps(src, memory.OpList); n != 1 {
+		t.Fatalf("R-14: %d lists, want 1 (no relist)", n)
+	}
+	last := src.Requests()[len(src.Requests())-1]
+	if last.Op != memory.OpWatch || last.Watch.Revision != "2" {
+		t.Fatalf("re-watch %+v, want from revision 2", last)
+	}
+	assertCache(t, f)
+}
+
+// a retryable failure backs off and re-watches from the same revision without
+// a relist; Retry-After is honoured as a floor.
+func TestReflector_R16_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
+	for _, err := range []error{
+		informer.ErrConnectionRefused,
+		informer.RetryAfter(informer.ErrTooManyRequests, 2*time.Millisecond),
+		fmt.Errorf("wrapped: %w", informer.ErrUnavailable),
+	} {
+		t.Run(err.Error(), func(t *testing.T) {
+			src := newSource(memory.Options{})
+			src.Put(newObj("a", "g", "1"))
+			ev := newEvents()
+			f := start(t, src, informer.Options[string, *obj]{}, ev)
+			src.WaitForWatches(context.Background(), 1)
+			src.FailNext(2, memory.OpWatch, err)
+			src.DropWatches(err)
+			src.Put(newObj("a", "g", "2"))
+			ev.expect(t, "add*a=1", "update a=1→2")
+			if n := countOps(src, memory.OpList); n != 1 {
+				t.Fatalf("%d lists, want 1", n)
+			}
+			f.errs.waitFor(t, informer.ErrRetryable)
+		})
+	}
+}
+
+// D-9, D-10: an expired revision leads to a consistent relist; objects deleted
+// meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
+func TestReflector_R4_ExpiredRelistsWithTombstones(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	ev.expect(t, "add*a=1", "add*b=1")
+	src.WaitForWatches(context.Background(), 1)
+
+	// While the informer cannot watch: b is deleted, c added, a changed, history compacted.
+	src.FailNext(1, memory.OpWatch, informer.ErrUnavailable)
+	src.DropWatches(informer.ErrUnavailable)
+	src.Delete("b")
+	src.Put(newObj("c", "g", "1"))
+	src.Put(newObj("a", "g", "2"))
+	src.Compact(src.Revision())
+	ev.expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete?b=1")
+	var consistent bool
+	for _, r := range src.Requests() {
+		if r.Op == memory.OpList && r.List.Consistent {
+			consistent = true
+		}
+	}
+	if !consistent {
+		t.Fatal("R-3: the relist after expiry must be consistent")
+	}
+	if f.inf.Stats().Expirations.Load() == 0 {
+		t.Fatal("expiration not counted")
+	}
+	assertCache(t, f)
+}
+
+// Bad input: an event older than one already seen, or of an unknown type, is reported
+// (ErrBadInput, counted) and leads to a relist; the cache converges.
+func TestReflector_BadInputRelists(t *testing.T) {
+	for name, bad := range map[string]informer.Event[*obj]{
+		"revision back in time": {Type: informer.Modified, Object: newObj("a", "g", "stale"), Revision: "1"},
+		"unknown event type":    {Type: informer.EventType(42), Object: newObj("a", "g", "x"), Revision: "99"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(memory.Options{})
+			src.Put(newObj("a", "g", "1"))
+			src.Put(newObj("b", "g", "1"))
+			src.Put(newObj("a", "g", "2"))
+			ev := newEvents()
+			f := start(t, src, informer.Options[string, *obj]{}, ev)
+			src.WaitForWatches(context.Background(), 1)
+			src.Inject(bad)
+			f.errs.waitFor(t, informer.ErrBadInput)
+			waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+			src.Put(newObj("a", "g", "3"))
+			ev.expect(t, "add*a=2", "add*b=1", "update a=2→3")
+			if f.inf.Stats().SourceErrors.Load() == 0 {
+				t.Fatal("bad input not counted")
+			}
+			assertCache(t, f)
+		})
+	}
+}
+
+// A key function that fails for one object: reported, counted, skipped; others go on.
+func TestInformer_KeyErrorSkipsObject(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("bad", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{
+		Key: func(o *obj) (string, error) {
+			if o.Key == "bad" {
+				return "", errors.New("no key")
+			}
+			if o.Val == "panic" {
+				panic("key function panicked")
+			}
+			return o.Key, nil
+		},
+	}, ev)
+	src.Put(newObj("c", "g", "panic"))
+	src.Put(newObj("d", "g", "1"))
+	ev.expect(t, "add*a=1", "add d=1")
+	if n := f.inf.Stats().KeyErrors.Load(); n != 2 {
+		t.Fatalf("KeyErrors = %d, want 2", n)
+	}
+	var oe *informer.ObjectError
+	f.errs.mu.Lock()
+	defer f.errs.mu.Unlock()
+	if len(f.errs.list) == 0 || !errors.As(f.errs.list[0], &oe) || oe.Op != "key" {
+		t.Fatalf("reported %v", f.errs.list)
+	}
+}
+
+// An index function that fails for one object: the object is skipped and reported.
+func TestInformer_IndexErrorSkipsObject(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{Indexers: informer.Indexers[*obj]{
+		"group": informer.IndexBy(func(o *obj) (string, error) {
+			if o.Group == "" {
+				return "", errors.New("no group")
+			}
+			return o.Group, nil
+		}),
+	}}, ev)
+	src.Put(newObj("c", "g", "1"))
+	ev.expect(t, "add*a=1", "add c=1")
+	if f.inf.Stats().IndexErrors.Load() != 1 {
+		t.Fatalf("IndexErrors = %d", f.inf.Stats().IndexErrors.Load())
+	}
+}
+
+// Transform runs before anything is stored; a failing transform skips the object.
+func TestInformer_Transform(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(&obj{Key: "a", Group: "g", Val: "secret"})
+	src.Put(&obj{Key: "b", Group: "g", Val: "fail"})
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{Transform: func(o *obj) (*obj, error) {
+		if o.Val == "fail" {
+			return nil, errors.New("cannot transform")
+		}
+		c := *o
+		c.Val = strings.ToUpper(c.Val)
+		return &c, nil
+	}}, ev)
+	src.Put(&obj{Key: "c", Group: "g", Val: "x"})
+	ev.expect(t, "add*a=SECRET", "add c=X")
+	if f.inf.Stats().TransformErrors.Load() != 1 {
+		t.Fatal("transform error not counted")
+	}
+}
+
+// §17, SI-10: a handler added to a running informer gets the cache replayed as initial
+// adds, then live changes; its own HasSynced turns true after the replay.
+func TestInformer_LateHandlerReplayAndPerHandlerSync(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	late := newEvents()
+	reg, err := f.inf.AddHandler(late, informer.HandlerOptions{Name: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reg.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("late handler never synced")
+	}
+	if got := late.get(); !slices.Equal(got, []string{"add*a=1", "add*b=1"}) {
+		t.Fatalf("replay %q", got)
+	}
+	src.Put(newObj("a", "g", "2"))
+	late.expect(t, "add*a=1", "add*b=1", "update a=1→2")
+	if reg.Name() != "late" {
+		t.Fatal(reg.Name())
+	}
+}
+
+// RemoveHandler waits for the handler's goroutine; the handler gets nothing afterwards.
+func TestInformer_RemoveHandler(t *testing.T) {
+	src := newSource(memory.Options{})
+	keep, gone := newEvents(), newEvents()
+	f := start(t, src, informer.Options[string, *obj]{})
+	regKeep, _ := f.inf.AddHandler(keep, informer.HandlerOptions{})
+	reg, _ := f.inf.AddHandler(gone, informer.HandlerOptions{})
+	src.Put(newObj("a", "g", "1"))
+	gone.expect(t, "add a=1")
+	if !f.inf.RemoveHandler(reg) || f.inf.RemoveHandler(reg) {
+		t.Fatal("RemoveHandler must report true once")
+	}
+	src.Put(newObj("b", "g", "1"))
+	keep.expect(t, "add a=1", "add b=1")
+	if got := gone.get(); !slices.Equal(got, []string{"add a=1"}) {
+		t.Fatalf("removed handler got %q", got)
+	}
+	_ = regKeep
+}
+
+// A panicking handler does not affect another handler or the informer.
+func TestInformer_PL6_HandlerPanicIsolated(t *testing.T) {
+	src := newSource(memory.Options{})
+	good := newEvents()
+	bad := informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, _ bool) { panic("handler bug") }}
+	f := start(t, src, informer.Options[string, *obj]{}, bad, good)
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	good.expect(t, "add a=1", "add b=1")
+	waitUntil(t, func() bool { return f.inf.Stats().HandlerPanics.Load() == 2 })
+	var pe *informer.HandlerPanicError
+	f.errs.mu.Lock()
+	defer f.errs.mu.Unlock()
+	if !errors.As(f.errs.list[0], &pe) || pe.Value != "handler bug" {
+		t.Fatalf("reported %v", f.errs.list)
+	}
+}
+
+// WaitForRevision: read-your-writes for a source with ordered revisions.
+func TestInformer_WaitForRevisionReadYourWrites(t *testing.T) {
+	src := newSource(memory.Options{})
+	f := start(t, src, informer.Options[string, *obj]{})
+	for i := range 50 {
+		rev := src.Put(newObj("k", "g", strconv.Itoa(i)))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := f.inf.WaitForRevision(ctx, strconv.FormatInt(rev, 10))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := f.inf.Get("k"); !ok || o.Val != strconv.Itoa(i) {
+			t.Fatalf("after WaitForRevision(%d): %+v", rev, o)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := f.inf.WaitForRevision(ctx, "1000000"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a future revision must wait: %v", err)
+	}
+}
+
+// Bookmarks advance the revision without an object change.
+func TestReflector_BookmarkAdvancesRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	other := newSource(memory.Options{}) // to bump revisions without changing src's objects
+	_ = other
+	src.Put(newObj("a", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(newObj("b", "g", "1"))
+	src.Delete("b")
+	rev := strconv.FormatInt(src.Revision(), 10)
+	src.Bookmark()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.inf.WaitForRevision(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return f.inf.Stats().Bookmarks.Load() >= 1 })
+	if f.inf.LastSyncRevision() != rev {
+		t.Fatalf("LastSyncRevision %s, want %s", f.inf.LastSyncRevision(), rev)
+	}
+}
+
+// Streaming lists: used when the source offers them; the result is the same.
+func TestReflector_StreamingList(t *testing.T) {
+	src := newSource(memory.Options{StreamingList: true})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	src.Put(newObj("c", "g", "1"))
+	ev.expect(t, "add*a=1", "add*b=1", "add c=1")
+	if countOps(src, memory.OpList) != 0 {
+		t.Fatal("a streaming source must not be listed")
+	}
+	reqs := src.Requests()
+	if !reqs[0].Watch.SendInitialEvents {
+		t.Fatalf("first request %+v", reqs[0])
+	}
+	assertCache(t, f)
+}
+
+// R-13h: a watch that ends within a second with nothing received is an error and leads to
+// a relist.
+func TestReflector_R13h_VeryShortWatchRelists(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	src.WaitForWatches(context.Background(), 1)
+	src.DropWatches(nil)
+	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+	f.errs.mu.Lock()
+	defer f.errs.mu.Unlock()
+	found := false
+	for _, err := range f.errs.list {
+		found = found || strings.Contains(err.Error(), "very short watch")
+	}
+	if !found {
+		t.Fatalf("errors %v", f.errs.list)
+	}
+}
+
+// a stop during a slow list returns promptly.
+func TestReflector_R17_StopDuringList(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.SetDelay(time.Hour)
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	waitUntil(t, func() bool { return len(src.Requests()) > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel during a list")
+	}
+	if inf.HasSynced() {
+		t.Fatal("synced without a list")
+	}
+	if _, err := inf.AddHandler(newEvents(), informer.HandlerOptions{}); !errors.Is(err, informer.ErrStopped) {
+		t.Fatalf("AddHandler after stop: %v", err)
+	}
+	if err := inf.Run(context.Background()); !errors.Is(err, informer.ErrAlreadyStarted) {
+		t.Fatalf("second Run: %v", err)
+	}
+}
+
+// SI-7, SI-8, RS-5, RS-7, SP-5: per-handler resync periods on a fake clock; a resync is
+// OnUpdate(obj, obj), only to the handlers that are due.
+func TestInformer_SI7_PerHandlerResync(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{Clock: fc})
+	src.Put(newObj("a", "g", "1"))
+	fast, slow, never := newEvents(), newEvents(), newEvents()
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ResyncPeriod: 10 * time.Second,
+		Clock:        fc,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.AddHandler(fast, informer.HandlerOptions{ResyncPeriod: 2 * time.Second})
+	inf.AddHandler(slow, informer.HandlerOptions{})
+	inf.AddHandler(never, informer.HandlerOptions{ResyncPeriod: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	inf.WaitForCacheSync(ctx)
+	fast.expect(t, "add*a=1")
+	slow.expect(t, "add*a=1")
+	// Timers armed: the watch timeout and the resync timer (period lowered to 2s, SI-7).
+	fc.WaitForWaiters(2, ctx.Done())
+	for i := 1; i <= 5; i++ {
+		fc.Step(2 * time.Second)
+		want := []string{"add*a=1"}
+		for range i {
+			want = append(want, "resync a=1")
+		}
+		fast.expect(t, want...)
+		fc.WaitForWaiters(2, ctx.Done())
+	}
+	slow.expect(t, "add*a=1", "resync a=1")
+	if got := never.get(); !slices.Equal(got, []string{"add*a=1"}) {
+		t.Fatalf("handler with resync -1 got %q", got)
+	}
+}
+
+// SI-8: on an informer with resync 0, no handler ever resyncs.
+func TestInformer_SI8_NoResyncWhenInformerHasNone(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{Clock: fc})
+	src.Put(newObj("a", "g", "1"))
+	ev := newEvents()
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key: func(o *obj) (string, error) { return o.Key, nil }, Clock: fc,
+	})
+	inf.AddHandler(ev, informer.HandlerOptions{ResyncPeriod: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	ev.expect(t, "add*a=1")
+	fc.WaitForWaiters(1, ctx.Done()) // the watch timeout only
+	fc.Step(5 * time.Second)
+	src.Put(newObj("b", "g", "1"))
+	ev.expect(t, "add*a=1", "add b=1")
+}
+
+// SI-3: with an object-revision function, an object listed again unchanged is a resync
+// (not sent to handlers that are not syncing), and a changed one is an update.
+func TestInformer_SI3_ReplacedWithSameRevisionIsResync(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(&obj{Key: "a", Group: "g", Val: "1", Rev: "r1"})
+	src.Put(&obj{Key: "b", Group: "g", Val: "1", Rev: "r1"})
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{Revision: func(o *obj) string { return o.Rev }}, ev)
+	ev.expect(t, "add*a=1", "add*b=1")
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(&obj{Key: "b", Group: "g", Val: "2", Rev: "r2"})
+	ev.expect(t, "add*a=1", "add*b=1", "update b=1→2")
+	// Force a relist: a (unchanged revision, a different pointer) is a resync; every
+	// listener is syncing until the first resync check (SP-6), so it is delivered as one.
+	src.FailNext(1, memory.OpWatch, informer.ErrExpired)
+	src.DropWatches(informer.ErrExpired)
+	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+	src.Put(&obj{Key: "c", Group: "g", Val: "1", Rev: "r1"})
+	got := ev.waitLen(t, 6)
+	// The source hands out the stored pointers, so a relisted object is old == new.
+	want := []string{"add*a=1", "add*b=1", "update b=1→2", "resync a=1", "resync b=2", "add c=1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	assertCache(t, f)
+}
+
+// Factory (§11): one informer per id, Start idempotent, late registrations run at the next
+// Start, WaitForCacheSync per informer, Shutdown waits.
+func TestFactory_F3_SharedInformers(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	f := informer.NewFactory()
+	defer f.Shutdown()
+	builds := 0
+	build := func() (*informer.Informer[string, *obj], error) {
+		builds++
+		return informer.New[string, *obj](src, informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	}
+	i1, err := informer.InformerFor(f, "objs", build)
+	i2, _ := informer.InformerFor(f, "objs", build)
+	if err != nil || i1 != i2 || builds != 1 {
+		t.Fatalf("F-3: same id must share one informer (builds=%d, err=%v)", builds, err)
+	}
+	if _, err := informer.InformerFor(f, "objs", func() (*informer.Informer[int, *obj], error) { return nil, nil }); err == nil {
+		t.Fatal("same id with other type parameters must be an error")
+	}
+	ctx := context.Background()
+	f.Start(ctx)
+	f.Start(ctx) // F-4: idempotent
+	late, _ := informer.InformerFor(f, "late", build)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res := f.WaitForCacheSync(sctx)
+	if len(res) != 1 || !res["objs"] {
+		t.Fatalf("HS-5: only started informers are reported: %v", res)
+	}
+	f.Start(ctx)
+	res = f.WaitForCacheSync(sctx)
+	if !res["objs"] || !res["late"] || !late.HasSynced() || len(informer.NotSynced(res)) != 0 {
+		t.Fatalf("after second Start: %v", res)
+	}
+	f.Shutdown()
+	if _, err := informer.InformerFor(f, "x", build); !errors.Is(err, informer.ErrFactoryShutdown) {
+		t.Fatalf("after Shutdown: %v", err)
+	}
+}
+
+// AddIndexers on a running informer builds the index from the cache.
+func TestInformer_AddIndexersWhileRunning(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "x", "1"))
+	src.Put(newObj("b", "y", "2"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	if err := f.inf.AddIndexers(informer.Indexers[*obj]{
+		"val": informer.IndexBy(func(o *obj) (string, error) { return o.Val, nil }),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.inf.ByIndex("val", "2")
+	if err != nil || len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("ByIndex(val, 2) = %v, %v", got, err)
+	}
+	if err := f.inf.AddIndexers(informer.Indexers[*obj]{"group": informer.IndexBy(func(o *obj) (string, error) { return "", nil })}); !errors.Is(err, informer.ErrIndexExists) {
+		t.Fatalf("clash: %v", err)
+	}
+}

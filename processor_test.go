@@ -1,0 +1,197 @@
+package informer
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is a handler that records calls as strings and can be held still.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+	gate  chan struct{} // when non-nil, each call waits for a token
+	seen  chan struct{} // receives after each call
+}
+
+func (r *recorder) rec(s string) {
+	if r.gate != nil {
+		<-r.gate
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, s)
+	r.mu.Unlock()
+	if r.seen != nil {
+		r.seen <- struct{}{}
+	}
+}
+func (r *recorder) OnAdd(v string, initial bool) {
+	if initial {
+		r.rec("add*(" + v + ")")
+		return
+	}
+	r.rec("add(" + v + ")")
+}
+func (r *recorder) OnUpdate(o, n string) { r.rec("update(" + o + "→" + n + ")") }
+func (r *recorder) OnDelete(v string, unknown bool) {
+	if unknown {
+		r.rec("delete?(" + v + ")")
+		return
+	}
+	r.rec("delete(" + v + ")")
+}
+func (r *recorder) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+func add(k, v string) notification[string, string] {
+	return notification[string, string]{kind: notifyAdd, key: k, new: v}
+}
+func upd(k, o, n string) notification[string, string] {
+	return notification[string, string]{kind: notifyUpdate, key: k, old: o, new: n}
+}
+func del(k, v string) notification[string, string] {
+	return notification[string, string]{kind: notifyDelete, key: k, old: v}
+}
+
+// runListener starts l and returns a function that stops it and waits.
+func runListener(l *listener[string, string]) func() {
+	go l.run()
+	return func() { l.stop(); <-l.done }
+}
+
+// PL-4, PL-5: strict FIFO per listener; the synced marker flips HasSynced after what
+// precedes it was delivered and is never passed to the handler.
+func TestListener_PL4_FIFOAndSyncMarker(t *testing.T) {
+	r := &recorder{seen: make(chan struct{}, 100)}
+	l := newListener[string, string](r, HandlerOptions{}, nil)
+	stop := runListener(l)
+	defer stop()
+	l.add([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}, false)
+	for range 3 {
+		<-r.seen
+	}
+	<-l.syncedCh
+	equal(t, r.got(), []string{"add(a1)", "update(a1→a2)", "delete(a2)"})
+}
+
+// Coalesce policy (PL-8 fixed): once the queue is full, each key keeps its newest state
+// with a valid life cycle, and per-key order holds.
+func TestListener_PL8_CoalesceSequences(t *testing.T) {
+	cases := []struct {
+		name string
+		in   []notification[string, string]
+		want []string
+	}{
+		{"updates fold", []notification[string, string]{upd("k", "1", "2"), upd("k", "2", "3"), upd("k", "3", "4")},
+			[]string{"update(1→4)"}},
+		{"add then updates is an add of the newest", []notification[string, string]{add("k", "1"), upd("k", "1", "2")},
+			[]string{"add(2)"}},
+		{"add then delete vanishes", []notification[string, string]{add("k", "1"), upd("k", "1", "2"), del("k", "2")},
+			nil},
+		{"update then delete is the delete", []notification[string, string]{upd("k", "1", "2"), del("k", "2")},
+			[]string{"delete(2)"}},
+		{"delete then add keeps both", []notification[string, string]{del("k", "1"), add("k", "9"), upd("k", "9", "10")},
+			[]string{"delete(1)", "add(10)"}},
+		{"delete add delete is one delete", []notification[string, string]{del("k", "1"), add("k", "9"), del("k", "9")},
+			[]string{"delete(1)"}},
+		{"keys keep first-arrival order", []notification[string, string]{upd("a", "1", "2"), upd("b", "1", "2"), upd("a", "2", "3")},
+			[]string{"update(1→3)", "update(1→2)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
+			l := newListener[string, string](r, HandlerOptions{QueueLength: 1}, nil)
+			stop := runListener(l)
+			defer stop()
+			// Hold the handler inside its first call, so what follows queues up.
+			l.add([]notification[string, string]{add("first", "x")}, false)
+			waitFor(t, func() bool { return l.inFlight.Load() == 1 })
+			l.add([]notification[string, string]{add("filler", "f")}, false) // fills the queue of 1
+			l.add(c.in, false)                                               // all into the overflow
+			want := append([]string{"add(x)", "add(f)"}, c.want...)
+			for range want {
+				r.gate <- struct{}{}
+				<-r.seen
+			}
+			equal(t, r.got(), want)
+			if l.stats().Queued != 0 {
+				t.Fatalf("left queued: %+v", l.stats())
+			}
+		})
+	}
+}
+
+// Block policy: the producer waits for room; the handler sees every notification.
+func TestListener_BlockPolicyBackpressure(t *testing.T) {
+	r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
+	l := newListener[string, string](r, HandlerOptions{QueueLength: 2, Policy: Block}, nil)
+	stop := runListener(l)
+	defer stop()
+	var in []notification[string, string]
+	var want []string
+	for i := range 6 {
+		v := fmt.Sprint(i)
+		in = append(in, upd("k", v, v+"'"))
+		want = append(want, "update("+v+"→"+v+"')")
+	}
+	added := make(chan struct{})
+	go func() { l.add(in, false); close(added) }()
+	waitFor(t, func() bool { return l.blocked.Load() > 0 })
+	for range want {
+		r.gate <- struct{}{}
+		<-r.seen
+	}
+	<-added
+	equal(t, r.got(), want)
+}
+
+// PL-6 (by choice): a panicking handler is recovered, reported, the item skipped, and
+// delivery goes on.
+func TestListener_PL6_PanicSkipsItem(t *testing.T) {
+	var reported []string
+	var mu sync.Mutex
+	seen := make(chan struct{}, 10)
+	h := HandlerFuncs[string]{AddFunc: func(v string, _ bool) {
+		defer func() { seen <- struct{}{} }()
+		if v == "boom" {
+			panic("bad object")
+		}
+		mu.Lock()
+		reported = append(reported, "ok:"+v)
+		mu.Unlock()
+	}}
+	l := newListener[string, string](h, HandlerOptions{Name: "h"}, func(name string, v any) {
+		mu.Lock()
+		reported = append(reported, fmt.Sprintf("panic:%s:%v", name, v))
+		mu.Unlock()
+	})
+	stop := runListener(l)
+	defer stop()
+	l.add([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}, false)
+	for range 3 {
+		<-seen
+	}
+	waitFor(t, func() bool { return l.panics.Load() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	equal(t, reported, []string{"ok:a", "panic:h:bad object", "ok:c"})
+}
+
+// waitFor polls cond with a deadline (for state that has no event to wait on).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+var _ = strings.Join
