@@ -1,0 +1,234 @@
+package workqueue
+
+import (
+	"math"
+	"time"
+
+	"github.com/informer-go/informer/clock"
+)
+
+// AddAfter adds item to the queue once d has passed, as Add would then. A d of zero or less
+// adds it at once. If item is already waiting for a delay, the earlier of the two ready
+// times is kept: a later AddAfter can bring an item forward but never pushes it back.
+// Items that become ready at the same instant are added in the order of their AddAfter
+// calls. AddAfter is ignored once the queue is shutting down, and items still waiting at
+// shutdown are dropped.
+//
+// A waiting item is independent of the queue proper: AddAfter does not look at whether
+// item is queued or being processed, and an Add meanwhile does not cancel the delayed add.
+//
+// The first AddAfter that has to wait starts the queue's delay goroutine; it runs until
+// ShutDown. Each call costs O(log n) in the number of waiting items and allocates nothing
+// once the heap has grown.
+func (q *Queue[T]) AddAfter(item T, d time.Duration) {
+	q.mu.Lock()
+	q.init()
+	if !q.shuttingDown {
+		if d <= 0 {
+			q.addLocked(item)
+		} else {
+			q.addAfterLocked(item, d)
+		}
+	}
+	q.mu.Unlock()
+}
+
+// delayed holds the items waiting for AddAfter: a binary min-heap ordered by ready time,
+// and for each item its one live heap entry. An item whose ready time moves earlier gets a
+// new entry; the old one goes stale, is skipped when it reaches the top and is swept by
+// compact when stale entries outnumber live ones. Times are offsets from epoch, on the
+// queue's clock, so that comparisons are integer comparisons.
+type delayed[T comparable] struct {
+	epoch   time.Time
+	heap    []waitEntry[T]
+	waiting map[T]waitRef // the live entry of each waiting item
+	seq     uint64        // sequence number of the last entry; breaks ties FIFO
+	stale   int           // entries in heap that are no longer live
+
+	timer   clock.Timer   // nil until the first item has to wait
+	armed   bool          // timer is set to fire at armedAt
+	armedAt time.Duration //
+	quit    chan struct{} // closed by stop to end the goroutine
+}
+
+type waitEntry[T any] struct {
+	at   time.Duration
+	seq  uint64
+	item T
+}
+
+type waitRef struct {
+	at  time.Duration
+	seq uint64
+}
+
+// compactMin is the number of stale heap entries below which compact is not worth it.
+const compactMin = 64
+
+// now returns the current time as an offset from the delay epoch. Called with q.mu held.
+func (q *Queue[T]) now() time.Duration {
+	return q.clock().Since(q.delay.epoch)
+}
+
+func (q *Queue[T]) addAfterLocked(item T, d time.Duration) {
+	w := &q.delay
+	now := q.now()
+	at := now + d
+	if at < now { // overflow: wait forever, in practice
+		at = math.MaxInt64
+	}
+	if ref, ok := w.waiting[item]; ok {
+		if ref.at <= at {
+			return
+		}
+		w.stale++
+	} else if w.waiting == nil {
+		w.waiting = make(map[T]waitRef)
+	}
+	w.seq++
+	w.waiting[item] = waitRef{at: at, seq: w.seq}
+	w.push(waitEntry[T]{at: at, seq: w.seq, item: item})
+	if w.stale >= compactMin && w.stale > len(w.heap)/2 {
+		w.compact()
+	}
+
+	switch {
+	case w.timer == nil:
+		w.timer = q.clock().NewTimer(at - now)
+		w.armed, w.armedAt = true, at
+		w.quit = make(chan struct{})
+		q.wg.Add(1)
+		go q.waitLoop(w.timer, w.quit)
+	case !w.armed || at < w.armedAt:
+		// Re-arm here, under the lock and in the caller's goroutine, rather than waking
+		// the delay goroutine to do it: no wake-up can be lost, and a test that calls
+		// AddAfter and then steps a fake clock sees the new deadline already armed.
+		w.timer.Reset(at - now)
+		w.armed, w.armedAt = true, at
+	}
+}
+
+// waitLoop is the delay goroutine: it sleeps until the earliest ready time, then adds every
+// item that is due. It exits when quit is closed.
+func (q *Queue[T]) waitLoop(timer clock.Timer, quit <-chan struct{}) {
+	defer q.wg.Done()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-timer.C():
+		}
+		q.mu.Lock()
+		if !q.shuttingDown {
+			q.releaseDueLocked()
+		}
+		q.mu.Unlock()
+	}
+}
+
+// releaseDueLocked adds every waiting item whose ready time has come and re-arms the timer
+// for the next one. A tick for a deadline that has since changed is harmless: nothing is
+// due and the timer is re-armed for the earliest ready time.
+func (q *Queue[T]) releaseDueLocked() {
+	w := &q.delay
+	w.armed = false
+	now := q.now()
+	for len(w.heap) > 0 {
+		top := &w.heap[0]
+		ref, live := w.waiting[top.item]
+		live = live && ref.seq == top.seq
+		if live && top.at > now {
+			break
+		}
+		e := w.pop()
+		if !live {
+			w.stale--
+			continue
+		}
+		delete(w.waiting, e.item)
+		q.addLocked(e.item)
+	}
+	if len(w.heap) > 0 {
+		w.armed, w.armedAt = true, w.heap[0].at
+		w.timer.Reset(w.armedAt - now)
+	}
+}
+
+// stop ends the delay goroutine, if any, and drops every waiting item.
+func (w *delayed[T]) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+		close(w.quit)
+	}
+	w.heap, w.waiting, w.stale, w.armed = nil, nil, 0, false
+}
+
+func (w *delayed[T]) less(i, j int) bool {
+	a, b := &w.heap[i], &w.heap[j]
+	return a.at < b.at || (a.at == b.at && a.seq < b.seq)
+}
+
+func (w *delayed[T]) push(e waitEntry[T]) {
+	w.heap = append(w.heap, e)
+	w.up(len(w.heap) - 1)
+}
+
+// pop removes and returns the earliest entry. The heap must not be empty.
+func (w *delayed[T]) pop() waitEntry[T] {
+	n := len(w.heap) - 1
+	e := w.heap[0]
+	w.heap[0] = w.heap[n]
+	w.heap[n] = waitEntry[T]{} // let the item be collected
+	w.heap = w.heap[:n]
+	if n > 0 {
+		w.down(0)
+	} else if cap(w.heap) > ringShrinkFloor {
+		w.heap = nil // drop the backing array of a burst
+	}
+	return e
+}
+
+func (w *delayed[T]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !w.less(i, p) {
+			return
+		}
+		w.heap[i], w.heap[p] = w.heap[p], w.heap[i]
+		i = p
+	}
+}
+
+func (w *delayed[T]) down(i int) {
+	n := len(w.heap)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if r := c + 1; r < n && w.less(r, c) {
+			c = r
+		}
+		if !w.less(c, i) {
+			return
+		}
+		w.heap[i], w.heap[c] = w.heap[c], w.heap[i]
+		i = c
+	}
+}
+
+// compact removes the stale entries and restores the heap order, in O(n).
+func (w *delayed[T]) compact() {
+	live := w.heap[:0]
+	for _, e := range w.heap {
+		if ref, ok := w.waiting[e.item]; ok && ref.seq == e.seq {
+			live = append(live, e)
+		}
+	}
+	clear(w.heap[len(live):])
+	w.heap = live
+	w.stale = 0
+	for i := len(w.heap)/2 - 1; i >= 0; i-- {
+		w.down(i)
+	}
+}

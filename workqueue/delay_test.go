@@ -1,0 +1,238 @@
+package workqueue
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/informer-go/informer/clock"
+)
+
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newFakeQueue returns a queue on a fake clock, shut down when the test ends.
+func newFakeQueue(t *testing.T) (*Queue[string], *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	q := New(Config[string]{Clock: clk})
+	t.Cleanup(q.ShutDown)
+	return q, clk
+}
+
+// after is one AddAfter call.
+type after struct {
+	item string
+	d    time.Duration
+}
+
+// TestAddAfter checks which items a fake-clock step releases, and in which order (W-2,
+// §17 delaying-queue details). The timer is armed inside AddAfter and re-armed before the
+// delay goroutine releases the queue lock, so a test can step right after AddAfter or Get
+// without waiting for the goroutine.
+func TestAddAfter(t *testing.T) {
+	type step struct {
+		by   time.Duration
+		want []string // items released by this step, in order
+	}
+	tests := []struct {
+		name  string
+		adds  []after
+		steps []step
+	}{
+		{
+			name: "ordered by ready time, not by call",
+			adds: []after{{"c", 3 * time.Second}, {"a", time.Second}, {"b", 2 * time.Second}},
+			steps: []step{
+				{999 * time.Millisecond, nil},
+				{time.Millisecond, []string{"a"}},
+				{time.Second, []string{"b"}},
+				{time.Second, []string{"c"}},
+			},
+		},
+		{
+			name: "one step releases every due item in ready-time order",
+			adds: []after{{"c", 3 * time.Second}, {"a", time.Second}, {"b", 2 * time.Second}, {"d", time.Hour}},
+			steps: []step{
+				{10 * time.Second, []string{"a", "b", "c"}},
+				{time.Hour, []string{"d"}},
+			},
+		},
+		{
+			name: "equal ready times come out in call order",
+			adds: []after{{"x", time.Second}, {"y", time.Second}, {"w", time.Second}},
+			steps: []step{
+				{time.Second, []string{"x", "y", "w"}},
+			},
+		},
+		{
+			name: "earlier ready time wins: a later AddAfter does not postpone",
+			adds: []after{{"a", time.Second}, {"a", 5 * time.Second}, {"z", 5 * time.Second}},
+			steps: []step{
+				{time.Second, []string{"a"}},
+				{4 * time.Second, []string{"z"}}, // not a again
+			},
+		},
+		{
+			name: "earlier ready time wins: a sooner AddAfter brings forward",
+			adds: []after{{"a", 5 * time.Second}, {"b", 2 * time.Second}, {"a", time.Second}, {"z", 5 * time.Second}},
+			steps: []step{
+				{time.Second, []string{"a"}},
+				{time.Second, []string{"b"}},
+				{3 * time.Second, []string{"z"}}, // the stale a at 5 s is skipped
+			},
+		},
+		{
+			name: "d <= 0 adds at once",
+			adds: []after{{"later", time.Second}, {"now", 0}, {"past", -time.Hour}},
+			steps: []step{
+				{0, []string{"now", "past"}},
+				{time.Second, []string{"later"}},
+			},
+		},
+		{
+			name: "overflowing delay never fires",
+			adds: []after{{"never", math.MaxInt64}, {"z", time.Second}},
+			steps: []step{
+				{time.Second, []string{"z"}},
+				{100 * 365 * 24 * time.Hour, nil},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, clk := newFakeQueue(t)
+			for _, a := range tt.adds {
+				q.AddAfter(a.item, a.d)
+			}
+			for i, s := range tt.steps {
+				clk.Step(s.by)
+				for _, want := range s.want {
+					if got := mustGet(t, q); got != want {
+						t.Fatalf("step %d (+%v): Get = %q, want %q", i, s.by, got, want)
+					}
+					q.Done(want)
+				}
+				// Every due item was added in one critical section, before the Get of the
+				// first of them returned: anything left now was released too early.
+				if n := q.Len(); n != 0 {
+					t.Fatalf("step %d (+%v): %d more items released", i, s.by, n)
+				}
+			}
+		})
+	}
+}
+
+// TestAddAfterImmediateStartsNoGoroutine checks that adds that need no wait never start
+// the delay goroutine.
+func TestAddAfterImmediateStartsNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	q := New(Config[string]{})
+	q.AddAfter("a", 0)
+	q.AddAfter("b", -time.Second)
+	if q.delay.timer != nil {
+		t.Fatal("delay goroutine started for adds that need no wait")
+	}
+	run(t, q, []string{"#2", "<a", "<b"})
+	q.ShutDown()
+}
+
+// TestAddAfterShutDown checks that ShutDown drops waiting items, stops the one delay
+// goroutine before returning, and that later AddAfter calls are ignored.
+func TestAddAfterShutDown(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	clk := clock.NewFake(epoch)
+	q := New(Config[string]{Clock: clk})
+	for i := range 100 {
+		q.AddAfter(string(rune('a'+i%26))+string(rune('a'+i/26)), time.Duration(i+1)*time.Second)
+	}
+	if n := clk.Waiters(); n != 1 {
+		t.Fatalf("%d timers armed for 100 waiting items, want 1 (one goroutine, one timer)", n)
+	}
+	q.ShutDown() // returns after the goroutine exits; VerifyNone checks it
+	if n := clk.Waiters(); n != 0 {
+		t.Fatalf("%d timers still armed after ShutDown", n)
+	}
+	q.AddAfter("x", time.Second)
+	clk.Step(time.Hour)
+	run(t, q, []string{"#0", "."})
+}
+
+// TestAddAfterCompactsStaleEntries checks that bringing one item forward again and again
+// does not grow the heap without bound.
+func TestAddAfterCompactsStaleEntries(t *testing.T) {
+	q, clk := newFakeQueue(t)
+	const moves = 10000
+	for i := range moves {
+		q.AddAfter("a", time.Duration(moves-i)*time.Second)
+	}
+	q.mu.Lock()
+	size := len(q.delay.heap)
+	q.mu.Unlock()
+	if size > 2*compactMin+1 {
+		t.Fatalf("heap holds %d entries for one waiting item", size)
+	}
+	clk.Step(time.Second)
+	run(t, q, []string{"<a", "-a", "#0"})
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.delay.waiting) != 0 {
+		t.Fatalf("%d items still waiting", len(q.delay.waiting))
+	}
+}
+
+// TestDelayHeapOrder checks the heap against a sorted model with random ready times,
+// many ties and random bring-forward updates.
+func TestDelayHeapOrder(t *testing.T) {
+	var w delayed[int]
+	w.waiting = make(map[int]waitRef)
+	r := rand.New(rand.NewPCG(3, 4))
+	want := map[int]time.Duration{}
+	for range 20000 {
+		item := r.IntN(3000)
+		at := time.Duration(r.IntN(500))
+		if old, ok := w.waiting[item]; ok {
+			if old.at <= at {
+				continue
+			}
+			w.stale++
+		}
+		w.seq++
+		w.waiting[item] = waitRef{at: at, seq: w.seq}
+		w.push(waitEntry[int]{at: at, seq: w.seq, item: item})
+		want[item] = at
+		if w.stale >= compactMin && w.stale > len(w.heap)/2 {
+			w.compact()
+		}
+	}
+	type out struct {
+		at  time.Duration
+		seq uint64
+	}
+	var got []out
+	for len(w.heap) > 0 {
+		e := w.pop()
+		if ref := w.waiting[e.item]; ref.seq != e.seq {
+			continue // stale
+		}
+		got = append(got, out{e.at, e.seq})
+		if e.at != want[e.item] {
+			t.Fatalf("item %d released at %v, want %v", e.item, e.at, want[e.item])
+		}
+		delete(want, e.item)
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d items never released", len(want))
+	}
+	if !slices.IsSortedFunc(got, func(a, b out) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return int(a.seq) - int(b.seq)
+	}) {
+		t.Fatal("entries not released in (ready time, call order)")
+	}
+}

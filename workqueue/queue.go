@@ -1,0 +1,262 @@
+package workqueue
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/informer-go/informer/clock"
+)
+
+// Config configures a Queue. The zero Config is valid and gives the same queue as the zero
+// Queue: the real clock, DefaultRateLimiter and no metrics.
+type Config[T comparable] struct {
+	// Name identifies the queue to Metrics; it is passed to every constructor of the
+	// provider and is not used otherwise. It may be empty.
+	Name string
+
+	// Clock is the source of time for AddAfter, AddRateLimited, the default rate limiter's
+	// token bucket and the metrics. Nil means clock.Real.
+	Clock clock.Clock
+
+	// RateLimiter decides how long AddRateLimited delays an item. Nil means the
+	// DefaultRateLimiter policy, with its token bucket reading Clock.
+	RateLimiter RateLimiter[T]
+
+	// Metrics receives the queue's metrics. Nil means no metrics, and then the queue
+	// neither reads the clock nor keeps any per-item timestamps for them.
+	Metrics MetricsProvider
+}
+
+// Queue is a fair, stingy work queue of items of type T, with delayed and rate-limited adds.
+// See the package documentation for the guarantees.
+//
+// The zero Queue is ready to use, with the defaults described in Config. A Queue must not
+// be copied after first use. All methods are safe for concurrent use.
+//
+// A Queue that has delayed an item runs one goroutine until ShutDown or ShutDownWithDrain
+// is called; a program that drops a Queue without shutting it down leaks that goroutine.
+type Queue[T comparable] struct {
+	mu   sync.Mutex
+	cond sync.Cond // cond.L is &mu; set by init
+
+	clk     clock.Clock // as configured; never written after New, see clock()
+	metrics *queueMetrics[T]
+
+	// Every item known to the queue, waiting in fifo or being processed, and its state.
+	state      map[T]itemState
+	fifo       ring[T]
+	processing int // number of items in stateProcessing or stateRequeue
+
+	shuttingDown bool
+	closed       atomic.Bool   // mirrors shuttingDown for the lock-free ShuttingDown
+	drained      chan struct{} // closed once shut down, empty and idle; nil until needed
+
+	delay delayed[T]     // items waiting for AddAfter
+	wg    sync.WaitGroup // the delay goroutine
+
+	limiterOnce sync.Once
+	limiter     RateLimiter[T]
+}
+
+// itemState is where an item is. An item absent from Queue.state is unknown to the queue
+// (it may still wait for a delay).
+type itemState uint8
+
+const (
+	stateNone       itemState = iota // not present: the zero value of a map lookup
+	stateQueued                      // in fifo, waiting for Get
+	stateProcessing                  // handed out by Get, Done not yet called
+	stateRequeue                     // being processed and added again: queue it on Done
+)
+
+// New returns a Queue configured by cfg. It starts no goroutine. If cfg.Metrics is set,
+// New calls each of its constructors once, with cfg.Name.
+func New[T comparable](cfg Config[T]) *Queue[T] {
+	q := &Queue[T]{clk: cfg.Clock, limiter: cfg.RateLimiter}
+	q.init()
+	if cfg.Metrics != nil {
+		q.metrics = newQueueMetrics[T](cfg.Metrics, cfg.Name, q.clock())
+		cfg.Metrics.NewUnfinishedWorkSecondsFunc(cfg.Name, q.unfinishedWorkSeconds)
+		cfg.Metrics.NewLongestRunningProcessorSecondsFunc(cfg.Name, q.longestRunningProcessorSeconds)
+	}
+	return q
+}
+
+// init prepares a zero Queue for use. It is called with q.mu held (or before q is shared).
+func (q *Queue[T]) init() {
+	if q.state != nil {
+		return
+	}
+	q.state = make(map[T]itemState)
+	q.cond.L = &q.mu
+	q.delay.epoch = q.clock().Now()
+}
+
+// clock returns the configured clock, or the real one.
+func (q *Queue[T]) clock() clock.Clock {
+	if q.clk != nil {
+		return q.clk
+	}
+	return clock.Real{}
+}
+
+// Add queues item for processing, unless it is already queued (the adds merge and the item
+// keeps its place) or the queue is shutting down (the add is ignored). If item is being
+// processed, it is queued again when Done is called for it.
+//
+// Add never blocks on workers: the queue is unbounded.
+func (q *Queue[T]) Add(item T) {
+	q.mu.Lock()
+	q.init()
+	if !q.shuttingDown {
+		q.addLocked(item)
+	}
+	q.mu.Unlock()
+}
+
+func (q *Queue[T]) addLocked(item T) {
+	switch q.state[item] {
+	case stateNone:
+		q.state[item] = stateQueued
+		q.fifo.push(item)
+		q.cond.Signal()
+		if q.metrics != nil {
+			q.metrics.added(item, true)
+		}
+	case stateProcessing:
+		q.state[item] = stateRequeue
+		if q.metrics != nil {
+			q.metrics.added(item, false)
+		}
+	}
+}
+
+// Get blocks until an item is queued, marks it as being processed and returns it with
+// shutdown false. The caller must call Done(item) when it has finished with it, whatever
+// the outcome; until then the item is not handed to any other caller.
+//
+// After ShutDown, Get keeps returning the items still queued; once none is left it returns
+// the zero T and shutdown true, and a worker should then return.
+func (q *Queue[T]) Get() (item T, shutdown bool) {
+	q.mu.Lock()
+	q.init()
+	for q.fifo.len() == 0 {
+		if q.shuttingDown {
+			q.mu.Unlock()
+			return item, true
+		}
+		q.cond.Wait()
+	}
+	item = q.fifo.pop()
+	q.state[item] = stateProcessing
+	q.processing++
+	if q.metrics != nil {
+		q.metrics.got(item)
+	}
+	q.mu.Unlock()
+	return item, false
+}
+
+// Done marks item as processed. If it was added again while being processed, it is queued
+// again, at the back, even if the queue is shutting down (the add was accepted before).
+// Done for an item that is not being processed does nothing.
+func (q *Queue[T]) Done(item T) {
+	q.mu.Lock()
+	switch q.state[item] {
+	case stateProcessing:
+		delete(q.state, item)
+	case stateRequeue:
+		q.state[item] = stateQueued
+		q.fifo.push(item)
+		q.cond.Signal()
+		if q.metrics != nil {
+			q.metrics.requeued()
+		}
+	default:
+		q.mu.Unlock()
+		return
+	}
+	q.processing--
+	if q.metrics != nil {
+		q.metrics.done(item)
+	}
+	if q.drained != nil && q.processing == 0 && q.fifo.len() == 0 {
+		close(q.drained)
+		q.drained = nil
+	}
+	q.mu.Unlock()
+}
+
+// Len returns the number of items queued and waiting for Get. It does not count items
+// being processed (even if added again meanwhile) or items waiting for a delay. The value
+// is out of date as soon as it is returned; use it for information only.
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.fifo.len()
+}
+
+// ShutDown makes the queue ignore further adds, drops the items waiting for a delay, stops
+// the delay goroutine and wakes every blocked Get. Items already queued are still handed
+// out by Get. ShutDown does not wait for workers; see ShutDownWithDrain. It may be called
+// more than once, and returns once the delay goroutine has exited.
+func (q *Queue[T]) ShutDown() {
+	q.mu.Lock()
+	q.init()
+	q.shutDownLocked()
+	q.mu.Unlock()
+	q.wg.Wait()
+}
+
+func (q *Queue[T]) shutDownLocked() {
+	if q.shuttingDown {
+		return
+	}
+	q.shuttingDown = true
+	q.closed.Store(true)
+	q.cond.Broadcast()
+	q.delay.stop()
+}
+
+// ShutDownWithDrain shuts the queue down as ShutDown does, then waits until every item
+// accepted before the shutdown has been handed out by Get and marked Done, including
+// items queued again by Done. It returns nil once the queue is drained, or ctx.Err() if ctx
+// ends first; the queue stays shut down either way and workers may go on draining it.
+//
+// Draining needs workers that keep calling Get and Done: with none, ShutDownWithDrain
+// returns only when ctx ends.
+func (q *Queue[T]) ShutDownWithDrain(ctx context.Context) error {
+	q.mu.Lock()
+	q.init()
+	q.shutDownLocked()
+	var drained chan struct{}
+	if q.processing > 0 || q.fifo.len() > 0 {
+		if q.drained == nil {
+			q.drained = make(chan struct{})
+		}
+		drained = q.drained
+	}
+	q.mu.Unlock()
+	q.wg.Wait()
+	if drained == nil {
+		return nil
+	}
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-drained: // both ready: the queue did drain
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// ShuttingDown reports whether ShutDown or ShutDownWithDrain has been called. It takes no
+// lock.
+func (q *Queue[T]) ShuttingDown() bool {
+	return q.closed.Load()
+}
