@@ -77,6 +77,13 @@ type watermark struct {
 
 var errFIFOClosed = errors.New("informer: queue closed")
 
+const (
+	// maxFreeLists bounds the recycled delta lists kept for reuse.
+	maxFreeLists = 4096
+	// shrinkAbove: a queue that drains with more capacity than this is reallocated.
+	shrinkAbove = 8192
+)
+
 // deltaFIFO is the queue between the reflector and the cache: deltas are grouped per key
 // and keys are popped in order of first arrival (D-3, D-6). It differs from client-go's in
 // these ways, on purpose:
@@ -281,6 +288,11 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 	f.head += n
 	if f.head == len(f.queue) {
 		f.queue, f.head = f.queue[:0], 0
+		if cap(f.queue) > shrinkAbove {
+			// After a large list, do not keep its peak size for the informer's lifetime.
+			f.queue = nil
+			f.items = make(map[K]*deltaList[V])
+		}
 	} else if f.head > 1024 && f.head > len(f.queue)/2 {
 		m := copy(f.queue, f.queue[f.head:])
 		clear(f.queue[m:])
@@ -312,7 +324,7 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		l := batch[i].list
 		clear(l.deltas)
 		l.deltas = l.deltas[:0]
-		if cap(l.deltas) <= 16 {
+		if cap(l.deltas) <= 16 && len(f.free) < maxFreeLists {
 			f.free = append(f.free, l)
 		}
 		batch[i].list = nil

@@ -352,6 +352,9 @@ func (l *listener[K, V]) run() {
 			l.inFlight.Add(-1)
 		}
 		clear(batch)
+		if cap(batch) > 2*l.opts.QueueLength {
+			batch = nil // a replay or overflow drain: do not keep its peak size
+		}
 		l.mu.Lock()
 		l.spare = batch[:0]
 		l.mu.Unlock()

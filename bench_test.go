@@ -1,0 +1,225 @@
+package informer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// benchObj is a small, realistic object: identity, two indexed fields, a revision and a
+// payload. The pipeline benchmarks measure what the informer adds on top of such objects.
+type benchObj struct {
+	Namespace, Name string
+	App             string
+	Revision        string
+	Payload         []byte
+}
+
+func benchKey(o *benchObj) string { return o.Namespace + "/" + o.Name }
+
+// The workload of the pipeline benchmark (issue "Core pipeline", item 12).
+const (
+	benchInitial = 50_000
+	benchEvents  = 500_000
+	benchNS      = 100
+	benchApps    = 500
+)
+
+type benchOp struct {
+	obj    *benchObj
+	delete bool
+}
+
+// benchWorkload builds the initial objects and the event sequence (70 % modify, 15 % add,
+// 15 % delete), all constructed before timing starts.
+func benchWorkload() (initial []*benchObj, ops []benchOp) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	mk := func(i int, rev int) *benchObj {
+		return &benchObj{
+			Namespace: fmt.Sprintf("ns-%03d", i%benchNS),
+			Name:      fmt.Sprintf("obj-%07d", i),
+			App:       fmt.Sprintf("app-%03d", rng.IntN(benchApps)),
+			Revision:  fmt.Sprint(rev),
+			Payload:   make([]byte, 64),
+		}
+	}
+	live := make([]int, 0, benchInitial*2)
+	for i := range benchInitial {
+		initial = append(initial, mk(i, 0))
+		live = append(live, i)
+	}
+	next := benchInitial
+	ops = make([]benchOp, 0, benchEvents)
+	for e := range benchEvents {
+		switch r := rng.IntN(100); {
+		case r < 70 && len(live) > 0:
+			i := live[rng.IntN(len(live))]
+			ops = append(ops, benchOp{obj: mk(i, e+1)})
+		case r < 85 || len(live) == 0:
+			ops = append(ops, benchOp{obj: mk(next, e+1)})
+			live = append(live, next)
+			next++
+		default:
+			j := rng.IntN(len(live))
+			i := live[j]
+			live[j] = live[len(live)-1]
+			live = live[:len(live)-1]
+			ops = append(ops, benchOp{obj: mk(i, e+1), delete: true})
+		}
+	}
+	return initial, ops
+}
+
+// countingHandler counts every call; it is what "every handler has seen every event" is
+// measured with.
+type countingHandler struct{ n atomic.Int64 }
+
+func (c *countingHandler) OnAdd(*benchObj, bool)         { c.n.Add(1) }
+func (c *countingHandler) OnUpdate(_, _ *benchObj)       { c.n.Add(1) }
+func (c *countingHandler) OnDelete(*benchObj, bool)      { c.n.Add(1) }
+func (c *countingHandler) wait(n int64, deadline time.Time) bool {
+	for c.n.Load() < n {
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
+}
+
+func benchOptions() informer.Options[string, *benchObj] {
+	return informer.Options[string, *benchObj]{
+		Key: func(o *benchObj) (string, error) { return benchKey(o), nil },
+		Indexers: informer.Indexers[*benchObj]{
+			"namespace": informer.IndexBy(func(o *benchObj) (string, error) { return o.Namespace, nil }),
+			"app":       informer.IndexBy(func(o *benchObj) (string, error) { return o.App, nil }),
+		},
+		Revision: func(o *benchObj) string { return o.Revision },
+	}
+}
+
+// applyOps feeds the events to the source.
+func applyOps(src *memory.Source[string, *benchObj], ops []benchOp) {
+	for _, op := range ops {
+		if op.delete {
+			src.Delete(benchKey(op.obj))
+		} else {
+			src.Put(op.obj)
+		}
+	}
+}
+
+// BenchmarkPipeline: list 50,000 objects, then 500,000 events (70 % modify, 15 % add, 15 %
+// delete) with 2 indexes and 4 handlers, until every handler has seen every event. It
+// reports events/s, allocations per event inside the pipeline (the source's own
+// allocations, measured by feeding the same events to a source without an informer, are
+// subtracted) and the cache's bytes per object beyond the objects themselves.
+func BenchmarkPipeline(b *testing.B) {
+	initial, ops := benchWorkload()
+	srcAllocs := sourceAllocsPerEvent(initial, ops)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var totalDur time.Duration
+	var pipeAllocs, bytesPerObj float64
+	for range b.N {
+		b.StopTimer()
+		src := memory.New[string, *benchObj](benchKey, memory.Options{})
+		for _, o := range initial {
+			src.Put(o)
+		}
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+
+		inf, err := informer.New[string, *benchObj](src, benchOptions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		handlers := make([]*countingHandler, 4)
+		for i := range handlers {
+			handlers[i] = &countingHandler{}
+			inf.AddHandler(handlers[i], informer.HandlerOptions{Policy: informer.Block})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		b.StartTimer()
+		go func() { done <- inf.Run(ctx) }()
+		inf.WaitForCacheSync(ctx)
+		for _, h := range handlers {
+			h.wait(benchInitial, time.Now().Add(time.Minute))
+		}
+		b.StopTimer()
+		runtime.GC()
+		var synced runtime.MemStats
+		runtime.ReadMemStats(&synced)
+		bytesPerObj = float64(int64(synced.HeapAlloc)-int64(before.HeapAlloc)) / benchInitial
+		b.StartTimer()
+
+		start := time.Now()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		applyOps(src, ops)
+		want := int64(benchInitial + benchEvents)
+		for _, h := range handlers {
+			if !h.wait(want, time.Now().Add(2*time.Minute)) {
+				b.Fatalf("handler saw %d of %d notifications", h.n.Load(), want)
+			}
+		}
+		totalDur += time.Since(start)
+		runtime.ReadMemStats(&m1)
+		pipeAllocs = float64(m1.Mallocs-m0.Mallocs)/benchEvents - srcAllocs
+		b.StopTimer()
+		cancel()
+		<-done
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(benchEvents*b.N)/totalDur.Seconds(), "events/s")
+	b.ReportMetric(pipeAllocs, "allocs/event")
+	b.ReportMetric(bytesPerObj, "cache-B/obj")
+}
+
+// sourceAllocsPerEvent measures the memory source's own allocations for the event phase.
+func sourceAllocsPerEvent(initial []*benchObj, ops []benchOp) float64 {
+	src := memory.New[string, *benchObj](benchKey, memory.Options{})
+	for _, o := range initial {
+		src.Put(o)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	applyOps(src, ops)
+	runtime.ReadMemStats(&m1)
+	return float64(m1.Mallocs-m0.Mallocs) / benchEvents
+}
+
+// BenchmarkGet measures a cache read by key while nothing changes.
+func BenchmarkGet(b *testing.B) {
+	initial, _ := benchWorkload()
+	src := memory.New[string, *benchObj](benchKey, memory.Options{})
+	for _, o := range initial {
+		src.Put(o)
+	}
+	inf, _ := informer.New[string, *benchObj](src, benchOptions())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	inf.WaitForCacheSync(ctx)
+	keys := make([]string, len(initial))
+	for i, o := range initial {
+		keys[i] = benchKey(o)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, ok := inf.Get(keys[i%len(keys)]); !ok {
+			b.Fatal("missing")
+		}
+	}
+}
