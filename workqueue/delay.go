@@ -21,14 +21,15 @@ import (
 // ShutDown. Each call costs O(log n) in the number of waiting items and allocates nothing
 // once the heap has grown.
 func (q *Queue[T]) AddAfter(item T, d time.Duration) {
+	if d <= 0 {
+		q.Add(item)
+		return
+	}
+	h := hashOf(item)
 	q.mu.Lock()
 	q.init()
 	if !q.shuttingDown {
-		if d <= 0 {
-			q.addLocked(item)
-		} else {
-			q.addAfterLocked(item, d)
-		}
+		q.addAfterLocked(item, h, d)
 	}
 	q.mu.Unlock()
 }
@@ -41,9 +42,10 @@ func (q *Queue[T]) AddAfter(item T, d time.Duration) {
 type delayed[T comparable] struct {
 	epoch   time.Time
 	heap    []waitEntry[T]
-	waiting map[T]waitRef // the live entry of each waiting item
-	seq     uint64        // sequence number of the last entry; breaks ties FIFO
-	stale   int           // entries in heap that are no longer live
+	waiting table[T, waitRef] // the live entry of each waiting item
+	seq     uint64            // sequence number of the last entry; breaks ties FIFO
+	stale   int               // entries in heap that are no longer live
+	quiet   int               // pops in a row with the heap under 1/8 of its capacity
 
 	timer   clock.Timer   // nil until the first item has to wait
 	armed   bool          // timer is set to fire at armedAt
@@ -54,6 +56,7 @@ type delayed[T comparable] struct {
 type waitEntry[T any] struct {
 	at   time.Duration
 	seq  uint64
+	hash uint64 // of item
 	item T
 }
 
@@ -70,24 +73,25 @@ func (q *Queue[T]) now() time.Duration {
 	return q.clock().Since(q.delay.epoch)
 }
 
-func (q *Queue[T]) addAfterLocked(item T, d time.Duration) {
+// addAfterLocked makes item, whose hash is h, wait for d > 0. Called with q.mu held.
+func (q *Queue[T]) addAfterLocked(item T, h uint64, d time.Duration) {
 	w := &q.delay
 	now := q.now()
 	at := now + d
 	if at < now { // overflow: wait forever, in practice
 		at = math.MaxInt64
 	}
-	if ref, ok := w.waiting[item]; ok {
+	i, added := w.waiting.insert(h, item)
+	ref := &w.waiting.slots[i].val
+	if !added {
 		if ref.at <= at {
 			return
 		}
-		w.stale++
-	} else if w.waiting == nil {
-		w.waiting = make(map[T]waitRef)
+		w.stale++ // the entry for the later time stays in the heap, dead
 	}
 	w.seq++
-	w.waiting[item] = waitRef{at: at, seq: w.seq}
-	w.push(waitEntry[T]{at: at, seq: w.seq, item: item})
+	*ref = waitRef{at: at, seq: w.seq}
+	w.push(waitEntry[T]{at: at, seq: w.seq, hash: h, item: item})
 	if w.stale >= compactMin && w.stale > len(w.heap)/2 {
 		w.compact()
 	}
@@ -135,8 +139,8 @@ func (q *Queue[T]) releaseDueLocked() {
 	now := q.now()
 	for len(w.heap) > 0 {
 		top := &w.heap[0]
-		ref, live := w.waiting[top.item]
-		live = live && ref.seq == top.seq
+		i := w.waiting.find(top.hash, top.item)
+		live := i >= 0 && w.waiting.slots[i].val.seq == top.seq
 		if live && top.at > now {
 			break
 		}
@@ -145,8 +149,8 @@ func (q *Queue[T]) releaseDueLocked() {
 			w.stale--
 			continue
 		}
-		delete(w.waiting, e.item)
-		q.addLocked(e.item)
+		w.waiting.remove(i)
+		q.addLocked(e.item, e.hash)
 	}
 	if len(w.heap) > 0 {
 		w.armed, w.armedAt = true, w.heap[0].at
@@ -160,7 +164,7 @@ func (w *delayed[T]) stop() {
 		w.timer.Stop()
 		close(w.quit)
 	}
-	w.heap, w.waiting, w.stale, w.armed = nil, nil, 0, false
+	w.heap, w.waiting, w.stale, w.armed = nil, table[T, waitRef]{}, 0, false
 }
 
 func (w *delayed[T]) less(i, j int) bool {
@@ -171,6 +175,9 @@ func (w *delayed[T]) less(i, j int) bool {
 func (w *delayed[T]) push(e waitEntry[T]) {
 	w.heap = append(w.heap, e)
 	w.up(len(w.heap) - 1)
+	if 4*len(w.heap) >= cap(w.heap) {
+		w.quiet = 0
+	}
 }
 
 // pop removes and returns the earliest entry. The heap must not be empty.
@@ -182,8 +189,14 @@ func (w *delayed[T]) pop() waitEntry[T] {
 	w.heap = w.heap[:n]
 	if n > 0 {
 		w.down(0)
-	} else if cap(w.heap) > ringShrinkFloor {
-		w.heap = nil // drop the backing array of a burst
+	}
+	// Give memory back as the ring and the table do: after as many pops at low
+	// occupancy as the heap has capacity, without having been a quarter full meanwhile.
+	if c := cap(w.heap); c > ringMinSize && 8*n < c {
+		if w.quiet++; w.quiet >= c {
+			w.quiet = 0
+			w.heap = append(make([]waitEntry[T], 0, c/2), w.heap...)
+		}
 	}
 	return e
 }
@@ -221,7 +234,7 @@ func (w *delayed[T]) down(i int) {
 func (w *delayed[T]) compact() {
 	live := w.heap[:0]
 	for _, e := range w.heap {
-		if ref, ok := w.waiting[e.item]; ok && ref.seq == e.seq {
+		if i := w.waiting.find(e.hash, e.item); i >= 0 && w.waiting.slots[i].val.seq == e.seq {
 			live = append(live, e)
 		}
 	}

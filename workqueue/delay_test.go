@@ -179,8 +179,8 @@ func TestAddAfterCompactsStaleEntries(t *testing.T) {
 	run(t, q, []string{"<a", "-a", "#0"})
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.delay.waiting) != 0 {
-		t.Fatalf("%d items still waiting", len(q.delay.waiting))
+	if n := q.delay.waiting.n; n != 0 {
+		t.Fatalf("%d items still waiting", n)
 	}
 }
 
@@ -188,21 +188,22 @@ func TestAddAfterCompactsStaleEntries(t *testing.T) {
 // many ties and random bring-forward updates.
 func TestDelayHeapOrder(t *testing.T) {
 	var w delayed[int]
-	w.waiting = make(map[int]waitRef)
 	r := rand.New(rand.NewPCG(3, 4))
 	want := map[int]time.Duration{}
 	for range 20000 {
 		item := r.IntN(3000)
+		h := hashOf(item)
 		at := time.Duration(r.IntN(500))
-		if old, ok := w.waiting[item]; ok {
-			if old.at <= at {
+		i, added := w.waiting.insert(h, item)
+		if !added {
+			if w.waiting.slots[i].val.at <= at {
 				continue
 			}
 			w.stale++
 		}
 		w.seq++
-		w.waiting[item] = waitRef{at: at, seq: w.seq}
-		w.push(waitEntry[int]{at: at, seq: w.seq, item: item})
+		w.waiting.slots[i].val = waitRef{at: at, seq: w.seq}
+		w.push(waitEntry[int]{at: at, seq: w.seq, hash: h, item: item})
 		want[item] = at
 		if w.stale >= compactMin && w.stale > len(w.heap)/2 {
 			w.compact()
@@ -215,7 +216,7 @@ func TestDelayHeapOrder(t *testing.T) {
 	var got []out
 	for len(w.heap) > 0 {
 		e := w.pop()
-		if ref := w.waiting[e.item]; ref.seq != e.seq {
+		if i := w.waiting.find(e.hash, e.item); i < 0 || w.waiting.slots[i].val.seq != e.seq {
 			continue // stale
 		}
 		got = append(got, out{e.at, e.seq})

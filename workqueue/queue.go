@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -44,8 +45,8 @@ type Queue[T comparable] struct {
 	metrics *queueMetrics[T]
 
 	// Every item known to the queue, waiting in fifo or being processed, and its state.
-	state      map[T]itemState
-	fifo       ring[T]
+	state      table[T, itemState]
+	fifo       ring[queued[T]]
 	processing int // number of items in stateProcessing or stateRequeue
 
 	shuttingDown bool
@@ -59,12 +60,18 @@ type Queue[T comparable] struct {
 	limiter     RateLimiter[T]
 }
 
+// queued is an entry of the FIFO: an item and its hash, so that Get need not hash it.
+type queued[T any] struct {
+	item T
+	hash uint64
+}
+
 // itemState is where an item is. An item absent from Queue.state is unknown to the queue
 // (it may still wait for a delay).
 type itemState uint8
 
 const (
-	stateNone       itemState = iota // not present: the zero value of a map lookup
+	stateNone       itemState = iota // the state of a freshly inserted table slot
 	stateQueued                      // in fifo, waiting for Get
 	stateProcessing                  // handed out by Get, Done not yet called
 	stateRequeue                     // being processed and added again: queue it on Done
@@ -85,12 +92,20 @@ func New[T comparable](cfg Config[T]) *Queue[T] {
 
 // init prepares a zero Queue for use. It is called with q.mu held (or before q is shared).
 func (q *Queue[T]) init() {
-	if q.state != nil {
+	if q.cond.L != nil {
 		return
 	}
-	q.state = make(map[T]itemState)
 	q.cond.L = &q.mu
 	q.delay.epoch = q.clock().Now()
+}
+
+// hashSeed seeds the hashes of every Queue's items. Hashes never leave the process.
+var hashSeed = maphash.MakeSeed()
+
+// hashOf returns item's hash for the state table. It is computed before taking the queue
+// lock, so that the critical sections do no hashing.
+func hashOf[T comparable](item T) uint64 {
+	return maphash.Comparable(hashSeed, item) | hashTopBit
 }
 
 // clock returns the configured clock, or the real one.
@@ -107,25 +122,29 @@ func (q *Queue[T]) clock() clock.Clock {
 //
 // Add never blocks on workers: the queue is unbounded.
 func (q *Queue[T]) Add(item T) {
+	h := hashOf(item)
 	q.mu.Lock()
 	q.init()
 	if !q.shuttingDown {
-		q.addLocked(item)
+		q.addLocked(item, h)
 	}
 	q.mu.Unlock()
 }
 
-func (q *Queue[T]) addLocked(item T) {
-	switch q.state[item] {
+// addLocked adds item, whose hash is h. Called with q.mu held.
+func (q *Queue[T]) addLocked(item T, h uint64) {
+	i, _ := q.state.insert(h, item)
+	s := &q.state.slots[i]
+	switch s.val {
 	case stateNone:
-		q.state[item] = stateQueued
-		q.fifo.push(item)
+		s.val = stateQueued
+		q.fifo.push(queued[T]{item, h})
 		q.cond.Signal()
 		if q.metrics != nil {
 			q.metrics.added(item, true)
 		}
 	case stateProcessing:
-		q.state[item] = stateRequeue
+		s.val = stateRequeue
 		if q.metrics != nil {
 			q.metrics.added(item, false)
 		}
@@ -148,8 +167,9 @@ func (q *Queue[T]) Get() (item T, shutdown bool) {
 		}
 		q.cond.Wait()
 	}
-	item = q.fifo.pop()
-	q.state[item] = stateProcessing
+	e := q.fifo.pop()
+	item = e.item
+	q.state.slots[q.state.find(e.hash, item)].val = stateProcessing
 	q.processing++
 	if q.metrics != nil {
 		q.metrics.got(item)
@@ -162,13 +182,19 @@ func (q *Queue[T]) Get() (item T, shutdown bool) {
 // again, at the back, even if the queue is shutting down (the add was accepted before).
 // Done for an item that is not being processed does nothing.
 func (q *Queue[T]) Done(item T) {
+	h := hashOf(item)
 	q.mu.Lock()
-	switch q.state[item] {
+	i := q.state.find(h, item)
+	if i < 0 {
+		q.mu.Unlock()
+		return
+	}
+	switch q.state.slots[i].val {
 	case stateProcessing:
-		delete(q.state, item)
+		q.state.remove(i)
 	case stateRequeue:
-		q.state[item] = stateQueued
-		q.fifo.push(item)
+		q.state.slots[i].val = stateQueued
+		q.fifo.push(queued[T]{item, h})
 		q.cond.Signal()
 		if q.metrics != nil {
 			q.metrics.requeued()

@@ -372,8 +372,17 @@ func TestRing(t *testing.T) {
 		if len(r.buf)&(len(r.buf)-1) != 0 {
 			t.Fatalf("step %d: buffer size %d is not a power of two", step, len(r.buf))
 		}
-		if len(r.buf) > ringShrinkFloor && r.n < len(r.buf)/4 {
-			t.Fatalf("step %d: %d elements in a buffer of %d were not shrunk", step, r.n, len(r.buf))
-		}
+	}
+	// Drained and then used lightly, the buffer gives its memory back.
+	for r.len() > 0 {
+		r.pop()
+	}
+	peak := len(r.buf)
+	for i := range 4 * peak {
+		r.push(i)
+		r.pop()
+	}
+	if len(r.buf) != ringMinSize {
+		t.Fatalf("buffer of %d slots after light use, want %d (peak was %d)", len(r.buf), ringMinSize, peak)
 	}
 }

@@ -18,6 +18,7 @@ func (q *Queue[T]) AddRateLimited(item T) {
 		return
 	}
 	d := q.rateLimiter().When(item)
+	h := hashOf(item)
 	q.mu.Lock()
 	q.init()
 	if !q.shuttingDown {
@@ -25,9 +26,9 @@ func (q *Queue[T]) AddRateLimited(item T) {
 			q.metrics.retries.Inc()
 		}
 		if d <= 0 {
-			q.addLocked(item)
+			q.addLocked(item, h)
 		} else {
-			q.addAfterLocked(item, d)
+			q.addAfterLocked(item, h, d)
 		}
 	}
 	q.mu.Unlock()

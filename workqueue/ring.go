@@ -1,19 +1,18 @@
 package workqueue
 
 // ring is the FIFO behind Queue: a growable circular buffer whose length is a power of two.
-// It grows by doubling when full and halves when less than a quarter full (above
-// ringShrinkFloor), so steady state allocates nothing and a burst does not pin memory.
-// It is not safe for concurrent use.
+// It grows by doubling when full. It halves after as many pops at under 1/8 full as it
+// has slots, provided it was not a quarter full meanwhile, so a queue that fills and
+// drains in bursts keeps its buffer while one that has settled below its peak gives
+// memory back. It is not safe for concurrent use.
 type ring[T any] struct {
-	buf  []T
-	head int // index of the oldest element
-	n    int // number of elements
+	buf   []T
+	head  int // index of the oldest element
+	n     int // number of elements
+	quiet int // pops in a row at under 1/8 full
 }
 
-const (
-	ringMinSize     = 16
-	ringShrinkFloor = 1024
-)
+const ringMinSize = 16
 
 func (r *ring[T]) len() int { return r.n }
 
@@ -23,6 +22,9 @@ func (r *ring[T]) push(x T) {
 	}
 	r.buf[(r.head+r.n)&(len(r.buf)-1)] = x
 	r.n++
+	if 4*r.n >= len(r.buf) {
+		r.quiet = 0
+	}
 }
 
 // pop removes and returns the oldest element. The ring must not be empty.
@@ -32,8 +34,11 @@ func (r *ring[T]) pop() T {
 	r.buf[r.head] = zero // let the element be collected
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
-	if len(r.buf) > ringShrinkFloor && r.n < len(r.buf)/4 {
-		r.resize(len(r.buf) / 2)
+	if len(r.buf) > ringMinSize && 8*r.n < len(r.buf) {
+		if r.quiet++; r.quiet >= len(r.buf) {
+			r.quiet = 0
+			r.resize(len(r.buf) / 2)
+		}
 	}
 	return x
 }
