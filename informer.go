@@ -36,7 +36,9 @@ type Options[K comparable, V any] struct {
 	// error for that object: it is reported and the object skipped.
 	Transform func(V) (V, error)
 	// Revision returns an object's own revision. When set, an object listed again with an
-	// unchanged revision counts as a resync, not a change (SI-3).
+	// unchanged revision counts as a resync, not a change (SI-3): it reaches only the
+	// handlers due for a resync. Without it, every object of a relist reaches every handler
+	// as an update.
 	Revision func(V) string
 	// ErrorHandler receives every error the informer reports: source failures, objects
 	// whose key, index or transform function failed, handler panics. It is called from the
@@ -460,6 +462,9 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 func (inf *Informer[K, V]) setResyncLocked(l *listener[K, V], requested time.Duration) {
 	if requested == 0 {
 		requested = inf.opts.ResyncPeriod
+	}
+	if requested < 0 {
+		requested = 0
 	}
 	if requested > 0 && requested < minimumResyncPeriod {
 		requested = minimumResyncPeriod

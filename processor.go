@@ -74,8 +74,10 @@ const DefaultQueueLength = 4096
 // HandlerOptions configures one handler.
 type HandlerOptions struct {
 	// ResyncPeriod asks for a resync of every cached object (OnUpdate(obj, obj)) at this
-	// period; 0 means the informer's resync period. It is raised to at least one second,
-	// and has no effect on an informer built with resync 0 (SI-7, SI-8).
+	// period; 0 means the informer's resync period and a negative value means never. It is
+	// raised to at least one second, and has no effect on an informer built with resync 0
+	// (SI-7, SI-8). Only a handler due for a resync receives resync notifications, which
+	// include objects that a relist found unchanged (see Options.Revision).
 	ResyncPeriod time.Duration
 	// QueueLength bounds the notifications waiting for this handler; 0 means
 	// DefaultQueueLength.
@@ -207,7 +209,10 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, onPanic
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		syncedCh: make(chan struct{}),
-		syncing:  true, // SP-6: every listener is syncing until the first resync check
+		// SP-6 differs on purpose: client-go counts every listener as syncing until the
+		// first resync check, so an object relisted unchanged reaches handlers that never
+		// asked for resyncs. Here only a handler due for a resync receives resyncs.
+		syncing: false,
 	}
 	l.space = sync.NewCond(&l.mu)
 	return l
@@ -427,7 +432,7 @@ func (l *listener[K, V]) stop() {
 // shouldResync reports whether the listener is due for a resync at now, and if so
 // schedules the next one (PL-9).
 func (l *listener[K, V]) shouldResync(now time.Time) bool {
-	if l.resyncPeriod == 0 {
+	if l.resyncPeriod <= 0 {
 		return false
 	}
 	if now.Before(l.nextResync) {
