@@ -16,13 +16,14 @@ import (
 // benchObj is a small, realistic object: identity, two indexed fields, a revision and a
 // payload. The pipeline benchmarks measure what the informer adds on top of such objects.
 type benchObj struct {
+	Key             string // namespace/name, computed once when the object is built
 	Namespace, Name string
 	App             string
 	Revision        string
 	Payload         []byte
 }
 
-func benchKey(o *benchObj) string { return o.Namespace + "/" + o.Name }
+func benchKey(o *benchObj) string { return o.Key }
 
 // The workload of the pipeline benchmark (issue "Core pipeline", item 12).
 const (
@@ -42,10 +43,12 @@ type benchOp struct {
 func benchWorkload() (initial []*benchObj, ops []benchOp) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	mk := func(i int, rev int) *benchObj {
+		ns, name := fmt.Sprintf("ns-%03d", i%benchNS), fmt.Sprintf("obj-%07d", i)
 		return &benchObj{
-			Namespace: fmt.Sprintf("ns-%03d", i%benchNS),
-			Name:      fmt.Sprintf("obj-%07d", i),
-			App:       fmt.Sprintf("app-%03d", rng.IntN(benchApps)),
+			Key:       ns + "/" + name,
+			Namespace: ns,
+			Name:      name,
+			App:       fmt.Sprintf("app-%03d", (i*7919)%benchApps), // a label: stable across modifies
 			Revision:  fmt.Sprint(rev),
 			Payload:   make([]byte, 64),
 		}
@@ -77,21 +80,40 @@ func benchWorkload() (initial []*benchObj, ops []benchOp) {
 	return initial, ops
 }
 
-// countingHandler counts every call; it is what "every handler has seen every event" is
-// measured with.
-type countingHandler struct{ n atomic.Int64 }
+// countingHandler counts every call and closes reached when the count hits target; it is
+// what "every handler has seen every event" is measured with, without a waiter spinning.
+type countingHandler struct {
+	n       atomic.Int64
+	target  atomic.Int64
+	reached atomic.Pointer[chan struct{}]
+}
 
-func (c *countingHandler) OnAdd(*benchObj, bool)         { c.n.Add(1) }
-func (c *countingHandler) OnUpdate(_, _ *benchObj)       { c.n.Add(1) }
-func (c *countingHandler) OnDelete(*benchObj, bool)      { c.n.Add(1) }
-func (c *countingHandler) wait(n int64, deadline time.Time) bool {
-	for c.n.Load() < n {
-		if time.Now().After(deadline) {
-			return false
-		}
-		runtime.Gosched()
+func (c *countingHandler) inc() {
+	if n := c.n.Add(1); n == c.target.Load() {
+		close(*c.reached.Load())
 	}
-	return true
+}
+func (c *countingHandler) OnAdd(*benchObj, bool)    { c.inc() }
+func (c *countingHandler) OnUpdate(_, _ *benchObj)  { c.inc() }
+func (c *countingHandler) OnDelete(*benchObj, bool) { c.inc() }
+
+// expect arms the handler for a total of n calls; wait blocks until they were made.
+func (c *countingHandler) expect(n int64) {
+	ch := make(chan struct{})
+	c.reached.Store(&ch)
+	c.target.Store(n)
+	if c.n.Load() >= n {
+		close(ch)
+	}
+}
+
+func (c *countingHandler) wait(timeout time.Duration) bool {
+	select {
+	case <-*c.reached.Load():
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 func benchOptions() informer.Options[string, *benchObj] {
@@ -145,6 +167,7 @@ func BenchmarkPipeline(b *testing.B) {
 		handlers := make([]*countingHandler, 4)
 		for i := range handlers {
 			handlers[i] = &countingHandler{}
+			handlers[i].expect(benchInitial)
 			inf.AddHandler(handlers[i], informer.HandlerOptions{Policy: informer.Block})
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -153,7 +176,8 @@ func BenchmarkPipeline(b *testing.B) {
 		go func() { done <- inf.Run(ctx) }()
 		inf.WaitForCacheSync(ctx)
 		for _, h := range handlers {
-			h.wait(benchInitial, time.Now().Add(time.Minute))
+			h.wait(time.Minute)
+			h.expect(benchInitial + benchEvents)
 		}
 		b.StopTimer()
 		runtime.GC()
@@ -168,7 +192,7 @@ func BenchmarkPipeline(b *testing.B) {
 		applyOps(src, ops)
 		want := int64(benchInitial + benchEvents)
 		for _, h := range handlers {
-			if !h.wait(want, time.Now().Add(2*time.Minute)) {
+			if !h.wait(2 * time.Minute) {
 				b.Fatalf("handler saw %d of %d notifications", h.n.Load(), want)
 			}
 		}

@@ -46,11 +46,16 @@ type delta[V any] struct {
 	revision          string
 }
 
-// deltaList holds the pending deltas of one key, oldest first (D-3). Lists are recycled
-// after their batch is applied, so a steady stream of events allocates none.
+// deltaList holds the pending deltas of one key, oldest first (D-3). Lists are allocated
+// in chunks, keep their first delta inline and are recycled after their batch is applied,
+// so a steady stream of events allocates nothing here.
 type deltaList[V any] struct {
 	deltas []delta[V]
+	inline [1]delta[V]
 }
+
+// listChunk is how many delta lists are allocated at once.
+const listChunk = 128
 
 func (l *deltaList[V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
 
@@ -77,12 +82,8 @@ type watermark struct {
 
 var errFIFOClosed = errors.New("informer: queue closed")
 
-const (
-	// maxFreeLists bounds the recycled delta lists kept for reuse.
-	maxFreeLists = 4096
-	// shrinkAbove: a queue that drains with more capacity than this is reallocated.
-	shrinkAbove = 8192
-)
+// shrinkAbove: a queue that drains with more capacity than this is reallocated.
+const shrinkAbove = 8192
 
 // deltaFIFO is the queue between the reflector and the cache: deltas are grouped per key
 // and keys are popped in order of first arrival (D-3, D-6). It differs from client-go's in
@@ -120,7 +121,8 @@ type deltaFIFO[K comparable, V any] struct {
 	wmDirty bool   // lastRev moved since the last pop: wake the popper even with no keys
 	closed  bool
 
-	free []*deltaList[V]
+	free       []*deltaList[V] // recycled lists; bounded by the most keys ever pending
+	shrinkFree bool            // drop free at the next finishBatch
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -161,12 +163,15 @@ func (f *deltaFIFO[K, V]) bookmark(rev string) {
 func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) {
 	l, ok := f.items[key]
 	if !ok {
-		if n := len(f.free); n > 0 {
-			l = f.free[n-1]
-			f.free = f.free[:n-1]
-		} else {
-			l = &deltaList[V]{}
+		if len(f.free) == 0 {
+			chunk := make([]deltaList[V], listChunk)
+			for i := range chunk {
+				chunk[i].deltas = chunk[i].inline[:0]
+				f.free = append(f.free, &chunk[i])
+			}
 		}
+		l = f.free[len(f.free)-1]
+		f.free = f.free[:len(f.free)-1]
 		f.items[key] = l
 		f.queue = append(f.queue, key)
 		f.cond.Broadcast()
@@ -292,6 +297,7 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 			// After a large list, do not keep its peak size for the informer's lifetime.
 			f.queue = nil
 			f.items = make(map[K]*deltaList[V])
+			f.shrinkFree = true
 		}
 	} else if f.head > 1024 && f.head > len(f.queue)/2 {
 		m := copy(f.queue, f.queue[f.head:])
@@ -320,13 +326,28 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.shrinkFree {
+		// The queue drained after a large list: let its lists go.
+		f.shrinkFree = false
+		clear(f.free)
+		f.free = nil
+		for i := range batch {
+			clear(batch[i].list.deltas)
+			batch[i].list = nil
+		}
+	}
 	for i := range batch {
 		l := batch[i].list
-		clear(l.deltas)
-		l.deltas = l.deltas[:0]
-		if cap(l.deltas) <= 16 && len(f.free) < maxFreeLists {
-			f.free = append(f.free, l)
+		if l == nil {
+			break
 		}
+		clear(l.deltas)
+		if cap(l.deltas) > 16 {
+			l.deltas = l.inline[:0]
+		} else {
+			l.deltas = l.deltas[:0]
+		}
+		f.free = append(f.free, l)
 		batch[i].list = nil
 	}
 	f.inFlight = false

@@ -102,12 +102,10 @@ type entry[K comparable, V any] struct {
 	obj V
 }
 
-// indexEntry is one (value, key) pair of an index. probe marks a search pivot that sorts
-// before every key of its value.
+// indexEntry is one (value, key) pair of an index, ordered by value then key.
 type indexEntry[K comparable] struct {
 	value string
 	key   K
-	probe bool
 }
 
 type storeIndex[K comparable, V any] struct {
@@ -132,13 +130,18 @@ type store[K comparable, V any] struct {
 	gen     atomic.Uint64 // bumped after every write batch
 	rev     string        // revision the state reflects, set with the batch
 
-	snap    atomic.Pointer[Snapshot[K, V]]
-	scratch []string // writer-only buffer for index values
+	snap       atomic.Pointer[Snapshot[K, V]]
+	scratch    []string // writer-only buffers for index values
+	oldScratch []string
 }
 
 func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V]) (*store[K, V], error) {
 	s := &store[K, V]{compare: compare}
-	s.items = btree.NewG(btreeDegree, func(a, b entry[K, V]) bool { return compare(a.key, b.key) < 0 })
+	if isString[K]() {
+		s.items = btree.NewG(btreeDegree, func(a, b entry[K, V]) bool { return asString(&a.key) < asString(&b.key) })
+	} else {
+		s.items = btree.NewG(btreeDegree, func(a, b entry[K, V]) bool { return compare(a.key, b.key) < 0 })
+	}
 	if err := s.addIndexersLocked(indexers); err != nil {
 		return nil, err
 	}
@@ -147,12 +150,18 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 
 func (s *store[K, V]) newIndexTree() *btree.BTreeG[indexEntry[K]] {
 	compare := s.compare
+	if isString[K]() {
+		// The common case, without an indirect call per comparison.
+		return btree.NewG(btreeDegree, func(a, b indexEntry[K]) bool {
+			if c := strings.Compare(a.value, b.value); c != 0 {
+				return c < 0
+			}
+			return asString(&a.key) < asString(&b.key)
+		})
+	}
 	return btree.NewG(btreeDegree, func(a, b indexEntry[K]) bool {
-		if a.value != b.value {
-			return a.value < b.value
-		}
-		if a.probe != b.probe {
-			return a.probe
+		if c := strings.Compare(a.value, b.value); c != 0 {
+			return c < 0
 		}
 		return compare(a.key, b.key) < 0
 	})
@@ -250,10 +259,17 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 	for i, ix := range s.indexes {
 		newVals := vals[start:bounds[i]]
 		start = bounds[i]
+		var kept []string
 		if existed {
-			s.unindex(ix, key, prev.obj, newVals)
+			kept = s.unindex(ix, key, prev.obj, newVals)
 		}
+	insert:
 		for _, v := range newVals {
+			for _, k := range kept {
+				if k == v {
+					continue insert // already indexed under v
+				}
+			}
 			ix.tree.ReplaceOrInsert(indexEntry[K]{value: v, key: key})
 		}
 	}
@@ -261,11 +277,12 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 	return prev.obj, existed, nil
 }
 
-// unindex removes key's entries computed from old, except those in keep (which the caller
-// is about to insert again). If the index function now fails for old, it scans.
-func (s *store[K, V]) unindex(ix *storeIndex[K, V], key K, old V, keep []string) {
-	var buf [4]string
-	oldVals, err := ix.fn.values(buf[:0], old)
+// unindex removes key's entries computed from old, except those whose value is in keep,
+// and returns the values it left in place. If the index function now fails for old, it
+// scans the index instead.
+func (s *store[K, V]) unindex(ix *storeIndex[K, V], key K, old V, keep []string) (kept []string) {
+	oldVals, err := ix.fn.values(s.oldScratch[:0], old)
+	s.oldScratch = oldVals[:0]
 	if err != nil {
 		// The function gave values for old when it was stored but fails now; find the
 		// entries the slow way rather than leave them behind.
@@ -279,17 +296,21 @@ func (s *store[K, V]) unindex(ix *storeIndex[K, V], key K, old V, keep []string)
 		for _, e := range stale {
 			ix.tree.Delete(e)
 		}
-		return
+		return nil
 	}
+	n := 0
 outer:
 	for _, v := range oldVals {
 		for _, k := range keep {
 			if k == v {
+				oldVals[n] = v
+				n++
 				continue outer
 			}
 		}
 		ix.tree.Delete(indexEntry[K]{value: v, key: key})
 	}
+	return oldVals[:n]
 }
 
 // deleteLocked removes key and its index entries.
@@ -420,9 +441,41 @@ func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
 	return ix, nil
 }
 
+// seekValue yields, in order, the entries whose value is ≥ value, until yield returns
+// false. The pivot (value, zero key) is not necessarily below every key of value (an
+// integer key may be negative, a custom order may put the zero key anywhere), so the
+// entries of value that sort before it are found walking backwards first; for string keys
+// that walk finds nothing or the one entry with the empty key.
+func seekValue[K comparable](tree *btree.BTreeG[indexEntry[K]], value string, yield func(indexEntry[K]) bool) {
+	pivot := indexEntry[K]{value: value}
+	var before []indexEntry[K]
+	tree.DescendLessOrEqual(pivot, func(e indexEntry[K]) bool {
+		if e.value != value {
+			return false
+		}
+		before = append(before, e)
+		return true
+	})
+	for i := len(before) - 1; i >= 0; i-- {
+		if !yield(before[i]) {
+			return
+		}
+	}
+	skip := len(before) > 0 // the pivot itself, if stored, was yielded above
+	tree.AscendGreaterOrEqual(pivot, func(e indexEntry[K]) bool {
+		if skip {
+			skip = false
+			if e == before[0] {
+				return true
+			}
+		}
+		return yield(e)
+	})
+}
+
 // eachIndexed calls fn for every key indexed under value, in key order.
 func eachIndexed[K comparable](tree *btree.BTreeG[indexEntry[K]], value string, fn func(K)) {
-	tree.AscendGreaterOrEqual(indexEntry[K]{value: value, probe: true}, func(e indexEntry[K]) bool {
+	seekValue(tree, value, func(e indexEntry[K]) bool {
 		if e.value != value {
 			return false
 		}
@@ -466,10 +519,10 @@ func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	pivot := indexEntry[K]{probe: true}
+	next := ""
 	for {
 		found := false
-		ix.tree.AscendGreaterOrEqual(pivot, func(e indexEntry[K]) bool {
+		seekValue(ix.tree, next, func(e indexEntry[K]) bool {
 			out = append(out, e.value)
 			found = true
 			return false
@@ -478,7 +531,7 @@ func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
 			return out, nil
 		}
 		// value+"\x00" is the smallest string greater than value: seek the next value.
-		pivot = indexEntry[K]{value: out[len(out)-1] + "\x00", probe: true}
+		next = out[len(out)-1] + "\x00"
 	}
 }
 
@@ -552,6 +605,15 @@ func defaultCompare[K comparable]() (func(a, b K) int, bool) {
 	}
 	return nil, false
 }
+
+func isString[K comparable]() bool {
+	var zero K
+	_, ok := any(zero).(string)
+	return ok
+}
+
+// asString reads a K whose dynamic type is string, without boxing.
+func asString[K comparable](k *K) string { return *(*string)(unsafe.Pointer(k)) }
 
 // orderedAs compares two Ks whose dynamic type is exactly T, without boxing.
 func orderedAs[K comparable, T cmp.Ordered]() func(a, b K) int {
