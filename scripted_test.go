@@ -2,6 +2,7 @@ package informer
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
 	"sync"
@@ -90,5 +91,57 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	}
 	if inf.LastSyncRevision() != "5" {
 		t.Fatalf("revision %q", inf.LastSyncRevision())
+	}
+}
+
+// Bad input: a list whose pages report different revisions is reported (ErrBadInput) and
+// listed again; the cache is never filled from the inconsistent list.
+func TestReflector_MalformedPageRelists(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	lw := ListerWatcherFuncs[string]{
+		ListFunc: func(ctx context.Context, opts ListOptions) (List[string], error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			switch {
+			case calls == 1: // first page of the bad list
+				return List[string]{Items: []string{"a=1"}, Revision: "5", Continue: "p2"}, nil
+			case calls == 2: // its second page claims another revision
+				return List[string]{Items: []string{"b=1"}, Revision: "9"}, nil
+			case opts.Continue == "":
+				return List[string]{Items: []string{"a=2"}, Revision: "10", Continue: "p2"}, nil
+			default:
+				return List[string]{Items: []string{"b=2"}, Revision: "10"}, nil
+			}
+		},
+		WatchFunc: func(ctx context.Context, opts WatchOptions) (Watch[string], error) {
+			return &scriptedWatch{ctx: ctx, events: make(chan Event[string])}, nil
+		},
+	}
+	var errsMu sync.Mutex
+	var reported []error
+	inf, _ := New[string, string](lw, Options[string, string]{
+		Key:          func(s string) (string, error) { return s[:1], nil },
+		Backoff:      Backoff{Initial: time.Millisecond, Max: time.Millisecond, Jitter: -1},
+		ErrorHandler: func(err error) { errsMu.Lock(); reported = append(reported, err); errsMu.Unlock() },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("no sync")
+	}
+	if got := inf.List(); !slices.Equal(got, []string{"a=2", "b=2"}) {
+		t.Fatalf("cache %q, want the consistent relist", got)
+	}
+	errsMu.Lock()
+	defer errsMu.Unlock()
+	if len(reported) != 1 || !errors.Is(reported[0], ErrBadInput) {
+		t.Fatalf("reported %v", reported)
+	}
+	if inf.Stats().SourceErrors.Load() != 1 {
+		t.Fatal("not counted")
 	}
 }
