@@ -362,13 +362,6 @@ func (f *deltaFIFO[K, V]) hasSynced() bool {
 	return f.populated && f.initialCount == 0
 }
 
-// len returns the number of keys with pending deltas.
-func (f *deltaFIFO[K, V]) len() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.queue) - f.head
-}
-
 // close wakes every waiter; pending deltas are dropped (D-16 differs: nothing is drained,
 // so that a stop is prompt).
 func (f *deltaFIFO[K, V]) close() {

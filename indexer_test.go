@@ -241,7 +241,7 @@ func TestDefaultCompare(t *testing.T) {
 	if !ok || ci(-5, 3) >= 0 || ci(3, 3) != 0 {
 		t.Fatal("int64 order")
 	}
-	type custom struct{ a, b string }
+	type custom struct{ A, B string }
 	if _, ok := defaultCompare[custom](); ok {
 		t.Fatal("a struct key has no natural order")
 	}

@@ -101,12 +101,6 @@ func (e *events) expect(t *testing.T, want ...string) {
 	}
 }
 
-func (e *events) reset() {
-	e.mu.Lock()
-	e.calls = nil
-	e.mu.Unlock()
-}
-
 // errs collects reported errors.
 type errs struct {
 	mu   sync.Mutex
