@@ -1,0 +1,747 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
+)
+
+// TestRequeueAfterPeriodic shows the per-object periodic reconcile: a key whose reconcile
+// returns RequeueAfter comes back every period on the fake clock, while a key that returns
+// the zero Result is not reconciled again.
+func TestRequeueAfterPeriodic(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "poll"})
+	src.Put(&obj{Name: "once"})
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
+
+	clk := clock.NewFake(time.Unix(0, 0))
+	calls := newCalls()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
+		if key == "poll" {
+			return Result{RequeueAfter: time.Minute}, nil
+		}
+		return Result{}, nil
+	}), Options[string]{Clock: clk, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, inf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+
+	if got := joined(calls.wait(t, 2)); got != "once@0s poll@0s" {
+		t.Fatalf("initial reconciles: %s", got)
+	}
+	for i := 1; i <= 3; i++ {
+		clk.WaitForWaiters(1, nil) // the queue's delay timer, armed for poll
+		clk.Step(time.Minute - 1)
+		calls.none(t)
+		clk.Step(1)
+		if got, want := calls.wait(t, 1)[0], fmt.Sprintf("poll@%dm0s", i); got != want {
+			t.Fatalf("period %d: reconciled %s, want %s", i, got, want)
+		}
+	}
+	calls.none(t)
+}
+
+// TestResyncPeriodic shows the informer-wide periodic reconcile: an informer with a resync
+// period (controller-runtime's SyncPeriod) re-delivers every cached object as an update
+// each period on its fake clock, and the controller reconciles every key again.
+func TestResyncPeriodic(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "a"})
+	src.Put(&obj{Name: "b"})
+	ic := clock.NewFake(time.Unix(0, 0)) // the informer's clock: only its resync timer runs on it
+	const syncPeriod = 10 * time.Minute
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs", Clock: ic, ResyncPeriod: syncPeriod})
+
+	calls := newCalls()
+	var resyncs atomic.Int64
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		return Result{}, nil
+	}), Options[string]{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	countResyncs := PredicateFuncs[*obj]{UpdateFunc: func(old, new *obj) bool {
+		if old == new {
+			resyncs.Add(1)
+		}
+		return true
+	}}
+	if err := For(c, inf, objKeyErr, countResyncs); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+
+	if got := joined(calls.wait(t, 2)); got != "a b" {
+		t.Fatalf("initial reconciles: %s", got)
+	}
+	for i := 1; i <= 3; i++ {
+		ic.WaitForWaiters(1, nil) // the reflector's resync timer
+		ic.Step(syncPeriod)
+		got := calls.wait(t, 2)
+		slices.Sort(got)
+		if joined(got) != "a b" {
+			t.Fatalf("resync %d: reconciled %s, want a b", i, joined(got))
+		}
+		if r := resyncs.Load(); r != int64(2*i) {
+			t.Fatalf("resync %d: %d resync updates seen, want %d", i, r, 2*i)
+		}
+	}
+	calls.none(t)
+}
+
+// TestOneWorkerPerKey runs 8 workers under 10,000 updates to 32 keys from 4 writers and
+// checks that no key is ever reconciled by two workers at once, and that every key's last
+// reconcile saw its last write.
+func TestOneWorkerPerKey(t *testing.T) {
+	const keys, writers, writes = 32, 4, 10_000
+	src := newSource()
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("k%02d", i)
+		src.Put(&obj{Name: names[i]})
+	}
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
+
+	var (
+		inFlight sync.Map // key → *atomic.Int32
+		mu       sync.Mutex
+		seen     = map[string]int{} // key → Gen its last reconcile read
+		progress = make(chan struct{}, 1)
+		overlaps atomic.Int64
+	)
+	met := newTestMetrics()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		v, _ := inFlight.LoadOrStore(key, new(atomic.Int32))
+		n := v.(*atomic.Int32)
+		if n.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		for range 3 {
+			runtime.Gosched() // widen the window a second worker would need
+		}
+		o, ok := inf.Get(key)
+		n.Add(-1)
+		if ok {
+			mu.Lock()
+			seen[key] = o.Gen
+			mu.Unlock()
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
+		}
+		return Result{}, nil
+	}), Options[string]{MaxConcurrentReconciles: 8, Metrics: met, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, inf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+
+	var gens [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range writes / writers {
+				i := r.IntN(keys)
+				// Gens are per key and increase; concurrent writers may put them out
+				// of order, so the final state is whatever the source holds last.
+				src.Put(&obj{Name: names[i], Gen: int(gens[i].Add(1))})
+				runtime.Gosched() // let the pipeline keep up, so that keys come back while in flight
+			}
+		})
+	}
+	wg.Wait()
+	final := map[string]int{}
+	for _, o := range src.Items() {
+		final[o.Name] = o.Gen
+	}
+	deadline := time.After(waitLimit)
+	for {
+		mu.Lock()
+		done := maps.Equal(seen, final)
+		mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-progress:
+		case <-deadline:
+			t.Fatalf("last reconciles did not see the last writes")
+		}
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d reconciles overlapped another of the same key", n)
+	}
+	if peak := met.active.peak.Load(); peak > 8 {
+		t.Fatalf("%d reconciles at once, want at most 8", peak)
+	}
+	if m := met.maxWork(); m != 8 {
+		t.Fatalf("max concurrent reconciles metric %v, want 8", m)
+	}
+	t.Logf("%d reconciles for %d writes, at most %d at once", met.total[OutcomeSuccess].n.Load(), writes, met.active.peak.Load())
+}
+
+// TestPanicRecovered: a panicking Reconcile is recovered, logged with its value and
+// stack, counted, and the key is retried with backoff; the process survives.
+func TestPanicRecovered(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	lim := newRecordingLimiter()
+	met := newTestMetrics()
+	var logs logBuffer
+	calls := newCalls()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		if len(calls.list()) == 1 {
+			var s []int
+			_ = s[len(key)] // a runtime panic: index out of range
+		}
+		return Result{}, nil
+	}), Options[string]{Clock: clk, RateLimiter: lim, Metrics: met, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	c.Queue().Add("k")
+
+	calls.wait(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != OutcomeError {
+		t.Fatalf("outcome %v, want error", o)
+	}
+	if p, e := met.panics.n.Load(), met.errors.n.Load(); p != 1 || e != 1 {
+		t.Fatalf("panics %d errors %d, want 1 and 1", p, e)
+	}
+	if ops := fmt.Sprint(lim.take()); ops != "[when(k)=1s]" {
+		t.Fatalf("rate limiter calls %s, want a retry after 1s", ops)
+	}
+	log := logs.String()
+	for _, want := range []string{"reconcile panicked", "index out of range", "TestPanicRecovered"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log does not contain %q:\n%s", want, log)
+		}
+	}
+	clk.Step(time.Second)
+	calls.wait(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
+		t.Fatalf("retry outcome %v, want success", o)
+	}
+	if r := c.Queue().NumRequeues("k"); r != 0 {
+		t.Fatalf("NumRequeues %d after success, want 0", r)
+	}
+}
+
+// TestTerminalError: a terminal error is counted, logged and not retried — the key's
+// backoff is forgotten — but a later notification reconciles the key again.
+func TestTerminalError(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	met := newTestMetrics()
+	calls := newCalls()
+	errs := []error{errBoom, TerminalError(errBoom), nil}
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		err := errs[0]
+		errs = errs[1:]
+		return Result{}, err
+	}), Options[string]{Clock: clk, RateLimiter: newRecordingLimiter(), Metrics: met, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	c.Queue().Add("k")
+	calls.wait(t, 1)
+	recv(t, met.outcomes, "outcome")
+	clk.Step(time.Second)
+	calls.wait(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != OutcomeTerminal {
+		t.Fatalf("outcome %v, want terminal", o)
+	}
+	if r := c.Queue().NumRequeues("k"); r != 0 {
+		t.Errorf("NumRequeues %d after a terminal error, want 0 (forgotten)", r)
+	}
+	if w := clk.Waiters(); w != 0 {
+		t.Errorf("%d timers armed after a terminal error, want none (no retry)", w)
+	}
+	if e, te := met.errors.n.Load(), met.terminal.n.Load(); e != 2 || te != 1 {
+		t.Errorf("errors %d terminal %d, want 2 and 1", e, te)
+	}
+	clk.Step(time.Hour)
+	calls.none(t)
+
+	c.Queue().Add("k") // a new notification
+	calls.wait(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
+		t.Fatalf("outcome %v, want success", o)
+	}
+}
+
+func TestTerminalErrorMatching(t *testing.T) {
+	err := fmt.Errorf("reconcile: %w", TerminalError(errBoom))
+	if !errors.Is(err, ErrTerminal) || !errors.Is(err, errBoom) {
+		t.Fatalf("%v: does not match ErrTerminal and its cause", err)
+	}
+	if errors.Is(errBoom, ErrTerminal) {
+		t.Fatal("a plain error matches ErrTerminal")
+	}
+	if TerminalError(nil) != ErrTerminal {
+		t.Fatal("TerminalError(nil) is not ErrTerminal")
+	}
+	if got := TerminalError(errBoom).Error(); got != "terminal error: boom" {
+		t.Fatalf("Error() = %q", got)
+	}
+}
+
+// gatedLW holds every List of a memory source until its gate opens.
+type gatedLW struct {
+	informer.ListerWatcher[*obj]
+	gate chan struct{}
+}
+
+func (g gatedLW) List(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return informer.List[*obj]{}, ctx.Err()
+	}
+	return g.ListerWatcher.List(ctx, opts)
+}
+
+// TestWorkersWaitForSync: no reconcile runs before every watched informer has synced,
+// not even for a key queued by hand.
+func TestWorkersWaitForSync(t *testing.T) {
+	fast := newSource()
+	fast.Put(&obj{Name: "f"})
+	slow := newSource()
+	slow.Put(&obj{Name: "s"})
+	gate := make(chan struct{})
+	fastInf := runInformer(t, fast, informer.Options[string, *obj]{Name: "fast"})
+	slowInf := runInformer(t, gatedLW{slow, gate}, informer.Options[string, *obj]{Name: "slow"})
+
+	var released atomic.Bool
+	calls := newCalls()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		if !released.Load() || !slowInf.HasSynced() || !fastInf.HasSynced() {
+			t.Errorf("reconcile of %s before the caches synced", key)
+		}
+		calls.add(key)
+		return Result{}, nil
+	}), Options[string]{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, fastInf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, slowInf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	c.Queue().Add("early")
+	start(t, c)
+	recv(t, fastInf.Synced(), "the fast informer to sync")
+
+	released.Store(true)
+	close(gate)
+	got := calls.wait(t, 3)
+	slices.Sort(got)
+	if joined(got) != "early f s" {
+		t.Fatalf("reconciled %s", joined(got))
+	}
+}
+
+// TestCacheSyncTimeout: Start gives up after CacheSyncTimeout (2 minutes by default, on
+// the controller's fake clock) with an error that names the informer that did not sync,
+// and runs no reconcile.
+func TestCacheSyncTimeout(t *testing.T) {
+	ready := newSource()
+	ready.Put(&obj{Name: "r"})
+	stuck := newSource()
+	stuck.SetDelay(time.Hour) // every List waits an hour of real time: never syncs here
+	readyInf := runInformer(t, ready, informer.Options[string, *obj]{Name: "ready"})
+	stuckInf := runInformer(t, stuck, informer.Options[string, *obj]{Name: "stuck"})
+
+	clk := clock.NewFake(time.Unix(0, 0))
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		t.Errorf("reconcile of %s although the caches did not sync", key)
+		return Result{}, nil
+	}), Options[string]{Name: "ctl", Clock: clk, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inf := range []*informer.Informer[string, *obj]{readyInf, stuckInf} {
+		if err := For(c, inf, objKeyErr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := start(t, c)
+	clk.WaitForWaiters(1, nil) // the sync timeout, armed after the handlers were registered
+	recv(t, c.watches[0].reg.Synced(), "the controller's handler on the ready informer to sync")
+	clk.Step(DefaultCacheSyncTimeout - 1)
+	select {
+	case err := <-s.done:
+		t.Fatalf("Start returned %v before the timeout", err)
+	default:
+	}
+	clk.Step(1)
+	err = recv(t, s.done, "Start to time out")
+	s.done <- err
+
+	var se *CacheSyncError
+	if !errors.As(err, &se) {
+		t.Fatalf("Start returned %v, want a *CacheSyncError", err)
+	}
+	if !slices.Equal(se.Informers, []string{"stuck"}) || se.Timeout != DefaultCacheSyncTimeout || se.Controller != "ctl" {
+		t.Fatalf("CacheSyncError %+v", *se)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%v does not match context.DeadlineExceeded", err)
+	}
+	if want := "controller ctl: caches not synced after 2m0s: informer stuck has not synced"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}
+
+// TestCacheSyncTimeoutHandler: an informer that synced but has not yet given the
+// controller's handler its initial list holds the workers back too, and is named.
+func TestCacheSyncTimeoutHandler(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "a"})
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
+
+	clk := clock.NewFake(time.Unix(0, 0))
+	var logs logBuffer
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		t.Errorf("reconcile of %s before the handler synced", key)
+		return Result{}, nil
+	}), Options[string]{Name: "ctl", Clock: clk, CacheSyncTimeout: time.Minute, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	slowAdd := PredicateFuncs[*obj]{AddFunc: func(*obj) bool {
+		close(entered)
+		<-release
+		return true
+	}}
+	if err := For(c, inf, objKeyErr, slowAdd); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, c)
+	recv(t, entered, "the handler to get the initial list")
+	recv(t, inf.Synced(), "the informer to sync")
+	clk.WaitForWaiters(1, nil)
+	clk.Step(time.Minute)
+	// Start logs the error, then removes its handler, which waits for the call in progress.
+	eventually(t, "the sync error to be logged", func() bool { return strings.Contains(logs.String(), "caches did not sync") })
+	close(release)
+	err = recv(t, s.done, "Start to time out")
+	s.done <- err
+	var se *CacheSyncError
+	if !errors.As(err, &se) || !slices.Equal(se.Informers, []string{"objs"}) {
+		t.Fatalf("Start returned %v, want a CacheSyncError naming objs", err)
+	}
+	if !strings.Contains(err.Error(), "informer objs has synced but has not yet given the controller's handler its initial list") {
+		t.Errorf("error %q does not say the handler is behind", err)
+	}
+}
+
+// blocker is a Reconciler whose calls for "slow" block until released or until their
+// context ends, and which records every call with the state of its context.
+type blocker struct {
+	calls   *calls
+	entered chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	ctxErrs map[string]error // the context's error as each call returned
+}
+
+func newBlocker() *blocker {
+	return &blocker{calls: newCalls(), entered: make(chan struct{}), release: make(chan struct{}), ctxErrs: map[string]error{}}
+}
+
+func (b *blocker) Reconcile(ctx context.Context, key string) (Result, error) {
+	if key == "slow" {
+		close(b.entered)
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+		}
+	}
+	b.mu.Lock()
+	b.ctxErrs[key] = ctx.Err()
+	b.mu.Unlock()
+	b.calls.add(key)
+	return Result{}, nil
+}
+
+func (b *blocker) ctxErr(key string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ctxErrs[key]
+}
+
+// newBlocked returns a controller with one worker busy reconciling "slow" and two keys
+// queued behind it.
+func newBlocked(t *testing.T, opts Options[string]) (*Controller[string], *blocker, *started) {
+	t.Helper()
+	b := newBlocker()
+	opts.Logger = discard()
+	c, err := New[string](b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"slow", "q1", "q2"} {
+		c.Queue().Add(k)
+	}
+	s := start(t, c)
+	recv(t, b.entered, "the slow reconcile to start")
+	return c, b, s
+}
+
+// TestShutdownDrains: once Start's context is done, the reconcile in flight finishes with a
+// live context and the keys queued behind it are reconciled before Start returns nil.
+func TestShutdownDrains(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	c, b, s := newBlocked(t, Options[string]{Clock: clk})
+	s.cancel()
+	eventually(t, "the queue to shut down", c.Queue().ShuttingDown)
+	c.Queue().Add("late") // ignored: the controller no longer takes keys
+	close(b.release)
+	if err := recv(t, s.done, "Start to return"); err != nil {
+		t.Fatalf("Start returned %v after a complete drain", err)
+	}
+	s.done <- nil
+	if got := joined(b.calls.list()); got != "slow q1 q2" {
+		t.Fatalf("reconciled %s, want slow q1 q2", got)
+	}
+	for _, k := range []string{"slow", "q1", "q2"} {
+		if err := b.ctxErr(k); err != nil {
+			t.Errorf("reconcile of %s ran with a cancelled context (%v) during the drain", k, err)
+		}
+	}
+}
+
+// TestShutdownBoundedByContext: Shutdown's context bounds the drain; when it ends, the
+// reconcile in flight sees its context cancelled, the keys still queued are dropped, and
+// both Shutdown and Start report the context's error.
+func TestShutdownBoundedByContext(t *testing.T) {
+	c, b, s := newBlocked(t, Options[string]{})
+	ctx, cancel := context.WithCancel(context.Background())
+	shut := make(chan error, 1)
+	go func() { shut <- c.Shutdown(ctx) }()
+	eventually(t, "the queue to shut down", c.Queue().ShuttingDown)
+	cancel()
+	if err := recv(t, shut, "Shutdown to return"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown returned %v, want context.Canceled", err)
+	}
+	err := recv(t, s.done, "Start to return")
+	s.done <- err
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start returned %v, want context.Canceled", err)
+	}
+	if got := joined(b.calls.list()); got != "slow" {
+		t.Fatalf("reconciled %s, want only slow (q1 and q2 dropped)", got)
+	}
+	if err := b.ctxErr("slow"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the slow reconcile's context ended with %v, want context.Canceled", err)
+	}
+	if err := c.Shutdown(context.Background()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a second Shutdown returned %v, want Start's error", err)
+	}
+}
+
+// TestShutdownTimeout: without Shutdown, Options.ShutdownTimeout bounds the drain, on the
+// controller's fake clock.
+func TestShutdownTimeout(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	_, b, s := newBlocked(t, Options[string]{Clock: clk, ShutdownTimeout: 5 * time.Second})
+	s.cancel()
+	clk.WaitForWaiters(1, nil) // the shutdown timer
+	clk.Step(5*time.Second - 1)
+	select {
+	case err := <-s.done:
+		t.Fatalf("Start returned %v before the shutdown timeout", err)
+	default:
+	}
+	clk.Step(1)
+	err := recv(t, s.done, "Start to return")
+	s.done <- err
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start returned %v, want context.DeadlineExceeded", err)
+	}
+	if got := joined(b.calls.list()); got != "slow" {
+		t.Fatalf("reconciled %s, want only slow", got)
+	}
+	if err := b.ctxErr("slow"); err == nil {
+		t.Fatal("the slow reconcile's context was not cancelled at the timeout")
+	}
+}
+
+func TestStartOnce(t *testing.T) {
+	calls := newCalls()
+	rec := ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		return Result{}, nil
+	})
+	c, err := New(rec, Options[string]{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, c)
+	c.Queue().Add("k")
+	calls.wait(t, 1) // Start is running
+	inf := runInformer(t, newSource(), informer.Options[string, *obj]{})
+	if err := c.Start(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("second Start: %v", err)
+	}
+	if err := For(c, inf, objKeyErr); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("For after Start: %v", err)
+	}
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	c, _ = New(rec, Options[string]{Logger: discard()})
+	if err := c.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); !errors.Is(err, ErrShutDown) {
+		t.Fatalf("Start after Shutdown: %v", err)
+	}
+	if err := Watch(c, inf, func(o *obj) []string { return nil }); !errors.Is(err, ErrShutDown) {
+		t.Fatalf("Watch after Shutdown: %v", err)
+	}
+	if _, err := New[string](nil, Options[string]{}); err == nil {
+		t.Fatal("New accepted a nil Reconciler")
+	}
+}
+
+// TestStoppedInformer: Start fails, naming the informer, if a handler cannot be added.
+func TestStoppedInformer(t *testing.T) {
+	inf, err := informer.New(newSource(), informer.Options[string, *obj]{Name: "gone", Key: objKeyErr, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := inf.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := New(ReconcilerFunc[string](func(context.Context, string) (Result, error) { return Result{}, nil }), Options[string]{Logger: discard()})
+	if err := For(c, inf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Start(context.Background())
+	if !errors.Is(err, informer.ErrStopped) || !strings.Contains(err.Error(), "informer gone") {
+		t.Fatalf("Start returned %v", err)
+	}
+}
+
+// TestWatchMapsAndFilters: Watch maps objects to their owners' keys, an update queues the
+// old owner and the new, and predicates drop notifications. One worker, so the order of
+// the reconciles is the order of the notifications.
+func TestWatchMapsAndFilters(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "x", Owner: "A"})
+	src.Put(&obj{Name: "y", Owner: "B"})
+	src.Put(&obj{Name: "z"}) // no owner
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "children"})
+
+	calls := newCalls()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		return Result{}, nil
+	}), Options[string]{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func(o *obj) []string {
+		if o.Owner == "" {
+			return nil
+		}
+		return []string{o.Owner}
+	}
+	genChanged := PredicateFuncs[*obj]{UpdateFunc: func(old, new *obj) bool { return old.Gen != new.Gen }}
+	if err := Watch(c, inf, owner, genChanged); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+
+	expect := func(when string, want ...string) {
+		t.Helper()
+		if got := joined(calls.wait(t, len(want))); got != joined(want) {
+			t.Fatalf("%s: reconciled %s, want %s", when, got, joined(want))
+		}
+	}
+	expect("initial list", "A", "B")
+	src.Put(&obj{Name: "x", Owner: "C", Gen: 1})
+	expect("owner change", "A", "C")
+	src.Put(&obj{Name: "y", Owner: "B"}) // same Gen: filtered
+	src.Put(&obj{Name: "w", Owner: "D"}) // a marker: y's update would have come first
+	expect("filtered update", "D")
+	src.Delete("x")
+	expect("delete", "C")
+	calls.none(t)
+}
+
+// TestKeyFuncError: a key function that fails drops that notification and logs it.
+func TestKeyFuncError(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "bad"})
+	src.Put(&obj{Name: "good"})
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
+	var logs logBuffer
+	calls := newCalls()
+	c, _ := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		return Result{}, nil
+	}), Options[string]{Logger: logs.logger()})
+	key := func(o *obj) (string, error) {
+		if o.Name == "bad" {
+			return "", errBoom
+		}
+		return o.Name, nil
+	}
+	if err := For(c, inf, key); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	if got := calls.wait(t, 1)[0]; got != "good" {
+		t.Fatalf("reconciled %s", got)
+	}
+	if !strings.Contains(logs.String(), "key function failed") {
+		t.Errorf("key error not logged:\n%s", logs.String())
+	}
+}
+
+// TestNoMetricsNoAllocs: a successful reconcile with no metrics allocates nothing.
+func TestNoMetricsNoAllocs(t *testing.T) {
+	c, _ := New(ReconcilerFunc[int](func(context.Context, int) (Result, error) { return Result{}, nil }),
+		Options[int]{Logger: discard()})
+	ctx := context.Background()
+	c.reconcile(ctx, 1) // warm up
+	if n := testing.AllocsPerRun(1000, func() { c.reconcile(ctx, 1) }); n != 0 {
+		t.Fatalf("%v allocations per reconcile", n)
+	}
+	c.Queue().ShutDown()
+}

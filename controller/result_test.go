@@ -1,0 +1,198 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer/clock"
+)
+
+// step is one scripted Reconcile of the key "k" and what the controller must do with it.
+type step struct {
+	res   Result
+	err   error
+	panic any
+
+	outcome  Outcome
+	ops      string        // the rate limiter calls it makes, in order
+	requeues int           // NumRequeues("k") afterwards
+	delay    time.Duration // when "k" comes back; 0: it does not
+}
+
+// TestResultTable checks each Result/error combination against the exact queue action:
+// the rate limiter calls (AddRateLimited asks When, Forget forgets), the key's requeue
+// count, and the delay after which the key is reconciled again, to the nanosecond on a
+// fake clock.
+func TestResultTable(t *testing.T) {
+	ok := step{outcome: OutcomeSuccess, ops: "forget(k)"}
+	tests := []struct {
+		name  string
+		steps []step
+		log   string // must appear in the log
+	}{
+		{name: "success forgets", steps: []step{ok}},
+		{name: "error retries with backoff, success forgets", steps: []step{
+			{err: errBoom, outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			ok,
+		}, log: "reconcile failed; retrying with backoff"},
+		{name: "backoff doubles per failure", steps: []step{
+			{err: errBoom, outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			{err: errBoom, outcome: OutcomeError, ops: "when(k)=2s", requeues: 2, delay: 2 * time.Second},
+			{err: errBoom, outcome: OutcomeError, ops: "when(k)=4s", requeues: 3, delay: 4 * time.Second},
+			ok,
+		}},
+		{name: "error ignores RequeueAfter", steps: []step{
+			{res: Result{RequeueAfter: time.Hour}, err: errBoom, outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			ok,
+		}, log: "the Result is ignored"},
+		{name: "error ignores Requeue", steps: []step{
+			{res: Result{Requeue: true}, err: errBoom, outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			ok,
+		}, log: "the Result is ignored"},
+		{name: "Requeue backs off like an error", steps: []step{
+			{res: Result{Requeue: true}, outcome: OutcomeRequeue, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			{res: Result{Requeue: true}, outcome: OutcomeRequeue, ops: "when(k)=2s", requeues: 2, delay: 2 * time.Second},
+			ok,
+		}},
+		{name: "RequeueAfter forgets, then waits exactly", steps: []step{
+			{err: errBoom, outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			{res: Result{RequeueAfter: 30 * time.Second}, outcome: OutcomeRequeueAfter, ops: "forget(k)", delay: 30 * time.Second},
+			{res: Result{RequeueAfter: 90 * time.Second}, outcome: OutcomeRequeueAfter, ops: "forget(k)", delay: 90 * time.Second},
+			ok,
+		}},
+		{name: "RequeueAfter wins over Requeue", steps: []step{
+			{res: Result{Requeue: true, RequeueAfter: 10 * time.Second}, outcome: OutcomeRequeueAfter, ops: "forget(k)", delay: 10 * time.Second},
+			ok,
+		}},
+		{name: "negative RequeueAfter is no RequeueAfter", steps: []step{
+			{res: Result{RequeueAfter: -time.Second}, outcome: OutcomeSuccess, ops: "forget(k)"},
+		}},
+		{name: "terminal error forgets and does not retry", steps: []step{
+			{err: errBoom, outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			{err: TerminalError(errBoom), outcome: OutcomeTerminal, ops: "forget(k)"},
+		}, log: "terminal error: boom"},
+		{name: "wrapped terminal error with a Result", steps: []step{
+			{res: Result{RequeueAfter: time.Second}, err: fmt.Errorf("giving up: %w", TerminalError(errBoom)), outcome: OutcomeTerminal, ops: "forget(k)"},
+		}, log: "the Result is ignored"},
+		{name: "panic retries with backoff", steps: []step{
+			{panic: "kaboom", outcome: OutcomeError, ops: "when(k)=1s", requeues: 1, delay: time.Second},
+			ok,
+		}, log: "kaboom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Unix(0, 0))
+			lim := newRecordingLimiter()
+			met := newTestMetrics()
+			var logs logBuffer
+			calls := newCalls()
+			n := 0 // calls so far; one worker, so no lock
+			c, err := New(ReconcilerFunc[string](func(ctx context.Context, key string) (Result, error) {
+				calls.add(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
+				i := n
+				n++
+				if i >= len(tt.steps) {
+					return Result{}, fmt.Errorf("call %d is not in the script", i)
+				}
+				if p := tt.steps[i].panic; p != nil {
+					panic(p)
+				}
+				return tt.steps[i].res, tt.steps[i].err
+			}), Options[string]{Clock: clk, RateLimiter: lim, Metrics: met, Logger: logs.logger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, c)
+			c.Queue().Add("k")
+
+			var at time.Duration // fake time of the current call
+			for i, s := range tt.steps {
+				if got, want := recv(t, calls.ch, fmt.Sprintf("call %d", i)), fmt.Sprintf("k@%v", at); got != want {
+					t.Fatalf("call %d: got %s, want %s", i, got, want)
+				}
+				if o := recv(t, met.outcomes, "outcome"); o != s.outcome {
+					t.Fatalf("call %d: outcome %v, want %v", i, o, s.outcome)
+				}
+				if ops := fmt.Sprint(lim.take()); ops != "["+s.ops+"]" {
+					t.Errorf("call %d: rate limiter calls %s, want [%s]", i, ops, s.ops)
+				}
+				if r := c.Queue().NumRequeues("k"); r != s.requeues {
+					t.Errorf("call %d: NumRequeues = %d, want %d", i, r, s.requeues)
+				}
+				if s.delay == 0 {
+					// Done: nothing queued, nothing waiting for a delay.
+					if i != len(tt.steps)-1 {
+						t.Fatalf("bad script: step %d has no delay but is not the last", i)
+					}
+					eventually(t, "the worker to call Done", func() bool { return c.Queue().Len() == 0 })
+					if w := clk.Waiters(); w != 0 {
+						t.Errorf("call %d: %d timers armed, want none", i, w)
+					}
+					break
+				}
+				// The key is back after exactly s.delay, not a nanosecond earlier.
+				if w := clk.Waiters(); w != 1 {
+					t.Fatalf("call %d: %d timers armed, want the queue's", i, w)
+				}
+				clk.Step(s.delay - 1)
+				calls.none(t) // the timer cannot have fired
+				clk.Step(1)
+				at += s.delay
+			}
+			calls.none(t)
+			if tt.log != "" && !strings.Contains(logs.String(), tt.log) {
+				t.Errorf("log does not contain %q:\n%s", tt.log, logs.String())
+			}
+		})
+	}
+}
+
+// TestResultCallOrder reconciles four keys with one worker and checks the order of the
+// calls as the fake clock moves: retries and RequeueAfter come back by ready time, and
+// keys ready at the same instant in the order they were put back.
+func TestResultCallOrder(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	calls := newCalls()
+	met := newTestMetrics()
+	script := map[string][]Result{
+		"a": {{RequeueAfter: 3 * time.Second}, {}},
+		"b": {{Requeue: true}, {}},
+		"c": {{Requeue: true}, {Requeue: true}, {}},
+		"d": {{}},
+	}
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		r := script[key][0]
+		script[key] = script[key][1:]
+		return r, nil
+	}), Options[string]{Clock: clk, RateLimiter: newRecordingLimiter(), Metrics: met, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c", "d"} {
+		c.Queue().Add(k)
+	}
+	start(t, c)
+
+	wait := func(when string, n int, want string) {
+		t.Helper()
+		if got := joined(calls.wait(t, n)); got != want {
+			t.Fatalf("%s: reconciled %s, want %s", when, got, want)
+		}
+		for range n {
+			recv(t, met.outcomes, "outcome")
+		}
+		calls.none(t)
+	}
+	wait("t=0", 4, "a b c d")
+	clk.Step(time.Second) // b and c backed off 1 s; c fails again, 2 s
+	wait("t=1s", 2, "b c")
+	clk.Step(2 * time.Second) // a's RequeueAfter (queued first) and c's second retry
+	wait("t=3s", 2, "a c")
+	if w := clk.Waiters(); w != 0 {
+		t.Errorf("%d timers armed after the script, want none", w)
+	}
+}

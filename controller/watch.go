@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"fmt"
+
+	"github.com/informer-go/informer"
+)
+
+// Informer is what a controller needs of an informer: *informer.Informer[K, V] implements
+// it for any key type K, which need not be the controller's.
+type Informer[V any] interface {
+	// Name identifies the informer in errors and logs.
+	Name() string
+	// AddHandler registers a handler; see informer.Informer.AddHandler.
+	AddHandler(h informer.Handler[V], opts informer.HandlerOptions) (*informer.Registration, error)
+	// RemoveHandler unregisters a handler and waits for its goroutine.
+	RemoveHandler(reg *informer.Registration) bool
+	// HasSynced reports whether the initial list is in the cache.
+	HasSynced() bool
+	// Synced returns a channel closed once HasSynced is true.
+	Synced() <-chan struct{}
+}
+
+// Predicate filters an informer's notifications before they become keys: a notification
+// is turned into keys only if every predicate of its watch returns true for it.
+// Predicates are called from the informer's handler goroutine, one call at a time per
+// watch, and must not block.
+type Predicate[V any] interface {
+	// Add filters OnAdd, including the adds of the initial list.
+	Add(obj V) bool
+	// Update filters OnUpdate, including resyncs (old and new are then the same object).
+	Update(old, new V) bool
+	// Delete filters OnDelete.
+	Delete(obj V) bool
+}
+
+// PredicateFuncs adapts functions into a Predicate. A nil function lets every
+// notification of its kind through.
+type PredicateFuncs[V any] struct {
+	AddFunc    func(obj V) bool
+	UpdateFunc func(old, new V) bool
+	DeleteFunc func(obj V) bool
+}
+
+// Add returns AddFunc(obj), or true if AddFunc is nil.
+func (p PredicateFuncs[V]) Add(obj V) bool { return p.AddFunc == nil || p.AddFunc(obj) }
+
+// Update returns UpdateFunc(old, new), or true if UpdateFunc is nil.
+func (p PredicateFuncs[V]) Update(old, new V) bool {
+	return p.UpdateFunc == nil || p.UpdateFunc(old, new)
+}
+
+// Delete returns DeleteFunc(obj), or true if DeleteFunc is nil.
+func (p PredicateFuncs[V]) Delete(obj V) bool { return p.DeleteFunc == nil || p.DeleteFunc(obj) }
+
+// For makes c reconcile every object of inf under its own key: each add, update (resyncs
+// included) and delete that passes preds queues key(obj). A key function that fails drops
+// that notification, with an error logged. It is what controller-runtime's builder For and
+// EnqueueRequestForObject do.
+//
+// For must be called before Start; it fails with ErrAlreadyStarted or ErrShutDown after.
+// The handler is registered on inf when Start runs, so inf may be started before or after c.
+func For[K comparable, V any](c *Controller[K], inf Informer[V], key informer.KeyFunc[K, V], preds ...Predicate[V]) error {
+	if key == nil {
+		return fmt.Errorf("controller %s: For: nil key function", c.name)
+	}
+	return addWatch(c, inf, &handler[K, V]{c: c, key: key, preds: preds})
+}
+
+// Watch makes c reconcile the keys that keys maps an object of inf to — an owner, the
+// objects that refer to it, or nothing — for each add, update (resyncs included) and delete
+// that passes preds. For an update it queues the keys of both the old and the new object, so
+// that an object that changes owner is reconciled by both. It is what controller-runtime's
+// Watches with EnqueueRequestsFromMapFunc does.
+//
+// Watch must be called before Start; it fails with ErrAlreadyStarted or ErrShutDown after.
+// The handler is registered on inf when Start runs, so inf may be started before or after c.
+func Watch[K comparable, V any](c *Controller[K], inf Informer[V], keys func(obj V) []K, preds ...Predicate[V]) error {
+	if keys == nil {
+		return fmt.Errorf("controller %s: Watch: nil mapping function", c.name)
+	}
+	return addWatch(c, inf, &handler[K, V]{c: c, keys: keys, preds: preds})
+}
+
+func addWatch[K comparable, V any](c *Controller[K], inf Informer[V], h *handler[K, V]) error {
+	if inf == nil {
+		return fmt.Errorf("controller %s: nil informer", c.name)
+	}
+	h.inf = inf.Name()
+	w := &watch{
+		name: inf.Name(),
+		add: func(name string) (*informer.Registration, error) {
+			return inf.AddHandler(h, informer.HandlerOptions{Name: name})
+		},
+		remove:    func(reg *informer.Registration) { inf.RemoveHandler(reg) },
+		hasSynced: inf.HasSynced,
+		synced:    inf.Synced,
+	}
+	return c.addWatch(w)
+}
+
+// watch is one informer watched by a controller, with its handler's registration once
+// Start has made it.
+type watch struct {
+	name      string
+	add       func(handlerName string) (*informer.Registration, error)
+	remove    func(*informer.Registration)
+	hasSynced func() bool
+	synced    func() <-chan struct{}
+	reg       *informer.Registration
+}
+
+// handler turns one informer's notifications into keys on the controller's queue.
+type handler[K comparable, V any] struct {
+	c     *Controller[K]
+	inf   string
+	key   informer.KeyFunc[K, V] // For
+	keys  func(V) []K            // Watch
+	preds []Predicate[V]
+}
+
+func (h *handler[K, V]) OnAdd(obj V, _ bool) {
+	for _, p := range h.preds {
+		if !p.Add(obj) {
+			return
+		}
+	}
+	h.enqueue(obj)
+}
+
+func (h *handler[K, V]) OnUpdate(old, new V) {
+	for _, p := range h.preds {
+		if !p.Update(old, new) {
+			return
+		}
+	}
+	if h.keys != nil {
+		h.enqueue(old) // the old owner too; the queue merges duplicates
+	}
+	h.enqueue(new)
+}
+
+func (h *handler[K, V]) OnDelete(obj V, _ bool) {
+	for _, p := range h.preds {
+		if !p.Delete(obj) {
+			return
+		}
+	}
+	h.enqueue(obj)
+}
+
+func (h *handler[K, V]) enqueue(obj V) {
+	if h.keys != nil {
+		for _, k := range h.keys(obj) {
+			h.c.queue.Add(k)
+		}
+		return
+	}
+	k, err := h.key(obj)
+	if err != nil {
+		h.c.log.Error("key function failed; notification dropped", "informer", h.inf, "err", err)
+		return
+	}
+	h.c.queue.Add(k)
+}
