@@ -89,6 +89,10 @@ type Informer[K comparable, V any] struct {
 	// resync check period (SI-7), guarded by proc.mu
 	resyncCheck time.Duration
 
+	// apply's buffers, used under the store's lock
+	offsets []int
+	slots   []notification[K, V]
+
 	// read-your-writes: the newest watermark applied, and a channel closed when it moves
 	wmMu     sync.Mutex
 	wm       watermark
@@ -356,41 +360,45 @@ func (inf *Informer[K, V]) processLoop() {
 }
 
 // apply writes a batch to the cache and returns the notifications it makes (SI-3, C-7).
+// Keys are independent of each other, so a large batch writes them in a scattered order
+// while the notifications keep the queue's order: a list arrives sorted by key, and sorted
+// inserts leave B-tree nodes half full, scattered ones fuller.
 func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []notification[K, V]) []notification[K, V] {
 	s := inf.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range batch {
-		p := &batch[i]
-		for j := range p.list.deltas {
-			d := &p.list.deltas[j]
-			if d.typ == DeltaDeleted {
-				old, existed := s.deleteLocked(p.key)
-				if !existed {
-					continue // never seen, or its delete was already delivered
+	if len(batch) < scatterAbove {
+		for i := range batch {
+			p := &batch[i]
+			for j := range p.list.deltas {
+				if n := inf.applyDelta(p, &p.list.deltas[j]); n.kind != 0 {
+					notes = append(notes, n)
 				}
-				obj := d.object
-				if d.finalStateUnknown {
-					obj = old
-				}
-				notes = append(notes, notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown})
-				continue
 			}
-			old, existed, err := s.upsertLocked(p.key, d.object)
-			if err != nil {
-				inf.report(err)
-				continue
-			}
-			if !existed {
-				notes = append(notes, notification[K, V]{kind: notifyAdd, key: p.key, new: d.object, initial: p.initial})
-				continue
-			}
-			sync := d.typ == DeltaSync
-			if d.typ == DeltaReplaced && inf.opts.Revision != nil {
-				sync = inf.opts.Revision(old) == inf.opts.Revision(d.object)
-			}
-			notes = append(notes, notification[K, V]{kind: notifyUpdate, key: p.key, old: old, new: d.object, sync: sync})
 		}
+	} else {
+		offsets := inf.offsets[:0]
+		total := 0
+		for i := range batch {
+			offsets = append(offsets, total)
+			total += len(batch[i].list.deltas)
+		}
+		slots := inf.slots[:0]
+		slots = append(slots, make([]notification[K, V], total)...)
+		stride := coprimeStride(len(batch))
+		for k, i := 0, 0; k < len(batch); k, i = k+1, (i+stride)%len(batch) {
+			p := &batch[i]
+			for j := range p.list.deltas {
+				slots[offsets[i]+j] = inf.applyDelta(p, &p.list.deltas[j])
+			}
+		}
+		for i := range slots {
+			if slots[i].kind != 0 {
+				notes = append(notes, slots[i])
+			}
+		}
+		clear(slots)
+		inf.offsets, inf.slots = offsets[:0], slots[:0]
 	}
 	rev := ""
 	if wm.inclusive {
@@ -399,6 +407,48 @@ func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []not
 	s.publishLocked(rev)
 	inf.stats.Objects.Store(int64(s.items.Len()))
 	return notes
+}
+
+// scatterAbove is the batch size from which apply scatters its writes.
+const scatterAbove = 64
+
+// coprimeStride returns a step that visits every index of [0, n) once when repeated.
+func coprimeStride(n int) int {
+	for _, p := range [...]int{7919, 7927, 7933, 7937, 7949} {
+		if n%p != 0 {
+			return p % n
+		}
+	}
+	return 1
+}
+
+// applyDelta applies one delta to the store and returns its notification (kind 0: none).
+func (inf *Informer[K, V]) applyDelta(p *popped[K, V], d *delta[V]) notification[K, V] {
+	s := inf.store
+	if d.typ == DeltaDeleted {
+		old, existed := s.deleteLocked(p.key)
+		if !existed {
+			return notification[K, V]{} // never seen, or its delete was already delivered
+		}
+		obj := d.object
+		if d.finalStateUnknown {
+			obj = old
+		}
+		return notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
+	}
+	old, existed, err := s.upsertLocked(p.key, d.object)
+	if err != nil {
+		inf.report(err)
+		return notification[K, V]{}
+	}
+	if !existed {
+		return notification[K, V]{kind: notifyAdd, key: p.key, new: d.object, initial: p.initial}
+	}
+	sync := d.typ == DeltaSync
+	if d.typ == DeltaReplaced && inf.opts.Revision != nil {
+		sync = inf.opts.Revision(old) == inf.opts.Revision(d.object)
+	}
+	return notification[K, V]{kind: notifyUpdate, key: p.key, old: old, new: d.object, sync: sync}
 }
 
 // advance records the watermark a batch reached and wakes WaitForRevision callers.

@@ -88,6 +88,9 @@ type HandlerOptions struct {
 	Name string
 }
 
+// idleBufferCap is the largest queue buffer an idle handler keeps.
+const idleBufferCap = 256
+
 // minimumResyncPeriod is the floor on a handler's resync period (SI-7).
 const minimumResyncPeriod = time.Second
 
@@ -330,6 +333,12 @@ func (l *listener[K, V]) run() {
 	for {
 		l.mu.Lock()
 		for len(l.pending) == 0 && len(l.order) == 0 && !l.stopped {
+			if cap(l.spare) > idleBufferCap {
+				l.spare = nil // idle: do not hold a burst's buffer
+			}
+			if cap(l.pending) > idleBufferCap {
+				l.pending = nil
+			}
 			l.mu.Unlock()
 			<-l.wake
 			l.mu.Lock()
