@@ -25,22 +25,25 @@ func (q *Queue[T]) AddAfter(item T, d time.Duration) {
 		q.Add(item)
 		return
 	}
+	if q.closed.Load() {
+		return
+	}
 	h := hashOf(item)
-	q.mu.Lock()
-	q.init()
-	if !q.shuttingDown {
+	q.dmu.Lock()
+	if !q.delay.stopped {
 		q.addAfterLocked(item, h, d)
 	}
-	q.mu.Unlock()
+	q.dmu.Unlock()
 }
 
 // delayed holds the items waiting for AddAfter: a binary min-heap ordered by ready time,
 // and for each item its one live heap entry. An item whose ready time moves earlier gets a
 // new entry; the old one goes stale, is skipped when it reaches the top and is swept by
 // compact when stale entries outnumber live ones. Times are offsets from epoch, on the
-// queue's clock, so that comparisons are integer comparisons.
+// queue's clock, so that comparisons are integer comparisons. It is guarded by Queue.dmu.
 type delayed[T comparable] struct {
-	epoch   time.Time
+	epoch   time.Time // zero until the first AddAfter that waits
+	stopped bool      // the queue is shutting down: nothing more waits
 	heap    []waitEntry[T]
 	waiting table[T, waitRef] // the live entry of each waiting item
 	seq     uint64            // sequence number of the last entry; breaks ties FIFO
@@ -68,14 +71,17 @@ type waitRef struct {
 // compactMin is the number of stale heap entries below which compact is not worth it.
 const compactMin = 64
 
-// now returns the current time as an offset from the delay epoch. Called with q.mu held.
+// now returns the current time as an offset from the delay epoch. Called with q.dmu held.
 func (q *Queue[T]) now() time.Duration {
 	return q.clock().Since(q.delay.epoch)
 }
 
-// addAfterLocked makes item, whose hash is h, wait for d > 0. Called with q.mu held.
+// addAfterLocked makes item, whose hash is h, wait for d > 0. Called with q.dmu held.
 func (q *Queue[T]) addAfterLocked(item T, h uint64, d time.Duration) {
 	w := &q.delay
+	if w.epoch.IsZero() {
+		w.epoch = q.clock().Now()
+	}
 	now := q.now()
 	at := now + d
 	if at < now { // overflow: wait forever, in practice
@@ -113,27 +119,42 @@ func (q *Queue[T]) addAfterLocked(item T, h uint64, d time.Duration) {
 }
 
 // waitLoop is the delay goroutine: it sleeps until the earliest ready time, then adds every
-// item that is due. It exits when quit is closed.
+// item that is due, in ready-time order and under one acquisition of the queue lock. It
+// exits when quit is closed.
 func (q *Queue[T]) waitLoop(timer clock.Timer, quit <-chan struct{}) {
 	defer q.wg.Done()
+	var due []waitEntry[T] // reused from round to round
 	for {
 		select {
 		case <-quit:
 			return
 		case <-timer.C():
 		}
+		q.dmu.Lock()
+		if !q.delay.stopped {
+			due = q.takeDueLocked(due[:0])
+		}
+		q.dmu.Unlock()
+		if len(due) == 0 {
+			continue
+		}
 		q.mu.Lock()
 		if !q.shuttingDown {
-			q.releaseDueLocked()
+			for _, e := range due {
+				q.addLocked(e.item, e.hash)
+			}
 		}
 		q.mu.Unlock()
+		clear(due)
 	}
 }
 
-// releaseDueLocked adds every waiting item whose ready time has come and re-arms the timer
-// for the next one. A tick for a deadline that has since changed is harmless: nothing is
-// due and the timer is re-armed for the earliest ready time.
-func (q *Queue[T]) releaseDueLocked() {
+// takeDueLocked removes every waiting item whose ready time has come, appending it to due,
+// and re-arms the timer for the next one before the caller adds any of them, so that a
+// test that has seen the first of them come out of Get can step a fake clock at once. A
+// tick for a deadline that has since changed is harmless: nothing is due and the timer is
+// re-armed for the earliest ready time. Called with q.dmu held.
+func (q *Queue[T]) takeDueLocked(due []waitEntry[T]) []waitEntry[T] {
 	w := &q.delay
 	w.armed = false
 	now := q.now()
@@ -150,12 +171,25 @@ func (q *Queue[T]) releaseDueLocked() {
 			continue
 		}
 		w.waiting.remove(i)
-		q.addLocked(e.item, e.hash)
+		due = append(due, e)
 	}
 	if len(w.heap) > 0 {
 		w.armed, w.armedAt = true, w.heap[0].at
 		w.timer.Reset(w.armedAt - now)
 	}
+	return due
+}
+
+// stopDelays drops the waiting items and stops the delay goroutine, if any, waiting for it
+// to exit.
+func (q *Queue[T]) stopDelays() {
+	q.dmu.Lock()
+	if !q.delay.stopped {
+		q.delay.stopped = true
+		q.delay.stop()
+	}
+	q.dmu.Unlock()
+	q.wg.Wait()
 }
 
 // stop ends the delay goroutine, if any, and drops every waiting item.

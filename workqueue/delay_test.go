@@ -169,16 +169,16 @@ func TestAddAfterCompactsStaleEntries(t *testing.T) {
 	for i := range moves {
 		q.AddAfter("a", time.Duration(moves-i)*time.Second)
 	}
-	q.mu.Lock()
+	q.dmu.Lock()
 	size := len(q.delay.heap)
-	q.mu.Unlock()
+	q.dmu.Unlock()
 	if size > 2*compactMin+1 {
 		t.Fatalf("heap holds %d entries for one waiting item", size)
 	}
 	clk.Step(time.Second)
 	run(t, q, []string{"<a", "-a", "#0"})
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.dmu.Lock()
+	defer q.dmu.Unlock()
 	if n := q.delay.waiting.n; n != 0 {
 		t.Fatalf("%d items still waiting", n)
 	}

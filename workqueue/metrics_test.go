@@ -22,18 +22,25 @@ type recorder struct {
 	longest    func() float64
 }
 
+// The hooks may be called concurrently, so each takes the recorder's lock.
 type recGauge struct{ r *recorder }
 
-func (g recGauge) Inc() { g.r.depth++ }
-func (g recGauge) Dec() { g.r.depth-- }
+func (g recGauge) Inc() { g.r.mu.Lock(); g.r.depth++; g.r.mu.Unlock() }
+func (g recGauge) Dec() { g.r.mu.Lock(); g.r.depth--; g.r.mu.Unlock() }
 
-type recCounter struct{ n *int }
+type recCounter struct {
+	r *recorder
+	n *int
+}
 
-func (c recCounter) Inc() { *c.n++ }
+func (c recCounter) Inc() { c.r.mu.Lock(); *c.n++; c.r.mu.Unlock() }
 
-type recHistogram struct{ s *[]float64 }
+type recHistogram struct {
+	r *recorder
+	s *[]float64
+}
 
-func (h recHistogram) Observe(v float64) { *h.s = append(*h.s, v) }
+func (h recHistogram) Observe(v float64) { h.r.mu.Lock(); *h.s = append(*h.s, v); h.r.mu.Unlock() }
 
 func (r *recorder) named(name string) {
 	r.mu.Lock()
@@ -44,19 +51,19 @@ func (r *recorder) named(name string) {
 func (r *recorder) NewDepthMetric(name string) Gauge { r.named(name); return recGauge{r} }
 func (r *recorder) NewAddsMetric(name string) Counter {
 	r.named(name)
-	return recCounter{&r.adds}
+	return recCounter{r, &r.adds}
 }
 func (r *recorder) NewLatencyMetric(name string) Histogram {
 	r.named(name)
-	return recHistogram{&r.latency}
+	return recHistogram{r, &r.latency}
 }
 func (r *recorder) NewWorkDurationMetric(name string) Histogram {
 	r.named(name)
-	return recHistogram{&r.work}
+	return recHistogram{r, &r.work}
 }
 func (r *recorder) NewRetriesMetric(name string) Counter {
 	r.named(name)
-	return recCounter{&r.retries}
+	return recCounter{r, &r.retries}
 }
 func (r *recorder) NewUnfinishedWorkSecondsFunc(name string, f func() float64) {
 	r.named(name)
@@ -68,7 +75,7 @@ func (r *recorder) NewLongestRunningProcessorSecondsFunc(name string, f func() f
 }
 
 // TestMetrics drives a known sequence on a fake clock and checks every metric after each
-// step. Values are read under the queue's lock, as the hooks are written under it.
+// step.
 func TestMetrics(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	rec := &recorder{}
@@ -85,12 +92,12 @@ func TestMetrics(t *testing.T) {
 	}
 	check := func(step string, w want) {
 		t.Helper()
-		q.mu.Lock()
+		rec.mu.Lock()
 		got := want{rec.depth, rec.adds, rec.retries, slices.Clone(rec.latency), slices.Clone(rec.work), 0, 0}
-		if got.depth != q.fifo.len() {
-			t.Errorf("%s: depth %d != Len %d", step, got.depth, q.fifo.len())
+		rec.mu.Unlock()
+		if n := q.Len(); got.depth != n {
+			t.Errorf("%s: depth %d != Len %d", step, got.depth, n)
 		}
-		q.mu.Unlock()
 		got.unfinished, got.longest = rec.unfinished(), rec.longest()
 		if got.depth != w.depth || got.adds != w.adds || got.retries != w.retries ||
 			!slices.Equal(got.latency, w.latency) || !slices.Equal(got.work, w.work) ||

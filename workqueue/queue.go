@@ -53,7 +53,10 @@ type Queue[T comparable] struct {
 	closed       atomic.Bool   // mirrors shuttingDown for the lock-free ShuttingDown
 	drained      chan struct{} // closed once shut down, empty and idle; nil until needed
 
-	delay delayed[T]     // items waiting for AddAfter
+	// The items waiting for AddAfter have a lock of their own, so that delaying an item
+	// never waits for a worker. dmu is never held while taking mu, or the reverse.
+	dmu   sync.Mutex
+	delay delayed[T]     // guarded by dmu
 	wg    sync.WaitGroup // the delay goroutine
 
 	limiterOnce sync.Once
@@ -92,11 +95,9 @@ func New[T comparable](cfg Config[T]) *Queue[T] {
 
 // init prepares a zero Queue for use. It is called with q.mu held (or before q is shared).
 func (q *Queue[T]) init() {
-	if q.cond.L != nil {
-		return
+	if q.cond.L == nil {
+		q.cond.L = &q.mu
 	}
-	q.cond.L = &q.mu
-	q.delay.epoch = q.clock().Now()
 }
 
 // hashSeed seeds the hashes of every Queue's items. Hashes never leave the process.
@@ -122,6 +123,9 @@ func (q *Queue[T]) clock() clock.Clock {
 //
 // Add never blocks on workers: the queue is unbounded.
 func (q *Queue[T]) Add(item T) {
+	if q.closed.Load() {
+		return
+	}
 	h := hashOf(item)
 	q.mu.Lock()
 	q.init()
@@ -232,7 +236,7 @@ func (q *Queue[T]) ShutDown() {
 	q.init()
 	q.shutDownLocked()
 	q.mu.Unlock()
-	q.wg.Wait()
+	q.stopDelays()
 }
 
 func (q *Queue[T]) shutDownLocked() {
@@ -242,7 +246,6 @@ func (q *Queue[T]) shutDownLocked() {
 	q.shuttingDown = true
 	q.closed.Store(true)
 	q.cond.Broadcast()
-	q.delay.stop()
 }
 
 // ShutDownWithDrain shuts the queue down as ShutDown does, then waits until every item
@@ -264,7 +267,7 @@ func (q *Queue[T]) ShutDownWithDrain(ctx context.Context) error {
 		drained = q.drained
 	}
 	q.mu.Unlock()
-	q.wg.Wait()
+	q.stopDelays()
 	if drained == nil {
 		return nil
 	}

@@ -14,24 +14,23 @@ import (
 // failure for the limiter (its When is called) and as a retry for the metrics. It is
 // ignored, and the limiter is not consulted, once the queue is shutting down.
 func (q *Queue[T]) AddRateLimited(item T) {
-	if q.ShuttingDown() {
+	if q.closed.Load() {
 		return
 	}
 	d := q.rateLimiter().When(item)
-	h := hashOf(item)
-	q.mu.Lock()
-	q.init()
-	if !q.shuttingDown {
-		if q.metrics != nil {
-			q.metrics.retries.Inc()
-		}
-		if d <= 0 {
-			q.addLocked(item, h)
-		} else {
-			q.addAfterLocked(item, h, d)
-		}
+	if q.metrics != nil {
+		q.metrics.retries.Inc()
 	}
-	q.mu.Unlock()
+	if d <= 0 {
+		q.Add(item)
+		return
+	}
+	h := hashOf(item)
+	q.dmu.Lock()
+	if !q.delay.stopped {
+		q.addAfterLocked(item, h, d)
+	}
+	q.dmu.Unlock()
 }
 
 // Forget tells the RateLimiter to drop item's failure history, so that its next
