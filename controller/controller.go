@@ -395,6 +395,8 @@ type CacheSyncError struct {
 	reasons []string
 }
 
+// Error says which informers did not sync, and whether the informer itself or only the
+// controller's handler on it was behind.
 func (e *CacheSyncError) Error() string {
 	why := strings.Join(e.reasons, "; ")
 	if why == "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/workqueue"
 )
 
 // TestRequeueAfterPeriodic shows the per-object periodic reconcile: a key whose reconcile
@@ -293,6 +294,48 @@ func TestTerminalError(t *testing.T) {
 	calls.wait(t, 1)
 	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
 		t.Fatalf("outcome %v, want success", o)
+	}
+	var totals []int64
+	for o := range met.total {
+		totals = append(totals, met.total[o].n.Load())
+	}
+	if fmt.Sprint(totals) != "[1 1 0 0 1]" { // success, error, requeue, requeue_after, terminal
+		t.Errorf("reconcile totals %v, want [1 1 0 0 1]", totals)
+	}
+	if n := met.observed.Load(); n != 3 {
+		t.Errorf("%d reconcile times observed, want 3", n)
+	}
+	if a, p := met.active.n.Load(), met.active.peak.Load(); a != 0 || p != 1 {
+		t.Errorf("active workers %d (peak %d), want 0 (peak 1)", a, p)
+	}
+}
+
+// leftOut is a MetricsProvider that leaves every metric out.
+type leftOut struct{}
+
+func (leftOut) NewReconcileTotalMetric(string, Outcome) workqueue.Counter { return nil }
+func (leftOut) NewReconcileErrorsMetric(string) workqueue.Counter         { return nil }
+func (leftOut) NewTerminalReconcileErrorsMetric(string) workqueue.Counter { return nil }
+func (leftOut) NewReconcilePanicsMetric(string) workqueue.Counter         { return nil }
+func (leftOut) NewReconcileTimeMetric(string) workqueue.Histogram         { return nil }
+func (leftOut) NewActiveWorkersMetric(string) workqueue.Gauge             { return nil }
+func (leftOut) NewMaxConcurrentReconcilesFunc(string, func() float64)     {}
+
+// TestMetricsLeftOut: a provider may return nil for any metric.
+func TestMetricsLeftOut(t *testing.T) {
+	c, _ := New(ReconcilerFunc[string](func(context.Context, string) (Result, error) { panic("boom") }),
+		Options[string]{Metrics: leftOut{}, Logger: discard()})
+	c.reconcile(context.Background(), "k")
+	c.Queue().ShutDown()
+}
+
+func TestOutcomeString(t *testing.T) {
+	var got []string
+	for o := range Outcome(numOutcomes + 1) {
+		got = append(got, o.String())
+	}
+	if want := "success error requeue requeue_after terminal unknown"; joined(got) != want {
+		t.Fatalf("%s, want %s", joined(got), want)
 	}
 }
 

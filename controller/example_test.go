@@ -123,7 +123,7 @@ func ExampleWatch() {
 
 	<-reconciled // release (two jobs, one reconcile) and nightly
 	<-reconciled
-	src.Put(&Job{Name: "lint", Pipeline: "release"}) // moves: the old pipeline, then the new
+	src.Put(&Job{Name: "build", Pipeline: "hotfix"}) // moves: the old pipeline, then the new
 	<-reconciled
 	<-reconciled
 
@@ -133,6 +133,6 @@ func ExampleWatch() {
 	// Output:
 	// pipeline release: 2 jobs
 	// pipeline nightly: 1 jobs
-	// pipeline nightly: 0 jobs
-	// pipeline release: 3 jobs
+	// pipeline release: 1 jobs
+	// pipeline hotfix: 1 jobs
 }
