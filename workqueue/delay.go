@@ -42,7 +42,7 @@ func (q *Queue[T]) AddAfter(item T, d time.Duration) {
 // compact when stale entries outnumber live ones. Times are offsets from epoch, on the
 // queue's clock, so that comparisons are integer comparisons. It is guarded by Queue.dmu.
 type delayed[T comparable] struct {
-	epoch   time.Time // zero until the first AddAfter that waits
+	epoch   time.Time // set by the first AddAfter that waits, with timer
 	stopped bool      // the queue is shutting down: nothing more waits
 	heap    []waitEntry[T]
 	waiting table[T, waitRef] // the live entry of each waiting item
@@ -79,7 +79,7 @@ func (q *Queue[T]) now() time.Duration {
 // addAfterLocked makes item, whose hash is h, wait for d > 0. Called with q.dmu held.
 func (q *Queue[T]) addAfterLocked(item T, h uint64, d time.Duration) {
 	w := &q.delay
-	if w.epoch.IsZero() {
+	if w.timer == nil { // the first item to wait; the timer is created below
 		w.epoch = q.clock().Now()
 	}
 	now := q.now()

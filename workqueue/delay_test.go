@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +237,80 @@ func TestDelayHeapOrder(t *testing.T) {
 		return int(a.seq) - int(b.seq)
 	}) {
 		t.Fatal("entries not released in (ready time, call order)")
+	}
+}
+
+// TestDelayHeapShrinks checks that the heap gives memory back after a burst, once it has
+// been used lightly for a while.
+func TestDelayHeapShrinks(t *testing.T) {
+	var w delayed[int]
+	for i := range 10000 {
+		w.push(waitEntry[int]{at: time.Duration(i), seq: uint64(i), item: i})
+	}
+	for len(w.heap) > 0 {
+		w.pop()
+	}
+	peak := cap(w.heap)
+	for i := range 4 * peak {
+		w.push(waitEntry[int]{at: time.Duration(i), seq: uint64(i), item: i})
+		w.pop()
+	}
+	if c := cap(w.heap); c > ringMinSize {
+		t.Fatalf("heap capacity %d after light use, want at most %d (peak was %d)", c, ringMinSize, peak)
+	}
+}
+
+// TestAddAfterConcurrent delays items from many goroutines on the real clock while workers
+// drain the queue, under -race: every item comes out exactly once, and ShutDown leaves no
+// goroutine behind (TestMain checks).
+func TestAddAfterConcurrent(t *testing.T) {
+	const (
+		producers = 8
+		each      = 500
+		workers   = 4
+	)
+	q := New(Config[int]{})
+	var (
+		seen    [producers * each]atomic.Int32
+		count   atomic.Int32
+		all     = make(chan struct{})
+		workerW sync.WaitGroup
+	)
+	for range workers {
+		workerW.Go(func() {
+			for {
+				item, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				seen[item].Add(1)
+				q.Done(item)
+				if count.Add(1) == producers*each {
+					close(all)
+				}
+			}
+		})
+	}
+	var producerW sync.WaitGroup
+	for p := range producers {
+		producerW.Go(func() {
+			for i := range each {
+				item := p*each + i
+				q.AddAfter(item, time.Duration(item%7)*100*time.Microsecond) // 0 to 600µs
+			}
+		})
+	}
+	producerW.Wait()
+	select {
+	case <-all:
+	case <-time.After(hangGuard):
+		t.Fatalf("%d of %d delayed items came out", count.Load(), producers*each)
+	}
+	q.ShutDown()
+	workerW.Wait()
+	for item := range seen {
+		if n := seen[item].Load(); n != 1 {
+			t.Fatalf("item %d came out %d times", item, n)
+		}
 	}
 }

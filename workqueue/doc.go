@@ -25,11 +25,19 @@
 //
 // # Costs
 //
-// Add, Get and Done take one mutex and touch one map entry; the FIFO is a ring buffer that
-// grows by doubling, so a queue in steady state allocates nothing per item. Delayed items
-// sit in a binary min-heap ordered by ready time, served by a single goroutine per queue,
-// started by the first AddAfter that has to wait and stopped by ShutDown. A queue that never
-// delays an item runs no goroutine at all.
+// Add, Get and Done each take the queue's mutex once. Items are hashed (hash/maphash)
+// before the mutex is taken, and the hash travels with the item, so a critical section is
+// one probe in an open-addressing table plus a push or pop on a ring buffer. Both grow by
+// doubling and shrink only after a sustained low load, so a queue in steady state, or one
+// that fills and drains in bursts, allocates nothing per item. Memory per queued item is
+// two to four table slots (hash, state and item) plus one ring entry (item and hash).
+//
+// Delayed items sit in a binary min-heap ordered by ready time, under a lock of their own,
+// served by a single goroutine per queue that the first AddAfter that has to wait starts
+// and ShutDown stops. A queue that never delays an item runs no goroutine at all.
+//
+// Items are compared with ==, as map keys are: a NaN never equals itself, and an item of
+// interface type whose dynamic value is not comparable makes the call panic.
 //
 // Time comes from a clock.Clock (clock.Real unless Config.Clock says otherwise), so delays,
 // the default token bucket and the metrics can be driven by a clock.Fake in tests.
@@ -43,7 +51,9 @@
 //   - Done for an item that is not being processed does nothing (client-go could queue the
 //     item twice).
 //   - The delay goroutine needs no 10 s heartbeat: ready times are monotonic and the timer
-//     is re-armed under the queue lock whenever the earliest ready time changes.
+//     is re-armed, under the delay lock, by whoever changes the earliest ready time.
+//   - AddRateLimited consults the rate limiter only if the queue is not shutting down, and
+//     the retries metric counts AddRateLimited calls, not every AddAfter.
 //   - Unfinished-work gauges are computed when they are read, not by a ticker.
 //   - There is no global metrics provider; metrics are configured per queue.
 package workqueue

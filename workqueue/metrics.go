@@ -26,10 +26,10 @@ type Histogram interface {
 // MetricsProvider creates the metrics of a queue. New calls each method once, with the
 // queue's Config.Name. A constructor may return nil to leave that metric out.
 //
-// The queue updates Gauge, Counter and Histogram values while holding one of its locks,
-// from whichever goroutine made the call, so they must be safe for concurrent use, fast
-// (an atomic add), and must not call back into the queue. Time is measured on the queue's
-// clock.
+// The queue updates Gauge, Counter and Histogram values from whichever goroutine made the
+// call, possibly concurrently and mostly while holding its lock, so they must be safe for
+// concurrent use, fast (an atomic add), and must not call back into the queue. Time is
+// measured on the queue's clock.
 type MetricsProvider interface {
 	// NewDepthMetric returns the gauge of items queued and waiting for Get: it always
 	// equals Queue.Len.

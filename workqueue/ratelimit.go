@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -21,16 +22,7 @@ func (q *Queue[T]) AddRateLimited(item T) {
 	if q.metrics != nil {
 		q.metrics.retries.Inc()
 	}
-	if d <= 0 {
-		q.Add(item)
-		return
-	}
-	h := hashOf(item)
-	q.dmu.Lock()
-	if !q.delay.stopped {
-		q.addAfterLocked(item, h, d)
-	}
-	q.dmu.Unlock()
+	q.AddAfter(item, d)
 }
 
 // Forget tells the RateLimiter to drop item's failure history, so that its next
@@ -242,7 +234,11 @@ func (r *BucketRateLimiter[T]) When(T) time.Duration {
 		if burst <= 0 {
 			burst = DefaultBurst
 		}
-		r.limiter = rate.NewLimiter(rate.Limit(qps), burst)
+		limit := rate.Limit(qps)
+		if math.IsInf(qps, 1) {
+			limit = rate.Inf // rate's own "no limit", which is not +Inf
+		}
+		r.limiter = rate.NewLimiter(limit, burst)
 	})
 	var now time.Time
 	if r.Clock != nil {
@@ -265,8 +261,10 @@ func (r *BucketRateLimiter[T]) NumRequeues(T) int { return 0 }
 // NumRequeues returns the largest count, and Forget forgets in all of them. With no
 // limiters, When returns 0.
 //
-// Combined with a BucketRateLimiter, an item can wait longer than the bucket alone would
-// make it, so the bucket's rate is a ceiling, not a schedule.
+// Combined with a BucketRateLimiter, every When takes a token even when another limiter's
+// delay is the longer one, so items held back by their own backoff can later retry
+// together: the bucket bounds the rate at which retries are scheduled, not the rate at
+// which they happen.
 func MaxOf[T comparable](limiters ...RateLimiter[T]) RateLimiter[T] {
 	return maxOf[T](append([]RateLimiter[T](nil), limiters...))
 }

@@ -148,6 +148,11 @@ func TestBucketRateLimiter(t *testing.T) {
 	}
 	r.Forget("a")
 
+	unlimited := NewBucketRateLimiter[string](math.Inf(1), 1, clk)
+	if got := whens[string](unlimited, "a", 1000); slices.Max(got) != 0 {
+		t.Fatalf("QPS +Inf: delays up to %v, want all 0", slices.Max(got))
+	}
+
 	zero := &BucketRateLimiter[string]{Clock: clk} // defaults: 10 qps, burst 100
 	if got := whens[string](zero, "a", 101); got[99] != 0 || got[100] != 100*ms {
 		t.Fatalf("zero value: 100th, 101st delay = %v, %v; want 0, 100ms", got[99], got[100])
