@@ -788,3 +788,40 @@ func TestNoMetricsNoAllocs(t *testing.T) {
 	}
 	c.Queue().ShutDown()
 }
+
+// TestStartBeforeInformer: the controller may start before its informer runs; it waits
+// for the informer's first list.
+func TestStartBeforeInformer(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "a"})
+	inf, err := informer.New(src, informer.Options[string, *obj]{Name: "late", Key: objKeyErr, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := newCalls()
+	clk := clock.NewFake(time.Unix(0, 0))
+	c, _ := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		return Result{}, nil
+	}), Options[string]{Clock: clk, Logger: discard()})
+	if err := For(c, inf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, c)
+	clk.WaitForWaiters(1, nil) // Start registered its handler and waits for the sync
+	calls.none(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	if got := calls.wait(t, 1)[0]; got != "a" {
+		t.Fatalf("reconciled %s", got)
+	}
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := recv(t, done, "the informer to stop"); err != nil {
+		t.Fatal(err)
+	}
+}
