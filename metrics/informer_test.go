@@ -1,0 +1,392 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/metrics"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// item is the object the tests mirror.
+type item struct {
+	Name  string
+	Value int
+}
+
+func itemName(it *item) string { return it.Name }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newInformer returns an informer named name over src that fails the key function for
+// objects named "bad-key" and the transform for objects named "bad-transform", and retries
+// at once after a failure.
+func newInformer(t *testing.T, src *memory.Source[string, *item], name string) *informer.Informer[string, *item] {
+	t.Helper()
+	inf, err := informer.New(src, informer.Options[string, *item]{
+		Name: name,
+		Key: func(it *item) (string, error) {
+			if it.Name == "bad-key" {
+				return "", errors.New("no key")
+			}
+			return it.Name, nil
+		},
+		Transform: func(it *item) (*item, error) {
+			if it.Name == "bad-transform" {
+				return nil, errors.New("cannot transform")
+			}
+			return it, nil
+		},
+		Backoff: informer.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Jitter: -1},
+		Logger:  quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inf
+}
+
+// run starts inf and returns a function that stops it and waits until Run has returned.
+func run(t *testing.T, inf interface{ Run(context.Context) error }) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// recorder is a handler that sends the name of every object it is told about, and panics
+// on updates when asked to.
+type recorder struct {
+	seen        chan string
+	panicUpdate bool
+}
+
+func newRecorder(panicUpdate bool) *recorder {
+	return &recorder{seen: make(chan string, 100), panicUpdate: panicUpdate}
+}
+
+func (r *recorder) OnAdd(it *item, _ bool) { r.seen <- "add " + it.Name }
+func (r *recorder) OnUpdate(_, it *item) {
+	r.seen <- "update " + it.Name
+	if r.panicUpdate {
+		panic("handler bug")
+	}
+}
+func (r *recorder) OnDelete(it *item, _ bool) { r.seen <- "delete " + it.Name }
+
+// waitFor reads from r until it has seen want.
+func (r *recorder) waitFor(t *testing.T, want string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case got := <-r.seen:
+			if got == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("handler did not see %q", want)
+		}
+	}
+}
+
+// TestInformerSeries runs an informer through a known sequence — a failed list, a failed
+// watch, objects whose key or transform fails, an update that panics in one handler, an
+// add, a bookmark and a delete — and checks every series once it has stopped, then that
+// Unregister leaves none.
+func TestInformerSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	src := memory.New(itemName, memory.Options{})
+	for _, name := range []string{"a", "b", "c", "bad-key", "bad-transform"} {
+		src.Put(&item{Name: name}) // revisions 1 to 5
+	}
+	src.FailNext(1, memory.OpList, nil)  // ErrUnavailable: listed again after the backoff
+	src.FailNext(1, memory.OpWatch, nil) // ErrUnavailable: retryable, watched again
+
+	inf := newInformer(t, src, "items")
+	im, err := metrics.RegisterInformer(reg, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logH, panicH := newRecorder(false), newRecorder(true)
+	for _, h := range []struct {
+		name string
+		r    *recorder
+	}{{"log", logH}, {"panicky", panicH}} {
+		hr, err := inf.AddHandler(h.r, informer.HandlerOptions{Name: h.name, Policy: informer.Block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := im.AddHandler(hr); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Before Run: nothing listed yet, no revision.
+	expectSeries(t, reg, `
+# HELP informer_lists_total Lists started by the informer, streaming lists included.
+# TYPE informer_lists_total counter
+informer_lists_total{name="items"} 0
+# HELP informer_synced 1 once the informer's initial list is in its cache, else 0.
+# TYPE informer_synced gauge
+informer_synced{name="items"} 0
+# HELP informer_handler_synced 1 once the handler has been given the initial state, else 0.
+# TYPE informer_handler_synced gauge
+informer_handler_synced{handler="log",name="items"} 0
+informer_handler_synced{handler="panicky",name="items"} 0
+`, "informer_lists_total", "informer_synced", "informer_handler_synced", "informer_last_sync_revision")
+
+	stop := run(t, inf)
+	for _, r := range []*recorder{logH, panicH} {
+		r.waitFor(t, "add c")
+	}
+	ctx := context.Background()
+	if err := src.WaitForWatches(ctx, 1); err != nil { // the second watch: the first failed
+		t.Fatal(err)
+	}
+	src.Put(&item{Name: "a", Value: 1}) // 6: modified; the panicky handler panics
+	src.Put(&item{Name: "d"})           // 7: added
+	src.Bookmark()                      //    a bookmark at 7
+	src.Delete("b")                     // 8: deleted
+	for _, r := range []*recorder{logH, panicH} {
+		r.waitFor(t, "delete b")
+	}
+	stop() // every counter is final once Run has returned
+
+	expectSeries(t, reg, `
+# HELP informer_lists_total Lists started by the informer, streaming lists included.
+# TYPE informer_lists_total counter
+informer_lists_total{name="items"} 2
+# HELP informer_list_errors_total Lists that failed.
+# TYPE informer_list_errors_total counter
+informer_list_errors_total{name="items"} 1
+# HELP informer_relists_total Lists, the initial one included, whose result replaced the content of the informer's cache.
+# TYPE informer_relists_total counter
+informer_relists_total{name="items"} 1
+# HELP informer_watches_total Watches opened by the informer.
+# TYPE informer_watches_total counter
+informer_watches_total{name="items"} 2
+# HELP informer_watch_errors_total Watches that failed.
+# TYPE informer_watch_errors_total counter
+informer_watch_errors_total{name="items"} 1
+# HELP informer_expirations_total Times the informer found its revision expired.
+# TYPE informer_expirations_total counter
+informer_expirations_total{name="items"} 0
+# HELP informer_watch_events_total Watch events received, by type.
+# TYPE informer_watch_events_total counter
+informer_watch_events_total{name="items",type="added"} 1
+informer_watch_events_total{name="items",type="bookmark"} 1
+informer_watch_events_total{name="items",type="deleted"} 1
+informer_watch_events_total{name="items",type="modified"} 1
+# HELP informer_errors_total Errors the informer reported, by kind: key, index or transform function failures, bad input from the source, handler panics, other.
+# TYPE informer_errors_total counter
+informer_errors_total{kind="handler_panic",name="items"} 1
+informer_errors_total{kind="index",name="items"} 0
+informer_errors_total{kind="key",name="items"} 1
+informer_errors_total{kind="other",name="items"} 2
+informer_errors_total{kind="source",name="items"} 0
+informer_errors_total{kind="transform",name="items"} 1
+# HELP informer_store_objects Objects in the informer's cache.
+# TYPE informer_store_objects gauge
+informer_store_objects{name="items"} 3
+# HELP informer_synced 1 once the informer's initial list is in its cache, else 0.
+# TYPE informer_synced gauge
+informer_synced{name="items"} 1
+# HELP informer_last_sync_revision Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer.
+# TYPE informer_last_sync_revision gauge
+informer_last_sync_revision{name="items"} 8
+# HELP informer_handler_queue_depth Notifications waiting for the handler, the one being delivered included.
+# TYPE informer_handler_queue_depth gauge
+informer_handler_queue_depth{handler="log",name="items"} 0
+informer_handler_queue_depth{handler="panicky",name="items"} 0
+# HELP informer_handler_delivered_total Calls made to the handler.
+# TYPE informer_handler_delivered_total counter
+informer_handler_delivered_total{handler="log",name="items"} 6
+informer_handler_delivered_total{handler="panicky",name="items"} 6
+# HELP informer_handler_coalesced_total Notifications merged into a newer one because the handler's queue was full.
+# TYPE informer_handler_coalesced_total counter
+informer_handler_coalesced_total{handler="log",name="items"} 0
+informer_handler_coalesced_total{handler="panicky",name="items"} 0
+# HELP informer_handler_blocked_total Times the informer waited for room in the handler's queue.
+# TYPE informer_handler_blocked_total counter
+informer_handler_blocked_total{handler="log",name="items"} 0
+informer_handler_blocked_total{handler="panicky",name="items"} 0
+# HELP informer_handler_panics_total Handler calls that panicked.
+# TYPE informer_handler_panics_total counter
+informer_handler_panics_total{handler="log",name="items"} 0
+informer_handler_panics_total{handler="panicky",name="items"} 1
+# HELP informer_handler_synced 1 once the handler has been given the initial state, else 0.
+# TYPE informer_handler_synced gauge
+informer_handler_synced{handler="log",name="items"} 1
+informer_handler_synced{handler="panicky",name="items"} 1
+`)
+	lint(t, reg)
+
+	if !im.Unregister() {
+		t.Error("Unregister: false, want true")
+	}
+	expectNoSeries(t, reg)
+	if im.Unregister() {
+		t.Error("second Unregister: true, want false")
+	}
+}
+
+// TestInformerHandlers checks how handlers are added and removed, and that a name is free
+// again once unregistered.
+func TestInformerHandlers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	src := memory.New(itemName, memory.Options{})
+	inf := newInformer(t, src, "items")
+	im, err := metrics.RegisterInformer(reg, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(name string) *informer.Registration {
+		hr, err := inf.AddHandler(newRecorder(false), informer.HandlerOptions{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hr
+	}
+	one, two := add("one"), add("two")
+	unnamed := namedHandler("")
+	if err := im.AddHandler(one); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.AddHandler(two); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.AddHandler(unnamed); err == nil {
+		t.Error("AddHandler of an unnamed handler: no error")
+	}
+	if err := im.AddHandler(one); err == nil {
+		t.Error("AddHandler of a handler added already: no error")
+	}
+	if err := im.AddHandler(nil); err == nil {
+		t.Error("AddHandler(nil): no error")
+	}
+	expectSeries(t, reg, `
+# HELP informer_handler_delivered_total Calls made to the handler.
+# TYPE informer_handler_delivered_total counter
+informer_handler_delivered_total{handler="one",name="items"} 0
+informer_handler_delivered_total{handler="two",name="items"} 0
+`, "informer_handler_delivered_total")
+
+	if !im.RemoveHandler(one) {
+		t.Error("RemoveHandler(one): false")
+	}
+	if im.RemoveHandler(one) {
+		t.Error("second RemoveHandler(one): true")
+	}
+	if im.RemoveHandler(unnamed) {
+		t.Error("RemoveHandler of a handler never added: true")
+	}
+	expectSeries(t, reg, `
+# HELP informer_handler_delivered_total Calls made to the handler.
+# TYPE informer_handler_delivered_total counter
+informer_handler_delivered_total{handler="two",name="items"} 0
+`, "informer_handler_delivered_total")
+
+	// A second informer of the same name is refused; another name is fine.
+	if _, err := metrics.RegisterInformer(reg, newInformer(t, src, "items")); !alreadyRegistered(err) {
+		t.Errorf("RegisterInformer of a second %q: %v, want an AlreadyRegisteredError", "items", err)
+	}
+	other, err := metrics.RegisterInformer(reg, newInformer(t, src, "others"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectSeries(t, reg, `
+# HELP informer_store_objects Objects in the informer's cache.
+# TYPE informer_store_objects gauge
+informer_store_objects{name="items"} 0
+informer_store_objects{name="others"} 0
+`, "informer_store_objects")
+
+	im.Unregister()
+	other.Unregister()
+	expectNoSeries(t, reg)
+
+	// Once unregistered the name is free again.
+	again, err := metrics.RegisterInformer(reg, newInformer(t, src, "items"))
+	if err != nil {
+		t.Fatalf("RegisterInformer after Unregister: %v", err)
+	}
+	again.Unregister()
+	expectNoSeries(t, reg)
+
+	if _, err := metrics.RegisterInformer(nil, inf); err == nil {
+		t.Error("RegisterInformer(nil, …): no error")
+	}
+}
+
+// namedHandler is a Handler with a chosen name.
+type namedHandler string
+
+func (h namedHandler) Name() string               { return string(h) }
+func (namedHandler) Stats() informer.HandlerStats { return informer.HandlerStats{} }
+func (namedHandler) HasSynced() bool              { return false }
+
+// fakeInformer reports a chosen revision.
+type fakeInformer struct {
+	rev   string
+	stats informer.Stats
+}
+
+func (f *fakeInformer) Name() string             { return "fake" }
+func (f *fakeInformer) Stats() *informer.Stats   { return &f.stats }
+func (f *fakeInformer) LastSyncRevision() string { return f.rev }
+func (f *fakeInformer) HasSynced() bool          { return false }
+
+// TestLastSyncRevision: a decimal revision is exported as its 15 least significant
+// digits; any other revision leaves the series out.
+func TestLastSyncRevision(t *testing.T) {
+	for _, tc := range []struct {
+		rev  string
+		want string // the series, or "" for none
+	}{
+		{"", ""},
+		{"0", "0"},
+		{"42", "42"},
+		{"999999999999999", "9.99999999999999e+14"},
+		{"1234567890123456789", "5.67890123456789e+14"},
+		{"-1", ""},
+		{"12a", ""},
+		{"CAE=", ""},
+	} {
+		t.Run(tc.rev, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			im, err := metrics.RegisterInformer(reg, &fakeInformer{rev: tc.rev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Unregister()
+			want := ""
+			if tc.want != "" {
+				want = `
+# HELP informer_last_sync_revision Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer.
+# TYPE informer_last_sync_revision gauge
+informer_last_sync_revision{name="fake"} ` + tc.want + "\n"
+			}
+			expectSeries(t, reg, want, "informer_last_sync_revision")
+		})
+	}
+}
