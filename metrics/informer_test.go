@@ -3,7 +3,6 @@ package metrics_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -23,7 +22,7 @@ type item struct {
 
 func itemName(it *item) string { return it.Name }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // newInformer returns an informer named name over src that fails the key function for
 // objects named "bad-key" and the transform for objects named "bad-transform", and retries

@@ -1,0 +1,206 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/informer-go/informer/controller"
+	"github.com/informer-go/informer/metrics"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// TestControllerSeries reconciles five keys with every kind of result — a success, an error
+// then a success, a terminal error, a panic then a success, a RequeueAfter then a success —
+// and checks the controller's and its queue's series once it has stopped, then that
+// Unregister leaves none.
+func TestControllerSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	src := memory.New(itemName, memory.Options{})
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		src.Put(&item{Name: name})
+	}
+	inf := newInformer(t, src, "items")
+	im, err := metrics.RegisterInformer(reg, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := metrics.RegisterController(reg, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	finished := make(chan string, 5)
+	reconcile := func(_ context.Context, key string) (controller.Result, error) {
+		mu.Lock()
+		attempts[key]++
+		first := attempts[key] == 1
+		mu.Unlock()
+		switch {
+		case key == "b" && first:
+			return controller.Result{}, errors.New("transient")
+		case key == "c":
+			finished <- key
+			return controller.Result{}, controller.TerminalError(errors.New("invalid"))
+		case key == "d" && first:
+			panic("reconciler bug")
+		case key == "e" && first:
+			return controller.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		finished <- key
+		return controller.Result{}, nil
+	}
+	c, err := controller.New(controller.ReconcilerFunc[string](reconcile), controller.Options[string]{
+		Name:                    "items",
+		MaxConcurrentReconciles: 2,
+		RateLimiter:             noDelay[string]{},
+		Logger:                  quiet(),
+		Metrics:                 cm,
+		QueueMetrics:            cm.Queue(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.For(c, inf, func(it *item) (string, error) { return it.Name, nil }); err != nil {
+		t.Fatal(err)
+	}
+	expectSeries(t, reg, `
+# HELP controller_runtime_max_concurrent_reconciles Maximum number of concurrent reconciles per controller.
+# TYPE controller_runtime_max_concurrent_reconciles gauge
+controller_runtime_max_concurrent_reconciles{controller="items"} 2
+# HELP controller_runtime_reconcile_total Total number of reconciliations per controller, by result: success, error, requeue, requeue_after, terminal.
+# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="items",result="error"} 0
+controller_runtime_reconcile_total{controller="items",result="requeue"} 0
+controller_runtime_reconcile_total{controller="items",result="requeue_after"} 0
+controller_runtime_reconcile_total{controller="items",result="success"} 0
+controller_runtime_reconcile_total{controller="items",result="terminal"} 0
+`, "controller_runtime_max_concurrent_reconciles", "controller_runtime_reconcile_total")
+
+	stopInformer := run(t, inf)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan error, 1)
+	go func() { started <- c.Start(ctx) }()
+	timeout := time.After(30 * time.Second)
+	for range 5 {
+		select {
+		case <-finished:
+		case err := <-started:
+			t.Fatalf("Start returned early: %v", err)
+		case <-timeout:
+			t.Fatal("the keys were not all reconciled")
+		}
+	}
+	cancel()
+	if err := <-started; err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	stopInformer()
+
+	// 8 reconciles: a; b twice; c; d twice; e twice. 8 adds: the 5 keys, b's and d's
+	// retries and e's requeue.
+	expectSeries(t, reg, `
+# HELP controller_runtime_reconcile_total Total number of reconciliations per controller, by result: success, error, requeue, requeue_after, terminal.
+# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="items",result="error"} 2
+controller_runtime_reconcile_total{controller="items",result="requeue"} 0
+controller_runtime_reconcile_total{controller="items",result="requeue_after"} 1
+controller_runtime_reconcile_total{controller="items",result="success"} 4
+controller_runtime_reconcile_total{controller="items",result="terminal"} 1
+# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors per controller (terminal errors and panics included).
+# TYPE controller_runtime_reconcile_errors_total counter
+controller_runtime_reconcile_errors_total{controller="items"} 3
+# HELP controller_runtime_terminal_reconcile_errors_total Total number of terminal reconciliation errors per controller.
+# TYPE controller_runtime_terminal_reconcile_errors_total counter
+controller_runtime_terminal_reconcile_errors_total{controller="items"} 1
+# HELP controller_runtime_reconcile_panics_total Total number of reconciliation panics per controller.
+# TYPE controller_runtime_reconcile_panics_total counter
+controller_runtime_reconcile_panics_total{controller="items"} 1
+# HELP controller_runtime_active_workers Number of currently used workers per controller.
+# TYPE controller_runtime_active_workers gauge
+controller_runtime_active_workers{controller="items"} 0
+# HELP controller_runtime_max_concurrent_reconciles Maximum number of concurrent reconciles per controller.
+# TYPE controller_runtime_max_concurrent_reconciles gauge
+controller_runtime_max_concurrent_reconciles{controller="items"} 2
+# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
+# TYPE workqueue_depth gauge
+workqueue_depth{name="items"} 0
+# HELP workqueue_adds_total Total number of adds handled by the work queue (adds merged into an item already queued are not counted).
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="items"} 8
+# HELP workqueue_retries_total Total number of retries (rate-limited adds) handled by the work queue.
+# TYPE workqueue_retries_total counter
+workqueue_retries_total{name="items"} 2
+# HELP workqueue_unfinished_work_seconds How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.
+# TYPE workqueue_unfinished_work_seconds gauge
+workqueue_unfinished_work_seconds{name="items"} 0
+# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for the work queue been running.
+# TYPE workqueue_longest_running_processor_seconds gauge
+workqueue_longest_running_processor_seconds{name="items"} 0
+# HELP informer_store_objects Objects in the informer's cache.
+# TYPE informer_store_objects gauge
+informer_store_objects{name="items"} 5
+`, "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+		"controller_runtime_terminal_reconcile_errors_total", "controller_runtime_reconcile_panics_total",
+		"controller_runtime_active_workers", "controller_runtime_max_concurrent_reconciles",
+		"workqueue_depth", "workqueue_adds_total", "workqueue_retries_total",
+		"workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds",
+		"informer_store_objects")
+	for _, name := range []string{
+		"controller_runtime_reconcile_time_seconds",
+		"workqueue_queue_duration_seconds",
+		"workqueue_work_duration_seconds",
+	} {
+		if n, _ := histogram(t, reg, name); n != 8 {
+			t.Errorf("%s: %d samples, want 8", name, n)
+		}
+	}
+	lint(t, reg)
+
+	if cm.Queue().Unregister() {
+		t.Error("Unregister of a controller's queue: true, want false (it goes with the controller)")
+	}
+	if !cm.Unregister() {
+		t.Error("Unregister: false, want true")
+	}
+	if !im.Unregister() {
+		t.Error("informer Unregister: false, want true")
+	}
+	expectNoSeries(t, reg)
+	if cm.Unregister() {
+		t.Error("second Unregister: true, want false")
+	}
+}
+
+// TestControllerNames: a controller's name is taken by its controller series and by its
+// queue's; either clash is refused, and nothing is registered then.
+func TestControllerNames(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	qm, err := metrics.RegisterQueue(reg, "apps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.RegisterController(reg, "apps"); err == nil {
+		t.Error("RegisterController over a queue of the same name: no error")
+	}
+	qm.Unregister()
+	expectNoSeries(t, reg) // the refused controller left nothing
+	cm, err := metrics.RegisterController(reg, "apps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.RegisterController(reg, "apps"); !alreadyRegistered(err) {
+		t.Errorf("second RegisterController: %v, want an AlreadyRegisteredError", err)
+	}
+	cm.Unregister()
+	expectNoSeries(t, reg)
+	if _, err := metrics.RegisterController(nil, "apps"); err == nil {
+		t.Error("RegisterController(nil, …): no error")
+	}
+}

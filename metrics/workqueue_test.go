@@ -1,0 +1,163 @@
+package metrics_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/metrics"
+	"github.com/informer-go/informer/workqueue"
+)
+
+// noDelay is a RateLimiter that retries at once.
+type noDelay[T comparable] struct{}
+
+func (noDelay[T]) When(T) time.Duration { return 0 }
+func (noDelay[T]) Forget(T)             {}
+func (noDelay[T]) NumRequeues(T) int    { return 0 }
+
+// TestQueueSeries drives a queue on a fake clock and checks every workqueue_* series, then
+// that Unregister leaves none.
+func TestQueueSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	qm, err := metrics.RegisterQueue(reg, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered but not yet given to a queue: the gauges computed by the queue are absent.
+	expectSeries(t, reg, `
+# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
+# TYPE workqueue_depth gauge
+workqueue_depth{name="jobs"} 0
+`, "workqueue_depth", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
+
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	q := workqueue.New(workqueue.Config[string]{Name: "jobs", Clock: clk, Metrics: qm, RateLimiter: noDelay[string]{}})
+	q.Add("a")
+	q.Add("b")
+	q.Add("a") // merged: not an add
+	clk.Step(2 * time.Second)
+	get := func(want string) {
+		t.Helper()
+		if got, _ := q.Get(); got != want {
+			t.Fatalf("Get: %q, want %q", got, want)
+		}
+	}
+	get("a") // waited 2 s
+	clk.Step(time.Second)
+	get("b") // waited 3 s
+	clk.Step(500 * time.Millisecond)
+	// a has been processed for 1.5 s, b for 0.5 s.
+	expectSeries(t, reg, `
+# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
+# TYPE workqueue_depth gauge
+workqueue_depth{name="jobs"} 0
+# HELP workqueue_adds_total Total number of adds handled by the work queue (adds merged into an item already queued are not counted).
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="jobs"} 2
+# HELP workqueue_unfinished_work_seconds How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.
+# TYPE workqueue_unfinished_work_seconds gauge
+workqueue_unfinished_work_seconds{name="jobs"} 2
+# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for the work queue been running.
+# TYPE workqueue_longest_running_processor_seconds gauge
+workqueue_longest_running_processor_seconds{name="jobs"} 1.5
+`, "workqueue_depth", "workqueue_adds_total", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
+
+	q.Add("a")            // a is being processed: queued again on Done (an add)
+	q.Done("a")           // worked 1.5 s; a queued again
+	q.AddRateLimited("b") // a retry, at once: b is being processed, queued again on Done
+	q.Done("b")           // worked 0.5 s; b queued again
+	expectSeries(t, reg, `
+# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
+# TYPE workqueue_depth gauge
+workqueue_depth{name="jobs"} 2
+# HELP workqueue_adds_total Total number of adds handled by the work queue (adds merged into an item already queued are not counted).
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="jobs"} 4
+# HELP workqueue_retries_total Total number of retries (rate-limited adds) handled by the work queue.
+# TYPE workqueue_retries_total counter
+workqueue_retries_total{name="jobs"} 1
+# HELP workqueue_unfinished_work_seconds How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.
+# TYPE workqueue_unfinished_work_seconds gauge
+workqueue_unfinished_work_seconds{name="jobs"} 0
+# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for the work queue been running.
+# TYPE workqueue_longest_running_processor_seconds gauge
+workqueue_longest_running_processor_seconds{name="jobs"} 0
+`, "workqueue_depth", "workqueue_adds_total", "workqueue_retries_total", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
+	if n, sum := histogram(t, reg, "workqueue_queue_duration_seconds"); n != 2 || sum != 5 {
+		t.Errorf("workqueue_queue_duration_seconds: %d samples summing to %v, want 2 summing to 5", n, sum)
+	}
+	if n, sum := histogram(t, reg, "workqueue_work_duration_seconds"); n != 2 || sum != 2 {
+		t.Errorf("workqueue_work_duration_seconds: %d samples summing to %v, want 2 summing to 2", n, sum)
+	}
+	// The buckets are client-go's: 2 s and 3 s fall in the le="10" bucket, not le="1".
+	expectSeries(t, reg, `
+# HELP workqueue_queue_duration_seconds How long in seconds an item stays in the work queue before being requested.
+# TYPE workqueue_queue_duration_seconds histogram
+workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-08"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-07"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-06"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-06"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-05"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="0.001"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="0.01"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="0.1"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="1"} 0
+workqueue_queue_duration_seconds_bucket{name="jobs",le="10"} 2
+workqueue_queue_duration_seconds_bucket{name="jobs",le="100"} 2
+workqueue_queue_duration_seconds_bucket{name="jobs",le="1000"} 2
+workqueue_queue_duration_seconds_bucket{name="jobs",le="+Inf"} 2
+workqueue_queue_duration_seconds_sum{name="jobs"} 5
+workqueue_queue_duration_seconds_count{name="jobs"} 2
+`, "workqueue_queue_duration_seconds")
+	lint(t, reg)
+
+	q.ShutDown()
+	if !qm.Unregister() {
+		t.Error("Unregister: false, want true")
+	}
+	expectNoSeries(t, reg)
+	if qm.Unregister() {
+		t.Error("second Unregister: true, want false")
+	}
+	// The queue may still be used; nothing is exported.
+	get("a")
+	q.Done("a")
+	expectNoSeries(t, reg)
+}
+
+// TestQueueNames: two queues of one name cannot be registered at once; once the first is
+// unregistered the name is free.
+func TestQueueNames(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first, err := metrics.RegisterQueue(reg, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.RegisterQueue(reg, "jobs"); !alreadyRegistered(err) {
+		t.Errorf("second RegisterQueue(%q): %v, want an AlreadyRegisteredError", "jobs", err)
+	}
+	other, err := metrics.RegisterQueue(reg, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectSeries(t, reg, `
+# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
+# TYPE workqueue_depth gauge
+workqueue_depth{name="jobs"} 0
+workqueue_depth{name="other"} 0
+`, "workqueue_depth")
+	first.Unregister()
+	again, err := metrics.RegisterQueue(reg, "jobs")
+	if err != nil {
+		t.Fatalf("RegisterQueue after Unregister: %v", err)
+	}
+	again.Unregister()
+	other.Unregister()
+	expectNoSeries(t, reg)
+	if _, err := metrics.RegisterQueue(nil, "jobs"); err == nil {
+		t.Error("RegisterQueue(nil, …): no error")
+	}
+}
