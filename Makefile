@@ -3,7 +3,7 @@ MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test bench lint fmt example
+.PHONY: test bench lint soak example
 
 ## test: every module's tests with the race detector.
 test:
@@ -23,6 +23,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
+
+## soak: the model-based random test at length (thousands of seeded runs, with -race).
+soak:
+	$(GO) test -race -count=1 -timeout 60m -run TestModel -model.seeds=5000 -model.ops=300 .
 
 ## example: the quickstart.
 example:

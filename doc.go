@@ -59,7 +59,9 @@
 //     state the source sent with the delete; with finalStateUnknown true the delete was not
 //     observed — the object was missing from a relist — and the object is the last state
 //     the informer knew, which may be stale. It is never a zero value standing for
-//     "unknown", and it is always typed: no tombstone type to switch on.
+//     "unknown", and it is always typed: no tombstone type to switch on. A Coalesce
+//     handler that fell behind may receive a delete whose object is newer than the last
+//     update it was given (the updates in between were merged away).
 //   - On a resync a handler receives OnUpdate(obj, obj) with the same object twice.
 //   - A handler that panics is recovered: the panic is reported to the error handler, that
 //     one notification is skipped, and delivery goes on. Other handlers are unaffected.
