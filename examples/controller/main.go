@@ -2,23 +2,32 @@
 // informer mirrors a collection of apps, a controller with two workers reconciles each app
 // by name, one app's rollout is polled with RequeueAfter until it completes, another app
 // fails twice and is retried with backoff, then a scale-up and a delete are reconciled and
-// the controller drains and stops. It exits by itself within a few seconds.
+// the controller drains and stops. It exits by itself within a few seconds. With
+// -metrics-addr it also serves the informer's, the controller's and its queue's Prometheus
+// metrics at /metrics on that loopback address while it runs.
 //
-//	go run ./examples/controller
+//	go run ./examples/controller [-metrics-addr 127.0.0.1:9090]
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/controller"
+	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -30,7 +39,9 @@ type App struct {
 }
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this loopback address, e.g. 127.0.0.1:9090")
+	flag.Parse()
+	if err := run(os.Stdout, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
 		os.Exit(1)
 	}
@@ -83,7 +94,7 @@ func (t *timestamped) Write(line []byte) (int, error) {
 	return len(line), nil
 }
 
-func run(out io.Writer) error {
+func run(out io.Writer, metricsAddr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ts := &timestamped{out: out, begin: time.Now()}
@@ -145,11 +156,34 @@ func run(out io.Writer) error {
 		return controller.Result{}, nil
 	}
 
-	c, err := controller.New(controller.ReconcilerFunc[string](reconcile), controller.Options[string]{
+	opts := controller.Options[string]{
 		Name:                    "apps",
 		MaxConcurrentReconciles: 2,
 		Logger:                  logger,
-	})
+	}
+	if metricsAddr != "" {
+		// The informer's series, and the controller's and its queue's; each removed once
+		// it has stopped (the deferred calls run after both have returned).
+		reg := prometheus.NewRegistry()
+		im, err := metrics.RegisterInformer(reg, apps)
+		if err != nil {
+			return err
+		}
+		defer im.Unregister()
+		cm, err := metrics.RegisterController(reg, "apps")
+		if err != nil {
+			return err
+		}
+		defer cm.Unregister()
+		opts.Metrics, opts.QueueMetrics = cm, cm.Queue()
+		url, stopServing, err := serveMetrics(metricsAddr, reg)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+		say("== metrics at %s", url)
+	}
+	c, err := controller.New(controller.ReconcilerFunc[string](reconcile), opts)
 	if err != nil {
 		return err
 	}
@@ -202,4 +236,26 @@ func run(out io.Writer) error {
 	}
 	say("== stopped")
 	return nil
+}
+
+// serveMetrics serves reg at /metrics on addr, which must be a loopback address, until
+// stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry) (url string, stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("-metrics-addr: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", nil, fmt.Errorf("-metrics-addr %s: not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + "/metrics", func() { srv.Close(); <-served }, nil
 }

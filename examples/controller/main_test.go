@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // the rollout checks happen, and everything stops.
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(&out); err != nil {
+	if err := run(&out, "127.0.0.1:0"); err != nil { // with metrics served: no leak either
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	text := out.String()

@@ -1,21 +1,29 @@
 // Command quickstart shows the informer end to end on the in-memory source: a writer
 // changes a collection of service configs, an informer with two indexes mirrors it, two
 // typed handlers print what changed, and a query by index reads the cache. It exits by
-// itself after a few seconds.
+// itself after a few seconds. With -metrics-addr it also serves the informer's Prometheus
+// metrics at /metrics on that loopback address while it runs.
 //
-//	go run ./examples/quickstart
+//	go run ./examples/quickstart [-metrics-addr 127.0.0.1:9090]
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -28,13 +36,15 @@ type Service struct {
 }
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this loopback address, e.g. 127.0.0.1:9090")
+	flag.Parse()
+	if err := run(os.Stdout, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out *os.File) error {
+func run(out *os.File, metricsAddr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var mu sync.Mutex // one printer at a time
@@ -114,7 +124,29 @@ func run(out *os.File) error {
 		return err
 	}
 
+	if metricsAddr != "" {
+		// The informer's series and its handlers', removed once it has stopped.
+		reg := prometheus.NewRegistry()
+		im, err := metrics.RegisterInformer(reg, inf)
+		if err != nil {
+			return err
+		}
+		defer im.Unregister()
+		for _, r := range []*informer.Registration{logReg, totalsReg} {
+			if err := im.AddHandler(r); err != nil {
+				return err
+			}
+		}
+		url, stopServing, err := serveMetrics(metricsAddr, reg)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+		say("== metrics at %s", url)
+	}
+
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(runCtx) }()
 
@@ -169,4 +201,26 @@ func run(out *os.File) error {
 
 	stop()
 	return <-done
+}
+
+// serveMetrics serves reg at /metrics on addr, which must be a loopback address, until
+// stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry) (url string, stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("-metrics-addr: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", nil, fmt.Errorf("-metrics-addr %s: not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + "/metrics", func() { srv.Close(); <-served }, nil
 }
