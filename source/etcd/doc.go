@@ -1,0 +1,78 @@
+// Package etcd mirrors an etcd v3 key prefix into an informer: Source[V] is an
+// informer.ListerWatcher[V] over every key under a prefix, decoded into typed values by a
+// function you supply. It is its own Go module, so that only programs that use it pull in
+// the etcd client and gRPC.
+//
+//	src, err := etcd.New(client, "/config/", func(key, value []byte) (*Config, error) {
+//		c := &Config{Name: string(key)}
+//		if value == nil { // a delete whose last value etcd no longer has
+//			return c, nil
+//		}
+//		return c, json.Unmarshal(value, c)
+//	}, etcd.Options{OnDecodeError: report})
+//	inf, err := informer.New(src, informer.Options[string, *Config]{
+//		Key:          func(c *Config) (string, error) { return c.Name, nil },
+//		ErrorHandler: report,
+//	})
+//
+// # What the informer gets
+//
+// List reads the prefix with paged Gets sorted by key; every page after the first is read
+// at the first page's revision (etcd's MVCC keeps it), so the pages together are one
+// consistent state, and the list reports that revision. Watch streams the prefix's changes
+// after a revision with etcd's watch, opened with WithRequireLeader and WithPrevKV: a
+// put of a new key is an Added event, a put of an existing key Modified, a delete
+// (including a lease expiry) Deleted. Progress notifications become Bookmark events when
+// the watch allows bookmarks, so the informer's revision keeps up with writes outside the
+// prefix; RequestProgress asks for one at once.
+//
+// Revisions are etcd's store revisions as decimal strings ("42"), and Source implements
+// informer.RevisionComparer, so Informer.WaitForRevision gives read-your-writes: take the
+// revision from a write's response header (resp.Header.Revision), wait for it, read the
+// cache. The revision of a write outside the prefix is reached only with the next progress
+// notification (etcd sends one every 10 minutes by default; see
+// --watch-progress-notify-interval), or at once after RequestProgress.
+//
+// # What OnDelete receives
+//
+// A Deleted event carries the decoded last value of the key, which etcd sends along with
+// the delete (WithPrevKV). etcd cannot send it when the previous revision has already been
+// compacted away by the time the watch delivers the delete; the decoder is then called
+// with the key and a nil value, and should return an object that carries at least the key
+// (the informer only needs to compute the key from it). If the decoder fails on that nil
+// value (or on a previous value that does not decode), the error is reported like any
+// decode error and the watch ends with an error that matches informer.ErrExpired: the
+// informer lists again, and the vanished key reaches OnDelete with finalStateUnknown set
+// and the last state the informer knew. Nothing is lost either way.
+//
+// # Errors
+//
+//   - A compacted revision (a list page or a watch older than etcd's history) is an error
+//     that matches informer.ErrExpired; the informer lists again.
+//   - No leader, an unreachable or overloaded cluster, a request that timed out
+//     (Options.RequestTimeout) and a watch that could not be opened in time match
+//     informer.ErrUnavailable and so informer.ErrRetryable; the informer backs off and
+//     watches again from the same revision. While a watch is open, the etcd client hides
+//     short disconnections: it reconnects and resumes the watch where it stopped.
+//   - A malformed revision, continue token or option matches informer.ErrBadInput.
+//   - Authentication and permission errors are returned as they are (not retryable
+//     classes); the informer reports them and lists again after a backoff.
+//   - A value the decoder rejects is reported as a *DecodeError (which matches
+//     informer.ErrBadInput) to Options.OnDecodeError, counted by DecodeErrors, and skipped:
+//     a list leaves the key out (the informer then treats it as absent), a watch leaves the
+//     cache's previous state of the key in place, and a later value that decodes is applied
+//     as usual. Pass the informer's error handler as OnDecodeError so that these errors
+//     reach it too.
+//
+// # Costs
+//
+// One Get per page (etcd counts the rest of the range on every page, so a list of n keys
+// in pages of p costs the server O(n²/p) index steps, as any paged etcd read does); pages
+// after the first are serializable reads at the pinned revision, which any member can
+// serve without a round trip to the leader. One watch per informer on the client's shared
+// gRPC watch stream. The etcd client buffers watch responses that the informer has not
+// read yet without a bound (a client-side property of etcd's watch).
+//
+// TLS, username and password, endpoints and keep-alives are all configured in the
+// clientv3.Config of the client you pass; the Source never closes that client.
+package etcd

@@ -1,0 +1,581 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/etcd"
+)
+
+// Every test stops its etcd servers, clients and informers in t.Cleanup, so that nothing
+// may be left running at the end: etcd's own goroutines included.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ---------------------------------------------------------------------------------------
+// A real etcd server, in-process.
+
+// server is an embedded etcd on loopback ports that stay the same across Restart, on a
+// data directory that survives it.
+type server struct {
+	t                    testing.TB
+	dir                  string
+	clientURL, peerURL   url.URL
+	progressNotification time.Duration
+	e                    *embed.Etcd
+}
+
+// serverOptions tune startServer.
+type serverOptions struct {
+	// ProgressNotifyInterval is etcd's --watch-progress-notify-interval; 0 means etcd's
+	// default, 10 minutes. (etcd keeps it in a process-wide variable that every server
+	// start sets, and each gRPC watch stream reads when it opens.)
+	ProgressNotifyInterval time.Duration
+}
+
+// startServer starts an etcd server that t's cleanup stops.
+func startServer(t testing.TB, opts serverOptions) *server {
+	t.Helper()
+	s := &server{t: t, dir: t.TempDir(), progressNotification: opts.ProgressNotifyInterval}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken meanwhile
+		s.clientURL, s.peerURL = freeURL(t), freeURL(t)
+		if s.e, err = startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("starting etcd: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// startEmbedded starts an etcd member on the given URLs and data directory, quiet and
+// without fsync, and waits until it serves.
+func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duration) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "test"
+	cfg.Dir = dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
+	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true
+	cfg.WatchProgressNotifyInterval = 10 * time.Minute
+	if progress > 0 {
+		cfg.WatchProgressNotifyInterval = progress
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, err
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, errors.New("etcd not ready after 30s")
+	}
+}
+
+// freeURL returns an http URL on a loopback port that was free a moment ago.
+func freeURL(t testing.TB) url.URL {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return url.URL{Scheme: "http", Host: ln.Addr().String()}
+}
+
+// Endpoint is the client address.
+func (s *server) Endpoint() string { return s.clientURL.Host }
+
+// Stop stops the server and waits until all its goroutines are gone; it may be called
+// more than once.
+func (s *server) Stop() {
+	if s.e != nil {
+		s.e.Close()
+		s.e = nil
+	}
+}
+
+// Restart starts the server again on the same ports and data directory.
+func (s *server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	e, err := startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification)
+	if err != nil {
+		s.t.Fatalf("restarting etcd: %v", err)
+	}
+	s.e = e
+}
+
+// newClient returns a client of endpoint that t's cleanup closes. It reconnects quickly
+// (within a quarter of a second) after a connection is lost.
+func newClient(t testing.TB, endpoint string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.5, Jitter: 0.2, MaxDelay: 250 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ---------------------------------------------------------------------------------------
+// A TCP proxy that can cut the connection between a client and etcd.
+
+type proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// startProxy forwards a loopback port to target until t's cleanup.
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.wg.Add(2)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+		p.mu.Unlock()
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// Cut closes every connection and refuses new ones until Resume.
+func (p *proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Resume accepts connections again.
+func (p *proxy) Resume() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+func (p *proxy) close() {
+	p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+}
+
+// ---------------------------------------------------------------------------------------
+// The objects the tests mirror: the key and the value as a string. A value that starts
+// with "!" does not decode.
+
+type item struct {
+	Key, Value string
+	ModRevision int64 // set by decodeKV only
+}
+
+var errBadValue = errors.New("values starting with ! do not decode")
+
+// decodeItem is a Decoder that accepts a nil value (a delete whose last value is gone).
+func decodeItem(key, value []byte) (*item, error) {
+	if strings.HasPrefix(string(value), "!") {
+		return nil, errBadValue
+	}
+	return &item{Key: string(key), Value: string(value)}, nil
+}
+
+func itemKey(it *item) (string, error) { return it.Key, nil }
+
+// ---------------------------------------------------------------------------------------
+// A handler that records its calls as strings: "add k=v", "add k=v initial",
+// "update k old->new", "delete k=v", "delete k=v unknown".
+
+type recorder struct {
+	mu     sync.Mutex
+	calls  []string
+	signal chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{signal: make(chan struct{}, 1)} }
+
+func (r *recorder) record(s string) {
+	r.mu.Lock()
+	r.calls = append(r.calls, s)
+	r.mu.Unlock()
+	select {
+	case r.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) OnAdd(it *item, initial bool) {
+	s := "add " + it.Key + "=" + it.Value
+	if initial {
+		s += " initial"
+	}
+	r.record(s)
+}
+
+func (r *recorder) OnUpdate(old, new *item) {
+	r.record("update " + new.Key + " " + old.Value + "->" + new.Value)
+}
+
+func (r *recorder) OnDelete(it *item, unknown bool) {
+	s := "delete " + it.Key + "=" + it.Value
+	if unknown {
+		s += " unknown"
+	}
+	r.record(s)
+}
+
+// all returns a copy of every call so far.
+func (r *recorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// waitFor waits until there are at least n calls and returns them all.
+func (r *recorder) waitFor(t testing.TB, n int) []string {
+	t.Helper()
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
+	for {
+		if calls := r.all(); len(calls) >= n {
+			return calls
+		}
+		select {
+		case <-r.signal:
+		case <-deadline.C:
+			calls := r.all()
+			t.Fatalf("waited for %d handler calls, have %d:\n%s", n, len(calls), strings.Join(calls, "\n"))
+		}
+	}
+}
+
+// expectNext waits for the calls after the first `from` and checks that they are want,
+// exactly and in order; it returns the new total.
+func (r *recorder) expectNext(t testing.TB, from int, want ...string) int {
+	t.Helper()
+	got := r.waitFor(t, from+len(want))[from:]
+	if !slices.Equal(got, want) {
+		t.Fatalf("handler calls after the first %d:\n got %q\nwant %q", from, got, want)
+	}
+	return from + len(want)
+}
+
+// byKey groups calls by the key they are about.
+func byKey(calls []string) map[string][]string {
+	m := make(map[string][]string)
+	for _, c := range calls {
+		f := strings.Fields(c)
+		key, _, _ := strings.Cut(f[1], "=")
+		m[key] = append(m[key], c)
+	}
+	return m
+}
+
+// ---------------------------------------------------------------------------------------
+// Informers.
+
+// errorLog collects the errors reported to an informer and to its source.
+type errorLog struct {
+	mu     sync.Mutex
+	errs   []error
+	signal chan struct{}
+}
+
+func newErrorLog() *errorLog { return &errorLog{signal: make(chan struct{}, 1)} }
+
+func (l *errorLog) report(err error) {
+	l.mu.Lock()
+	l.errs = append(l.errs, err)
+	l.mu.Unlock()
+	select {
+	case l.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (l *errorLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.errs)
+}
+
+// waitFor waits until an error for which match is true has been reported.
+func (l *errorLog) waitFor(t testing.TB, what string, match func(error) bool) error {
+	t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		for _, err := range l.all() {
+			if match(err) {
+				return err
+			}
+		}
+		select {
+		case <-l.signal:
+		case <-deadline.C:
+			t.Fatalf("no %s error reported; got %v", what, l.all())
+		}
+	}
+}
+
+// startInformer builds an informer over src with a recording, blocking handler, runs it
+// until t's cleanup, and waits for its cache to sync. opts.Key and opts.ErrorHandler are
+// filled in when empty.
+func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *errorLog) (*informer.Informer[string, *item], *recorder) {
+	t.Helper()
+	if opts.Key == nil {
+		opts.Key = itemKey
+	}
+	if opts.ErrorHandler == nil && errs != nil {
+		opts.ErrorHandler = errs.report
+	}
+	inf, err := informer.New(src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder", Policy: informer.Block}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = inf.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSync()
+	if !inf.WaitForCacheSync(syncCtx) {
+		t.Fatal("informer did not sync")
+	}
+	return inf, rec
+}
+
+// assertMirrors checks that the informer's cache holds exactly what etcd holds under
+// prefix now (values that do not decode left out): it reads the prefix, waits until the
+// informer has reached the read's revision, and compares.
+func assertMirrors(t testing.TB, inf *informer.Informer[string, *item], src *etcd.Source[*item], c *clientv3.Client, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForRevision(t, ctx, inf, src, resp.Header.Revision)
+	want := make(map[string]string)
+	for _, kv := range resp.Kvs {
+		if it, err := decodeItem(kv.Key, kv.Value); err == nil {
+			want[it.Key] = it.Value
+		}
+	}
+	got := make(map[string]string)
+	for k, it := range inf.All() {
+		if k != it.Key {
+			t.Errorf("cache holds %q under key %q", it.Key, k)
+		}
+		got[k] = it.Value
+	}
+	if !mapsEqual(got, want) {
+		t.Fatalf("cache differs from etcd at revision %d:\n%s", resp.Header.Revision, mapDiff(got, want))
+	}
+}
+
+// waitForRevision waits until the informer has reached rev, asking etcd for progress
+// notifications (which carry revisions reached by writes outside the prefix) meanwhile.
+func waitForRevision(t testing.TB, ctx context.Context, inf *informer.Informer[string, *item], src *etcd.Source[*item], rev int64) {
+	t.Helper()
+	for {
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := inf.WaitForRevision(short, etcd.FormatRevision(rev))
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("informer did not reach revision %d (at %s): %v", rev, inf.LastSyncRevision(), err)
+		}
+		if src != nil {
+			_ = src.RequestProgress(ctx)
+		}
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func mapDiff(got, want map[string]string) string {
+	var b strings.Builder
+	n := 0
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			if n++; n <= 20 {
+				fmt.Fprintf(&b, "  %s: got %q (present %v), want %q\n", k, g, ok, v)
+			}
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			if n++; n <= 20 {
+				fmt.Fprintf(&b, "  %s: got %q, not in etcd\n", k, v)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "  (%d differences; cache %d keys, etcd %d)", n, len(got), len(want))
+	return b.String()
+}
+
+// listHook is a Source whose List calls also go to a hook; it keeps the Source's other
+// methods (RevisionComparer included), which informer.ListerWatcherFuncs would hide.
+type listHook struct {
+	*etcd.Source[*item]
+	hook func(opts informer.ListOptions, l informer.List[*item], err error)
+}
+
+func (h listHook) List(ctx context.Context, opts informer.ListOptions) (informer.List[*item], error) {
+	l, err := h.Source.List(ctx, opts)
+	h.hook(opts, l, err)
+	return l, err
+}
+
+// newSource is etcd.New with the test decoder; it fails the test on error.
+func newSource(t testing.TB, c *clientv3.Client, prefix string, opts etcd.Options) *etcd.Source[*item] {
+	t.Helper()
+	src, err := etcd.New(c, prefix, decodeItem, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// put writes key=value and returns the revision of the write.
+func put(t testing.TB, c *clientv3.Client, key, value string, opts ...clientv3.OpOption) int64 {
+	t.Helper()
+	resp, err := c.Put(context.Background(), key, value, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// del deletes key and returns the revision of the delete.
+func del(t testing.TB, c *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := c.Delete(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// txn commits ops in one transaction and returns its revision.
+func txn(t testing.TB, c *clientv3.Client, ops ...clientv3.Op) int64 {
+	t.Helper()
+	resp, err := c.Txn(context.Background()).Then(ops...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// fill writes n keys prefix+"k%05d" = "v%d" in transactions of 128 puts.
+func fill(t testing.TB, c *clientv3.Client, prefix string, n int) int64 {
+	t.Helper()
+	var rev int64
+	ops := make([]clientv3.Op, 0, 128)
+	for i := 0; i < n; i++ {
+		ops = append(ops, clientv3.OpPut(fmt.Sprintf("%sk%05d", prefix, i), fmt.Sprintf("v%d", i)))
+		if len(ops) == cap(ops) || i == n-1 {
+			rev = txn(t, c, ops...)
+			ops = ops[:0]
+		}
+	}
+	return rev
+}

@@ -1,0 +1,321 @@
+package etcd
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/informer-go/informer"
+)
+
+// Decoder turns a key and its value into the object the informer stores. It is called
+// once per key of a list and once per watch event, from the informer's goroutine, and
+// must not keep key or value (they belong to the etcd client's response).
+//
+// For a Deleted event whose last value etcd no longer has, value is nil: return an object
+// that carries at least the key (see the package documentation). An error skips the
+// object; it is reported as a *DecodeError.
+type Decoder[V any] func(key, value []byte) (V, error)
+
+// KVDecoder is a Decoder that sees the whole etcd key-value: revisions, version and lease
+// as well as key and value. Use it (with NewKV) when the object should carry its
+// ModRevision, for example for informer.Options.Revision, which lets a relist tell
+// unchanged objects from changed ones. For a Deleted event whose last value etcd no longer
+// has, kv holds only the key and the delete's ModRevision.
+type KVDecoder[V any] func(kv *mvccpb.KeyValue) (V, error)
+
+// Options configures a Source. The zero value is a valid configuration.
+type Options struct {
+	// RequestTimeout bounds each Get of a list and the opening of each watch (not the
+	// watch itself, whose length the informer chooses). A request that runs out of time
+	// fails with an error that matches informer.ErrUnavailable. Zero means 30 seconds; a
+	// negative value means no bound beyond the caller's context.
+	RequestTimeout time.Duration
+
+	// OnDecodeError, if set, receives every value the decoder rejected, as a *DecodeError
+	// (which matches informer.ErrBadInput). It is called synchronously from List or from
+	// Watch.Next, so it must not block; the informer's ErrorHandler is a good choice.
+	OnDecodeError func(error)
+}
+
+// Source is an informer.ListerWatcher[V] over every key under one etcd prefix. It also
+// implements informer.RevisionComparer, which enables Informer.WaitForRevision.
+//
+// A Source is safe for concurrent use and holds no goroutines of its own; its cost is the
+// etcd requests its List and Watch make. Create one with New or NewKV.
+type Source[V any] struct {
+	client     *clientv3.Client
+	prefix     string
+	start, end string // the key range [start, end); end "\x00" means no upper bound
+	decode     KVDecoder[V]
+	timeout    time.Duration
+	onError    func(error)
+
+	decodeErrors atomic.Uint64
+
+	mu      sync.Mutex
+	watchMD metadata.MD // outgoing metadata of the open watches' gRPC stream
+	watches int         // watches open now
+}
+
+var (
+	_ informer.ListerWatcher[int] = (*Source[int])(nil)
+	_ informer.RevisionComparer   = (*Source[int])(nil)
+)
+
+// New returns a Source for every key that starts with prefix (all keys when prefix is
+// empty), decoding each value with decode. The client stays yours: the Source uses it and
+// never closes it. New fails only on a nil client or decoder.
+func New[V any](client *clientv3.Client, prefix string, decode Decoder[V], opts Options) (*Source[V], error) {
+	if decode == nil {
+		return nil, errors.New("etcd: New: nil decoder")
+	}
+	return NewKV(client, prefix, func(kv *mvccpb.KeyValue) (V, error) { return decode(kv.Key, kv.Value) }, opts)
+}
+
+// NewKV is New with a decoder that receives the whole key-value (see KVDecoder).
+func NewKV[V any](client *clientv3.Client, prefix string, decode KVDecoder[V], opts Options) (*Source[V], error) {
+	if client == nil {
+		return nil, errors.New("etcd: New: nil client")
+	}
+	if decode == nil {
+		return nil, errors.New("etcd: New: nil decoder")
+	}
+	s := &Source[V]{
+		client:  client,
+		prefix:  prefix,
+		start:   prefix,
+		end:     clientv3.GetPrefixRangeEnd(prefix),
+		decode:  decode,
+		timeout: opts.RequestTimeout,
+		onError: opts.OnDecodeError,
+	}
+	if prefix == "" {
+		s.start = "\x00"
+	}
+	if s.timeout == 0 {
+		s.timeout = 30 * time.Second
+	}
+	return s, nil
+}
+
+// Prefix returns the key prefix the Source mirrors.
+func (s *Source[V]) Prefix() string { return s.prefix }
+
+// DecodeErrors returns how many values the decoder has rejected so far, in lists and
+// watches together.
+func (s *Source[V]) DecodeErrors() uint64 { return s.decodeErrors.Load() }
+
+// List returns one page of the prefix, sorted by key.
+//
+// The first page (empty opts.Continue) is read at the newest revision, with a
+// linearizable read, unless opts.Revision is set and opts.Consistent is not: then a
+// serializable read from the member the client talks to is used if that member is at
+// least at opts.Revision, and a linearizable read otherwise. A linearizable read older
+// than opts.Revision means the revision is not from this cluster's history (a restore
+// from backup, say): List fails with an error that matches informer.ErrExpired, so that
+// the informer lists afresh. Later pages are read at the first page's revision;
+// opts.Limit (0: no limit) bounds each page. A compacted page revision is an error that
+// matches informer.ErrExpired.
+func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
+	var out informer.List[V]
+	from := s.start
+	var pinned, minRev int64
+	var err error
+	if opts.Continue != "" {
+		if pinned, from, err = s.parseContinue(opts.Continue); err != nil {
+			return out, err
+		}
+	} else if opts.Revision != "" {
+		if minRev, err = ParseRevision(opts.Revision); err != nil {
+			return out, fmt.Errorf("etcd: list: %w", err)
+		}
+	}
+	ops := []clientv3.OpOption{clientv3.WithRange(s.end), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+	if opts.Limit > 0 {
+		ops = append(ops, clientv3.WithLimit(opts.Limit))
+	}
+
+	var resp *clientv3.GetResponse
+	switch {
+	case pinned > 0:
+		// Data at a past revision never changes, so any member that has applied it can
+		// serve it without asking the leader.
+		resp, err = s.get(ctx, from, append(ops, clientv3.WithRev(pinned), clientv3.WithSerializable())...)
+		if errors.Is(err, rpctypes.ErrFutureRev) { // a member behind the first page's
+			resp, err = s.get(ctx, from, append(ops, clientv3.WithRev(pinned))...)
+		}
+	case minRev > 0 && !opts.Consistent:
+		resp, err = s.get(ctx, from, append(ops, clientv3.WithSerializable())...)
+		if err == nil && resp.Header.Revision < minRev {
+			resp, err = s.get(ctx, from, ops...)
+		}
+	default:
+		resp, err = s.get(ctx, from, ops...)
+	}
+	if err != nil {
+		return out, classify(ctx, "list", err)
+	}
+	rev := pinned
+	if rev == 0 {
+		rev = resp.Header.Revision
+		if rev < minRev {
+			return out, fmt.Errorf("%w: etcd list: revision %d is newer than the cluster's %d", informer.ErrExpired, minRev, rev)
+		}
+	}
+
+	out.Items = make([]V, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		obj, err := s.decode(kv)
+		if err != nil {
+			s.reportDecode(kv.Key, kv.ModRevision, err)
+			continue
+		}
+		out.Items = append(out.Items, obj)
+	}
+	out.Revision = FormatRevision(rev)
+	if resp.More && len(resp.Kvs) > 0 {
+		out.Continue = s.makeContinue(rev, string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00")
+	}
+	return out, nil
+}
+
+// get is one Get bounded by the request timeout.
+func (s *Source[V]) get(ctx context.Context, key string, ops ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return s.client.Get(ctx, key, ops...)
+}
+
+// The continue token is base64url of a version byte, the pinned revision (8 bytes, big
+// endian) and the first key of the next page.
+const continueVersion = 1
+
+func (s *Source[V]) makeContinue(rev int64, next string) string {
+	b := make([]byte, 9, 9+len(next))
+	b[0] = continueVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(rev))
+	return base64.RawURLEncoding.EncodeToString(append(b, next...))
+}
+
+func (s *Source[V]) parseContinue(token string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) < 10 || b[0] != continueVersion {
+		return 0, "", fmt.Errorf("%w: etcd list: malformed continue token %q", informer.ErrBadInput, token)
+	}
+	rev := int64(binary.BigEndian.Uint64(b[1:9]))
+	key := string(b[9:])
+	if rev <= 0 || key < s.start || (s.end != "\x00" && key >= s.end) {
+		return 0, "", fmt.Errorf("%w: etcd list: continue token %q is not for prefix %q", informer.ErrBadInput, token, s.prefix)
+	}
+	return rev, key, nil
+}
+
+// CompareRevisions compares two revisions of this Source: -1, 0 or +1 as a is older than,
+// equal to or newer than b. A string that is not a decimal, non-negative int64 is an error
+// that matches informer.ErrBadInput.
+func (s *Source[V]) CompareRevisions(a, b string) (int, error) {
+	x, err := ParseRevision(a)
+	if err != nil {
+		return 0, err
+	}
+	y, err := ParseRevision(b)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case x < y:
+		return -1, nil
+	case x > y:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// FormatRevision returns the revision string of an etcd revision, as the Source reports
+// it: the decimal number.
+func FormatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// ParseRevision parses a revision string of a Source into an etcd revision. A string that
+// is not a decimal, non-negative int64 is an error that matches informer.ErrBadInput.
+func ParseRevision(rev string) (int64, error) {
+	n, err := strconv.ParseInt(rev, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: %q is not an etcd revision", informer.ErrBadInput, rev)
+	}
+	return n, nil
+}
+
+// RequestProgress asks etcd to send a progress notification at once on the watches this
+// Source has open (and on any other watch of the same client that shares their gRPC
+// stream). Each watch that allows bookmarks then returns a Bookmark at etcd's current
+// revision as soon as it has delivered every event before it, which moves the informer's
+// revision past writes made outside the prefix: call it before Informer.WaitForRevision
+// for such a revision. etcd answers only when every watch of the stream has caught up;
+// call it again if no bookmark arrives. It fails when no watch is open.
+func (s *Source[V]) RequestProgress(ctx context.Context) error {
+	s.mu.Lock()
+	md, open := s.watchMD, s.watches
+	s.mu.Unlock()
+	if open == 0 {
+		return errors.New("etcd: RequestProgress: no watch open")
+	}
+	if err := s.client.RequestProgress(metadata.NewOutgoingContext(ctx, md)); err != nil {
+		return classify(ctx, "request progress", err)
+	}
+	return nil
+}
+
+// DecodeError reports a value that the decoder rejected. It matches informer.ErrBadInput
+// and unwraps to the decoder's error as well.
+type DecodeError struct {
+	// Key is the etcd key.
+	Key string
+	// Revision is the ModRevision of the value that failed, or of the delete when the
+	// value was the nil "last value unknown" of a delete.
+	Revision int64
+	// Deleted is set when the value was the last value of a deleted key.
+	Deleted bool
+	// Err is the decoder's error.
+	Err error
+}
+
+// Error describes the failure.
+func (e *DecodeError) Error() string {
+	what := "value"
+	if e.Deleted {
+		what = "last value of deleted key"
+	}
+	return fmt.Sprintf("etcd: cannot decode %s %q at revision %d: %v", what, e.Key, e.Revision, e.Err)
+}
+
+// Unwrap returns informer.ErrBadInput and the decoder's error.
+func (e *DecodeError) Unwrap() []error { return []error{informer.ErrBadInput, e.Err} }
+
+func (s *Source[V]) reportDecode(key []byte, rev int64, err error) {
+	s.decodeErrors.Add(1)
+	if s.onError != nil {
+		s.onError(&DecodeError{Key: string(key), Revision: rev, Err: err})
+	}
+}
+
+func (s *Source[V]) reportDecodeDeleted(key []byte, rev int64, err error) {
+	s.decodeErrors.Add(1)
+	if s.onError != nil {
+		s.onError(&DecodeError{Key: string(key), Revision: rev, Deleted: true, Err: err})
+	}
+}

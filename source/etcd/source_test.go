@@ -1,0 +1,483 @@
+package etcd_test
+
+import (
+	"context"
+	"io"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/etcd"
+)
+
+// The initial list of 10,000 keys comes in pages of 500, every page at the first page's
+// revision: writes made between pages are not in the list but arrive by the watch.
+func TestInitialSyncAcrossPages(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const prefix, n = "/items/", 10000
+	fill(t, c, prefix, n)
+	// Neighbours of the prefix that must stay out of the mirror.
+	put(t, c, "/items", "x")
+	put(t, c, "/items.", "x")
+	put(t, c, "/items0", "x")
+
+	src := newSource(t, c, prefix, etcd.Options{})
+	var (
+		mu    sync.Mutex
+		pages []informer.ListOptions
+		revs  []string
+		once  sync.Once
+	)
+	lw := listHook{src, func(opts informer.ListOptions, l informer.List[*item], err error) {
+		mu.Lock()
+		pages, revs = append(pages, opts), append(revs, l.Revision)
+		mu.Unlock()
+		once.Do(func() { // after the first page: change the first, the last and a new key
+			del(t, c, prefix+"k00000")
+			del(t, c, prefix+"k09999")
+			put(t, c, prefix+"k10000", "v10000")
+		})
+	}}
+	inf, rec := startInformer(t, lw, informer.Options[string, *item]{PageSize: 500}, nil)
+
+	mu.Lock()
+	if len(pages) != n/500 {
+		t.Errorf("listed in %d pages, want %d", len(pages), n/500)
+	}
+	for i, p := range pages {
+		if p.Limit != 500 || (i == 0) != (p.Continue == "") || revs[i] != revs[0] {
+			t.Errorf("page %d: options %+v, revision %s (first page %s)", i, p, revs[i], revs[0])
+		}
+	}
+	mu.Unlock()
+
+	// The list: every key in key order, as of the first page.
+	want := make([]string, 0, n+3)
+	for i := 0; i < n; i++ {
+		want = append(want, fmt.Sprintf("add %sk%05d=v%d initial", prefix, i, i))
+	}
+	want = append(want, "delete /items/k00000=v0", "delete /items/k09999=v9999", "add /items/k10000=v10000")
+	if got := rec.waitFor(t, len(want)); !slices.Equal(got, want) {
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				t.Fatalf("call %d: got %q, want %q (%d calls, want %d)", i, got[i], want[i], len(got), len(want))
+			}
+		}
+		t.Fatalf("got %d calls, want %d; extra %q", len(got), len(want), got[len(want):])
+	}
+	assertMirrors(t, inf, src, c, prefix)
+	if got := len(rec.all()); got != len(want) {
+		t.Errorf("%d handler calls, want %d", got, len(want))
+	}
+}
+
+// Puts, updates, deletes, transactions and lease expiries reach the handler as they
+// happen, each with the right previous and new value.
+func TestLiveChangesInOrder(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/live/"
+	put(t, c, p+"seed", "0")
+	src := newSource(t, c, p, etcd.Options{})
+	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, nil)
+	n := rec.expectNext(t, 0, "add /live/seed=0 initial")
+
+	put(t, c, p+"a", "1")
+	n = rec.expectNext(t, n, "add /live/a=1")
+	put(t, c, p+"b", "1")
+	n = rec.expectNext(t, n, "add /live/b=1")
+	put(t, c, p+"a", "2")
+	n = rec.expectNext(t, n, "update /live/a 1->2")
+	del(t, c, p+"b")
+	n = rec.expectNext(t, n, "delete /live/b=1")
+	put(t, c, "/elsewhere", "x") // outside the prefix: nothing
+	txn(t, c, clientv3.OpPut(p+"c", "1"), clientv3.OpPut(p+"d", "1"), clientv3.OpDelete(p+"a"))
+	n = rec.expectNext(t, n, "add /live/c=1", "add /live/d=1", "delete /live/a=2")
+	put(t, c, p+"b", "again")
+	n = rec.expectNext(t, n, "add /live/b=again")
+
+	// A key under a lease goes away with a delete when the lease is revoked.
+	lease, err := c.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, p+"c", "2", clientv3.WithLease(lease.ID))
+	n = rec.expectNext(t, n, "update /live/c 1->2")
+	if _, err := c.Revoke(context.Background(), lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	n = rec.expectNext(t, n, "delete /live/c=2")
+
+	// A burst without waiting: per key, every change in order.
+	for i := 0; i < 50; i++ {
+		put(t, c, p+"x", fmt.Sprint(i))
+		put(t, c, p+"y", fmt.Sprint(i))
+	}
+	del(t, c, p+"x")
+	calls := rec.waitFor(t, n+101)
+	keys := byKey(calls[n:])
+	var wantX, wantY []string
+	for i := 0; i < 50; i++ {
+		if i == 0 {
+			wantX, wantY = append(wantX, "add /live/x=0"), append(wantY, "add /live/y=0")
+			continue
+		}
+		wantX = append(wantX, fmt.Sprintf("update /live/x %d->%d", i-1, i))
+		wantY = append(wantY, fmt.Sprintf("update /live/y %d->%d", i-1, i))
+	}
+	wantX = append(wantX, "delete /live/x=49")
+	if !slices.Equal(keys["/live/x"], wantX) || !slices.Equal(keys["/live/y"], wantY) || len(keys) != 2 {
+		t.Fatalf("burst: got %q", calls[n:])
+	}
+	assertMirrors(t, inf, src, c, p)
+	if got := len(rec.all()); got != n+101 {
+		t.Errorf("%d handler calls, want %d", got, n+101)
+	}
+}
+
+// While the informer is cut off from etcd, keys change and the history is compacted. When
+// the connection comes back the watch finds its revision compacted, the informer lists
+// again, and the keys deleted meanwhile reach OnDelete as tombstones.
+func TestCompactionWhileDisconnected(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	direct := newClient(t, srv.Endpoint())
+	px := startProxy(t, srv.Endpoint())
+	viaProxy := newClient(t, px.Addr())
+	const p = "/cfg/"
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		put(t, direct, p+k, "1")
+	}
+	// With NewKV the objects carry their ModRevision, so that a relist knows which
+	// objects did not change (informer.Options.Revision) and does not report them.
+	src, err := etcd.NewKV(viaProxy, p, decodeKV, etcd.Options{RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := newErrorLog()
+	inf, rec := startInformer(t, src, informer.Options[string, *item]{
+		Revision: func(it *item) string { return etcd.FormatRevision(it.ModRevision) },
+		Backoff:  informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+	}, errs)
+	n := len(rec.waitFor(t, 5))
+
+	px.Cut()
+	del(t, direct, p+"b")
+	put(t, direct, p+"c", "2")
+	del(t, direct, p+"d")
+	put(t, direct, p+"d", "2") // deleted and created again: the informer sees a change
+	put(t, direct, p+"f", "1")
+	rev := del(t, direct, p+"nothing")
+	if _, err := direct.Compact(context.Background(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	px.Resume()
+
+	calls := rec.waitFor(t, n+4)
+	got := byKey(calls[n:])
+	want := map[string][]string{
+		p + "b": {"delete /cfg/b=1 unknown"},
+		p + "c": {"update /cfg/c 1->2"},
+		p + "d": {"update /cfg/d 1->2"},
+		p + "f": {"add /cfg/f=1"},
+	}
+	for k, w := range want {
+		if !slices.Equal(got[k], w) {
+			t.Errorf("%s: got %q, want %q", k, got[k], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("calls after the reconnect: %q", calls[n:])
+	}
+	if inf.Stats().Expirations.Load() == 0 {
+		t.Error("no expiration counted")
+	}
+	assertMirrors(t, inf, src, direct, p)
+	if got := len(rec.all()); got != n+4 {
+		t.Errorf("%d handler calls, want %d: %q", got, n+4, rec.all()[n:])
+	}
+}
+
+func decodeKV(kv *mvccpb.KeyValue) (*item, error) {
+	it, err := decodeItem(kv.Key, kv.Value)
+	if err != nil {
+		return nil, err
+	}
+	it.ModRevision = kv.ModRevision
+	return it, nil
+}
+
+// etcd stops mid-watch and starts again on the same data directory and ports. While it is
+// down the informer reports it unavailable (retryable); once it is back the informer picks
+// up where it was, without losing a change.
+func TestEtcdRestartMidWatch(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/svc/"
+	put(t, c, p+"a", "1")
+	errs := newErrorLog()
+	src := newSource(t, c, p, etcd.Options{RequestTimeout: 300 * time.Millisecond, OnDecodeError: errs.report})
+	inf, rec := startInformer(t, src, informer.Options[string, *item]{
+		MinWatchTimeout: time.Second,
+		Backoff:         informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+	}, errs)
+	n := rec.expectNext(t, 0, "add /svc/a=1 initial")
+	put(t, c, p+"b", "1")
+	n = rec.expectNext(t, n, "add /svc/b=1")
+
+	srv.Stop()
+	err := errs.waitFor(t, "unavailable", func(err error) bool { return errors.Is(err, informer.ErrUnavailable) })
+	if !errors.Is(err, informer.ErrRetryable) {
+		t.Errorf("%v does not match ErrRetryable", err)
+	}
+	srv.Restart()
+
+	put(t, c, p+"a", "2")
+	del(t, c, p+"b")
+	put(t, c, p+"c", "1")
+	rec.expectNext(t, n, "update /svc/a 1->2", "delete /svc/b=1", "add /svc/c=1")
+	assertMirrors(t, inf, src, c, p)
+	for _, err := range errs.all() {
+		if !errors.Is(err, informer.ErrRetryable) {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+}
+
+// With progress notifications on, the informer's revision follows writes outside the
+// prefix: WaitForRevision returns for them, by bookmark.
+func TestBookmarksFromProgressNotifications(t *testing.T) {
+	srv := startServer(t, serverOptions{ProgressNotifyInterval: 100 * time.Millisecond})
+	c := newClient(t, srv.Endpoint())
+	const p = "/bm/"
+	put(t, c, p+"a", "1")
+	src := newSource(t, c, p, etcd.Options{})
+	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, nil)
+	rec.waitFor(t, 1)
+
+	rev := put(t, c, "/outside", "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
+		t.Fatalf("WaitForRevision(%d) for a write outside the prefix: %v", rev, err)
+	}
+	if inf.Stats().Bookmarks.Load() == 0 {
+		t.Error("no bookmark counted")
+	}
+
+	// The watch itself: bookmarks only when allowed. (etcd sends progress notifications
+	// to a watch only once the store has reached the watch's start revision.)
+	for _, allow := range []bool{true, false} {
+		w, err := src.Watch(ctx, informer.WatchOptions{Revision: etcd.FormatRevision(rev), AllowBookmarks: allow, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = put(t, c, "/outside", "y")
+		var bookmarks int
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("watch ended with %v, want io.EOF", err)
+				}
+				break
+			}
+			if ev.Type != informer.Bookmark {
+				t.Fatalf("unexpected %v event", ev.Type)
+			}
+			if r, _ := etcd.ParseRevision(ev.Revision); r < rev {
+				t.Errorf("bookmark at %s, before %d", ev.Revision, rev)
+			}
+			bookmarks++
+		}
+		w.Stop()
+		if allow != (bookmarks > 0) {
+			t.Errorf("AllowBookmarks %v: %d bookmarks in a second", allow, bookmarks)
+		}
+	}
+	assertMirrors(t, inf, src, c, p)
+	if got := len(rec.all()); got != 1 {
+		t.Errorf("handler calls %q", rec.all())
+	}
+}
+
+// With etcd's default progress interval (10 minutes), RequestProgress brings a bookmark
+// at once.
+func TestRequestProgress(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	src := newSource(t, c, "/rp/", etcd.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := src.RequestProgress(ctx); err == nil {
+		t.Error("RequestProgress with no watch open: no error")
+	}
+	w, err := src.Watch(ctx, informer.WatchOptions{Revision: "1", AllowBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	rev := put(t, c, "/outside", "x")
+	if err := src.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := w.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != informer.Bookmark || ev.Revision != etcd.FormatRevision(rev) {
+		t.Fatalf("got %v at %s, want a bookmark at %d", ev.Type, ev.Revision, rev)
+	}
+}
+
+// Read-your-writes: write through the etcd client, wait for the write's revision, read
+// the new state from the cache — for single writes and for transactions.
+func TestReadYourWrites(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/ryw/"
+	src := newSource(t, c, p, etcd.Options{})
+	inf, _ := startInformer(t, src, informer.Options[string, *item]{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 50; i++ {
+		key, value := fmt.Sprintf("%sk%d", p, i%5), fmt.Sprint(i)
+		rev := put(t, c, key, value)
+		if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
+			t.Fatal(err)
+		}
+		if it, ok := inf.Get(key); !ok || it.Value != value {
+			t.Fatalf("after WaitForRevision(%d): Get(%s) = %v, %v; want %s", rev, key, it, ok, value)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		a, b, z := fmt.Sprint("a", i), fmt.Sprint("b", i), fmt.Sprint("z", i)
+		rev := txn(t, c, clientv3.OpPut(p+"t1", a), clientv3.OpPut(p+"t2", b), clientv3.OpDelete(p+"k0"), clientv3.OpPut(p+"t3", z))
+		if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
+			t.Fatal(err)
+		}
+		snap := inf.Snapshot() // one consistent read of the three
+		t1, _ := snap.Get(p + "t1")
+		t2, _ := snap.Get(p + "t2")
+		t3, _ := snap.Get(p + "t3")
+		_, k0 := snap.Get(p + "k0")
+		if t1 == nil || t2 == nil || t3 == nil || t1.Value != a || t2.Value != b || t3.Value != z || k0 {
+			t.Fatalf("transaction %d at revision %d not wholly visible: %v %v %v, k0 present %v", i, rev, t1, t2, t3, k0)
+		}
+		put(t, c, p+"k0", "back")
+	}
+	assertMirrors(t, inf, src, c, p)
+}
+
+// Two consumers ask a factory for the informer of one prefix: they share one informer,
+// which lists once, and both see every change.
+func TestFactorySharedInformer(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/shared/"
+	put(t, c, p+"a", "1")
+	src := newSource(t, c, p, etcd.Options{})
+	var lists, builds atomic.Int32
+	lw := listHook{src, func(informer.ListOptions, informer.List[*item], error) { lists.Add(1) }}
+	f := informer.NewFactory()
+	t.Cleanup(f.Shutdown)
+	consumer := func() (*informer.Informer[string, *item], *recorder) {
+		inf, err := informer.InformerFor(f, "etcd:"+p, func() (*informer.Informer[string, *item], error) {
+			builds.Add(1)
+			return informer.New(lw, informer.Options[string, *item]{Key: itemKey, Name: "shared"})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		if _, err := inf.AddHandler(rec, informer.HandlerOptions{Policy: informer.Block}); err != nil {
+			t.Fatal(err)
+		}
+		return inf, rec
+	}
+	inf1, rec1 := consumer()
+	inf2, rec2 := consumer()
+	if inf1 != inf2 || builds.Load() != 1 {
+		t.Fatalf("consumers got different informers (%d built)", builds.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f.Start(ctx)
+	if res := f.WaitForCacheSync(ctx); len(informer.NotSynced(res)) != 0 || len(res) != 1 {
+		t.Fatalf("WaitForCacheSync: %v", res)
+	}
+	put(t, c, p+"b", "1")
+	put(t, c, p+"a", "2")
+	del(t, c, p+"b")
+	want := []string{"add /shared/a=1 initial", "add /shared/b=1", "update /shared/a 1->2", "delete /shared/b=1"}
+	for i, rec := range []*recorder{rec1, rec2} {
+		if got := rec.waitFor(t, len(want)); !slices.Equal(got, want) {
+			t.Errorf("consumer %d: got %q, want %q", i+1, got, want)
+		}
+	}
+	assertMirrors(t, inf1, src, c, p)
+	if lists.Load() != 1 {
+		t.Errorf("%d lists, want 1", lists.Load())
+	}
+}
+
+// A value that does not decode is reported with its key (to the source's OnDecodeError
+// and so to the informer's error handler), counted and skipped; a later value that
+// decodes is applied, and a delete of such a key goes through.
+func TestDecoderFailure(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/dec/"
+	put(t, c, p+"a", "1")
+	put(t, c, p+"bad", "!1")
+	errs := newErrorLog()
+	src := newSource(t, c, p, etcd.Options{OnDecodeError: errs.report})
+	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, errs)
+	n := rec.expectNext(t, 0, "add /dec/a=1 initial")
+	expectDecodeError(t, errs, p+"bad")
+
+	put(t, c, p+"bad", "2") // decodes now: an add, the key was never in the cache
+	n = rec.expectNext(t, n, "add /dec/bad=2")
+	put(t, c, p+"bad", "!3") // skipped: the cache keeps 2
+	put(t, c, p+"a", "2")
+	n = rec.expectNext(t, n, "update /dec/a 1->2")
+	if it, _ := inf.Get(p + "bad"); it == nil || it.Value != "2" {
+		t.Errorf("after a value that does not decode the cache holds %v, want the previous value", it)
+	}
+	put(t, c, p+"bad", "4")
+	n = rec.expectNext(t, n, "update /dec/bad 2->4")
+	put(t, c, p+"bad", "!5")
+	del(t, c, p+"bad") // the last value does not decode: the delete carries the key alone
+	n = rec.expectNext(t, n, "delete /dec/bad=")
+	assertMirrors(t, inf, src, c, p)
+	if got := src.DecodeErrors(); got != 3 {
+		t.Errorf("DecodeErrors() = %d, want 3", got)
+	}
+	if got := len(rec.all()); got != n {
+		t.Errorf("handler calls: %q", rec.all())
+	}
+	for _, err := range errs.all() {
+		if !errors.Is(err, informer.ErrBadInput) || !errors.Is(err, errBadValue) {
+			t.Errorf("reported %v: want a decode error", err)
+		}
+	}
+}
+
+func expectDecodeError(t *testing.T, errs *errorLog, key string) {
+	t.Helper()
+	err := errs.waitFor(t, "decode", func(err error) bool {
+		var de *etcd.DecodeError
+		return errors.As(err, &de) && de.Key == key
+	})
+	if !errors.Is(err, informer.ErrBadInput) || !errors.Is(err, errBadValue) {
+		t.Errorf("%v: want it to match ErrBadInput and the decoder's error", err)
+	}
+}

@@ -1,0 +1,272 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/informer-go/informer"
+)
+
+// errWatchStopped is what Next returns after Stop.
+var errWatchStopped = errors.New("etcd: watch stopped")
+
+// Watch streams the changes under the prefix made after opts.Revision (empty: after the
+// moment the watch starts), in revision order. It opens an etcd watch with
+// WithRequireLeader and WithPrevKV, and with WithProgressNotify when opts.AllowBookmarks
+// is set, and returns once etcd has accepted it.
+//
+// Each etcd event becomes one informer event whose Revision is the event's ModRevision.
+// The events of one etcd transaction share a revision R; all but the last of them are
+// reported with revision R-1, so that a revision means "every change up to here has been
+// delivered" only once the whole transaction has been, and Informer.WaitForRevision(R)
+// cannot return half-way through a transaction. Progress notifications become Bookmark
+// events if opts.AllowBookmarks is set and are dropped otherwise; when the last events of
+// a transaction were skipped because they did not decode, a Bookmark at its revision
+// stands in for them (again only if bookmarks are allowed).
+//
+// The stream ends with io.EOF once opts.Timeout has passed (0: never), and never in the
+// middle of a transaction. It ends with an error matching informer.ErrExpired when
+// opts.Revision has been compacted or a delete cannot be decoded (see the package
+// documentation), with one matching informer.ErrUnavailable when etcd has no leader, and
+// with the context's error once ctx is done. Opening the watch fails with an error
+// matching informer.ErrUnavailable if etcd has not accepted it within
+// Options.RequestTimeout, for example while the cluster is unreachable. Streaming lists
+// (opts.SendInitialEvents) are not supported: the error matches informer.ErrNotSupported.
+func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
+	if opts.SendInitialEvents {
+		return nil, fmt.Errorf("etcd watch: streaming list: %w", informer.ErrNotSupported)
+	}
+	var after int64
+	if opts.Revision != "" {
+		var err error
+		if after, err = ParseRevision(opts.Revision); err != nil {
+			return nil, fmt.Errorf("etcd watch: %w", err)
+		}
+	}
+	ops := []clientv3.OpOption{clientv3.WithRange(s.end), clientv3.WithPrevKV()}
+	if after > 0 {
+		ops = append(ops, clientv3.WithRev(after+1))
+	}
+	if opts.AllowBookmarks {
+		ops = append(ops, clientv3.WithProgressNotify())
+	}
+
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// The etcd client's Watch blocks until the server has accepted the watch, for as long
+	// as the cluster is unreachable; bound that wait.
+	var opening *time.Timer
+	if s.timeout > 0 {
+		opening = time.AfterFunc(s.timeout, cancel)
+	}
+	ch := s.client.Watch(wctx, s.start, ops...)
+	if opening != nil && !opening.Stop() {
+		cancel()
+		if ctx.Err() != nil {
+			return nil, classify(ctx, "watch", ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: etcd watch: not established within %v", informer.ErrUnavailable, s.timeout)
+	}
+	if ctx.Err() != nil {
+		cancel()
+		return nil, classify(ctx, "watch", ctx.Err())
+	}
+
+	w := &watch[V]{src: s, parent: ctx, ctx: wctx, cancel: cancel, ch: ch, bookmarks: opts.AllowBookmarks}
+	if opts.Timeout > 0 {
+		w.timer = time.NewTimer(opts.Timeout)
+		w.timeout = w.timer.C
+	}
+	md, _ := metadata.FromOutgoingContext(wctx)
+	s.mu.Lock()
+	s.watchMD = md
+	s.watches++
+	s.mu.Unlock()
+	return w, nil
+}
+
+// watch is one open etcd watch. Next is called by one goroutine at a time; Stop by any.
+type watch[V any] struct {
+	src       *Source[V]
+	parent    context.Context // the caller's
+	ctx       context.Context // the etcd watch's: parent, require-leader, cancelled by Stop
+	cancel    context.CancelFunc
+	ch        clientv3.WatchChan
+	timer     *time.Timer
+	timeout   <-chan time.Time
+	bookmarks bool
+
+	// The events of the current etcd response not yet returned, and their etcd revisions.
+	buf  []informer.Event[V]
+	revs []int64
+	next int
+	err  error // once set, returned by every Next after buf is drained
+
+	// the revision string of the last revision formatted
+	revNum int64
+	revStr string
+
+	stopped  atomic.Bool
+	stopOnce sync.Once
+}
+
+// Next returns the next event; see Source.Watch for how the stream ends.
+func (w *watch[V]) Next() (informer.Event[V], error) {
+	for {
+		if w.stopped.Load() {
+			return informer.Event[V]{}, errWatchStopped
+		}
+		if w.next < len(w.buf) {
+			ev := w.buf[w.next]
+			w.buf[w.next] = informer.Event[V]{}
+			w.next++
+			return ev, nil
+		}
+		if w.err != nil {
+			return informer.Event[V]{}, w.err
+		}
+		select {
+		case resp, ok := <-w.ch:
+			if !ok {
+				w.fail(w.closedErr())
+				continue
+			}
+			w.take(&resp)
+		case <-w.timeout:
+			w.fail(io.EOF)
+		case <-w.ctx.Done():
+			w.fail(w.closedErr())
+		}
+	}
+}
+
+// fail ends the stream with err and releases the etcd watch.
+func (w *watch[V]) fail(err error) {
+	w.err = err
+	w.cancel()
+}
+
+// closedErr says why the etcd watch channel closed or its context ended.
+func (w *watch[V]) closedErr() error {
+	switch {
+	case w.stopped.Load():
+		return errWatchStopped
+	case w.parent.Err() != nil:
+		return fmt.Errorf("etcd watch: %w", w.parent.Err())
+	}
+	return fmt.Errorf("%w: etcd watch: closed by the etcd client", informer.ErrUnavailable)
+}
+
+// take turns one etcd watch response into buffered events, or sets the error that ends
+// the stream.
+func (w *watch[V]) take(resp *clientv3.WatchResponse) {
+	w.buf, w.revs, w.next = w.buf[:0], w.revs[:0], 0
+	if err := resp.Err(); err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			w.fail(fmt.Errorf("%w: etcd watch: history compacted up to revision %d: %w", informer.ErrExpired, resp.CompactRevision, err))
+			return
+		}
+		w.fail(classify(w.parent, "watch", err))
+		return
+	}
+	if resp.IsProgressNotify() {
+		if w.bookmarks {
+			w.push(informer.Event[V]{Type: informer.Bookmark}, resp.Header.Revision)
+			w.finishRevisions(0)
+		}
+		return
+	}
+	if len(resp.Events) == 0 {
+		return // a created notification
+	}
+	for _, e := range resp.Events {
+		kv := e.Kv
+		switch e.Type {
+		case mvccpb.PUT:
+			obj, err := w.src.decode(kv)
+			if err != nil {
+				w.src.reportDecode(kv.Key, kv.ModRevision, err)
+				continue
+			}
+			typ := informer.Modified
+			if kv.CreateRevision == kv.ModRevision {
+				typ = informer.Added
+			}
+			w.push(informer.Event[V]{Type: typ, Object: obj}, kv.ModRevision)
+		case mvccpb.DELETE:
+			obj, err := w.src.decodeDeleted(e)
+			if err != nil {
+				// The delete cannot reach the informer; a relist turns it into a tombstone.
+				// The transaction is not complete, so its revision is not reached either.
+				w.finishRevisions(kv.ModRevision)
+				w.fail(fmt.Errorf("%w: etcd watch: the delete of %q at revision %d cannot be decoded; relisting: %w",
+					informer.ErrExpired, kv.Key, kv.ModRevision, err))
+				return
+			}
+			w.push(informer.Event[V]{Type: informer.Deleted, Object: obj}, kv.ModRevision)
+		}
+	}
+	if last := resp.Events[len(resp.Events)-1].Kv.ModRevision; w.bookmarks && (len(w.revs) == 0 || w.revs[len(w.revs)-1] < last) {
+		// The newest events did not decode; say that the stream has got past them.
+		w.push(informer.Event[V]{Type: informer.Bookmark}, last)
+	}
+	w.finishRevisions(0)
+}
+
+func (w *watch[V]) push(ev informer.Event[V], rev int64) {
+	w.buf = append(w.buf, ev)
+	w.revs = append(w.revs, rev)
+}
+
+// finishRevisions sets the buffered events' revision strings: each event's etcd revision,
+// less one for an event followed by another of the same revision (same transaction) and
+// for an event of the revision incomplete, a transaction that is not delivered whole.
+func (w *watch[V]) finishRevisions(incomplete int64) {
+	for i, rev := range w.revs {
+		if (i+1 < len(w.revs) && w.revs[i+1] == rev) || rev == incomplete {
+			rev--
+		}
+		if rev != w.revNum || w.revStr == "" {
+			w.revNum, w.revStr = rev, FormatRevision(rev)
+		}
+		w.buf[i].Revision = w.revStr
+	}
+}
+
+// Stop ends the watch: Next returns an error from now on, and the etcd watch is cancelled.
+func (w *watch[V]) Stop() {
+	w.stopOnce.Do(func() {
+		w.stopped.Store(true)
+		w.cancel()
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.src.mu.Lock()
+		w.src.watches--
+		w.src.mu.Unlock()
+	})
+}
+
+// decodeDeleted decodes the object a Deleted event carries: the key's last value, or, when
+// etcd no longer has it (or it does not decode), the key alone with a nil value.
+func (s *Source[V]) decodeDeleted(e *clientv3.Event) (V, error) {
+	if prev := e.PrevKv; prev != nil {
+		if obj, err := s.decode(prev); err == nil {
+			return obj, nil
+		}
+	}
+	obj, err := s.decode(&mvccpb.KeyValue{Key: e.Kv.Key, ModRevision: e.Kv.ModRevision})
+	if err != nil {
+		s.reportDecodeDeleted(e.Kv.Key, e.Kv.ModRevision, err)
+	}
+	return obj, err
+}
