@@ -246,7 +246,7 @@ func (p *proxy) close() {
 // with "!" does not decode.
 
 type item struct {
-	Key, Value string
+	Key, Value  string
 	ModRevision int64 // set by decodeKV only
 }
 

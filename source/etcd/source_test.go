@@ -2,9 +2,9 @@ package etcd_test
 
 import (
 	"context"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"

@@ -1,0 +1,359 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/etcd"
+)
+
+// List pages: sorted by key, bounded by Limit, each pinned to the first page's revision,
+// with an opaque continue token that is checked.
+func TestListPages(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/pages/"
+	for i := 9; i >= 0; i-- {
+		put(t, c, fmt.Sprintf("%s%d", p, i), fmt.Sprint(i))
+	}
+	put(t, c, "/pages0", "outside")
+	src := newSource(t, c, p, etcd.Options{})
+	ctx := context.Background()
+
+	first, err := src.List(ctx, informer.ListOptions{Limit: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, p+"9", "changed") // after the first page: not in this list
+	put(t, c, p+"95", "new")
+	var keys []string
+	opts := informer.ListOptions{Limit: 4}
+	for l := first; ; {
+		if l.Revision != first.Revision {
+			t.Fatalf("page at revision %s, first page %s", l.Revision, first.Revision)
+		}
+		for _, it := range l.Items {
+			keys = append(keys, it.Key+"="+it.Value)
+		}
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+		if l, err = src.List(ctx, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"/pages/0=0", "/pages/1=1", "/pages/2=2", "/pages/3=3", "/pages/4=4", "/pages/5=5", "/pages/6=6", "/pages/7=7", "/pages/8=8", "/pages/9=9"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("listed %q", keys)
+	}
+
+	// No limit: one page, at the newest revision.
+	all, err := src.List(ctx, informer.ListOptions{})
+	if err != nil || all.Continue != "" || len(all.Items) != 11 {
+		t.Fatalf("unpaged list: %d items, continue %q, %v", len(all.Items), all.Continue, err)
+	}
+	// At least as fresh as a revision, served by the member (serializable) or not.
+	if l, err := src.List(ctx, informer.ListOptions{Revision: all.Revision}); err != nil || l.Revision != all.Revision {
+		t.Fatalf("list at revision %s: %s, %v", all.Revision, l.Revision, err)
+	}
+	if l, err := src.List(ctx, informer.ListOptions{Revision: all.Revision, Consistent: true}); err != nil || l.Revision != all.Revision {
+		t.Fatalf("consistent list: %s, %v", l.Revision, err)
+	}
+
+	other := newSource(t, c, "/other/", etcd.Options{})
+	otherFirst, err := other.List(ctx, informer.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = otherFirst
+	tests := []struct {
+		name string
+		opts informer.ListOptions
+		want error
+	}{
+		{"malformed token", informer.ListOptions{Continue: "not a token"}, informer.ErrBadInput},
+		{"token of another prefix", informer.ListOptions{Continue: tokenFor(t, c, "/z/")}, informer.ErrBadInput},
+		{"malformed revision", informer.ListOptions{Revision: "x1"}, informer.ErrBadInput},
+		{"revision from the future", informer.ListOptions{Revision: "1000000"}, informer.ErrExpired},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := src.List(ctx, tc.opts); !errors.Is(err, tc.want) {
+				t.Fatalf("List(%+v): %v, want %v", tc.opts, err, tc.want)
+			}
+		})
+	}
+
+	// A continue token whose revision has been compacted meanwhile: expired.
+	rev := put(t, c, p+"last", "x")
+	if _, err := c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.List(ctx, informer.ListOptions{Limit: 4, Continue: first.Continue}); !errors.Is(err, informer.ErrExpired) {
+		t.Fatalf("page at a compacted revision: %v, want ErrExpired", err)
+	}
+	if _, err := src.List(ctx, informer.ListOptions{Revision: first.Revision}); err != nil {
+		t.Fatalf("a list at least as fresh as a compacted revision is still fine: %v", err)
+	}
+}
+
+// tokenFor returns a real continue token of a source over prefix (which needs two keys).
+func tokenFor(t *testing.T, c *clientv3.Client, prefix string) string {
+	put(t, c, prefix+"a", "1")
+	put(t, c, prefix+"b", "1")
+	l, err := newSource(t, c, prefix, etcd.Options{}).List(context.Background(), informer.ListOptions{Limit: 1})
+	if err != nil || l.Continue == "" {
+		t.Fatalf("no token: %v", err)
+	}
+	return l.Continue
+}
+
+// readEvents reads a watch until it ends and returns its events as strings
+// "Type key=value@revision" and the error it ended with.
+func readEvents(w informer.Watch[*item]) ([]string, error) {
+	var out []string
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			return out, err
+		}
+		s := ev.Type.String()
+		if ev.Type != informer.Bookmark {
+			s += " " + ev.Object.Key + "=" + ev.Object.Value
+		}
+		out = append(out, s+"@"+ev.Revision)
+	}
+}
+
+// The events of one transaction share its revision R: all but the last are reported at
+// R-1, so that R is reached only when the whole transaction has been delivered. When the
+// last events of a response do not decode, a bookmark stands in for them.
+func TestWatchTransactionRevisions(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/tx/"
+	put(t, c, p+"a", "0")
+	start := put(t, c, p+"z", "0")
+	src := newSource(t, c, p, etcd.Options{})
+	r1 := txn(t, c, clientv3.OpPut(p+"a", "1"), clientv3.OpPut(p+"b", "1"), clientv3.OpDelete(p+"z"))
+	r2 := put(t, c, p+"c", "1")
+	r3 := txn(t, c, clientv3.OpPut(p+"d", "1"), clientv3.OpPut(p+"e", "!bad"))
+	r4 := txn(t, c, clientv3.OpPut(p+"f", "!bad"), clientv3.OpPut(p+"g", "!bad"))
+
+	for _, allow := range []bool{true, false} {
+		w, err := src.Watch(context.Background(), informer.WatchOptions{Revision: etcd.FormatRevision(start), AllowBookmarks: allow, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readEvents(w)
+		w.Stop()
+		if err != io.EOF {
+			t.Fatalf("watch ended with %v", err)
+		}
+		want := []string{
+			fmt.Sprintf("Modified /tx/a=1@%d", r1-1),
+			fmt.Sprintf("Added /tx/b=1@%d", r1-1),
+			fmt.Sprintf("Deleted /tx/z=0@%d", r1),
+			fmt.Sprintf("Added /tx/c=1@%d", r2),
+			// e, which does not decode, is skipped: d is the last event of r3 delivered.
+			fmt.Sprintf("Added /tx/d=1@%d", r3),
+		}
+		if allow { // nothing of r4 decodes: a bookmark says the stream got past it
+			want = append(want, fmt.Sprintf("Bookmark@%d", r4))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("AllowBookmarks %v:\n got %q\nwant %q", allow, got, want)
+		}
+	}
+}
+
+// A delete whose last value etcd has compacted away reaches the decoder as the key with
+// a nil value. A decoder that cannot make an object of that ends the watch with an
+// expired error, so that the informer relists and reports the delete as a tombstone.
+func TestDeleteWithoutPreviousValue(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/gone/"
+	start := put(t, c, p+"k", "1")
+	rev := del(t, c, p+"k")
+	if _, err := c.Compact(context.Background(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	after := etcd.FormatRevision(start) // the watch starts at the delete, the compacted revision
+
+	src := newSource(t, c, p, etcd.Options{})
+	w, err := src.Watch(context.Background(), informer.WatchOptions{Revision: after, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readEvents(w)
+	w.Stop()
+	if want := []string{fmt.Sprintf("Deleted /gone/k=@%d", rev)}; err != io.EOF || !slices.Equal(got, want) {
+		t.Fatalf("got %q, %v; want %q", got, err, want)
+	}
+
+	errs := newErrorLog()
+	strict, err := etcd.New(c, p, func(key, value []byte) (*item, error) {
+		if value == nil {
+			return nil, errors.New("no value")
+		}
+		return decodeItem(key, value)
+	}, etcd.Options{OnDecodeError: errs.report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err = strict.Watch(context.Background(), informer.WatchOptions{Revision: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = readEvents(w)
+	w.Stop()
+	if len(got) != 0 || !errors.Is(err, informer.ErrExpired) {
+		t.Fatalf("strict decoder: got %q, %v; want ErrExpired", got, err)
+	}
+	var de *etcd.DecodeError
+	if reported := errs.all(); len(reported) != 1 || !errors.As(reported[0], &de) || !de.Deleted || de.Key != p+"k" || de.Revision != rev {
+		t.Fatalf("reported %v", reported)
+	}
+	if strict.DecodeErrors() != 1 {
+		t.Errorf("DecodeErrors() = %d", strict.DecodeErrors())
+	}
+}
+
+// Every way a watch ends, and what Next returns then.
+func TestWatchEnds(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/end/"
+	rev := put(t, c, p+"a", "1")
+	src := newSource(t, c, p, etcd.Options{})
+	from := etcd.FormatRevision(rev)
+
+	t.Run("timeout", func(t *testing.T) {
+		start := time.Now()
+		w, err := src.Watch(context.Background(), informer.WatchOptions{Revision: from, Timeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		if _, err := w.Next(); err != io.EOF || time.Since(start) < 200*time.Millisecond {
+			t.Fatalf("Next: %v after %v, want io.EOF after the timeout", err, time.Since(start))
+		}
+		if _, err := w.Next(); err != io.EOF {
+			t.Fatalf("Next after the end: %v", err)
+		}
+	})
+	t.Run("stop", func(t *testing.T) {
+		w, err := src.Watch(context.Background(), informer.WatchOptions{Revision: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() { _, err := w.Next(); done <- err }()
+		w.Stop()
+		w.Stop()
+		if err := <-done; err == nil || err == io.EOF {
+			t.Fatalf("Next after Stop: %v", err)
+		}
+	})
+	t.Run("context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		w, err := src.Watch(ctx, informer.WatchOptions{Revision: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		cancel()
+		if _, err := w.Next(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Next after cancel: %v", err)
+		}
+		if _, err := src.Watch(ctx, informer.WatchOptions{Revision: from}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Watch with a cancelled context: %v", err)
+		}
+	})
+	t.Run("bad options", func(t *testing.T) {
+		if _, err := src.Watch(context.Background(), informer.WatchOptions{Revision: "-3"}); !errors.Is(err, informer.ErrBadInput) {
+			t.Fatalf("bad revision: %v", err)
+		}
+		if _, err := src.Watch(context.Background(), informer.WatchOptions{SendInitialEvents: true}); !errors.Is(err, informer.ErrNotSupported) {
+			t.Fatalf("streaming list: %v", err)
+		}
+	})
+	t.Run("compacted", func(t *testing.T) {
+		r := put(t, c, p+"b", "1")
+		put(t, c, p+"b", "2")
+		if _, err := c.Compact(context.Background(), r+1); err != nil {
+			t.Fatal(err)
+		}
+		w, err := src.Watch(context.Background(), informer.WatchOptions{Revision: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		if _, err := w.Next(); !errors.Is(err, informer.ErrExpired) {
+			t.Fatalf("Next: %v, want ErrExpired", err)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		px := startProxy(t, srv.Endpoint())
+		pc := newClient(t, px.Addr())
+		src := newSource(t, pc, p, etcd.Options{RequestTimeout: 300 * time.Millisecond})
+		if _, err := src.List(context.Background(), informer.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		px.Cut()
+		if _, err := src.List(context.Background(), informer.ListOptions{}); !errors.Is(err, informer.ErrUnavailable) {
+			t.Fatalf("List while cut off: %v, want ErrUnavailable", err)
+		}
+		if _, err := src.Watch(context.Background(), informer.WatchOptions{Revision: from}); !errors.Is(err, informer.ErrUnavailable) {
+			t.Fatalf("Watch while cut off: %v, want ErrUnavailable", err)
+		}
+		if src.Prefix() != p {
+			t.Errorf("Prefix() = %q", src.Prefix())
+		}
+	})
+}
+
+func TestCompareRevisions(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	src := newSource(t, newClient(t, srv.Endpoint()), "/x/", etcd.Options{})
+	tests := []struct {
+		a, b string
+		want int
+		err  bool
+	}{
+		{"1", "2", -1, false},
+		{"2", "1", 1, false},
+		{"42", "42", 0, false},
+		{"9", "10", -1, false},
+		{"9223372036854775807", "0", 1, false},
+		{"", "1", 0, true},
+		{"1", "x", 0, true},
+		{"-1", "1", 0, true},
+		{"1.5", "1", 0, true},
+	}
+	for _, tc := range tests {
+		got, err := src.CompareRevisions(tc.a, tc.b)
+		if (err != nil) != tc.err || got != tc.want || (err != nil && !errors.Is(err, informer.ErrBadInput)) {
+			t.Errorf("CompareRevisions(%q, %q) = %d, %v; want %d, error %v", tc.a, tc.b, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestNewRejectsNil(t *testing.T) {
+	if _, err := etcd.New[*item](nil, "/x/", decodeItem, etcd.Options{}); err == nil {
+		t.Error("nil client accepted")
+	}
+	if _, err := etcd.New[*item](&clientv3.Client{}, "/x/", nil, etcd.Options{}); err == nil {
+		t.Error("nil decoder accepted")
+	}
+}
