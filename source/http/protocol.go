@@ -1,0 +1,222 @@
+package httpsource
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/informer-go/informer"
+)
+
+// The query parameters of the protocol, as the Kubernetes API spells them.
+const (
+	paramWatch             = "watch"
+	paramResourceVersion   = "resourceVersion"
+	paramRVMatch           = "resourceVersionMatch"
+	paramLimit             = "limit"
+	paramContinue          = "continue"
+	paramTimeoutSeconds    = "timeoutSeconds"
+	paramAllowBookmarks    = "allowWatchBookmarks"
+	paramSendInitialEvents = "sendInitialEvents"
+
+	// rvMatchNotOlderThan is the only resourceVersionMatch this package sends or serves.
+	rvMatchNotOlderThan = "NotOlderThan"
+
+	// initialEventsEnd is the annotation a Kubernetes API server puts on the bookmark that
+	// ends the initial events of a streaming list.
+	initialEventsEnd = "k8s.io/initial-events-end"
+)
+
+// The event types of a watch frame.
+const (
+	typeAdded    = "ADDED"
+	typeModified = "MODIFIED"
+	typeDeleted  = "DELETED"
+	typeBookmark = "BOOKMARK"
+	typeError    = "ERROR"
+)
+
+// StatusError is a failure reported by the server, either as an HTTP response with a
+// non-200 status or as an ERROR event in a watch stream. Its body is a Kubernetes Status
+// object: {"kind":"Status","status":"Failure","message":…,"reason":…,"code":…}.
+//
+// It matches the informer error classes with errors.Is, so that an informer reacts as the
+// protocol intends: code 410 (or reason "Expired"/"Gone") matches informer.ErrExpired and
+// makes the informer list again; 429 matches informer.ErrTooManyRequests, 503
+// informer.ErrUnavailable, and every other 5xx informer.ErrRetryable, which make it back off
+// and watch again from the same revision. Any other code (400, 401, 403, 404, …) matches no
+// class: the informer reports it, backs off and lists again. A Retry-After header (or
+// details.retryAfterSeconds) is attached with informer.RetryAfter around the StatusError.
+type StatusError struct {
+	// Code is the HTTP status code (from the response, or the Status object's code).
+	Code int `json:"code,omitempty"`
+	// Reason is a machine-readable word, as in Kubernetes: "Expired", "TooManyRequests",
+	// "BadRequest", "Unauthorized", "Forbidden", "InternalError", …
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable description.
+	Message string `json:"message,omitempty"`
+	// Details carries the server's retry hint, if any.
+	Details *StatusDetails `json:"details,omitempty"`
+}
+
+// StatusDetails is the part of a Kubernetes Status's details this package reads.
+type StatusDetails struct {
+	// RetryAfterSeconds is how long the client should wait before it retries.
+	RetryAfterSeconds int `json:"retryAfterSeconds,omitempty"`
+}
+
+// Error returns "httpsource: <code> <reason>: <message>".
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	b.WriteString("httpsource: server said ")
+	b.WriteString(strconv.Itoa(e.Code))
+	if e.Reason != "" {
+		b.WriteByte(' ')
+		b.WriteString(e.Reason)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Is matches the informer error class of the status (see StatusError).
+func (e *StatusError) Is(target error) bool {
+	class := e.class()
+	return class != nil && (target == class || errors.Is(class, target))
+}
+
+// class returns the informer error class of the status, nil for none.
+func (e *StatusError) class() error {
+	switch {
+	case e.Code == http.StatusGone || (e.Code == 0 && (e.Reason == "Expired" || e.Reason == "Gone")):
+		return informer.ErrExpired
+	case e.Code == http.StatusTooManyRequests || (e.Code == 0 && e.Reason == "TooManyRequests"):
+		return informer.ErrTooManyRequests
+	case e.Code == http.StatusServiceUnavailable || (e.Code == 0 && e.Reason == "ServiceUnavailable"):
+		return informer.ErrUnavailable
+	case e.Code >= 500 && e.Code <= 599 || (e.Code == 0 && e.Reason == "InternalError"):
+		return informer.ErrRetryable
+	}
+	return nil
+}
+
+// withRetryAfter wraps err with informer.RetryAfter when a delay is known.
+func withRetryAfter(err error, d time.Duration) error {
+	if d > 0 {
+		return informer.RetryAfter(err, d)
+	}
+	return err
+}
+
+// statusFromResponse builds the error for a response whose status is not 200. It reads at
+// most 64 KiB of the body and uses it as a Status object if it is one, else as the message.
+func statusFromResponse(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	se := &StatusError{}
+	if json.Unmarshal(body, se) != nil || (se.Code == 0 && se.Reason == "" && se.Message == "") {
+		se = &StatusError{Message: strings.TrimSpace(string(body))}
+	}
+	se.Code = resp.StatusCode // the HTTP status is authoritative
+	if se.Reason == "" {
+		se.Reason = reasonFor(resp.StatusCode)
+	}
+	d, _ := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	if d == 0 && se.Details != nil && se.Details.RetryAfterSeconds > 0 {
+		d = time.Duration(se.Details.RetryAfterSeconds) * time.Second
+	}
+	return withRetryAfter(se, d)
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+func parseRetryAfter(h string, now time.Time) (time.Duration, bool) {
+	if h == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(h, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		if n > math.MaxInt64/int64(time.Second) {
+			n = math.MaxInt64 / int64(time.Second)
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// reasonFor returns the Kubernetes reason word for an HTTP status code.
+func reasonFor(code int) string {
+	switch code {
+	case http.StatusBadRequest:
+		return "BadRequest"
+	case http.StatusUnauthorized:
+		return "Unauthorized"
+	case http.StatusForbidden:
+		return "Forbidden"
+	case http.StatusNotFound:
+		return "NotFound"
+	case http.StatusMethodNotAllowed:
+		return "MethodNotAllowed"
+	case http.StatusNotAcceptable:
+		return "NotAcceptable"
+	case http.StatusGone:
+		return "Expired"
+	case http.StatusTooManyRequests:
+		return "TooManyRequests"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailable"
+	case http.StatusGatewayTimeout:
+		return "Timeout"
+	}
+	if code >= 500 {
+		return "InternalError"
+	}
+	return ""
+}
+
+// appendStatus appends the JSON of a Kubernetes Status object for a failure.
+func appendStatus(dst []byte, code int, reason, message string, retryAfter time.Duration) []byte {
+	dst = append(dst, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":`...)
+	dst = appendJSONString(dst, message)
+	dst = append(dst, `,"reason":`...)
+	dst = appendJSONString(dst, reason)
+	if retryAfter > 0 {
+		dst = append(dst, `,"details":{"retryAfterSeconds":`...)
+		dst = strconv.AppendInt(dst, int64(retrySeconds(retryAfter)), 10)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"code":`...)
+	dst = strconv.AppendInt(dst, int64(code), 10)
+	return append(dst, '}')
+}
+
+// retrySeconds rounds a delay up to whole seconds, at least 1, for a Retry-After header.
+func retrySeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(dst []byte, s string) []byte {
+	b, err := json.Marshal(s)
+	if err != nil { // cannot happen for a string
+		return append(dst, `""`...)
+	}
+	return append(dst, b...)
+}
+
+// badInput wraps an error about what the server sent so that it matches
+// informer.ErrBadInput.
+func badInput(format string, args ...any) error {
+	return fmt.Errorf("httpsource: %w: "+format, append([]any{informer.ErrBadInput}, args...)...)
+}

@@ -1,0 +1,749 @@
+package httpsource
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/informer-go/informer"
+)
+
+// Defaults of ServeOptions.
+const (
+	// DefaultMaxWatchers is the limit on concurrent watches when ServeOptions.MaxWatchers
+	// is 0.
+	DefaultMaxWatchers = 10000
+	// DefaultWriteTimeout bounds each write of a watch when ServeOptions.WriteTimeout is 0.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultRetryAfter is the Retry-After of 429 and 503 answers when
+	// ServeOptions.RetryAfter is 0.
+	DefaultRetryAfter = time.Second
+)
+
+// ServeOptions are the options Server and Handler share. Every zero value is a documented
+// default.
+type ServeOptions struct {
+	// Authorize is called first on every request. A nil error lets the request through; an
+	// error matching ErrUnauthorized is answered 401, any other error 403, each with a
+	// Status body whose message is the error's text. Nil lets every request through.
+	Authorize func(*http.Request) error
+	// MaxWatchers bounds the watches open at once; a watch beyond it is answered 429 with
+	// a Retry-After header, which a Client turns into a wait before it watches again
+	// (without a relist). 0 means DefaultMaxWatchers; negative means no limit.
+	MaxWatchers int
+	// WriteTimeout bounds every write to a watcher. A watcher that does not read for that
+	// long (a stalled client: its connection's buffers are full) is disconnected without a
+	// final event, and counted in Stats.Evicted. 0 means DefaultWriteTimeout; negative
+	// means no timeout, which lets a stalled client hold its goroutine until it goes away.
+	WriteTimeout time.Duration
+	// RetryAfter is the delay advertised by 429 (too many watchers) and 503 (not synced yet,
+	// shutting down) answers, rounded up to whole seconds. 0 means DefaultRetryAfter.
+	RetryAfter time.Duration
+	// Logger receives debug logs of failures; nil means slog.Default().
+	Logger *slog.Logger
+	// ErrorHandler receives failures the server cannot send to anyone: objects that fail to
+	// encode, events of an unknown type from the source. It must not block. Nil means they
+	// are only logged.
+	ErrorHandler func(error)
+}
+
+// The errors an Authorize function returns to choose the status of a refusal. Wrap them
+// to add detail: fmt.Errorf("token expired: %w", httpsource.ErrUnauthorized).
+var (
+	// ErrUnauthorized refuses a request that is not authenticated: 401 Unauthorized.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden refuses an authenticated request that is not allowed: 403 Forbidden. Any
+	// error from Authorize that does not match ErrUnauthorized is treated the same way.
+	ErrForbidden = errors.New("forbidden")
+)
+
+// Stats are the counters of a Server or Handler, updated atomically; read them at any
+// time.
+type Stats struct {
+	Lists        atomic.Uint64 // list requests served (200)
+	Watches      atomic.Uint64 // watches started (200)
+	OpenWatches  atomic.Int64  // watches open now
+	Rejected     atomic.Uint64 // watches refused by MaxWatchers (429)
+	Evicted      atomic.Uint64 // watchers disconnected: fell behind the history (ERROR 410) or stalled (WriteTimeout)
+	BadRequests  atomic.Uint64 // requests refused with 400, 405 or 406
+	Denied       atomic.Uint64 // requests refused by Authorize (401, 403)
+	EncodeErrors atomic.Uint64 // objects that could not be encoded
+}
+
+// watchBufferSize is the size of a watcher's write buffer: frames are assembled there and
+// written when it fills or the watcher has caught up with the source. It is the only
+// memory a watcher holds besides its connection.
+const watchBufferSize = 32 << 10
+
+// maxTimeoutSeconds bounds timeoutSeconds (about 68 years).
+const maxTimeoutSeconds = 1<<31 - 1
+
+// revisionMap translates revisions and continue tokens between the wire and the source
+// a core serves.
+type revisionMap interface {
+	// watchRevision translates the resourceVersion of a watch request (never "" or "0").
+	// An error matching informer.ErrExpired is answered 410; any other error 400.
+	watchRevision(wire string) (string, error)
+	// listRevision translates the resourceVersion of a list request (never "" or "0");
+	// "" means any state will do. Errors as for watchRevision.
+	listRevision(wire string) (string, error)
+	// appendWire appends the wire form of a source revision, unquoted, and reports whether
+	// it is the newest revision the source has (so that buffered frames should be sent).
+	appendWire(dst []byte, rev string) ([]byte, bool)
+	// continueToken translates a continue token of a request; errors as for watchRevision.
+	continueToken(wire string) (string, error)
+	// appendContinue appends the wire form of a source continue token, unquoted.
+	appendContinue(dst []byte, tok string) []byte
+}
+
+// core serves a ListerWatcher in the protocol; Server and Handler are thin layers on it.
+type core[V any] struct {
+	lw           informer.ListerWatcher[V]
+	appendObject func(dst []byte, v V) ([]byte, error)
+	revs         revisionMap
+	ready        func() bool // nil: always ready
+	// replayOnEmpty makes a watch without resourceVersion (or "0") start with the current
+	// state, as Kubernetes does; it needs a source that supports SendInitialEvents.
+	replayOnEmpty bool
+	// plainIsBad answers a plain (unclassified) error from the source with 400 rather
+	// than 500: the source is known to fail only on malformed input.
+	plainIsBad bool
+
+	authorize    func(*http.Request) error
+	maxWatchers  int
+	writeTimeout time.Duration
+	retryAfter   time.Duration
+	logger       *slog.Logger
+	errorHandler func(error)
+	stats        Stats
+
+	mu       sync.Mutex
+	closed   bool
+	watchers int
+	requests sync.WaitGroup
+	stopCtx  context.Context
+	stop     context.CancelFunc
+}
+
+func (c *core[V]) init(o ServeOptions) {
+	c.authorize = o.Authorize
+	c.maxWatchers = o.MaxWatchers
+	if c.maxWatchers == 0 {
+		c.maxWatchers = DefaultMaxWatchers
+	}
+	c.writeTimeout = o.WriteTimeout
+	if c.writeTimeout == 0 {
+		c.writeTimeout = DefaultWriteTimeout
+	}
+	c.retryAfter = o.RetryAfter
+	if c.retryAfter <= 0 {
+		c.retryAfter = DefaultRetryAfter
+	}
+	c.logger = o.Logger
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	c.errorHandler = o.ErrorHandler
+	c.stopCtx, c.stop = context.WithCancel(context.Background())
+}
+
+// report hands a failure nobody else will see to the error handler and the log.
+func (c *core[V]) report(err error) {
+	c.logger.Debug("httpsource: serve error", "err", err)
+	if c.errorHandler != nil {
+		c.errorHandler(err)
+	}
+}
+
+// request is a validated query.
+type request struct {
+	watch     bool
+	rv        string // "" when absent
+	limit     int64
+	cont      string
+	timeout   time.Duration
+	bookmarks bool
+	initial   bool
+	sse       bool
+}
+
+// knownParams are the query parameters the protocol defines; any other is refused.
+var knownParams = map[string]bool{
+	paramWatch: true, paramResourceVersion: true, paramRVMatch: true, paramLimit: true,
+	paramContinue: true, paramTimeoutSeconds: true, paramAllowBookmarks: true,
+	paramSendInitialEvents: true,
+}
+
+// parseRequest validates every query parameter and the Accept header.
+func parseRequest(r *http.Request) (request, *StatusError) {
+	var req request
+	bad := func(format string, args ...any) (request, *StatusError) {
+		return request{}, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: fmt.Sprintf(format, args...)}
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return bad("malformed query: %v", err)
+	}
+	for k, vs := range q {
+		if !knownParams[k] {
+			return bad("unknown query parameter %q (known: watch, resourceVersion, resourceVersionMatch, limit, continue, timeoutSeconds, allowWatchBookmarks, sendInitialEvents)", k)
+		}
+		if len(vs) != 1 {
+			return bad("query parameter %q given %d times", k, len(vs))
+		}
+	}
+	boolean := func(k string) (bool, bool) {
+		v, ok := q[k]
+		if !ok {
+			return false, true
+		}
+		b, err := strconv.ParseBool(v[0])
+		return b, err == nil
+	}
+	var ok bool
+	if req.watch, ok = boolean(paramWatch); !ok {
+		return bad("%s=%q is not a boolean", paramWatch, q.Get(paramWatch))
+	}
+	if req.bookmarks, ok = boolean(paramAllowBookmarks); !ok {
+		return bad("%s=%q is not a boolean", paramAllowBookmarks, q.Get(paramAllowBookmarks))
+	}
+	if req.initial, ok = boolean(paramSendInitialEvents); !ok {
+		return bad("%s=%q is not a boolean", paramSendInitialEvents, q.Get(paramSendInitialEvents))
+	}
+	req.rv = q.Get(paramResourceVersion)
+	if len(req.rv) > 256 {
+		return bad("%s is longer than 256 bytes", paramResourceVersion)
+	}
+	switch m := q.Get(paramRVMatch); m {
+	case "", rvMatchNotOlderThan:
+	case "Exact":
+		return bad("%s=Exact is not supported: this server serves only its current state", paramRVMatch)
+	default:
+		return bad("%s=%q: want NotOlderThan", paramRVMatch, m)
+	}
+	if v, ok := q[paramLimit]; ok {
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil || n < 0 {
+			return bad("%s=%q is not a non-negative integer", paramLimit, v[0])
+		}
+		req.limit = n
+	}
+	if v, ok := q[paramContinue]; ok {
+		if v[0] == "" {
+			return bad("%s is empty", paramContinue)
+		}
+		req.cont = v[0]
+	}
+	if v, ok := q[paramTimeoutSeconds]; ok {
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil || n < 0 || n > maxTimeoutSeconds {
+			return bad("%s=%q is not an integer in [0, %d]", paramTimeoutSeconds, v[0], maxTimeoutSeconds)
+		}
+		req.timeout = time.Duration(n) * time.Second
+	}
+	switch {
+	case req.watch && q.Has(paramLimit):
+		return bad("%s applies to lists, not watches", paramLimit)
+	case req.watch && req.cont != "":
+		return bad("%s applies to lists, not watches", paramContinue)
+	case !req.watch && req.initial:
+		return bad("%s applies to watches only", paramSendInitialEvents)
+	case req.cont != "" && req.rv != "" && req.rv != "0":
+		return bad("%s cannot be combined with %s: the token pins the list's revision", paramResourceVersion, paramContinue)
+	}
+	sse, acceptable := negotiate(r.Header.Values("Accept"))
+	if !acceptable {
+		return request{}, &StatusError{Code: http.StatusNotAcceptable, Reason: "NotAcceptable", Message: "this server sends application/json (NDJSON watch streams) or text/event-stream"}
+	}
+	req.sse = sse && req.watch
+	return req, nil
+}
+
+// negotiate reads Accept headers: whether Server-Sent Events are asked for, and whether
+// anything this server sends is acceptable.
+func negotiate(accepts []string) (sse, ok bool) {
+	if len(accepts) == 0 {
+		return false, true
+	}
+	for _, h := range accepts {
+		for part := range strings.SplitSeq(h, ",") {
+			switch mediaType(part) {
+			case "text/event-stream":
+				sse, ok = true, true
+			case "", "*/*", "application/*", "application/json", "application/x-ndjson", "application/jsonl", "application/json-seq", "application/stream+json":
+				ok = true
+			}
+		}
+	}
+	return sse, ok
+}
+
+// ServeHTTP serves one request: auth, validation, then a list or a watch.
+func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.authorize != nil {
+		if err := c.authorize(r); err != nil {
+			code := http.StatusForbidden
+			if errors.Is(err, ErrUnauthorized) {
+				code = http.StatusUnauthorized
+			}
+			c.stats.Denied.Add(1)
+			writeStatus(w, &StatusError{Code: code, Reason: reasonFor(code), Message: err.Error()}, 0)
+			return
+		}
+	}
+	if r.Method != http.MethodGet {
+		c.stats.BadRequests.Add(1)
+		w.Header().Set("Allow", http.MethodGet)
+		writeStatus(w, &StatusError{Code: http.StatusMethodNotAllowed, Reason: "MethodNotAllowed", Message: "only GET is served"}, 0)
+		return
+	}
+	req, se := parseRequest(r)
+	if se != nil {
+		c.stats.BadRequests.Add(1)
+		writeStatus(w, se, 0)
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		return
+	}
+	c.requests.Add(1)
+	c.mu.Unlock()
+	defer c.requests.Done()
+	if c.ready != nil && !c.ready() {
+		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server has not synced its initial state yet"}, c.retryAfter)
+		return
+	}
+	if req.watch {
+		c.serveWatch(w, r, req)
+	} else {
+		c.serveList(w, r, req)
+	}
+}
+
+// requestContext is the request's context, also cancelled by shutdown and, if timeout
+// is positive, after timeout.
+func (c *core[V]) requestContext(r *http.Request, timeout time.Duration) (context.Context, func()) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(r.Context(), timeout)
+	} else {
+		ctx, cancel = context.WithCancel(r.Context())
+	}
+	stop := context.AfterFunc(c.stopCtx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// sourceError answers an error from the source (or from translating a request for it).
+func (c *core[V]) sourceError(w http.ResponseWriter, err error) {
+	se := c.statusOf(err)
+	var retry time.Duration
+	if se.Code == http.StatusTooManyRequests || se.Code == http.StatusServiceUnavailable {
+		retry = c.retryAfter
+		if d, ok := informer.RetryAfterOf(err); ok {
+			retry = d
+		}
+	}
+	writeStatus(w, se, retry)
+}
+
+// statusOf classifies an error from the source.
+func (c *core[V]) statusOf(err error) *StatusError {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se
+	}
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, informer.ErrExpired):
+		code = http.StatusGone
+	case errors.Is(err, informer.ErrTooManyRequests):
+		code = http.StatusTooManyRequests
+	case errors.Is(err, informer.ErrRetryable):
+		code = http.StatusServiceUnavailable
+	case errors.Is(err, informer.ErrNotSupported), c.plainIsBad:
+		code = http.StatusBadRequest
+	}
+	return &StatusError{Code: code, Reason: reasonFor(code), Message: err.Error()}
+}
+
+// writeStatus answers with a Status body.
+func writeStatus(w http.ResponseWriter, se *StatusError, retryAfter time.Duration) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retrySeconds(retryAfter)))
+	}
+	body := appendStatus(nil, se.Code, se.Reason, se.Message, retryAfter)
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(se.Code)
+	_, _ = w.Write(body)
+}
+
+// serveList answers one page.
+func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request) {
+	ctx, done := c.requestContext(r, req.timeout)
+	defer done()
+	opts := informer.ListOptions{Limit: req.limit}
+	var err error
+	switch {
+	case req.cont != "":
+		opts.Continue, err = c.revs.continueToken(req.cont)
+	case req.rv == "":
+		opts.Consistent = true
+	case req.rv != "0":
+		opts.Revision, err = c.revs.listRevision(req.rv)
+	}
+	if err != nil {
+		c.answerRequestError(w, err)
+		return
+	}
+	page, err := c.lw.List(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil && c.stopCtx.Err() == nil && r.Context().Err() != nil {
+			return // the client went away
+		}
+		c.sourceError(w, err)
+		return
+	}
+	body := make([]byte, 0, 64+len(page.Items)*64)
+	body = append(body, `{"metadata":{"resourceVersion":`...)
+	var scratch [64]byte
+	rev, _ := c.revs.appendWire(scratch[:0], page.Revision)
+	body = appendQuoted(body, rev)
+	if page.Continue != "" {
+		body = append(body, `,"continue":`...)
+		body = appendQuoted(body, c.revs.appendContinue(scratch[:0], page.Continue))
+	}
+	body = append(body, `},"items":[`...)
+	for i, item := range page.Items {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		if body, err = c.appendObject(body, item); err != nil {
+			c.stats.EncodeErrors.Add(1)
+			err = fmt.Errorf("httpsource: list: encoding item %d: %w", i, err)
+			c.report(err)
+			writeStatus(w, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()}, 0)
+			return
+		}
+	}
+	body = append(body, "]}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	c.stats.Lists.Add(1)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// answerRequestError answers an error from translating a revision or token: ErrExpired
+// → 410, anything else → 400.
+func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
+	if errors.Is(err, informer.ErrExpired) {
+		writeStatus(w, &StatusError{Code: http.StatusGone, Reason: "Expired", Message: err.Error()}, 0)
+		return
+	}
+	c.stats.BadRequests.Add(1)
+	writeStatus(w, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: err.Error()}, 0)
+}
+
+// serveWatch streams a watch until the source ends it, the client goes away, the watcher
+// falls behind, or the server shuts down.
+func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request) {
+	c.mu.Lock()
+	if c.maxWatchers > 0 && c.watchers >= c.maxWatchers {
+		c.mu.Unlock()
+		c.stats.Rejected.Add(1)
+		writeStatus(w, &StatusError{Code: http.StatusTooManyRequests, Reason: "TooManyRequests",
+			Message: fmt.Sprintf("too many watchers (limit %d)", c.maxWatchers)}, c.retryAfter)
+		return
+	}
+	c.watchers++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.watchers--
+		c.mu.Unlock()
+	}()
+
+	ctx, done := c.requestContext(r, 0) // the source ends the watch at opts.Timeout
+	defer done()
+	opts := informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
+	replay := false // initial events the client did not ask for by name (Kubernetes' watch without resourceVersion)
+	switch {
+	case req.rv == "" || req.rv == "0":
+		if c.replayOnEmpty && !req.initial {
+			opts.SendInitialEvents, replay = true, true
+		}
+	default:
+		var err error
+		if opts.Revision, err = c.revs.watchRevision(req.rv); err != nil {
+			c.answerRequestError(w, err)
+			return
+		}
+	}
+	wat, err := c.lw.Watch(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil && c.stopCtx.Err() == nil && r.Context().Err() != nil {
+			return
+		}
+		c.sourceError(w, err)
+		return
+	}
+	defer wat.Stop()
+
+	rc := http.NewResponseController(w)
+	if c.writeTimeout > 0 {
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve other requests
+	}
+	h := w.Header()
+	if req.sse {
+		h.Set("Content-Type", "text/event-stream")
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("Cache-Control", "no-cache, no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	c.stats.Watches.Add(1)
+	c.stats.OpenWatches.Add(1)
+	defer c.stats.OpenWatches.Add(-1)
+	w.WriteHeader(http.StatusOK)
+	ww := watchWriter{w: w, rc: rc, timeout: c.writeTimeout}
+	if err := ww.flush(); err != nil {
+		c.watchEnded(err)
+		return
+	}
+
+	out := make([]byte, 0, watchBufferSize)
+	inInitial := opts.SendInitialEvents
+	for {
+		ev, err := wat.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				se := c.statusOf(err)
+				if se.Code == http.StatusGone {
+					c.stats.Evicted.Add(1)
+					se.Message = "the watcher fell behind the server's history; list again: " + se.Message
+				}
+				out = appendErrorFrame(out, req.sse, se)
+			}
+			// Send what was read before the end; a client that went away just fails it.
+			if len(out) > 0 {
+				_ = ww.write(out, true)
+			}
+			return
+		}
+		flush := false
+		switch ev.Type {
+		case informer.Added, informer.Modified, informer.Deleted:
+			var newest bool
+			start := len(out)
+			out, newest, err = c.appendEvent(out, req.sse, ev)
+			if err != nil {
+				c.stats.EncodeErrors.Add(1)
+				err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
+				c.report(err)
+				out = appendErrorFrame(out[:start], req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
+				_ = ww.write(out, true)
+				return
+			}
+			flush = newest && !inInitial
+		case informer.Bookmark:
+			switch {
+			case ev.EndOfInitialEvents:
+				inInitial, flush = false, true
+				if !replay {
+					out = c.appendBookmark(out, req.sse, ev.Revision, true)
+				}
+			case req.bookmarks:
+				out, flush = c.appendBookmark(out, req.sse, ev.Revision, false), true
+			}
+		default:
+			err := fmt.Errorf("httpsource: watch: the source sent an event of unknown type %v", ev.Type)
+			c.report(err)
+			out = appendErrorFrame(out, req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
+			_ = ww.write(out, true)
+			return
+		}
+		if flush || len(out) >= watchBufferSize {
+			if err := ww.write(out, flush); err != nil {
+				c.watchEnded(err)
+				return
+			}
+			out = out[:0]
+		}
+	}
+}
+
+// watchEnded accounts for a watch whose connection failed.
+func (c *core[V]) watchEnded(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.stats.Evicted.Add(1)
+	}
+}
+
+// watchWriter writes a watch's frames, each write bounded by the write timeout.
+type watchWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (ww *watchWriter) deadline() {
+	if ww.timeout > 0 {
+		_ = ww.rc.SetWriteDeadline(time.Now().Add(ww.timeout))
+	}
+}
+
+func (ww *watchWriter) write(b []byte, flush bool) error {
+	ww.deadline()
+	if len(b) > 0 {
+		if _, err := ww.w.Write(b); err != nil {
+			return err
+		}
+	}
+	if flush {
+		return ww.rc.Flush()
+	}
+	return nil
+}
+
+func (ww *watchWriter) flush() error {
+	ww.deadline()
+	return ww.rc.Flush()
+}
+
+// appendEvent appends the frame of an Added, Modified or Deleted event and reports
+// whether its revision is the source's newest.
+func (c *core[V]) appendEvent(dst []byte, sse bool, ev informer.Event[V]) ([]byte, bool, error) {
+	if sse {
+		dst = append(dst, "data: "...)
+	}
+	switch ev.Type {
+	case informer.Added:
+		dst = append(dst, `{"type":"ADDED","resourceVersion":`...)
+	case informer.Modified:
+		dst = append(dst, `{"type":"MODIFIED","resourceVersion":`...)
+	default:
+		dst = append(dst, `{"type":"DELETED","resourceVersion":`...)
+	}
+	var scratch [64]byte
+	rev, newest := c.revs.appendWire(scratch[:0], ev.Revision)
+	dst = appendQuoted(dst, rev)
+	dst = append(dst, `,"object":`...)
+	dst, err := c.appendObject(dst, ev.Object)
+	if err != nil {
+		return dst, false, err
+	}
+	dst = append(dst, '}')
+	return appendFrameEnd(dst, sse), newest, nil
+}
+
+// appendBookmark appends a BOOKMARK frame in the Kubernetes shape: the object carries only
+// metadata.resourceVersion (and the end-of-initial-events annotation).
+func (c *core[V]) appendBookmark(dst []byte, sse bool, rev string, endOfInitial bool) []byte {
+	if sse {
+		dst = append(dst, "data: "...)
+	}
+	var scratch [64]byte
+	wire, _ := c.revs.appendWire(scratch[:0], rev)
+	dst = append(dst, `{"type":"BOOKMARK","resourceVersion":`...)
+	dst = appendQuoted(dst, wire)
+	dst = append(dst, `,"object":{"metadata":{"resourceVersion":`...)
+	dst = appendQuoted(dst, wire)
+	if endOfInitial {
+		dst = append(dst, `,"annotations":{"`+initialEventsEnd+`":"true"}`...)
+	}
+	dst = append(dst, "}}}"...)
+	return appendFrameEnd(dst, sse)
+}
+
+// appendErrorFrame appends an ERROR frame carrying a Status.
+func appendErrorFrame(dst []byte, sse bool, se *StatusError) []byte {
+	if sse {
+		dst = append(dst, "data: "...)
+	}
+	dst = append(dst, `{"type":"ERROR","object":`...)
+	dst = appendStatus(dst, se.Code, se.Reason, se.Message, 0)
+	dst = append(dst, '}')
+	return appendFrameEnd(dst, sse)
+}
+
+func appendFrameEnd(dst []byte, sse bool) []byte {
+	if sse {
+		return append(dst, "\n\n"...)
+	}
+	return append(dst, '\n')
+}
+
+// appendQuoted appends s as a JSON string; the common case (no character that needs an
+// escape) is a plain copy.
+func appendQuoted(dst, s []byte) []byte {
+	for _, c := range s {
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			return appendJSONString(dst, string(s))
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+// compactJSON checks that b is one JSON value and returns it without line breaks, so that
+// it fits in one NDJSON line.
+func compactJSON(b []byte) ([]byte, error) {
+	s := scanner{b: b}
+	s.skipWS()
+	if err := s.skipValue(0); err != nil {
+		return nil, err
+	}
+	if err := s.end(); err != nil {
+		return nil, err
+	}
+	if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
+		return b, nil
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// shutdown refuses new requests, ends every open list and watch (a watch ends cleanly, as
+// when its timeout passes) and waits for their handlers to return, or for ctx.
+func (c *core[V]) shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.stop()
+	done := make(chan struct{})
+	go func() {
+		c.requests.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
