@@ -63,7 +63,6 @@ func (l *deltaList[V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
 // Its methods are called with no batch in flight, so the cache agrees with what was popped.
 type knownObjects[K comparable, V any] interface {
 	eachKnown(fn func(key K, obj V))
-	getKnown(key K) (V, bool)
 }
 
 // popped is one key taken from the queue by popBatch with its deltas.

@@ -17,7 +17,6 @@ func (k fakeKnown) eachKnown(fn func(string, string)) {
 		fn(key, v)
 	}
 }
-func (k fakeKnown) getKnown(key string) (string, bool) { v, ok := k[key]; return v, ok }
 
 // render pops one batch and renders it as "key:Type(obj)…" per key, in pop order.
 func popAll(t *testing.T, f *deltaFIFO[string, string]) ([]string, watermark, bool) {
@@ -212,11 +211,6 @@ func (l lockedKnown) eachKnown(fn func(string, string)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.m.eachKnown(fn)
-}
-func (l lockedKnown) getKnown(k string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.m.getKnown(k)
 }
 
 // The watermark of a partial pop is the oldest revision still queued, exclusive.

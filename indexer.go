@@ -234,12 +234,6 @@ func (e *ObjectError) Error() string {
 
 func (e *ObjectError) Unwrap() error { return e.Err }
 
-// get reads the writer's state; callers hold mu.
-func (s *store[K, V]) getLocked(key K) (V, bool) {
-	e, ok := s.items.Get(entry[K, V]{key: key})
-	return e.obj, ok
-}
-
 // upsertLocked stores obj under key and updates every index. If an index function fails
 // for obj nothing changes and the error is returned.
 func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error) {

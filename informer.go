@@ -311,18 +311,12 @@ func (inf *Informer[K, V]) shouldResync() bool {
 	return inf.proc.shouldResyncLocked(inf.opts.Clock.Now())
 }
 
-// eachKnown and getKnown let the queue read the cache (O-5); the queue calls them only
-// when no batch is in flight.
+// eachKnown lets the queue read the cache (O-5); the queue calls it only when no batch is
+// in flight.
 func (inf *Informer[K, V]) eachKnown(fn func(K, V)) {
 	inf.store.mu.Lock()
 	defer inf.store.mu.Unlock()
 	inf.store.items.Ascend(func(e entry[K, V]) bool { fn(e.key, e.obj); return true })
-}
-
-func (inf *Informer[K, V]) getKnown(key K) (V, bool) {
-	inf.store.mu.Lock()
-	defer inf.store.mu.Unlock()
-	return inf.store.getLocked(key)
 }
 
 // --- applying batches ---
