@@ -389,3 +389,48 @@ informer_last_sync_revision{name="fake"} ` + tc.want + "\n"
 		})
 	}
 }
+
+// TestGatherWhileRunning gathers, and adds and removes a handler's series, while the
+// informer applies changes: run it with -race.
+func TestGatherWhileRunning(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	src := memory.New(itemName, memory.Options{})
+	inf := newInformer(t, src, "items")
+	im, err := metrics.RegisterInformer(reg, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Unregister()
+	r := newRecorder(false)
+	r.seen = make(chan string, 1000)
+	hr, err := inf.AddHandler(r, informer.HandlerOptions{Name: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, inf)
+	defer stop()
+
+	gathered := make(chan error)
+	go func() {
+		for i := range 100 {
+			if i%2 == 0 {
+				im.AddHandler(hr)
+			} else {
+				im.RemoveHandler(hr)
+			}
+			if _, err := reg.Gather(); err != nil {
+				gathered <- err
+				return
+			}
+		}
+		gathered <- nil
+	}()
+	for i := range 200 {
+		src.Put(&item{Name: "x", Value: i})
+	}
+	src.Put(&item{Name: "last"})
+	r.waitFor(t, "add last")
+	if err := <-gathered; err != nil {
+		t.Fatal(err)
+	}
+}
