@@ -7,15 +7,18 @@
 #   servers.sh build              build (or reuse) the binaries
 #   servers.sh start              build, start etcd and kube-apiserver on free
 #                                 loopback ports, print `export NAME=value` lines
-#   servers.sh restart-apiserver  stop and start kube-apiserver on the same etcd
-#                                 (its watch cache is lost: old resourceVersions
-#                                 then get a genuine 410 Expired)
+#   servers.sh stop-apiserver     stop the kube-apiserver at E2E_KUBE_URL (etcd and
+#                                 the one at E2E_KUBE_NOCACHE_URL keep running)
+#   servers.sh start-apiserver    start it again on the same etcd, port and certificates
+#                                 (its watch cache starts afresh: resourceVersions
+#                                 older than the restart get a genuine 410 Expired)
+#   servers.sh restart-apiserver  both
 #   servers.sh compact            compact etcd at its current revision
 #   servers.sh stop               stop kube-apiserver(s), then etcd; remove the state
 #
 # start prints:
 #   E2E_STATE            state directory (logs, certificates, etcd data); pass it back
-#                        to restart-apiserver/compact/stop in the environment
+#                        to the other commands in the environment
 #   E2E_ETCD_ENDPOINT    http://127.0.0.1:PORT
 #   E2E_KUBE_URL         https://127.0.0.1:PORT (watch cache on)
 #   E2E_KUBE_NOCACHE_URL https://127.0.0.1:PORT (--watch-cache=false, same etcd)
@@ -52,10 +55,12 @@ build() {
   exec 9>&-
 }
 
-free_port() { # a loopback port nobody listens on (random; small race accepted)
+free_port() { # a loopback port (and the one after it) nobody listens on
+  # Random, below Linux's ephemeral range (32768+), where outgoing connections take
+  # their local ports; a small race with other listeners is accepted.
   local p
   for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % 25000))
+    p=$((10000 + RANDOM % 22000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
        ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; then
       echo "$p"; return 0
@@ -92,7 +97,7 @@ start_apiserver() { # name port [extra flags...]
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC --token-auth-file="$STATE/tokens.csv" \
     --disable-admission-plugins=ServiceAccount --allow-privileged=true \
-    --endpoint-reconciler-type=none \
+    --endpoint-reconciler-type=none --shutdown-watch-termination-grace-period=1s \
     "$@" >>"$STATE/$name.log" 2>&1 &
   echo $! >"$STATE/$name.pid"
 }
@@ -114,6 +119,8 @@ start() {
   build >&2
   mkdir -p "$CACHE"
   STATE=$(mktemp -d "$CACHE/run.XXXXXX")
+  # On any failure below, stop what was started and remove the state.
+  trap 'stop_pid kube-apiserver; stop_pid kube-apiserver-nocache; stop_pid etcd; rm -rf "$STATE"' EXIT
   EPORT=$(free_port); KPORT=$(free_port); NPORT=$(free_port)
   printf 'EPORT=%s\nKPORT=%s\nNPORT=%s\n' "$EPORT" "$KPORT" "$NPORT" >"$STATE/ports"
   if [ -n "${E2E_PARENT_PID:-}" ]; then
@@ -154,6 +161,7 @@ contexts:
   context: {cluster: e2e, user: e2e}
 current-context: e2e
 KC
+  trap - EXIT
   echo "export E2E_STATE=$STATE"
   echo "export E2E_ETCD_ENDPOINT=http://127.0.0.1:$EPORT"
   echo "export E2E_KUBE_URL=https://127.0.0.1:$KPORT"
@@ -163,9 +171,13 @@ KC
   echo "export KUBECONFIG=$STATE/kubeconfig"
 }
 
-restart_apiserver() {
+stop_apiserver() {
   need_state
   stop_pid kube-apiserver
+}
+
+start_apiserver_again() {
+  need_state
   start_apiserver kube-apiserver "$KPORT"
   wait_apiserver kube-apiserver "$KPORT"
 }
@@ -183,8 +195,7 @@ compact() { # prints the revision compacted at
 stop() {
   need_state
   # Order matters: kube-apiserver keeps retrying (and never exits) if etcd goes first.
-  stop_pid kube-apiserver
-  stop_pid kube-apiserver-nocache
+  stop_pid kube-apiserver & stop_pid kube-apiserver-nocache & wait
   stop_pid etcd
   rm -rf "$STATE"
 }
@@ -192,8 +203,10 @@ stop() {
 case "${1:-}" in
   build) build ;;
   start) start ;;
-  restart-apiserver) restart_apiserver ;;
+  stop-apiserver) stop_apiserver ;;
+  start-apiserver) start_apiserver_again ;;
+  restart-apiserver) stop_apiserver; start_apiserver_again ;;
   compact) compact ;;
   stop) stop ;;
-  *) echo "usage: $0 build|start|restart-apiserver|compact|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 build|start|stop-apiserver|start-apiserver|restart-apiserver|compact|stop" >&2; exit 2 ;;
 esac
