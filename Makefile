@@ -31,3 +31,9 @@ soak:
 ## example: the quickstart.
 example:
 	$(GO) run ./examples/quickstart
+
+## e2e-servers: build the etcd and kube-apiserver that source/kubernetes's end-to-end tests start (about 7 minutes cold, then a no-op); test builds them first, outside the tests' timeout.
+.PHONY: e2e-servers
+e2e-servers:
+	source/kubernetes/e2e/servers.sh build
+test: e2e-servers
