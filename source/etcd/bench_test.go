@@ -14,6 +14,11 @@ import (
 	"github.com/informer-go/informer/source/etcd"
 )
 
+// The benchmarks run etcd in the same process, so client and server share the CPUs; each
+// has a "paired" sub-benchmark that times the raw clientv3 baseline and the adapter
+// alternately in every iteration and reports their ratio, which stays meaningful on a
+// busy machine where separate runs drift.
+
 // decodeCopy is the benchmarks' decoder: the key and the value as strings (a copy, as
 // any decoder that keeps data must make).
 func decodeCopy(key, value []byte) (*item, error) {
@@ -39,7 +44,7 @@ func BenchmarkInitialSync100k(b *testing.B) {
 			ops := make([]clientv3.Op, 0, 128)
 			for i := w; i < n; i += 4 {
 				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%06d", prefix, i), benchValue))
-				if len(ops) == cap(ops) {
+				if len(ops) == cap(ops) || i+4 >= n {
 					if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
 						b.Error(err)
 						return
@@ -47,73 +52,58 @@ func BenchmarkInitialSync100k(b *testing.B) {
 					ops = ops[:0]
 				}
 			}
-			if len(ops) > 0 {
-				if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
-					b.Error(err)
-				}
-			}
 		}()
 	}
 	wg.Wait()
-	ctx := context.Background()
 
-	b.Run("clientv3-paged-get", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if got := rawPagedGet(b, c, prefix, page); got != n {
-				b.Fatalf("got %d keys", got)
-			}
+	raw := func(b *testing.B) {
+		if got := rawPagedGet(b, c, prefix, page); got != n {
+			b.Fatalf("got %d keys", got)
 		}
-		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
-	})
-	b.Run("source-list", func(b *testing.B) {
+	}
+	list := func(b *testing.B) {
 		src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportAllocs()
-		for b.Loop() {
-			got := 0
-			opts := informer.ListOptions{Limit: page}
-			for {
-				l, err := src.List(ctx, opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				got += len(l.Items)
-				if l.Continue == "" {
-					break
-				}
-				opts.Continue = l.Continue
-			}
-			if got != n {
-				b.Fatalf("got %d keys", got)
-			}
-		}
-		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
-	})
-	b.Run("informer", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
+		got, opts := 0, informer.ListOptions{Limit: page}
+		for {
+			l, err := src.List(context.Background(), opts)
 			if err != nil {
 				b.Fatal(err)
 			}
-			inf, err := informer.New(src, informer.Options[string, *item]{Key: itemKey, PageSize: page})
-			if err != nil {
-				b.Fatal(err)
+			got += len(l.Items)
+			if l.Continue == "" {
+				break
 			}
-			ctx, cancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); _ = inf.Run(ctx) }()
-			if !inf.WaitForCacheSync(ctx) || inf.Len() != n {
-				b.Fatalf("synced %d keys", inf.Len())
-			}
-			cancel()
-			<-done
+			opts.Continue = l.Continue
 		}
-		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
-	})
+		if got != n {
+			b.Fatalf("got %d keys", got)
+		}
+	}
+	sync := func(b *testing.B) {
+		src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		inf, err := informer.New(src, informer.Options[string, *item]{Key: itemKey, PageSize: page})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = inf.Run(ctx) }()
+		if !inf.WaitForCacheSync(ctx) || inf.Len() != n {
+			b.Fatalf("synced %d keys", inf.Len())
+		}
+		cancel()
+		<-done
+	}
+	b.Run("clientv3-paged-get", func(b *testing.B) { loop(b, n, "keys/s", raw) })
+	b.Run("source-list", func(b *testing.B) { loop(b, n, "keys/s", list) })
+	b.Run("informer", func(b *testing.B) { loop(b, n, "keys/s", sync) })
+	b.Run("paired", func(b *testing.B) { paired(b, raw, sync, false, "informer/raw-time") })
 }
 
 // rawPagedGet reads prefix in pages pinned to the first page's revision, as a program
@@ -163,86 +153,113 @@ func BenchmarkWatchThroughput(b *testing.B) {
 		}
 	}
 	last := put(b, c, "/bench/end", "x")
-	ctx := context.Background()
 
-	raw := func(b *testing.B, decode bool) {
-		b.ReportAllocs()
-		for b.Loop() {
-			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	raw := func(decode bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+			defer cancel()
 			got := 0
-			for resp := range c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(start+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify()) {
+			for resp := range c.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(start+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify()) {
 				if err := resp.Err(); err != nil {
 					b.Fatal(err)
 				}
-				for _, ev := range resp.Events {
-					if decode {
+				if decode {
+					for _, ev := range resp.Events {
 						if _, err := decodeCopy(ev.Kv.Key, ev.Kv.Value); err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
-				got += len(resp.Events)
-				if got == events {
-					break
+				if got += len(resp.Events); got == events {
+					return
 				}
 			}
-			cancel()
 		}
-		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	}
-	b.Run("clientv3-watch", func(b *testing.B) { raw(b, false) })
-	b.Run("clientv3-watch-decode", func(b *testing.B) { raw(b, true) })
-	b.Run("source-watch", func(b *testing.B) {
+	watch := func(b *testing.B) {
 		src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportAllocs()
-		for b.Loop() {
-			w, err := src.Watch(ctx, informer.WatchOptions{Revision: etcd.FormatRevision(start), AllowBookmarks: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for got := 0; got < events; {
-				ev, err := w.Next()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if ev.Type != informer.Bookmark {
-					got++
-				}
-			}
-			w.Stop()
+		w, err := src.Watch(context.Background(), informer.WatchOptions{Revision: etcd.FormatRevision(start), AllowBookmarks: true})
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	})
-	b.Run("informer", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
+		defer w.Stop()
+		for got := 0; got < events; {
+			ev, err := w.Next()
 			if err != nil {
 				b.Fatal(err)
 			}
-			// An empty list at the start revision, so that the informer replays every event
-			// from the watch.
-			lw := informer.ListerWatcher[*item](emptyList{src, etcd.FormatRevision(start)})
-			inf, err := informer.New(lw, informer.Options[string, *item]{Key: itemKey})
-			if err != nil {
-				b.Fatal(err)
+			if ev.Type != informer.Bookmark {
+				got++
 			}
-			ctx, cancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); _ = inf.Run(ctx) }()
-			wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-			if err := inf.WaitForRevision(wctx, etcd.FormatRevision(last-1)); err != nil || inf.Len() != keys {
-				b.Fatalf("informer at %s with %d keys: %v", inf.LastSyncRevision(), inf.Len(), err)
-			}
-			wcancel()
-			cancel()
-			<-done
 		}
-		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	})
+	}
+	mirror := func(b *testing.B) {
+		src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// An empty list at the start revision, so that the informer replays every event
+		// from the watch.
+		inf, err := informer.New[string, *item](emptyList{src, etcd.FormatRevision(start)}, informer.Options[string, *item]{Key: itemKey})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = inf.Run(ctx) }()
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		if err := inf.WaitForRevision(wctx, etcd.FormatRevision(last-1)); err != nil || inf.Len() != keys {
+			b.Fatalf("informer at %s with %d keys: %v", inf.LastSyncRevision(), inf.Len(), err)
+		}
+		wcancel()
+		cancel()
+		<-done
+	}
+	b.Run("clientv3-watch", func(b *testing.B) { loop(b, events, "events/s", raw(false)) })
+	b.Run("clientv3-watch-decode", func(b *testing.B) { loop(b, events, "events/s", raw(true)) })
+	b.Run("source-watch", func(b *testing.B) { loop(b, events, "events/s", watch) })
+	b.Run("informer", func(b *testing.B) { loop(b, events, "events/s", mirror) })
+	b.Run("paired", func(b *testing.B) { paired(b, raw(false), watch, true, "source/raw-events/s") })
+}
+
+// loop runs op b.N times and reports items/s as unit.
+func loop(b *testing.B, items int, unit string, op func(*testing.B)) {
+	b.ReportAllocs()
+	for b.Loop() {
+		op(b)
+	}
+	b.ReportMetric(float64(items)*float64(b.N)/b.Elapsed().Seconds(), unit)
+}
+
+// paired runs base and subject alternately, each first every other iteration, and reports
+// the ratio of their total times, subject/base, or with throughput set the ratio of their
+// throughputs, base/subject time.
+func paired(b *testing.B, base, subject func(*testing.B), throughput bool, unit string) {
+	var baseTime, subjectTime time.Duration
+	timed := func(op func(*testing.B), total *time.Duration) {
+		start := time.Now()
+		op(b)
+		*total += time.Since(start)
+	}
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			timed(base, &baseTime)
+			timed(subject, &subjectTime)
+		} else {
+			timed(subject, &subjectTime)
+			timed(base, &baseTime)
+		}
+		i++
+	}
+	ratio := float64(subjectTime) / float64(baseTime)
+	if throughput {
+		ratio = 1 / ratio
+	}
+	b.ReportMetric(ratio, unit)
 }
 
 // emptyList is a Source whose List returns nothing at a fixed revision.

@@ -35,15 +35,22 @@
 //
 // # What OnDelete receives
 //
-// A Deleted event carries the decoded last value of the key, which etcd sends along with
-// the delete (WithPrevKV). etcd cannot send it when the previous revision has already been
-// compacted away by the time the watch delivers the delete; the decoder is then called
-// with the key and a nil value, and should return an object that carries at least the key
-// (the informer only needs to compute the key from it). If the decoder fails on that nil
-// value (or on a previous value that does not decode), the error is reported like any
-// decode error and the watch ends with an error that matches informer.ErrExpired: the
-// informer lists again, and the vanished key reaches OnDelete with finalStateUnknown set
-// and the last state the informer knew. Nothing is lost either way.
+// A Deleted event carries the key's last value, decoded: etcd sends it along with the
+// delete (WithPrevKV), so OnDelete normally receives the last state, finalStateUnknown
+// false. There are two exceptions:
+//
+//   - The last value is gone: etcd cannot send it when the previous revision was compacted
+//     away before the watch delivered the delete (a watch that fell behind a compaction).
+//   - The last value does not decode (it was skipped when it was written).
+//
+// In both, the decoder is called with the key and a nil value, and OnDelete receives
+// whatever it returns, finalStateUnknown still false: so a decoder should return, for a
+// nil value, an object that carries at least the key (the informer computes the key from
+// it; the cache's last state of the key is not used). If the decoder fails on that nil
+// value too, the error is reported like any decode error and the watch ends with an error
+// that matches informer.ErrExpired: the informer lists again, and the vanished key reaches
+// OnDelete as a tombstone, finalStateUnknown true, with the last state the informer knew.
+// A delete is never dropped.
 //
 // # Errors
 //

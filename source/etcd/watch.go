@@ -188,6 +188,9 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 	if len(resp.Events) == 0 {
 		return // a created notification
 	}
+	if n := len(resp.Events) + 1; cap(w.buf) < n { // every event and perhaps a bookmark
+		w.buf, w.revs = make([]informer.Event[V], 0, n), make([]int64, 0, n)
+	}
 	for _, e := range resp.Events {
 		kv := e.Kv
 		switch e.Type {
