@@ -71,7 +71,7 @@ func configMapInformer(t *testing.T, c *clients, ns string, opts kubernetes.Opti
 		t.Fatal(err)
 	}
 	rec := newRecorder[*corev1.ConfigMap]()
-	if _, err := inf.AddHandler(rec.handler(), informer.HandlerOptions{}); err != nil {
+	if _, err := inf.AddHandler(rec.handler(metaKey), informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf)

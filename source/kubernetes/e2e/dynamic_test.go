@@ -128,7 +128,7 @@ func TestDynamicCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder[*unstructured.Unstructured]()
-	if _, err := inf.AddHandler(rec.handler(), informer.HandlerOptions{}); err != nil {
+	if _, err := inf.AddHandler(rec.handler(metaKey), informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf)

@@ -196,7 +196,7 @@ func TestExpiredAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder[*corev1.ConfigMap]()
-	if _, err := inf.AddHandler(rec.handler(), informer.HandlerOptions{}); err != nil {
+	if _, err := inf.AddHandler(rec.handler(metaKey), informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf)

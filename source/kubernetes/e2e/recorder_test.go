@@ -14,12 +14,15 @@ import (
 
 // recorder is a handler that turns notifications into lines ("add ns/name", "update
 // ns/name", "delete ns/name unknown", …) on a channel.
-type recorder[V metav1.Object] chan string
+type recorder[V any] chan string
 
-func newRecorder[V metav1.Object]() recorder[V] { return make(recorder[V], 1000) }
+func newRecorder[V any]() recorder[V] { return make(recorder[V], 1000) }
 
-func (r recorder[V]) handler() informer.Handler[V] {
-	key := func(o V) string { k, _ := kubernetes.Key(o); return k }
+// metaKey is kubernetes.Key without the error, for recorders of Kubernetes objects.
+func metaKey[V metav1.Object](o V) string { k, _ := kubernetes.Key(o); return k }
+
+// handler returns the handler that records; key names the objects in the lines.
+func (r recorder[V]) handler(key func(V) string) informer.Handler[V] {
 	return informer.HandlerFuncs[V]{
 		AddFunc: func(o V, initial bool) {
 			if initial {
