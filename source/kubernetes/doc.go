@@ -46,10 +46,13 @@
 //   - 429 Too Many Requests: informer.ErrTooManyRequests, carrying the server's Retry-After
 //     (informer.RetryAfterOf) when it sent one. client-go's REST client already retries a
 //     429 with Retry-After several times before the error reaches the informer.
-//   - 503: informer.ErrUnavailable; other 5xx, server and network timeouts, connection
-//     resets and unexpected EOFs: informer.ErrRetryable; connection refused:
-//     informer.ErrConnectionRefused. The informer backs off and watches again from the same
-//     revision.
+//   - 503: informer.ErrUnavailable; 502, 504 and other 5xx but 500, server and network
+//     timeouts, connection resets and unexpected EOFs: informer.ErrRetryable; connection
+//     refused: informer.ErrConnectionRefused. The informer backs off and watches again from
+//     the same revision.
+//   - 500 Internal Error has no class: it can be tied to the revision asked for (a watch
+//     just above an etcd compaction gets one), so the informer lists again rather than
+//     retrying the same request, as client-go's reflector does.
 //   - A watch stream that ends (a server timeout, the connection closed) returns io.EOF
 //     from Next, and the informer watches again from the last revision it saw.
 //   - A watch event whose object is not a V, or a type the adapter does not know:

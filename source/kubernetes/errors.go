@@ -36,10 +36,15 @@ func classify(err error) error {
 			return withRetryAfter(fmt.Errorf("%w: %w", informer.ErrTooManyRequests, err), err)
 		case st.Code == http.StatusServiceUnavailable || st.Reason == metav1.StatusReasonServiceUnavailable:
 			return withRetryAfter(fmt.Errorf("%w: %w", informer.ErrUnavailable, err), err)
-		case st.Code >= 500,
-			st.Reason == metav1.StatusReasonServerTimeout,
-			st.Reason == metav1.StatusReasonTimeout,
-			st.Reason == metav1.StatusReasonInternalError:
+		case st.Reason == metav1.StatusReasonServerTimeout || st.Reason == metav1.StatusReasonTimeout:
+			return withRetryAfter(fmt.Errorf("%w: %w", informer.ErrRetryable, err), err)
+		case st.Code == http.StatusInternalServerError:
+			// Not retried from the same revision: a 500 can be tied to that revision (a
+			// watch just above a compaction, an event the client could not decode), and
+			// would then fail the same way forever. The informer lists again, as
+			// client-go's reflector does.
+			return err
+		case st.Code > 500:
 			return withRetryAfter(fmt.Errorf("%w: %w", informer.ErrRetryable, err), err)
 		}
 		return err

@@ -180,7 +180,7 @@ func TestErrorClasses(t *testing.T) {
 		{"429 with Retry-After", apierrors.NewTooManyRequests("slow down", 7), informer.ErrTooManyRequests, 7 * time.Second},
 		{"429 without", apierrors.NewTooManyRequests("slow down", 0), informer.ErrTooManyRequests, 0},
 		{"503", apierrors.NewServiceUnavailable("down"), informer.ErrUnavailable, 0},
-		{"500", apierrors.NewInternalError(errors.New("boom")), informer.ErrRetryable, 0},
+		{"500 relists", apierrors.NewInternalError(errors.New("boom")), nil, 0},
 		{"504 timeout", apierrors.NewTimeoutError("slow", 3), informer.ErrRetryable, 3 * time.Second},
 		{"server timeout", apierrors.NewServerTimeout(gr, "list", 2), informer.ErrRetryable, 2 * time.Second},
 		{"502 unexpected", apierrors.NewGenericServerResponse(502, "GET", gr, "", "bad gateway", 0, true), informer.ErrRetryable, 0},
