@@ -21,9 +21,10 @@
 //
 //   - The first list (no revision) reads at resourceVersion "0": the apiserver answers from
 //     its watch cache, cheaply, possibly a little stale. A consistent list (after an expired
-//     revision) reads at resourceVersion "" (a quorum read from etcd). A list at a known
-//     revision reads at that resourceVersion with resourceVersionMatch=NotOlderThan. Pages
-//     after the first carry only the continue token, which encodes the revision.
+//     revision) reads at resourceVersion "": the newest state, as of a quorum read of etcd.
+//     A list at a known revision reads at that resourceVersion with
+//     resourceVersionMatch=NotOlderThan. Pages after the first carry only the continue
+//     token, which encodes the revision.
 //   - A watch starts at the revision it is given; bookmarks (allowWatchBookmarks) are
 //     passed on as informer.Bookmark events, and a watch timeout becomes timeoutSeconds.
 //   - A streaming list (informer.StreamingLister) is a watch with sendInitialEvents=true and
@@ -68,7 +69,7 @@
 // on resourceVersions being decimal etcd revisions, which kube-apiserver guarantees for the
 // resources it stores itself since Kubernetes 1.35 (KEP-5504, comparable resource
 // versions; apimachinery's resourceversion.CompareResourceVersion). Aggregated APIs served
-// by other servers may use revisions of another shape: wrap such a Source with Unordered.
+// by other servers may use revisions of another shape: use Source.Unordered for them.
 //
 // # Memory
 //
