@@ -122,9 +122,6 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 	if c.hc == nil {
 		c.hc = http.DefaultClient
 	}
-	if c.decode == nil {
-		c.decode = decodeJSON[V]
-	}
 	if c.codec == nil {
 		c.codec = JSON
 	}
@@ -137,11 +134,51 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 	return c, nil
 }
 
-// decodeJSON is the default item decoder.
-func decodeJSON[V any](raw json.RawMessage) (V, error) {
+// itemDecoder decodes the objects of one list or one watch, with ClientOptions.Decode or,
+// by default, with encoding/json. The default feeds each object to one json.Decoder,
+// which keeps its buffer, scanner and decoding state from one object to the next: each
+// object is scanned once and decoded once, with no per-object set-up, as a bare
+// json.Decoder loop over the stream would do.
+type itemDecoder[V any] struct {
+	custom func(json.RawMessage) (V, error)
+	feed   feed
+	dec    *json.Decoder
+	fed    int64 // bytes given to dec
+}
+
+func (d *itemDecoder[V]) decode(raw json.RawMessage) (V, error) {
+	if d.custom != nil {
+		return d.custom(raw)
+	}
+	if d.dec == nil {
+		d.feed.b, d.fed = nil, 0
+		d.dec = json.NewDecoder(&d.feed)
+	}
+	d.feed.b = raw
+	d.fed += int64(len(raw))
 	var v V
-	err := json.Unmarshal(raw, &v)
-	return v, err
+	err := d.dec.Decode(&v)
+	if err == nil && (len(d.feed.b) > 0 || d.dec.InputOffset() != d.fed) {
+		err = errors.New("unexpected data after the object")
+	}
+	if err != nil {
+		d.dec = nil // a decoder that failed keeps its error: start afresh
+		var zero V
+		return zero, err
+	}
+	return v, nil
+}
+
+// feed is the reader an itemDecoder's json.Decoder reads: the current object, then EOF.
+type feed struct{ b []byte }
+
+func (f *feed) Read(p []byte) (int, error) {
+	if len(f.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, f.b)
+	f.b = f.b[n:]
+	return n, nil
 }
 
 // StreamingList implements informer.StreamingLister: it reports
@@ -188,8 +225,9 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		return informer.List[V]{}, fmt.Errorf("%w: %w", badInput("malformed list response (Content-Type %q)", resp.Header.Get("Content-Type")), err)
 	}
 	items := make([]V, 0, len(raw.Items))
+	dec := itemDecoder[V]{custom: c.decode}
 	for i, it := range raw.Items {
-		v, err := c.decode(it)
+		v, err := dec.decode(it)
 		if err != nil {
 			return informer.List[V]{}, fmt.Errorf("%w: %w", badInput("list item %d cannot be decoded", i), err)
 		}
@@ -244,7 +282,11 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		cancel()
 		return nil, badInput("watch response has Content-Type %q, want %q", got, want)
 	}
-	return &watch[V]{c: c, ctx: ctx, cancel: cancel, body: resp.Body, frames: c.framing.NewReader(resp.Body, c.maxFrame)}, nil
+	return c.newWatch(ctx, cancel, resp.Body), nil
+}
+
+func (c *Client[V]) newWatch(ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *watch[V] {
+	return &watch[V]{c: c, ctx: ctx, cancel: cancel, body: body, frames: c.framing.NewReader(body, c.maxFrame), items: itemDecoder[V]{custom: c.decode}}
 }
 
 // isJSONStream reports whether a media type is one of the names of newline-delimited JSON.
@@ -326,6 +368,7 @@ type watch[V any] struct {
 	cancel  context.CancelFunc
 	body    io.ReadCloser
 	frames  FrameReader
+	items   itemDecoder[V]
 	stopped atomic.Bool
 	release sync.Once
 	err     error // once set, Next returns it; Next's goroutine only
@@ -374,7 +417,7 @@ func (w *watch[V]) next() (informer.Event[V], error) {
 	if raw.Object == nil {
 		return informer.Event[V]{}, badInput("%s event without an object", raw.Type)
 	}
-	obj, err := w.c.decode(raw.Object)
+	obj, err := w.items.decode(raw.Object)
 	if err != nil {
 		return informer.Event[V]{}, fmt.Errorf("%w: %w", badInput("the object of a %s event cannot be decoded", raw.Type), err)
 	}

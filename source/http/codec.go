@@ -53,11 +53,14 @@ type RawEvent struct {
 	Status *StatusError
 }
 
-// JSON is the default Codec: the Kubernetes JSON shapes, with the envelope split by a
-// strict, allocation-free scanner so that each object is parsed by the item decoder only.
-// A list is {"metadata":{"resourceVersion":…,"continue":…},"items":[…]}; an event is
-// {"type":…,"object":…} with an optional "resourceVersion". Keys match case-sensitively;
-// unknown keys are checked and ignored; a duplicate key's last value wins.
+// JSON is the default Codec: the Kubernetes JSON shapes, with the envelope split by an
+// allocation-free scanner so that each object is parsed once, by the item decoder. A list
+// is {"metadata":{"resourceVersion":…,"continue":…},"items":[…]}; an event is
+// {"type":…,"object":…} with an optional "resourceVersion". The envelope is checked
+// strictly (RFC 8259); keys match case-sensitively; unknown keys are checked and ignored;
+// a duplicate key's last value wins. Inside an object or a list item only quotes and
+// brackets are matched, to find its end: the item decoder checks the rest (encoding/json
+// does), so a malformed object is still an error, reported by the decoder.
 var JSON Codec = jsonCodec{}
 
 type jsonCodec struct{}
@@ -142,7 +145,7 @@ func (s *scanner) items(dst []json.RawMessage) ([]json.RawMessage, error) {
 	for err == nil && more {
 		s.skipWS()
 		start := s.i
-		if err = s.skipValue(2); err != nil {
+		if err = s.skipLoose(); err != nil {
 			break
 		}
 		dst = append(dst, s.b[start:s.i:s.i])
@@ -168,7 +171,7 @@ func (jsonCodec) DecodeEvent(frame []byte) (RawEvent, error) {
 			haveType = err == nil
 		case "object":
 			start := s.i
-			if err = s.skipValue(1); err == nil {
+			if err = s.skipLoose(); err == nil {
 				ev.Object = frame[start:s.i:s.i]
 			}
 		case "resourceVersion":

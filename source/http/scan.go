@@ -1,6 +1,7 @@
 package httpsource
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -216,6 +217,70 @@ func (s *scanner) skipValue(depth int) error {
 	return s.fail("expected a value")
 }
 
+// skipLoose skips one value at s.i (no leading whitespace) matching only quotes and
+// brackets, without checking its grammar: it is for the object of a watch event and the
+// items of a list, which the item decoder parses (and checks) anyway. A value that is not
+// valid JSON is found out there.
+func (s *scanner) skipLoose() error {
+	start, depth := s.i, 0
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case '"':
+			s.i++
+			for {
+				k := bytes.IndexByte(s.b[s.i:], '"')
+				if k < 0 {
+					s.i = len(s.b)
+					return s.fail("unterminated string")
+				}
+				end := s.i + k
+				n := 0 // backslashes right before the quote
+				for end-1-n >= s.i && s.b[end-1-n] == '\\' {
+					n++
+				}
+				s.i = end + 1
+				if n%2 == 0 {
+					break
+				}
+			}
+			if depth == 0 {
+				return nil
+			}
+		case '{', '[':
+			depth++
+			s.i++
+		case '}', ']':
+			if depth == 0 {
+				return s.endLoose(start)
+			}
+			depth--
+			s.i++
+			if depth == 0 {
+				return nil
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return s.endLoose(start)
+			}
+			s.i++
+		default:
+			s.i++
+		}
+	}
+	if depth > 0 {
+		return s.fail("unterminated value")
+	}
+	return s.endLoose(start)
+}
+
+// endLoose ends a scalar skipped by skipLoose: it must not be empty.
+func (s *scanner) endLoose(start int) error {
+	if s.i == start {
+		return s.fail("expected a value")
+	}
+	return nil
+}
+
 func (s *scanner) literal(lit string) error {
 	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
 		return s.fail("invalid literal")
@@ -312,7 +377,9 @@ func (s *scanner) metadata(wantAnnotations bool) (rv string, endOfInitial bool, 
 		}
 		switch {
 		case string(k) == "resourceVersion" && s.i < len(s.b) && s.b[s.i] == '"':
-			rv, err = s.stringValue()
+			if rv, err = s.stringValue(); err == nil && !wantAnnotations {
+				return rv, false, nil // the rest of the metadata does not matter
+			}
 		case string(k) == "annotations" && wantAnnotations && s.i < len(s.b) && s.b[s.i] == '{':
 			endOfInitial, err = s.annotations()
 		default:

@@ -425,8 +425,8 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request)
 	}
 	body := make([]byte, 0, 64+len(page.Items)*64)
 	body = append(body, `{"metadata":{"resourceVersion":`...)
-	var scratch [64]byte
-	rev, _ := c.revs.appendWire(scratch[:0], page.Revision)
+	scratch := make([]byte, 0, 64)
+	rev, _ := c.revs.appendWire(scratch, page.Revision)
 	body = appendQuoted(body, rev)
 	if page.Continue != "" {
 		body = append(body, `,"continue":`...)
@@ -533,6 +533,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 
 	out := make([]byte, 0, watchBufferSize)
+	scratch := make([]byte, 0, 64)
 	inInitial := opts.SendInitialEvents
 	for {
 		ev, err := wat.Next()
@@ -556,7 +557,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		case informer.Added, informer.Modified, informer.Deleted:
 			var newest bool
 			start := len(out)
-			out, newest, err = c.appendEvent(out, req.sse, ev)
+			out, newest, err = c.appendEvent(out, scratch, req.sse, ev)
 			if err != nil {
 				c.stats.EncodeErrors.Add(1)
 				err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
@@ -571,10 +572,10 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			case ev.EndOfInitialEvents:
 				inInitial, flush = false, true
 				if !replay {
-					out = c.appendBookmark(out, req.sse, ev.Revision, true)
+					out = c.appendBookmark(out, scratch, req.sse, ev.Revision, true)
 				}
 			case req.bookmarks:
-				out, flush = c.appendBookmark(out, req.sse, ev.Revision, false), true
+				out, flush = c.appendBookmark(out, scratch, req.sse, ev.Revision, false), true
 			}
 		default:
 			err := fmt.Errorf("httpsource: watch: the source sent an event of unknown type %v", ev.Type)
@@ -633,7 +634,8 @@ func (ww *watchWriter) flush() error {
 
 // appendEvent appends the frame of an Added, Modified or Deleted event and reports
 // whether its revision is the source's newest.
-func (c *core[V]) appendEvent(dst []byte, sse bool, ev informer.Event[V]) ([]byte, bool, error) {
+// scratch is a buffer of the watch for the revision, so that nothing is allocated per event.
+func (c *core[V]) appendEvent(dst, scratch []byte, sse bool, ev informer.Event[V]) ([]byte, bool, error) {
 	if sse {
 		dst = append(dst, "data: "...)
 	}
@@ -645,7 +647,6 @@ func (c *core[V]) appendEvent(dst []byte, sse bool, ev informer.Event[V]) ([]byt
 	default:
 		dst = append(dst, `{"type":"DELETED","resourceVersion":`...)
 	}
-	var scratch [64]byte
 	rev, newest := c.revs.appendWire(scratch[:0], ev.Revision)
 	dst = appendQuoted(dst, rev)
 	dst = append(dst, `,"object":`...)
@@ -659,11 +660,10 @@ func (c *core[V]) appendEvent(dst []byte, sse bool, ev informer.Event[V]) ([]byt
 
 // appendBookmark appends a BOOKMARK frame in the Kubernetes shape: the object carries only
 // metadata.resourceVersion (and the end-of-initial-events annotation).
-func (c *core[V]) appendBookmark(dst []byte, sse bool, rev string, endOfInitial bool) []byte {
+func (c *core[V]) appendBookmark(dst, scratch []byte, sse bool, rev string, endOfInitial bool) []byte {
 	if sse {
 		dst = append(dst, "data: "...)
 	}
-	var scratch [64]byte
 	wire, _ := c.revs.appendWire(scratch[:0], rev)
 	dst = append(dst, `{"type":"BOOKMARK","resourceVersion":`...)
 	dst = appendQuoted(dst, wire)
