@@ -330,12 +330,7 @@ func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 
 	g.answer(http.StatusTooManyRequests, "1", 1)
 	g.cut()
-	until(t, "the client to watch again after the 429", func() bool {
-		if len(g.watches()) >= watchesBefore+2 {
-			return true
-		}
-		return false
-	}, g.requests)
+	until(t, "the client to watch again after the 429", func() bool { return len(g.watches()) >= watchesBefore+2 }, g.requests)
 	put(up.src, "b", "1")
 	converge(t, d, want)
 

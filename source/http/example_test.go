@@ -1,0 +1,165 @@
+package httpsource_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+
+	"github.com/informer-go/informer"
+	httpsource "github.com/informer-go/informer/source/http"
+	"github.com/informer-go/informer/source/memory"
+)
+
+type Config struct {
+	Name  string `json:"name"`
+	Value int    `json:"value"`
+}
+
+func configKey(c *Config) (string, error) { return c.Name, nil }
+
+// The fan-out tier: one process watches the source and serves it; three others (here,
+// three informers) mirror the server and agree with the source, then follow a change.
+func Example() {
+	var wg sync.WaitGroup
+	start := func(ctx context.Context, inf *informer.Informer[string, *Config]) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = inf.Run(ctx) }()
+	}
+
+	// The serving process: a source, an informer over it, a Server of the informer.
+	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
+	src.Put(&Config{Name: "timeout", Value: 30})
+	src.Put(&Config{Name: "retries", Value: 3})
+	upstream, err := informer.New(src, informer.Options[string, *Config]{Key: configKey})
+	if err != nil {
+		panic(err)
+	}
+	upCtx, stopUpstream := context.WithCancel(context.Background())
+	start(upCtx, upstream)
+	srv, err := httpsource.NewServer(upstream, configKey, httpsource.ServerOptions[*Config]{})
+	if err != nil {
+		panic(err)
+	}
+	ts := httptest.NewServer(srv) // in production: http.ListenAndServe(addr, srv)
+	<-srv.Synced()
+
+	// The mirrors: each an informer over a Client of the server.
+	ctx, stopMirrors := context.WithCancel(context.Background())
+	updated := make(chan *Config, 3)
+	var mirrors []*informer.Informer[string, *Config]
+	for range 3 {
+		client, err := httpsource.NewClient(ts.URL, httpsource.ClientOptions[*Config]{})
+		if err != nil {
+			panic(err)
+		}
+		mirror, err := informer.New(client.Ordered(), informer.Options[string, *Config]{Key: configKey})
+		if err != nil {
+			panic(err)
+		}
+		_, _ = mirror.AddHandler(informer.HandlerFuncs[*Config]{
+			UpdateFunc: func(_, c *Config) { updated <- c },
+		}, informer.HandlerOptions{})
+		start(ctx, mirror)
+		mirror.WaitForCacheSync(ctx)
+		mirrors = append(mirrors, mirror)
+	}
+	for i, m := range mirrors {
+		fmt.Printf("mirror %d:", i+1)
+		for _, c := range m.List() {
+			fmt.Printf(" %s=%d", c.Name, c.Value)
+		}
+		fmt.Println()
+	}
+
+	src.Put(&Config{Name: "timeout", Value: 60})
+	for range mirrors {
+		c := <-updated
+		fmt.Printf("a mirror saw %s=%d\n", c.Name, c.Value)
+	}
+
+	// Shut down: mirrors first, then the server (which ends open watches), then the source.
+	stopMirrors()
+	_ = srv.Shutdown(context.Background())
+	ts.Close()
+	stopUpstream()
+	wg.Wait()
+	// Output:
+	// mirror 1: retries=3 timeout=30
+	// mirror 2: retries=3 timeout=30
+	// mirror 3: retries=3 timeout=30
+	// a mirror saw timeout=60
+	// a mirror saw timeout=60
+	// a mirror saw timeout=60
+}
+
+// A client of a Kubernetes API server's REST endpoint, without client-go: a bearer token
+// on every request, the cluster's CA in the http.Client, a label selector in the URL.
+// Resource versions are read from each object's metadata.resourceVersion.
+func ExampleNewClient() {
+	type Pod struct {
+		Metadata struct {
+			Name, Namespace, ResourceVersion string
+		} `json:"metadata"`
+		Status struct {
+			Phase string `json:"phase"`
+		} `json:"status"`
+	}
+	token, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/token")
+	if err != nil {
+		fmt.Println("not in a cluster")
+		return
+	}
+	client, err := httpsource.NewClient("https://kubernetes.default.svc/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
+		httpsource.ClientOptions[*Pod]{
+			HTTPClient: http.DefaultClient, // with the cluster CA in its TLS config
+			PrepareRequest: func(r *http.Request) error {
+				r.Header.Set("Authorization", "Bearer "+string(token))
+				return nil
+			},
+		})
+	if err != nil {
+		panic(err)
+	}
+	pods, err := informer.New(client.Ordered(), informer.Options[string, *Pod]{
+		Key: func(p *Pod) (string, error) { return p.Metadata.Namespace + "/" + p.Metadata.Name, nil },
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = pods // Run it, add handlers, read its cache.
+}
+
+// Handler serves a bare ListerWatcher: each request is one List or Watch call on it.
+func ExampleNewHandler() {
+	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
+	src.Put(&Config{Name: "a", Value: 1})
+	src.Put(&Config{Name: "b", Value: 2})
+	src.Put(&Config{Name: "c", Value: 3})
+	h := httpsource.NewHandler[*Config](src, httpsource.HandlerOptions[*Config]{})
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	defer func() { _ = h.Shutdown(context.Background()) }()
+
+	client, err := httpsource.NewClient(ts.URL, httpsource.ClientOptions[*Config]{})
+	if err != nil {
+		panic(err)
+	}
+	opts := informer.ListOptions{Limit: 2}
+	for {
+		page, err := client.List(context.Background(), opts)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("revision %s: %d items, more: %v\n", page.Revision, len(page.Items), page.Continue != "")
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
+	}
+	// Output:
+	// revision 3: 2 items, more: true
+	// revision 3: 1 items, more: false
+}
