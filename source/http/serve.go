@@ -54,8 +54,8 @@ type ServeOptions struct {
 	// Logger receives debug logs of failures; nil means slog.Default().
 	Logger *slog.Logger
 	// ErrorHandler receives failures the server cannot send to anyone: objects that fail to
-	// encode, events of an unknown type from the source. It must not block. Nil means they
-	// are only logged.
+	// encode, events of an unknown type from the source, watchers disconnected because they
+	// stalled (WriteTimeout). It must not block. Nil means they are only logged.
 	ErrorHandler func(error)
 }
 
@@ -370,6 +370,8 @@ func (c *core[V]) statusOf(err error) *StatusError {
 	}
 	code := http.StatusInternalServerError
 	switch {
+	case errors.Is(err, context.DeadlineExceeded): // timeoutSeconds of a list
+		code = http.StatusGatewayTimeout
 	case errors.Is(err, informer.ErrExpired):
 		code = http.StatusGone
 	case errors.Is(err, informer.ErrTooManyRequests):
@@ -417,10 +419,14 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request)
 	}
 	page, err := c.lw.List(ctx, opts)
 	if err != nil {
-		if ctx.Err() != nil && c.stopCtx.Err() == nil && r.Context().Err() != nil {
+		switch {
+		case r.Context().Err() != nil:
 			return // the client went away
+		case c.stopCtx.Err() != nil:
+			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		default:
+			c.sourceError(w, err)
 		}
-		c.sourceError(w, err)
 		return
 	}
 	body := make([]byte, 0, 64+len(page.Items)*64)
@@ -502,10 +508,14 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	wat, err := c.lw.Watch(ctx, opts)
 	if err != nil {
-		if ctx.Err() != nil && c.stopCtx.Err() == nil && r.Context().Err() != nil {
-			return
+		switch {
+		case r.Context().Err() != nil:
+			return // the client went away
+		case c.stopCtx.Err() != nil:
+			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		default:
+			c.sourceError(w, err)
 		}
-		c.sourceError(w, err)
 		return
 	}
 	defer wat.Stop()
@@ -528,7 +538,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	w.WriteHeader(http.StatusOK)
 	ww := watchWriter{w: w, rc: rc, timeout: c.writeTimeout}
 	if err := ww.flush(); err != nil {
-		c.watchEnded(err)
+		c.watchEnded(r, err)
 		return
 	}
 
@@ -586,7 +596,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		}
 		if flush || len(out) >= watchBufferSize {
 			if err := ww.write(out, flush); err != nil {
-				c.watchEnded(err)
+				c.watchEnded(r, err)
 				return
 			}
 			out = out[:0]
@@ -594,10 +604,12 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 }
 
-// watchEnded accounts for a watch whose connection failed.
-func (c *core[V]) watchEnded(err error) {
+// watchEnded accounts for a watch whose connection failed: a watcher that stalled past
+// the write timeout is counted and reported; a client that went away is not news.
+func (c *core[V]) watchEnded(r *http.Request, err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		c.stats.Evicted.Add(1)
+		c.report(fmt.Errorf("httpsource: watcher %s stalled: disconnected after %v without reading: %w", r.RemoteAddr, c.writeTimeout, err))
 	}
 }
 

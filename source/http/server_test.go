@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -461,6 +462,72 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 	}
 	if e := srv.Stats().Evicted.Load(); e != 1 {
 		t.Errorf("Stats.Evicted = %d, want 1", e)
+	}
+}
+
+// A watcher that stops reading altogether is disconnected once a write has waited
+// WriteTimeout, reported to the ErrorHandler and counted; its connection is cut (no clean
+// end, no ERROR event: nothing can be written to it).
+func TestServerStalledWatcher(t *testing.T) {
+	up := newUpstream(t, memory.Options{HistoryLimit: 10})
+	put(up.src, "a", "1")
+	reported := make(chan error, 1)
+	srv, err := NewServer(up.inf, objKey, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		WriteTimeout: 200 * time.Millisecond,
+		ErrorHandler: func(err error) {
+			select {
+			case reported <- err:
+			default:
+			}
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Listener = &smallBuffer{Listener: ts.Listener}
+	ts.Start()
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	addr := ts.Listener.Addr().String()
+	from := "watch=1&resourceVersion=" + rev(srv, 1)
+	stalled := dialWatch(t, addr, from, 4096)
+	fast := dialWatch(t, addr, from, 0)
+	big := strings.Repeat("x", 4<<10)
+	for i := range 100 { // far more than the stalled watcher's buffers hold
+		put(up.src, fmt.Sprintf("k%03d", i), big)
+		fast.line(t)
+	}
+	select {
+	case err := <-reported:
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stalled") {
+			t.Errorf("reported %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the stalled watcher was never disconnected")
+	}
+	var lines int
+	for {
+		l, err := stalled.r.ReadString('\n')
+		if err != nil {
+			if err == io.EOF {
+				t.Error("the stalled watcher's stream ended cleanly; want a cut connection")
+			}
+			break
+		}
+		if strings.Contains(l, `"type":"ERROR"`) {
+			t.Errorf("ERROR event sent to a stalled watcher: %.80s", l)
+		}
+		lines++
+	}
+	if lines == 0 || lines >= 100 {
+		t.Errorf("the stalled watcher got %d events before its connection was cut", lines)
+	}
+	if n := srv.Stats().Evicted.Load(); n != 1 {
+		t.Errorf("Stats.Evicted = %d, want 1", n)
 	}
 }
 
