@@ -73,6 +73,11 @@ type ClientOptions[V any] struct {
 // frame — matches informer.ErrBadInput: the watch ends, the informer lists again, and no
 // event is ever half-delivered.
 //
+// After an answer with a Retry-After delay (429, 503, or an ERROR event with
+// retryAfterSeconds) the client sends nothing to the server before the delay has passed: a
+// List or Watch called meanwhile waits (or returns ctx.Err()). The informer waits too, but
+// this keeps the promise even for callers that retry at once.
+//
 // A Client does not compare revisions; see Ordered.
 type Client[V any] struct {
 	base     url.URL
@@ -85,6 +90,9 @@ type Client[V any] struct {
 	framing  Framing
 	stream   bool
 	maxFrame int
+
+	mu        sync.Mutex
+	notBefore time.Time // no request before this time: the server asked to wait (Retry-After)
 }
 
 var (
@@ -309,6 +317,9 @@ func (c *Client[V]) params() url.Values {
 
 // do sends a GET with the query and returns a 200 response, or a classified error.
 func (c *Client[V]) do(ctx context.Context, q url.Values, accept string) (*http.Response, error) {
+	if err := c.waitRetryAfter(ctx); err != nil {
+		return nil, err
+	}
 	u := c.base
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -328,9 +339,42 @@ func (c *Client[V]) do(ctx context.Context, q url.Values, accept string) (*http.
 	if resp.StatusCode != http.StatusOK {
 		err := statusFromResponse(resp)
 		resp.Body.Close()
+		c.noteRetryAfter(err)
 		return nil, err
 	}
 	return resp, nil
+}
+
+// noteRetryAfter records the delay an error carries, if any: no request before it passes.
+func (c *Client[V]) noteRetryAfter(err error) {
+	d, ok := informer.RetryAfterOf(err)
+	if !ok || d <= 0 {
+		return
+	}
+	t := time.Now().Add(d)
+	c.mu.Lock()
+	if t.After(c.notBefore) {
+		c.notBefore = t
+	}
+	c.mu.Unlock()
+}
+
+// waitRetryAfter waits until the server's last Retry-After delay has passed.
+func (c *Client[V]) waitRetryAfter(ctx context.Context) error {
+	c.mu.Lock()
+	d := time.Until(c.notBefore)
+	c.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // transportError classifies an error from sending a request.
@@ -410,7 +454,9 @@ func (w *watch[V]) next() (informer.Event[V], error) {
 		}
 		return informer.Event[V]{Type: informer.Bookmark, Revision: raw.Revision, EndOfInitialEvents: raw.EndOfInitialEvents}, nil
 	case typeError:
-		return informer.Event[V]{}, statusEventError(raw.Status)
+		err := statusEventError(raw.Status)
+		w.c.noteRetryAfter(err)
+		return informer.Event[V]{}, err
 	default:
 		return informer.Event[V]{}, badInput("unknown watch event type %q", raw.Type)
 	}

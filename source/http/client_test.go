@@ -183,6 +183,50 @@ func TestClientBadInput(t *testing.T) {
 	}
 }
 
+// A Retry-After on a list failure is honoured: the client sends nothing before it passes
+// (the informer's own backoff here is a few milliseconds).
+func TestClientHonoursRetryAfter(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	first := true
+	ch := make(chan struct{}, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		refuse := first
+		first = false
+		mu.Unlock()
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		if refuse {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Query().Get("watch") != "" {
+			stream()(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, listBody("1", o("a", "1")))
+	}))
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "client", nil)
+	converge(t, d, func() string { return "a=1" })
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := at[1].Sub(at[0]); gap < time.Second {
+		t.Errorf("second request %v after a 503 with Retry-After: 1", gap)
+	}
+	if !d.rec.hasError(informer.ErrUnavailable) {
+		t.Errorf("errors %v: want the 503 reported", d.rec.errors())
+	}
+}
+
 // The Watch itself: an event, then the error, and the same error from then on.
 func TestClientWatchErrorIsSticky(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1")}, stream(ev("ADDED", "2", o("a", "1")), "garbage\n"))
@@ -251,9 +295,9 @@ func TestClientErrorClasses(t *testing.T) {
 			_, _ = io.WriteString(w, `{"kind":"Status","status":"Failure","message":"nope","reason":"Whatever","code":`+fmt.Sprint(tc.status)+`}`)
 		}
 		ts := httptest.NewServer(http.HandlerFunc(h))
-		c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
-		_, lerr := c.List(context.Background(), informer.ListOptions{})
-		_, werr := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
+		// Two clients: after a Retry-After, one client would wait before its next request.
+		_, lerr := newTestClient(t, ts.URL, ClientOptions[*obj]{}).List(context.Background(), informer.ListOptions{})
+		_, werr := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "1"})
 		ts.Close()
 		for _, err := range []error{lerr, werr} {
 			got := class{
