@@ -174,8 +174,14 @@ func (d *itemDecoder[V]) decode(raw json.RawMessage) (V, error) {
 		var zero V
 		return zero, err
 	}
+	if len(raw) > largeObject {
+		d.dec = nil // do not keep a buffer grown for one large object
+	}
 	return v, nil
 }
+
+// largeObject is the size beyond which an itemDecoder does not keep its buffer.
+const largeObject = 1 << 20
 
 // feed is the reader an itemDecoder's json.Decoder reads: the current object, then EOF.
 type feed struct{ b []byte }
@@ -235,6 +241,9 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	items := make([]V, 0, len(raw.Items))
 	dec := itemDecoder[V]{custom: c.decode}
 	for i, it := range raw.Items {
+		if string(it) == "null" {
+			return informer.List[V]{}, badInput("list item %d is null", i)
+		}
 		v, err := dec.decode(it)
 		if err != nil {
 			return informer.List[V]{}, fmt.Errorf("%w: %w", badInput("list item %d cannot be decoded", i), err)

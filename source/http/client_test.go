@@ -2,6 +2,7 @@ package httpsource
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -133,6 +134,8 @@ func TestClientBadInput(t *testing.T) {
 		{"trailing garbage", stream(good, ev("MODIFIED", "12", o("a", "2"))[:60]+"} x\n"), "malformed watch frame", 0},
 		{"unknown type", stream(good, ev("RENAMED", "12", o("a", "2"))), `unknown watch event type "RENAMED"`, 0},
 		{"undecodable object", stream(good, ev("MODIFIED", "12", `{"name":"a","val":7}`)), "cannot be decoded", 0},
+		{"invalid JSON in the object", stream(good, `{"type":"MODIFIED","resourceVersion":"12","object":{"name":"a",}}`+"\n"), "cannot be decoded", 0},
+		{"mismatched brackets in the object", stream(good, `{"type":"MODIFIED","resourceVersion":"12","object":{"name":"a"]}`+"\n"), "cannot be decoded", 0},
 		{"no object", stream(good, `{"type":"MODIFIED","resourceVersion":"12"}`+"\n"), "MODIFIED event without an object", 0},
 		{"null object", stream(good, ev("DELETED", "12", "null")), "DELETED event without an object", 0},
 		{"bookmark without revision", stream(good, `{"type":"BOOKMARK","object":{"metadata":{}}}`+"\n"), "BOOKMARK event without a resourceVersion", 0},
@@ -397,6 +400,34 @@ func TestClientKubernetesShapes(t *testing.T) {
 	want := []string{"Added b @101 end=false", "Bookmark  @105 end=true", "Deleted a @106 end=false"}
 	if !slices.Equal(got, want) {
 		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// ClientOptions.Decode replaces encoding/json for list items and event objects.
+func TestClientCustomDecode(t *testing.T) {
+	_, ts := newFake(t, []string{listBody("1", o("a", "1"))}, stream(ev("ADDED", "2", o("b", "2"))))
+	var seen []string
+	c := newTestClient(t, ts.URL, ClientOptions[*obj]{Decode: func(raw json.RawMessage) (*obj, error) {
+		seen = append(seen, string(raw))
+		var x obj
+		err := json.Unmarshal(raw, &x)
+		x.Val += "!"
+		return &x, err
+	}})
+	l, err := c.List(context.Background(), informer.ListOptions{})
+	if err != nil || state(l.Items) != "a=1!" {
+		t.Fatalf("%v %v", l, err)
+	}
+	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if e, err := w.Next(); err != nil || e.Object.Val != "2!" {
+		t.Fatalf("%+v %v", e, err)
+	}
+	if want := []string{o("a", "1"), o("b", "2")}; !slices.Equal(seen, want) {
+		t.Errorf("decoder saw %q, want %q", seen, want)
 	}
 }
 

@@ -365,8 +365,9 @@ func (c *core[V]) sourceError(w http.ResponseWriter, err error) {
 // statusOf classifies an error from the source.
 func (c *core[V]) statusOf(err error) *StatusError {
 	var se *StatusError
-	if errors.As(err, &se) {
-		return se
+	if errors.As(err, &se) { // a Client as the source: pass the status on
+		cp := *se
+		return &cp
 	}
 	code := http.StatusInternalServerError
 	switch {
