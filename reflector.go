@@ -142,13 +142,18 @@ func (r *reflector[V]) setLastSync(rev string) {
 // run lists and watches until ctx is done: every return of listAndWatch, with or
 // without an error, is followed by a backoff and a fresh list.
 func (r *reflector[V]) run(ctx context.Context) {
-	r.cfg.logger.Debug("starting reflector", "informer", r.cfg.name)
-	defer r.cfg.logger.Debug("stopping reflector", "informer", r.cfg.name)
+	r.cfg.logger.Debug("starting reflector")
+	defer r.cfg.logger.Debug("stopping reflector")
 	for ctx.Err() == nil {
-		if err := r.listAndWatch(ctx); err != nil && ctx.Err() == nil {
+		err := r.listAndWatch(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.cfg.report(err)
 		}
-		if !r.sleep(ctx, r.backoff.next()) {
+		d := r.backoff.next()
+		if ra, ok := RetryAfterOf(err); ok && ra > d {
+			d = ra // the source asked for at least this long (a 429 or 503 on a list)
+		}
+		if !r.sleep(ctx, d) {
 			return
 		}
 	}
@@ -174,7 +179,7 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 		var err error
 		w, err = r.streamList(ctx)
 		if errors.Is(err, ErrNotSupported) {
-			r.cfg.logger.Info("source does not support streaming lists; falling back to list", "informer", r.cfg.name)
+			r.cfg.logger.Info("source does not support streaming lists; falling back to list")
 			r.noStream = true
 		} else if err != nil {
 			return err
@@ -261,7 +266,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		return fmt.Errorf("informer %s: list: %w", r.cfg.name, err)
 	}
 	if d := r.cfg.clock.Since(start); d > 10*time.Second {
-		r.cfg.logger.Info("slow list", "informer", r.cfg.name, "duration", d, "items", len(items))
+		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
 	if err := r.sink.replace(items, rev); err != nil {
 		return fmt.Errorf("informer %s: unable to sync list result: %w", r.cfg.name, err)
@@ -417,7 +422,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 	case ctx.Err() != nil:
 		return false, nil
 	case errors.Is(err, ErrExpired):
-		r.cfg.logger.Debug("watch revision expired; relisting", "informer", r.cfg.name, "err", err)
+		r.cfg.logger.Debug("watch revision expired; relisting", "err", err)
 		r.cfg.stats.Expirations.Add(1)
 		r.setExpired(true)
 		return false, nil
@@ -426,7 +431,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 		if ra, ok := RetryAfterOf(err); ok && ra > d {
 			d = ra
 		}
-		r.cfg.logger.Debug("watch failed; retrying from the same revision", "informer", r.cfg.name, "err", err, "delay", d)
+		r.cfg.logger.Debug("watch failed; retrying from the same revision", "err", err, "delay", d)
 		r.cfg.report(fmt.Errorf("informer %s: watch (retrying in %v): %w", r.cfg.name, d, err))
 		return r.sleep(ctx, d), nil
 	}

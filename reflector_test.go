@@ -120,3 +120,32 @@ func TestInformer_PL10_StalledHandlerIsolated(t *testing.T) {
 	}
 	assertCache(t, f)
 }
+
+// A list that fails with a Retry-After is retried no sooner than the source asked, even
+// when the backoff is shorter.
+func TestReflector_ListRetryAfterHonoured(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	src := newSource(memory.Options{Clock: fc})
+	src.Put(newObj("a", "g", "1"))
+	src.FailNext(1, memory.OpList, informer.RetryAfter(informer.ErrTooManyRequests, 30*time.Second))
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:     func(o *obj) (string, error) { return o.Key, nil },
+		Clock:   fc,
+		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	fc.WaitForWaiters(1, ctx.Done())
+	fc.Step(29 * time.Second)
+	if n := countOps(src, memory.OpList); n != 1 {
+		t.Fatalf("relisted after 29s: %d lists, want 1 (Retry-After 30s)", n)
+	}
+	fc.Step(time.Second)
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !inf.WaitForCacheSync(sctx) {
+		t.Fatal("no sync after the Retry-After")
+	}
+}
