@@ -45,7 +45,7 @@ type ServeOptions struct {
 	MaxWatchers int
 	// WriteTimeout bounds every write to a watcher. A watcher that does not read for that
 	// long (a stalled client: its connection's buffers are full) is disconnected without a
-	// final event, and counted in Stats.Evicted. 0 means DefaultWriteTimeout; negative
+	// final event, counted in Stats.Evicted and reported to ErrorHandler. 0 means DefaultWriteTimeout; negative
 	// means no timeout, which lets a stalled client hold its goroutine until it goes away.
 	WriteTimeout time.Duration
 	// RetryAfter is the delay advertised by 429 (too many watchers) and 503 (not synced yet,
