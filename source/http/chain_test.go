@@ -29,7 +29,7 @@ func TestChain(t *testing.T) {
 			up := newUpstream(t, memory.Options{})
 			put(up.src, "a", "1")
 			put(up.src, "b", "1")
-			srv, ts := serve(t, up.inf, ServerOptions[*obj]{})
+			srv, ts := serve(t, up, ServerOptions[*obj]{})
 			want := func() string { return state(up.src.Items()) }
 
 			var clients []*downstream
@@ -193,7 +193,7 @@ func TestChainExpiredRelistTombstones(t *testing.T) {
 	put(up.src, "a", "1")
 	put(up.src, "b", "1")
 	put(up.src, "x", "1")
-	srv, _ := serve(t, up.inf, ServerOptions[*obj]{HistoryLimit: 5})
+	srv, _ := serve(t, up, ServerOptions[*obj]{HistoryLimit: 5})
 	g := newGate(srv)
 	ts := httptest.NewServer(g)
 	t.Cleanup(ts.Close)
@@ -261,7 +261,7 @@ func TestChainServerRestart(t *testing.T) {
 	put(up.src, "b", "1")
 	want := func() string { return state(up.src.Items()) }
 
-	srv1, err := NewServer(up.inf, objKey, ServerOptions[*obj]{})
+	srv1, err := newServer(t, up, ServerOptions[*obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestChainServerRestart(t *testing.T) {
 	put(up.src, "c", "1")
 	put(up.src, "b", "3")
 
-	srv2, err := NewServer(up.inf, objKey, ServerOptions[*obj]{})
+	srv2, err := newServer(t, up, ServerOptions[*obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestChainServerRestart(t *testing.T) {
 func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	put(up.src, "a", "1")
-	srv, _ := serve(t, up.inf, ServerOptions[*obj]{})
+	srv, _ := serve(t, up, ServerOptions[*obj]{})
 	g := newGate(srv)
 	ts := httptest.NewServer(g)
 	t.Cleanup(ts.Close)
@@ -358,7 +358,7 @@ func TestChainTLS(t *testing.T) {
 	put(up.src, "a", "1")
 	var protoMu sync.Mutex
 	protos := map[string]bool{}
-	srv, err := NewServer(up.inf, objKey, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
 		Authorize: func(r *http.Request) error {
 			protoMu.Lock()
 			protos[r.Proto] = true
@@ -407,7 +407,7 @@ func TestChainStreamingList(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	put(up.src, "a", "1")
 	put(up.src, "b", "1")
-	srv, ts := serve(t, up.inf, ServerOptions[*obj]{})
+	srv, ts := serve(t, up, ServerOptions[*obj]{})
 	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "client", nil)
 	want := func() string { return state(up.src.Items()) }
 	converge(t, d, want)

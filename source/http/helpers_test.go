@@ -178,10 +178,24 @@ func run[K comparable, V any](t testing.TB, inf *informer.Informer[K, V]) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// serve starts a Server for inf on a loopback httptest server.
-func serve(t testing.TB, inf *informer.Informer[string, *obj], opts ServerOptions[*obj]) (*Server[string, *obj], *httptest.Server) {
+// settle waits until the upstream informer holds the source's state, so that a server
+// started next begins with all of it (in key order, one change each).
+func (u *upstream) settle(t testing.TB) {
 	t.Helper()
-	s, err := NewServer(inf, objKey, opts)
+	converge(t, &downstream{inf: u.inf, rec: u.rec}, func() string { return state(u.src.Items()) })
+}
+
+// newServer makes a Server of the settled upstream.
+func newServer(t testing.TB, u *upstream, opts ServerOptions[*obj]) (*Server[string, *obj], error) {
+	t.Helper()
+	u.settle(t)
+	return NewServer(u.inf, objKey, opts)
+}
+
+// serve starts a Server of the settled upstream on a loopback httptest server.
+func serve(t testing.TB, u *upstream, opts ServerOptions[*obj]) (*Server[string, *obj], *httptest.Server) {
+	t.Helper()
+	s, err := newServer(t, u, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func withObjects(t *testing.T, opts ServerOptions[*obj], names ...string) (*upst
 	for _, n := range names {
 		put(up.src, n, "1")
 	}
-	srv, ts := serve(t, up.inf, opts)
+	srv, ts := serve(t, up, opts)
 	if got := srv.Revision(); got != rev(srv, int64(len(names))) {
 		t.Fatalf("server revision %s after the initial state, want %s", got, rev(srv, int64(len(names))))
 	}
@@ -250,7 +250,7 @@ func TestServerQueryValidation(t *testing.T) {
 
 func TestServerAuthorize(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	srv, ts := serve(t, up.inf, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, ts := serve(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
 		Authorize: func(r *http.Request) error {
 			switch r.Header.Get("Authorization") {
 			case "":
@@ -408,7 +408,7 @@ func (rc *rawConn) line(t testing.TB) string {
 func TestServerSlowWatcherEvicted(t *testing.T) {
 	up := newUpstream(t, memory.Options{HistoryLimit: 10})
 	put(up.src, "a", "1")
-	srv, err := NewServer(up.inf, objKey, ServerOptions[*obj]{HistoryLimit: 20})
+	srv, err := newServer(t, up, ServerOptions[*obj]{HistoryLimit: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestServerStalledWatcher(t *testing.T) {
 	up := newUpstream(t, memory.Options{HistoryLimit: 10})
 	put(up.src, "a", "1")
 	reported := make(chan error, 1)
-	srv, err := NewServer(up.inf, objKey, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
 		WriteTimeout: 200 * time.Millisecond,
 		ErrorHandler: func(err error) {
 			select {
@@ -605,7 +605,7 @@ func TestServerSSE(t *testing.T) {
 func TestServerShutdown(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	put(up.src, "a", "1")
-	srv, err := NewServer(up.inf, objKey, ServerOptions[*obj]{})
+	srv, err := newServer(t, up, ServerOptions[*obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
