@@ -1,0 +1,5 @@
+//go:build !race
+
+package informer_test
+
+const raceEnabled = false
