@@ -3,7 +3,7 @@ MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test bench lint soak example
+.PHONY: test bench lint soak fuzz example
 
 ## test: every module's tests with the race detector.
 test:
@@ -27,6 +27,13 @@ lint:
 ## soak: the model-based random test at length (thousands of seeded runs, with -race).
 soak:
 	$(GO) test -race -count=1 -timeout 60m -run TestModel -model.seeds=5000 -model.ops=300 .
+
+## fuzz: long fuzz runs (the seed corpora also run in make test). FUZZTIME=10m by default.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDeltaFIFO$$' -fuzztime=$(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzListPages$$' -fuzztime=$(FUZZTIME) .
+	cd source/http && $(GO) test -run '^$$' -fuzz '^FuzzFrameDecoder$$' -fuzztime=$(FUZZTIME) .
 
 ## example: the quickstart.
 example:

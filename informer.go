@@ -60,7 +60,10 @@ type Options[K comparable, V any] struct {
 	Backoff Backoff
 	// MaxPending bounds the changes received from the source but not yet applied; when it is
 	// reached the informer stops reading the source until the cache catches up. 0 means
-	// 65536; negative means no bound. A list is always accepted whole.
+	// 65536; negative means no bound. A list is always accepted whole. With a Block handler
+	// stalled, the informer reads at most QueueLength + 2×MaxPending (+2) changes beyond what
+	// that handler has processed: one batch may be in delivery while the queue refills
+	// (measured by TestMemory_BlockBackpressure).
 	MaxPending int
 	// MaxBatch is the most keys applied to the cache in one batch; 0 means 1024.
 	MaxBatch int
