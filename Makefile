@@ -3,7 +3,7 @@ MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test bench lint soak fuzz example
+.PHONY: test bench lint soak fuzz example compare
 
 ## test: every module's tests with the race detector.
 test:
@@ -34,6 +34,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDeltaFIFO$$' -fuzztime=$(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzListPages$$' -fuzztime=$(FUZZTIME) .
 	cd source/http && $(GO) test -run '^$$' -fuzz '^FuzzFrameDecoder$$' -fuzztime=$(FUZZTIME) .
+
+## compare: W1–W5 against client-go's SharedIndexInformer (bench module), 3 interleaved rounds (about 4 minutes); prints the table with ratios and writes bench/compare.png.
+compare:
+	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png
 
 ## example: the quickstart.
 example:
