@@ -101,6 +101,13 @@ type Informer[K comparable, V any] struct {
 	wm       watermark
 	wmCh     chan struct{}
 	wmHasSet bool
+
+	// stop notification: Done and AfterStop
+	done       chan struct{}
+	stopMu     sync.Mutex
+	doneClosed bool
+	stopSeq    uint64
+	afterStop  map[uint64]func()
 }
 
 // New returns an informer over lw. It does nothing until Run.
@@ -157,7 +164,11 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		store:       st,
 		syncedCh:    make(chan struct{}),
 		resyncCheck: opts.ResyncPeriod,
+		done:        make(chan struct{}),
 	}
+	inf.stats.ListDuration = NewHistogram(DurationBuckets...)
+	inf.stats.ListItems = NewHistogram(ItemBuckets...)
+	inf.stats.WatchDuration = NewHistogram(WatchDurationBuckets...)
 	inf.cmpRev, _ = lw.(RevisionComparer)
 	inf.fifo = newDeltaFIFO[K, V](inf, opts.MaxPending)
 	inf.refl = newReflector[V](lw, inf, reflectorConfig{
@@ -221,6 +232,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 		inf.wmCh = nil
 	}
 	inf.wmMu.Unlock()
+	inf.markStopped()
 	return nil
 }
 
@@ -364,9 +376,11 @@ func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []not
 	s := inf.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	applied := 0
 	if len(batch) < scatterAbove {
 		for i := range batch {
 			p := &batch[i]
+			applied += len(p.list.deltas)
 			for j := range p.list.deltas {
 				if n := inf.applyDelta(p, &p.list.deltas[j]); n.kind != 0 {
 					notes = append(notes, n)
@@ -380,6 +394,7 @@ func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []not
 			offsets = append(offsets, total)
 			total += len(batch[i].list.deltas)
 		}
+		applied = total
 		slots := inf.slots[:0]
 		slots = append(slots, make([]notification[K, V], total)...)
 		stride := coprimeStride(len(batch))
@@ -403,6 +418,7 @@ func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []not
 	}
 	s.publishLocked(rev)
 	inf.stats.Objects.Store(int64(s.items.Len()))
+	inf.stats.Applied.Add(uint64(applied))
 	return notes
 }
 
@@ -479,7 +495,7 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 	if h == nil {
 		return nil, errors.New("informer: AddHandler: nil handler")
 	}
-	l := newListener[K, V](h, opts, func(name string, v any) {
+	l := newListener[K, V](h, opts, inf.opts.Clock, func(name string, v any) {
 		inf.report(&HandlerPanicError{Informer: inf.opts.Name, Handler: name, Value: v})
 	})
 	p := &inf.proc
@@ -502,7 +518,7 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 		}
 		l.add(replay, true)
 	}
-	return &Registration{l: l}, nil
+	return l.reg, nil
 }
 
 // setResyncLocked applies SI-7/SI-8 to a new listener.
@@ -686,6 +702,11 @@ type Stats struct {
 	SourceErrors         atomic.Uint64 // bad input from the source (ErrBadInput)
 	HandlerPanics        atomic.Uint64 // handler calls that panicked
 	OtherErrors          atomic.Uint64 // every other reported error
+	Applied              atomic.Uint64 // changes (deltas) applied to the cache, resyncs included
+
+	ListDuration  *Histogram // seconds per list attempt, failed ones and streaming lists included
+	ListItems     *Histogram // objects per successful list
+	WatchDuration *Histogram // seconds each watch stayed open, from its request to its end
 }
 
 func (s *Stats) countEvent(t EventType) {

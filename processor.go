@@ -86,6 +86,11 @@ type HandlerOptions struct {
 	Policy QueuePolicy
 	// Name identifies the handler in errors, logs and metrics.
 	Name string
+	// MeasureLatency keeps a histogram of the time notifications wait in the handler's
+	// queue, from the informer queueing one to the handler being called with it
+	// (HandlerStats.Latency). It costs a clock reading per call. For notifications merged
+	// while the queue was full (Coalesce), the wait is counted from the moment it filled.
+	MeasureLatency bool
 }
 
 // idleBufferCap is the largest queue buffer an idle handler keeps.
@@ -153,6 +158,9 @@ type HandlerStats struct {
 	Blocked uint64
 	// Panics counts handler calls that panicked (recovered; the notification is skipped).
 	Panics uint64
+	// Latency is the distribution of the time notifications waited in the queue, in
+	// seconds; empty (nil Bounds) unless HandlerOptions.MeasureLatency is set.
+	Latency HistogramSnapshot
 }
 
 // listener delivers to one handler: the informer appends to pending; the listener's
@@ -161,14 +169,24 @@ type HandlerStats struct {
 // keeps at most a delete and an add per key; while the overflow is not empty everything new
 // goes there too, so per-key order is kept.
 type listener[K comparable, V any] struct {
+	reg     *Registration
 	handler Handler[V]
 	opts    HandlerOptions
 	onPanic func(name string, v any)
 
-	mu       sync.Mutex
-	space    *sync.Cond // Block policy: signalled when the listener takes pending
-	pending  []notification[K, V]
-	spare    []notification[K, V]
+	mu      sync.Mutex
+	space   *sync.Cond // Block policy: signalled when the listener takes pending
+	pending []notification[K, V]
+	spare   []notification[K, V]
+
+	// latency measurement (MeasureLatency): when each add appended to pending, and when
+	// the overflow began
+	latency       *Histogram
+	clk           interface{ Now() time.Time }
+	marks         []latencyMark
+	spareMarks    []latencyMark
+	overflowSince time.Time
+
 	overflow map[K]*coalesced[K, V]
 	order    []overflowSlot[K]
 	stopped  bool
@@ -189,6 +207,12 @@ type listener[K comparable, V any] struct {
 	inFlight  atomic.Int64
 }
 
+// latencyMark says that the notifications from index at on were queued at t.
+type latencyMark struct {
+	at int
+	t  time.Time
+}
+
 type overflowSlot[K comparable] struct {
 	key    K
 	marker bool
@@ -201,11 +225,12 @@ type coalesced[K comparable, V any] struct {
 	second notification[K, V] // kind 0: none
 }
 
-func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, onPanic func(string, any)) *listener[K, V] {
+func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk interface{ Now() time.Time }, onPanic func(string, any)) *listener[K, V] {
 	if opts.QueueLength <= 0 {
 		opts.QueueLength = DefaultQueueLength
 	}
 	l := &listener[K, V]{
+		reg:      &Registration{},
 		handler:  h,
 		opts:     opts,
 		onPanic:  onPanic,
@@ -216,6 +241,11 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, onPanic
 		// first resync check, so an object relisted unchanged reaches handlers that never
 		// asked for resyncs. Here only a handler due for a resync receives resyncs.
 		syncing: false,
+	}
+	l.reg.l = l
+	if opts.MeasureLatency {
+		l.latency = NewHistogram(DurationBuckets...)
+		l.clk = clk
 	}
 	l.space = sync.NewCond(&l.mu)
 	return l
@@ -237,6 +267,7 @@ func (l *listener[K, V]) stats() HandlerStats {
 		Coalesced: l.coalesce.Load(),
 		Blocked:   l.blocked.Load(),
 		Panics:    l.panics.Load(),
+		Latency:   l.latency.Snapshot(),
 	}
 }
 
@@ -245,6 +276,10 @@ func (l *listener[K, V]) stats() HandlerStats {
 func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
 	if len(ns) == 0 {
 		return
+	}
+	var now time.Time
+	if l.latency != nil {
+		now = l.clk.Now()
 	}
 	l.mu.Lock()
 	for len(ns) > 0 && !l.stopped {
@@ -257,6 +292,9 @@ func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
 			if !force {
 				room = min(room, l.opts.QueueLength-len(l.pending))
 			}
+			if l.latency != nil {
+				l.marks = append(l.marks, latencyMark{at: len(l.pending), t: now})
+			}
 			l.pending = append(l.pending, ns[:room]...)
 			ns = ns[room:]
 		case l.opts.Policy == Block:
@@ -264,6 +302,9 @@ func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
 			l.signal()
 			l.space.Wait()
 		default:
+			if len(l.order) == 0 {
+				l.overflowSince = now
+			}
 			l.coalesceLocked(ns[0])
 			ns = ns[1:]
 		}
@@ -348,19 +389,32 @@ func (l *listener[K, V]) run() {
 			return // PL-7: what is still queued is dropped
 		}
 		var batch []notification[K, V]
+		var marks []latencyMark
 		if len(l.pending) > 0 {
 			batch = l.pending
 			l.pending = l.spare[:0]
+			marks, l.marks = l.marks, l.spareMarks[:0]
 		} else {
 			batch = l.drainOverflowLocked(l.spare[:0])
+			if l.latency != nil {
+				marks = append(l.spareMarks[:0], latencyMark{t: l.overflowSince})
+				l.spareMarks = nil
+			}
 		}
 		l.inFlight.Store(int64(len(batch)))
 		l.space.Broadcast()
 		l.mu.Unlock()
 
+		m := 0
 		for i := range batch {
 			if l.isStopped() {
 				break
+			}
+			if l.latency != nil && batch[i].kind != notifySynced {
+				for m+1 < len(marks) && marks[m+1].at <= i {
+					m++
+				}
+				l.latency.ObserveDuration(l.clk.Now().Sub(marks[m].t))
 			}
 			l.deliver(&batch[i])
 			l.inFlight.Add(-1)
@@ -371,6 +425,7 @@ func (l *listener[K, V]) run() {
 		}
 		l.mu.Lock()
 		l.spare = batch[:0]
+		l.spareMarks = marks[:0]
 		l.mu.Unlock()
 	}
 }

@@ -68,7 +68,7 @@ func runListener(l *listener[string, string]) func() {
 // precedes it was delivered and is never passed to the handler.
 func TestListener_PL4_FIFOAndSyncMarker(t *testing.T) {
 	r := &recorder{seen: make(chan struct{}, 100)}
-	l := newListener[string, string](r, HandlerOptions{}, nil)
+	l := newListener[string, string](r, HandlerOptions{}, nil, nil)
 	stop := runListener(l)
 	defer stop()
 	l.add([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}, false)
@@ -105,7 +105,7 @@ func TestListener_PL8_CoalesceSequences(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
-			l := newListener[string, string](r, HandlerOptions{QueueLength: 1}, nil)
+			l := newListener[string, string](r, HandlerOptions{QueueLength: 1}, nil, nil)
 			stop := runListener(l)
 			defer stop()
 			// Hold the handler inside its first call, so what follows queues up.
@@ -129,7 +129,7 @@ func TestListener_PL8_CoalesceSequences(t *testing.T) {
 // Block policy: the producer waits for room; the handler sees every notification.
 func TestListener_BlockPolicyBackpressure(t *testing.T) {
 	r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
-	l := newListener[string, string](r, HandlerOptions{QueueLength: 2, Policy: Block}, nil)
+	l := newListener[string, string](r, HandlerOptions{QueueLength: 2, Policy: Block}, nil, nil)
 	stop := runListener(l)
 	defer stop()
 	var in []notification[string, string]
@@ -165,7 +165,7 @@ func TestListener_PL6_PanicSkipsItem(t *testing.T) {
 		reported = append(reported, "ok:"+v)
 		mu.Unlock()
 	}}
-	l := newListener[string, string](h, HandlerOptions{Name: "h"}, func(name string, v any) {
+	l := newListener[string, string](h, HandlerOptions{Name: "h"}, nil, func(name string, v any) {
 		mu.Lock()
 		reported = append(reported, fmt.Sprintf("panic:%s:%v", name, v))
 		mu.Unlock()

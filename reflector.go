@@ -255,6 +255,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		items, rev, err = r.listPages(ctx, r.relistOptions())
 	}
 	r.cfg.stats.Lists.Add(1)
+	r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 	if err != nil {
 		r.cfg.stats.ListErrors.Add(1)
 		if ctx.Err() != nil {
@@ -265,6 +266,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		}
 		return fmt.Errorf("informer %s: list: %w", r.cfg.name, err)
 	}
+	r.cfg.stats.ListItems.Observe(float64(len(items)))
 	if d := r.cfg.clock.Since(start); d > 10*time.Second {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
@@ -319,10 +321,12 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions) ([]V, st
 // replaces the queue's contents once the end-of-initial-events bookmark arrives. It returns
 // the watch, which goes on with changes.
 func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
+	start := r.cfg.clock.Now()
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
 	w, err := r.lw.Watch(ctx, opts)
 	r.cfg.stats.Lists.Add(1)
 	if err != nil {
+		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 		r.cfg.stats.ListErrors.Add(1)
 		if ctx.Err() != nil {
 			return nil, nil
@@ -334,6 +338,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		ev, err := w.Next()
 		if err != nil {
 			w.Stop()
+			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 			r.cfg.stats.ListErrors.Add(1)
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: stream ended before the end of the initial events", io.ErrUnexpectedEOF)
@@ -353,6 +358,8 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 				items = append(items, obj)
 			}
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
+			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
+			r.cfg.stats.ListItems.Observe(float64(len(items)))
 			if err := r.sink.replace(items, ev.Revision); err != nil {
 				w.Stop()
 				return nil, fmt.Errorf("informer %s: unable to sync list result: %w", r.cfg.name, err)
@@ -386,6 +393,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 			}
 			return nil
 		}
+		start := r.cfg.clock.Now()
 		if w == nil {
 			var err error
 			w, err = r.lw.Watch(ctx, WatchOptions{
@@ -405,6 +413,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 		err := r.handleWatch(ctx, w)
 		w.Stop()
 		w = nil
+		r.cfg.stats.WatchDuration.ObserveDuration(r.cfg.clock.Since(start))
 		if err == nil {
 			continue
 		}

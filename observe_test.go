@@ -1,0 +1,172 @@
+package informer_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/source/memory"
+)
+
+func TestHistogram_BucketsSumCumulative(t *testing.T) {
+	h := informer.NewHistogram(1, 2, 5)
+	for _, v := range []float64{0.5, 1, 1.5, 5, 7, 100} {
+		h.Observe(v)
+	}
+	s := h.Snapshot()
+	if want := []uint64{2, 1, 1, 2}; !slices.Equal(s.Counts, want) {
+		t.Fatalf("counts %v, want %v (a value equal to a bound falls in that bound's bucket)", s.Counts, want)
+	}
+	if s.Count != 6 || s.Sum != 115 {
+		t.Fatalf("count %d sum %v, want 6 and 115", s.Count, s.Sum)
+	}
+	c := s.Cumulative()
+	if c[1] != 2 || c[2] != 3 || c[5] != 4 || len(c) != 3 {
+		t.Fatalf("cumulative %v, want map[1:2 2:3 5:4]", c)
+	}
+	var nilH *informer.Histogram
+	nilH.Observe(1) // a histogram not kept ignores observations
+	if s := nilH.Snapshot(); s.Bounds != nil || s.Count != 0 {
+		t.Fatalf("nil histogram snapshot %+v", s)
+	}
+}
+
+// The informer's list, watch and apply counters after a known sequence: one list of three
+// objects, four changes, one dropped watch.
+func TestInformer_StatsListsWatchesApplied(t *testing.T) {
+	src := newSource(memory.Options{})
+	for _, k := range []string{"a", "b", "c"} {
+		src.Put(newObj(k, "g", "1"))
+	}
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	st := f.inf.Stats()
+	if s := st.ListDuration.Snapshot(); s.Count != 1 {
+		t.Fatalf("ListDuration count %d after one list, want 1", s.Count)
+	}
+	items := st.ListItems.Snapshot()
+	if items.Count != 1 || items.Sum != 3 || items.Counts[1] != 1 { // bucket 1 is (1, 4]
+		t.Fatalf("ListItems %+v, want one list of 3 objects in the (1, 4] bucket", items)
+	}
+	if err := src.WaitForWatches(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	src.Put(newObj("d", "g", "1"))
+	src.Put(newObj("a", "g", "2"))
+	src.Delete("b")
+	src.Put(newObj("e", "g", "1"))
+	ev.waitLen(t, 7)
+	if got := st.Applied.Load(); got != 7 {
+		t.Fatalf("Applied = %d, want 7 (3 listed + 4 changes)", got)
+	}
+	if got := st.WatchDuration.Snapshot().Count; got != 0 {
+		t.Fatalf("WatchDuration count %d while the only watch is open, want 0", got)
+	}
+	src.DropWatches(nil)
+	waitUntil(t, func() bool { return st.WatchDuration.Snapshot().Count == 1 })
+	f.stop()
+	if got := st.ListDuration.Snapshot().Count; got != st.Lists.Load() {
+		t.Fatalf("ListDuration count %d, Lists %d: every list attempt is timed", got, st.Lists.Load())
+	}
+}
+
+// Done closes and AfterStop functions run once Run has returned; a cancelled one does not
+// run; one registered after the stop runs at once.
+func TestInformer_DoneAndAfterStop(t *testing.T) {
+	src := newSource(memory.Options{})
+	f := start(t, src, informer.Options[string, *obj]{})
+	var ran, cancelled atomic.Int32
+	f.inf.AfterStop(func() { ran.Add(1) })
+	cancel := f.inf.AfterStop(func() { cancelled.Add(1) })
+	if !cancel() {
+		t.Fatal("cancel before the stop reported false")
+	}
+	select {
+	case <-f.inf.Done():
+		t.Fatal("Done closed while running")
+	default:
+	}
+	f.stop() // returns once Run has returned
+	select {
+	case <-f.inf.Done():
+	default:
+		t.Fatal("Done not closed after Run returned")
+	}
+	if ran.Load() != 1 || cancelled.Load() != 0 {
+		t.Fatalf("after stop: ran %d cancelled %d, want 1 and 0", ran.Load(), cancelled.Load())
+	}
+	late := f.inf.AfterStop(func() { ran.Add(1) })
+	if ran.Load() != 2 || late() {
+		t.Fatalf("AfterStop on a stopped informer: ran %d (want 2), cancel must report false", ran.Load())
+	}
+}
+
+func TestInformer_Handlers(t *testing.T) {
+	inf, err := informer.New[string, *obj](newSource(memory.Options{}), informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{Name: "one"})
+	r2, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{})
+	names := func() (out []string) {
+		for _, r := range inf.Handlers() {
+			out = append(out, r.Name())
+		}
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"one", "handler-2"}) || inf.Handlers()[0] != r1 || inf.Handlers()[1] != r2 {
+		t.Fatalf("Handlers = %q, want the registrations in order", got)
+	}
+	inf.RemoveHandler(r1)
+	if got := names(); !slices.Equal(got, []string{"handler-2"}) {
+		t.Fatalf("after RemoveHandler: %q", got)
+	}
+}
+
+// gate is a handler whose OnAdd of key "a" waits until released.
+type gate struct {
+	*events
+	release chan struct{}
+}
+
+func (g gate) OnAdd(o *obj, initial bool) {
+	if o.Key == "a" {
+		<-g.release
+	}
+	g.events.OnAdd(o, initial)
+}
+
+// MeasureLatency: a notification that waited two (fake) seconds behind a blocked call is
+// recorded in the 2.5 s bucket; one delivered at once in the first bucket.
+func TestHandler_MeasureLatency(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{})
+	g := gate{events: newEvents(), release: make(chan struct{})}
+	f := start(t, src, informer.Options[string, *obj]{Clock: fc})
+	reg, err := f.inf.AddHandler(g, informer.HandlerOptions{MeasureLatency: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := f.inf.AddHandler(newEvents(), informer.HandlerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Put(newObj("a", "g", "1")) // the handler blocks in OnAdd(a)
+	src.Put(newObj("b", "g", "1"))
+	waitUntil(t, func() bool { return reg.Stats().Queued == 2 && reg.Stats().Delivered == 1 })
+	fc.Step(2 * time.Second)
+	close(g.release)
+	g.expect(t, "add a=1", "add b=1")
+	lat := reg.Stats().Latency
+	bucket := slices.Index(lat.Bounds, 2.5)
+	if lat.Count != 2 || lat.Counts[0] != 1 || lat.Counts[bucket] != 1 || lat.Sum != 2 {
+		t.Fatalf("latency %+v: want a at 0 s (first bucket) and b at 2 s (2.5 s bucket)", lat)
+	}
+	if s := plain.Stats().Latency; s.Bounds != nil {
+		t.Fatalf("a handler without MeasureLatency has a latency histogram: %+v", s)
+	}
+}
