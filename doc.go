@@ -85,6 +85,40 @@
 // handler has processed anything when Informer.HasSynced is true; delivery of queued
 // notifications once the informer stops (they are dropped).
 //
+// # How the guarantees are tested
+//
+// Each guarantee above is checked by tests that run in "make test", under -race, with a
+// goroutine-leak check in every package's TestMain:
+//
+//	per-key order, valid life cycle, convergence       TestModel (200 seeded runs over source/memory
+//	  of cache and handlers, HasSynced only after the    with compactions, dropped watches, injected
+//	  initial list, WaitForRevision never early          errors, slow, panicking, added and removed
+//	                                                     handlers; "make soak" runs 5,000), TestModelHTTP
+//	                                                     (server killed and restarted, streams cut
+//	                                                     mid-chunk), TestEtcdModel (a real etcd stopped
+//	                                                     and restarted, compacted while cut off)
+//	exact notification sequences                       TestInformer_*, TestReflector_*, TestListener_*
+//	cache level with or ahead of notifications         TestInformer_O2_InitialListThenLiveChanges
+//	typed deletes with the last known state            TestReflector_R4_ExpiredRelistsWithTombstones,
+//	                                                     TestDeltaFIFO_D9_ReplaceTombstones
+//	read-your-writes                                   TestInformer_WaitForRevisionReadYourWrites
+//	handler panics isolated                            TestInformer_PL6_HandlerPanicIsolated,
+//	                                                     TestListener_PL6_PanicSkipsItem
+//	a stalled handler delays nobody else               TestInformer_PL10_StalledHandlerIsolated
+//	bad input: reported, skipped, relisted             TestInformer_KeyErrorSkipsObject,
+//	                                                     TestInformer_IndexErrorSkipsObject,
+//	                                                     TestReflector_BadInputRelists,
+//	                                                     TestReflector_MalformedPageRelists,
+//	                                                     FuzzListPages, FuzzFrameDecoder (source/http)
+//	delta queue against a reference model              FuzzDeltaFIFO ("make fuzz" for long runs)
+//	Coalesce: memory bounded by the number of keys     TestMemory_CoalesceStalledHandlerBoundedByKeys
+//	                                                     (1,000,000 events to a stalled handler)
+//	Block: the source is read no faster than the       TestMemory_BlockBackpressure
+//	  handler drains
+//	snapshots isolated from later writes               TestIndexer_SnapshotIsolation
+//
+// A failing model run prints its seed; -model.seed=N reruns just that seed.
+//
 // # Memory and speed
 //
 // The cache is a B-tree per collection and per index (github.com/google/btree), so keys are
