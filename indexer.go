@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -102,16 +103,20 @@ type entry[K comparable, V any] struct {
 	obj V
 }
 
-// indexEntry is one (value, key) pair of an index, ordered by value then key.
-type indexEntry[K comparable] struct {
+// bucket holds the entries of one value of one index: the objects indexed under value, by
+// key, so that reading an index bucket is a walk over one small tree with no lookup per
+// object. Buckets are stored by value in their index's tree of buckets; a snapshot clones
+// that tree and so keeps the bucket values, items pointers included, it saw.
+type bucket[K comparable, V any] struct {
 	value string
-	key   K
+	items *btree.BTreeG[entry[K, V]]
+	epoch uint64 // the store's epoch when items was made: the writer changes items in place only within it
 }
 
 type storeIndex[K comparable, V any] struct {
-	name string
-	fn   Index[V]
-	tree *btree.BTreeG[indexEntry[K]]
+	name    string
+	fn      Index[V]
+	buckets *btree.BTreeG[bucket[K, V]] // by value; a value with no object has no bucket
 }
 
 // btreeDegree trades node size against depth. Measured on the pipeline benchmark (50,000
@@ -119,17 +124,32 @@ type storeIndex[K comparable, V any] struct {
 // 64 and 139 at 48, whose node slices fit the allocator's size classes best.
 const btreeDegree = 48
 
+// bucketDegree is the degree of a bucket's tree, which holds hundreds of entries rather than
+// all of them. On the same benchmark (buckets of 100 and 500 objects) the overhead per
+// object was 149 bytes at 48, 123 at 32 and at 64, 141 at 16; on W2 of the bench module
+// (buckets of 400 and 2,000) it varied by 5 bytes between 32 and 64. Smaller nodes are
+// also cheaper to copy when a snapshot shares them.
+const bucketDegree = 32
+
 // store is the indexed cache. One writer (the informer's processing goroutine) changes it
 // under mu; readers read immutable snapshots made on demand with btree.Clone, an O(1)
 // copy-on-write copy, so a reader never holds a lock the writer needs for more than that.
+//
+// An index is a tree of buckets, one per value, each a tree of (key, object) entries like
+// items. A snapshot clones items and each index's tree of buckets, not the buckets' trees:
+// it starts a new epoch, and the writer clones a bucket's tree (O(1) again) the first time
+// it changes it in an epoch, replacing the bucket in the index.
 type store[K comparable, V any] struct {
 	compare func(a, b K) int
+	less    btree.LessFunc[entry[K, V]]
+	nodes   *btree.FreeListG[entry[K, V]] // shared by items and every bucket
 
 	mu      sync.Mutex // held by the writer for a batch, and by a reader making a snapshot
 	items   *btree.BTreeG[entry[K, V]]
 	indexes []*storeIndex[K, V]
 	gen     atomic.Uint64 // bumped after every write batch
 	rev     string        // revision the state reflects, set with the batch
+	epoch   uint64        // bumped by every new snapshot; see bucket.epoch
 
 	snap       atomic.Pointer[Snapshot[K, V]]
 	scratch    []string // writer-only buffers for index values
@@ -137,36 +157,29 @@ type store[K comparable, V any] struct {
 }
 
 func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V]) (*store[K, V], error) {
-	s := &store[K, V]{compare: compare}
+	s := &store[K, V]{compare: compare, nodes: btree.NewFreeListG[entry[K, V]](btree.DefaultFreeListSize)}
 	if isString[K]() {
-		s.items = btree.NewG(btreeDegree, func(a, b entry[K, V]) bool { return asString(&a.key) < asString(&b.key) })
+		// The common case, without an indirect call per comparison.
+		s.less = func(a, b entry[K, V]) bool { return asString(&a.key) < asString(&b.key) }
 	} else {
-		s.items = btree.NewG(btreeDegree, func(a, b entry[K, V]) bool { return compare(a.key, b.key) < 0 })
+		s.less = func(a, b entry[K, V]) bool { return compare(a.key, b.key) < 0 }
 	}
+	s.items = s.newEntries()
 	if err := s.addIndexersLocked(indexers); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *store[K, V]) newIndexTree() *btree.BTreeG[indexEntry[K]] {
-	compare := s.compare
-	if isString[K]() {
-		// The common case, without an indirect call per comparison.
-		return btree.NewG(btreeDegree, func(a, b indexEntry[K]) bool {
-			if c := strings.Compare(a.value, b.value); c != 0 {
-				return c < 0
-			}
-			return asString(&a.key) < asString(&b.key)
-		})
-	}
-	return btree.NewG(btreeDegree, func(a, b indexEntry[K]) bool {
-		if c := strings.Compare(a.value, b.value); c != 0 {
-			return c < 0
-		}
-		return compare(a.key, b.key) < 0
-	})
+func (s *store[K, V]) newEntries() *btree.BTreeG[entry[K, V]] {
+	return btree.NewWithFreeListG(btreeDegree, s.less, s.nodes)
 }
+
+func (s *store[K, V]) newBucket() *btree.BTreeG[entry[K, V]] {
+	return btree.NewWithFreeListG(bucketDegree, s.less, s.nodes)
+}
+
+func bucketLess[K comparable, V any](a, b bucket[K, V]) bool { return a.value < b.value }
 
 // addIndexersLocked adds indexes and builds them from the current contents. On an error
 // nothing is added.
@@ -185,7 +198,7 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 		if s.index(name) != nil {
 			return fmt.Errorf("%w: %q", ErrIndexExists, name)
 		}
-		si := &storeIndex[K, V]{name: name, fn: ix, tree: s.newIndexTree()}
+		si := &storeIndex[K, V]{name: name, fn: ix, buckets: btree.NewG(btreeDegree, bucketLess[K, V])}
 		var err error
 		s.items.Ascend(func(e entry[K, V]) bool {
 			var vals []string
@@ -195,7 +208,7 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 				return false
 			}
 			for _, v := range vals {
-				si.tree.ReplaceOrInsert(indexEntry[K]{value: v, key: e.key})
+				s.bucketItems(si, v, true).ReplaceOrInsert(e)
 			}
 			return true
 		})
@@ -215,6 +228,40 @@ func (s *store[K, V]) index(name string) *storeIndex[K, V] {
 		}
 	}
 	return nil
+}
+
+// bucketItems returns the tree of value's bucket in ix, which the writer may change: cloned
+// first if a snapshot may hold it. A missing bucket is made if create, else nil is returned.
+func (s *store[K, V]) bucketItems(ix *storeIndex[K, V], value string, create bool) *btree.BTreeG[entry[K, V]] {
+	b, ok := ix.buckets.Get(bucket[K, V]{value: value})
+	switch {
+	case !ok && !create:
+		return nil
+	case !ok:
+		b = bucket[K, V]{value: value, items: s.newBucket(), epoch: s.epoch}
+	case b.epoch != s.epoch:
+		// Clone also gives the shared tree a new copy-on-write context, a field that
+		// readers of the snapshots holding that tree never read.
+		b.items, b.epoch = b.items.Clone(), s.epoch
+	default:
+		return b.items
+	}
+	ix.buckets.ReplaceOrInsert(b)
+	return b.items
+}
+
+// removeFromBucket removes key from value's bucket in ix, and the bucket if it is left
+// empty. It reports whether key was there.
+func (s *store[K, V]) removeFromBucket(ix *storeIndex[K, V], value string, key K) bool {
+	items := s.bucketItems(ix, value, false)
+	if items == nil {
+		return false
+	}
+	_, found := items.Delete(entry[K, V]{key: key})
+	if items.Len() == 0 {
+		ix.buckets.Delete(bucket[K, V]{value: value})
+	}
+	return found
 }
 
 // ObjectError is an error about one object: its key function, an index function or the
@@ -249,23 +296,33 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 		}
 		bounds = append(bounds, len(vals))
 	}
-	prev, existed := s.items.ReplaceOrInsert(entry[K, V]{key: key, obj: obj})
+	e := entry[K, V]{key: key, obj: obj}
+	prev, existed := s.items.ReplaceOrInsert(e)
 	start := 0
 	for i, ix := range s.indexes {
 		newVals := vals[start:bounds[i]]
 		start = bounds[i]
+		if existed && ix.fn.one != nil {
+			// A single-valued index holds the key under exactly one value: if that is the
+			// new value, replacing the entry is the whole update, and the old object's
+			// value need not be computed.
+			if _, found := s.bucketItems(ix, newVals[0], true).ReplaceOrInsert(e); !found {
+				s.unindexOne(ix, key, prev.obj, newVals)
+			}
+			continue
+		}
 		var kept []string
 		if existed {
 			kept = s.unindex(ix, key, prev.obj, newVals)
 		}
-	insert:
+		stale := false
 		for _, v := range newVals {
-			for _, k := range kept {
-				if k == v {
-					continue insert // already indexed under v
-				}
+			if _, found := s.bucketItems(ix, v, true).ReplaceOrInsert(e); !found && slices.Contains(kept, v) {
+				stale = true // the old object's values were not where they were computed to be
 			}
-			ix.tree.ReplaceOrInsert(indexEntry[K]{value: v, key: key})
+		}
+		if stale {
+			s.purge(ix, key, newVals)
 		}
 	}
 	s.scratch = vals[:0]
@@ -273,39 +330,58 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 }
 
 // unindex removes key's entries computed from old, except those whose value is in keep,
-// and returns the values it left in place. If the index function now fails for old, it
-// scans the index instead.
+// and returns the values it left in place. If the index function now fails for old, or
+// gives a value whose bucket does not hold key (it is not a pure function of the object),
+// it scans the index instead, rather than leave entries behind.
 func (s *store[K, V]) unindex(ix *storeIndex[K, V], key K, old V, keep []string) (kept []string) {
 	oldVals, err := ix.fn.values(s.oldScratch[:0], old)
 	s.oldScratch = oldVals[:0]
 	if err != nil {
-		// The function gave values for old when it was stored but fails now; find the
-		// entries the slow way rather than leave them behind.
-		var stale []indexEntry[K]
-		ix.tree.Ascend(func(e indexEntry[K]) bool {
-			if s.compare(e.key, key) == 0 {
-				stale = append(stale, e)
-			}
-			return true
-		})
-		for _, e := range stale {
-			ix.tree.Delete(e)
-		}
+		s.purge(ix, key, keep)
 		return nil
 	}
-	n := 0
-outer:
-	for _, v := range oldVals {
-		for _, k := range keep {
-			if k == v {
-				oldVals[n] = v
-				n++
-				continue outer
-			}
+	for i, v := range oldVals {
+		if slices.Contains(keep, v) || slices.Contains(oldVals[:i], v) {
+			continue
 		}
-		ix.tree.Delete(indexEntry[K]{value: v, key: key})
+		if !s.removeFromBucket(ix, v, key) {
+			s.purge(ix, key, keep)
+			return nil
+		}
+	}
+	n := 0
+	for _, v := range oldVals {
+		if slices.Contains(keep, v) {
+			oldVals[n] = v
+			n++
+		}
 	}
 	return oldVals[:n]
+}
+
+// unindexOne removes key's entry from a single-valued index after it was indexed under
+// newVals, where it was not before: from the bucket of old's value, or, if the index
+// function is not a pure function of the object, wherever it is.
+func (s *store[K, V]) unindexOne(ix *storeIndex[K, V], key K, old V, newVals []string) {
+	oldVals, err := ix.fn.values(s.oldScratch[:0], old)
+	s.oldScratch = oldVals[:0]
+	if err != nil || len(oldVals) != 1 || slices.Contains(newVals, oldVals[0]) || !s.removeFromBucket(ix, oldVals[0], key) {
+		s.purge(ix, key, newVals)
+	}
+}
+
+// purge removes key from every bucket of ix whose value is not in keep.
+func (s *store[K, V]) purge(ix *storeIndex[K, V], key K, keep []string) {
+	var stale []string
+	ix.buckets.Ascend(func(b bucket[K, V]) bool {
+		if !slices.Contains(keep, b.value) && b.items.Has(entry[K, V]{key: key}) {
+			stale = append(stale, b.value)
+		}
+		return true
+	})
+	for _, v := range stale {
+		s.removeFromBucket(ix, v, key)
+	}
 }
 
 // deleteLocked removes key and its index entries.
@@ -344,6 +420,7 @@ func (s *store[K, V]) snapshotLocked() *Snapshot[K, V] {
 	if sn := s.snap.Load(); sn != nil && sn.gen == gen {
 		return sn
 	}
+	s.epoch++ // the buckets' trees are now shared with this snapshot
 	sn := &Snapshot[K, V]{
 		compare:  s.compare,
 		gen:      gen,
@@ -352,7 +429,7 @@ func (s *store[K, V]) snapshotLocked() *Snapshot[K, V] {
 		indexes:  make(map[string]snapIndex[K, V], len(s.indexes)),
 	}
 	for _, ix := range s.indexes {
-		sn.indexes[ix.name] = snapIndex[K, V]{fn: ix.fn, tree: ix.tree.Clone()}
+		sn.indexes[ix.name] = snapIndex[K, V]{fn: ix.fn, buckets: ix.buckets.Clone()}
 	}
 	s.snap.Store(sn)
 	return sn
@@ -371,8 +448,14 @@ type Snapshot[K comparable, V any] struct {
 }
 
 type snapIndex[K comparable, V any] struct {
-	fn   Index[V]
-	tree *btree.BTreeG[indexEntry[K]]
+	fn      Index[V]
+	buckets *btree.BTreeG[bucket[K, V]]
+}
+
+// bucket returns the entries indexed under value, or nil.
+func (ix snapIndex[K, V]) bucket(value string) *btree.BTreeG[entry[K, V]] {
+	b, _ := ix.buckets.Get(bucket[K, V]{value: value})
+	return b.items
 }
 
 var _ Reader[string, int] = (*Snapshot[string, int])(nil)
@@ -436,62 +519,20 @@ func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
 	return ix, nil
 }
 
-// seekValue yields, in order, the entries whose value is ≥ value, until yield returns
-// false. The pivot (value, zero key) is not necessarily below every key of value (an
-// integer key may be negative, a custom order may put the zero key anywhere), so the
-// entries of value that sort before it are found walking backwards first; for string keys
-// that walk finds nothing or the one entry with the empty key.
-func seekValue[K comparable](tree *btree.BTreeG[indexEntry[K]], value string, yield func(indexEntry[K]) bool) {
-	pivot := indexEntry[K]{value: value}
-	var before []indexEntry[K]
-	tree.DescendLessOrEqual(pivot, func(e indexEntry[K]) bool {
-		if e.value != value {
-			return false
-		}
-		before = append(before, e)
-		return true
-	})
-	for i := len(before) - 1; i >= 0; i-- {
-		if !yield(before[i]) {
-			return
-		}
-	}
-	skip := len(before) > 0 // the pivot itself, if stored, was yielded above
-	tree.AscendGreaterOrEqual(pivot, func(e indexEntry[K]) bool {
-		if skip {
-			skip = false
-			if e == before[0] {
-				return true
-			}
-		}
-		return yield(e)
-	})
-}
-
-// eachIndexed calls fn for every key indexed under value, in key order.
-func eachIndexed[K comparable](tree *btree.BTreeG[indexEntry[K]], value string, fn func(K)) {
-	seekValue(tree, value, func(e indexEntry[K]) bool {
-		if e.value != value {
-			return false
-		}
-		fn(e.key)
-		return true
-	})
-}
-
 // ByIndex returns the objects indexed under value in the named index, in key order, in a
-// new slice. An unknown value gives an empty result (I-16).
+// new slice. An unknown value gives an empty result (I-16). It costs one lookup of value
+// and a walk over the objects found.
 func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {
 		return nil, err
 	}
-	var out []V
-	eachIndexed(ix.tree, value, func(k K) {
-		if obj, ok := sn.Get(k); ok {
-			out = append(out, obj)
-		}
-	})
+	items := ix.bucket(value)
+	if items == nil {
+		return nil, nil
+	}
+	out := make([]V, 0, items.Len())
+	items.Ascend(func(e entry[K, V]) bool { out = append(out, e.obj); return true })
 	return out, nil
 }
 
@@ -501,8 +542,12 @@ func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []K
-	eachIndexed(ix.tree, value, func(k K) { out = append(out, k) })
+	items := ix.bucket(value)
+	if items == nil {
+		return nil, nil
+	}
+	out := make([]K, 0, items.Len())
+	items.Ascend(func(e entry[K, V]) bool { out = append(out, e.key); return true })
 	return out, nil
 }
 
@@ -514,20 +559,8 @@ func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	next := ""
-	for {
-		found := false
-		seekValue(ix.tree, next, func(e indexEntry[K]) bool {
-			out = append(out, e.value)
-			found = true
-			return false
-		})
-		if !found {
-			return out, nil
-		}
-		// value+"\x00" is the smallest string greater than value: seek the next value.
-		next = out[len(out)-1] + "\x00"
-	}
+	ix.buckets.Ascend(func(b bucket[K, V]) bool { out = append(out, b.value); return true })
+	return out, nil
 }
 
 // Index returns the objects that share at least one value with obj in the named index,
@@ -545,21 +578,22 @@ func (sn *Snapshot[K, V]) Index(index string, obj V) ([]V, error) {
 		return sn.ByIndex(index, vals[0])
 	}
 	seen := make(map[K]struct{})
-	var keys []K
+	var found []entry[K, V]
 	for _, v := range vals {
-		eachIndexed(ix.tree, v, func(k K) {
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
-				keys = append(keys, k)
-			}
-		})
-	}
-	sort.Slice(keys, func(i, j int) bool { return sn.compare(keys[i], keys[j]) < 0 })
-	out := make([]V, 0, len(keys))
-	for _, k := range keys {
-		if o, ok := sn.Get(k); ok {
-			out = append(out, o)
+		if items := ix.bucket(v); items != nil {
+			items.Ascend(func(e entry[K, V]) bool {
+				if _, dup := seen[e.key]; !dup {
+					seen[e.key] = struct{}{}
+					found = append(found, e)
+				}
+				return true
+			})
 		}
+	}
+	slices.SortFunc(found, func(a, b entry[K, V]) int { return sn.compare(a.key, b.key) })
+	out := make([]V, len(found))
+	for i, e := range found {
+		out[i] = e.obj
 	}
 	return out, nil
 }

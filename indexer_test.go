@@ -3,6 +3,8 @@ package informer
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -246,4 +248,149 @@ func TestDefaultCompare(t *testing.T) {
 		t.Fatal("a struct key has no natural order")
 	}
 	_ = fmt.Sprint
+}
+
+// I-2, I-9, I-15..I-18 against a plain model, across snapshots: random upserts and deletes
+// with a multi-valued and a single-valued index, snapshots taken now and then and checked
+// at the end, after every later write, against the model as it was when each was taken.
+// An update that keeps an object's values must still show the new object (in the new
+// state) and the old one (in older snapshots).
+func TestIndexer_I2_SnapshotsMatchModel(t *testing.T) {
+	for seed := range uint64(20) {
+		s := newPodStore(t)
+		rng := rand.New(rand.NewPCG(seed, 7))
+		type held struct {
+			sn    *Snapshot[string, *pod]
+			model map[string]*pod
+		}
+		model := map[string]*pod{}
+		var snaps []held
+		users := []string{"", "u1", "u2", "u1,u2", "u2,u3", "u3,u3"}
+		for op := range 400 {
+			name := fmt.Sprintf("k%02d", rng.IntN(30))
+			if rng.IntN(5) == 0 {
+				s.mu.Lock()
+				s.deleteLocked(name)
+				s.publishLocked("")
+				s.mu.Unlock()
+				delete(model, name)
+			} else {
+				p := &pod{name: name, users: users[rng.IntN(len(users))], ns: fmt.Sprintf("ns%d", rng.IntN(3))}
+				mustUpsert(t, s, p)
+				model[name] = p
+			}
+			if rng.IntN(7) == 0 || op == 399 {
+				snaps = append(snaps, held{s.snapshot(), maps.Clone(model)})
+			}
+		}
+		for i, h := range snaps {
+			checkSnapshot(t, fmt.Sprintf("seed %d snapshot %d", seed, i), h.sn, h.model)
+		}
+	}
+}
+
+// checkSnapshot compares every index query of sn with what model implies.
+func checkSnapshot(t *testing.T, where string, sn *Snapshot[string, *pod], model map[string]*pod) {
+	t.Helper()
+	want := map[string]map[string][]*pod{} // index → value → objects in key order
+	keys := slices.Sorted(maps.Keys(model))
+	for _, k := range keys {
+		p := model[k]
+		us, _ := byUser(p)
+		for _, v := range slices.Compact(slices.Sorted(slices.Values(us))) {
+			addTo(want, "byUser", v, p)
+		}
+		addTo(want, "ns", p.ns, p)
+	}
+	for _, index := range []string{"byUser", "ns"} {
+		vals, _ := sn.IndexValues(index)
+		if wantVals := slices.Sorted(maps.Keys(want[index])); !slices.Equal(vals, wantVals) {
+			t.Fatalf("%s: IndexValues(%s) = %v, want %v", where, index, vals, wantVals)
+		}
+		for _, v := range append(vals, "absent") {
+			got, err := sn.ByIndex(index, v)
+			if err != nil || !slices.Equal(got, want[index][v]) {
+				t.Fatalf("%s: ByIndex(%s, %s) = %v, want %v", where, index, v, names(got), names(want[index][v]))
+			}
+			gotKeys, _ := sn.IndexKeys(index, v)
+			if !slices.Equal(gotKeys, names(want[index][v])) {
+				t.Fatalf("%s: IndexKeys(%s, %s) = %v", where, index, v, gotKeys)
+			}
+		}
+	}
+	for _, users := range []string{"u1,u3", "u2", "u1,u2,u3", ""} {
+		got, _ := sn.Index("byUser", &pod{users: users})
+		var exp []*pod
+		us, _ := byUser(&pod{users: users})
+		for _, k := range keys {
+			theirs, _ := byUser(model[k])
+			if slices.ContainsFunc(us, func(u string) bool { return slices.Contains(theirs, u) }) {
+				exp = append(exp, model[k])
+			}
+		}
+		if !slices.Equal(got, exp) {
+			t.Fatalf("%s: Index(byUser, %q) = %v, want %v", where, users, names(got), names(exp))
+		}
+	}
+	if sn.Len() != len(model) {
+		t.Fatalf("%s: Len = %d, want %d", where, sn.Len(), len(model))
+	}
+}
+
+func addTo(m map[string]map[string][]*pod, index, value string, p *pod) {
+	if m[index] == nil {
+		m[index] = map[string][]*pod{}
+	}
+	m[index][value] = append(m[index][value], p)
+}
+
+// I-9, I-10: an index function that is not a pure function of the object (its value for
+// the stored object changed, or it now fails for it) leaves no stale entry behind when the
+// object is updated or deleted.
+func TestIndexer_I9_ImpureIndexFunc(t *testing.T) {
+	c, _ := defaultCompare[string]()
+	salt, fail := "1", false
+	s, err := newStore[string, *pod](c, Indexers[*pod]{
+		"one": IndexBy(func(p *pod) (string, error) {
+			if fail && p.users == "old" {
+				return "", errors.New("fails for the old object now")
+			}
+			return p.ns + salt, nil
+		}),
+		"many": IndexByValues(func(p *pod) ([]string, error) {
+			if fail && p.users == "old" {
+				panic("panics for the old object now")
+			}
+			return []string{p.ns + salt, "all"}, nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustUpsert(t, s, &pod{name: "a", ns: "x", users: "old"})
+	mustUpsert(t, s, &pod{name: "b", ns: "x", users: "old"})
+	salt = "2" // the stored objects are now under x1 but would compute x2
+	mustUpsert(t, s, &pod{name: "a", ns: "x"})
+	fail = true // computing the old object's values now fails
+	mustUpsert(t, s, &pod{name: "b", ns: "y"})
+	for _, index := range []string{"one", "many"} {
+		vals, _ := s.snapshot().IndexValues(index)
+		want := []string{"x2", "y2"}
+		if index == "many" {
+			want = []string{"all", "x2", "y2"}
+		}
+		if !slices.Equal(vals, want) {
+			t.Fatalf("IndexValues(%s) = %v, want %v", index, vals, want)
+		}
+	}
+	s.mu.Lock()
+	s.deleteLocked("a")
+	s.deleteLocked("b")
+	s.publishLocked("")
+	s.mu.Unlock()
+	for _, index := range []string{"one", "many"} {
+		if vals, _ := s.snapshot().IndexValues(index); len(vals) != 0 {
+			t.Fatalf("after deleting everything, IndexValues(%s) = %v", index, vals)
+		}
+	}
 }
