@@ -104,19 +104,42 @@ type entry[K comparable, V any] struct {
 }
 
 // bucket holds the entries of one value of one index: the objects indexed under value, by
-// key, so that reading an index bucket is a walk over one small tree with no lookup per
-// object. Buckets are stored by value in their index's tree of buckets; a snapshot clones
-// that tree and so keeps the bucket values, items pointers included, it saw.
+// key, so that reading an index bucket is a walk with no lookup per object. A bucket of one
+// entry (the common case of an index with a value per object, such as a UID) holds it
+// inline; a larger one has a tree. Buckets are stored by value in their index's tree of
+// buckets; a snapshot clones that tree and so keeps the bucket values, tree pointers
+// included, it saw.
 type bucket[K comparable, V any] struct {
 	value string
-	items *btree.BTreeG[entry[K, V]]
-	epoch uint64 // the store's epoch when items was made: the writer changes items in place only within it
+	one   entry[K, V]       // the only entry, when tree is nil
+	tree  *bucketTree[K, V] // every entry, when there are several
+}
+
+type bucketTree[K comparable, V any] struct {
+	entries *btree.BTreeG[entry[K, V]]
+	epoch   uint64 // the store's epoch when entries was made: the writer changes it in place only within it
+}
+
+func (b bucket[K, V]) len() int {
+	if b.tree == nil {
+		return 1
+	}
+	return b.tree.entries.Len()
+}
+
+func (b bucket[K, V]) ascend(yield func(entry[K, V]) bool) {
+	if b.tree == nil {
+		yield(b.one)
+		return
+	}
+	b.tree.entries.Ascend(yield)
 }
 
 type storeIndex[K comparable, V any] struct {
 	name    string
 	fn      Index[V]
 	buckets *btree.BTreeG[bucket[K, V]] // by value; a value with no object has no bucket
+	trees   int                         // buckets with a tree
 }
 
 // btreeDegree trades node size against depth. Measured on the pipeline benchmark (50,000
@@ -135,10 +158,10 @@ const bucketDegree = 32
 // under mu; readers read immutable snapshots made on demand with btree.Clone, an O(1)
 // copy-on-write copy, so a reader never holds a lock the writer needs for more than that.
 //
-// An index is a tree of buckets, one per value, each a tree of (key, object) entries like
-// items. A snapshot clones items and each index's tree of buckets, not the buckets' trees:
-// it starts a new epoch, and the writer clones a bucket's tree (O(1) again) the first time
-// it changes it in an epoch, replacing the bucket in the index.
+// An index is a tree of buckets, one per value, each holding one (key, object) entry inline
+// or a tree of them like items. A snapshot clones items and each index's tree of buckets,
+// not the buckets' trees: it starts a new epoch, and the writer clones a bucket's tree
+// (O(1) again) the first time it changes it in an epoch, replacing the bucket in the index.
 type store[K comparable, V any] struct {
 	compare func(a, b K) int
 	less    btree.LessFunc[entry[K, V]]
@@ -175,8 +198,11 @@ func (s *store[K, V]) newEntries() *btree.BTreeG[entry[K, V]] {
 	return btree.NewWithFreeListG(btreeDegree, s.less, s.nodes)
 }
 
-func (s *store[K, V]) newBucket() *btree.BTreeG[entry[K, V]] {
-	return btree.NewWithFreeListG(bucketDegree, s.less, s.nodes)
+func (s *store[K, V]) newBucketTree(a, b entry[K, V]) *bucketTree[K, V] {
+	t := &bucketTree[K, V]{entries: btree.NewWithFreeListG(bucketDegree, s.less, s.nodes), epoch: s.epoch}
+	t.entries.ReplaceOrInsert(a)
+	t.entries.ReplaceOrInsert(b)
+	return t
 }
 
 func bucketLess[K comparable, V any](a, b bucket[K, V]) bool { return a.value < b.value }
@@ -208,7 +234,7 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 				return false
 			}
 			for _, v := range vals {
-				s.bucketItems(si, v, true).ReplaceOrInsert(e)
+				s.insertIndexed(si, v, e)
 			}
 			return true
 		})
@@ -230,38 +256,81 @@ func (s *store[K, V]) index(name string) *storeIndex[K, V] {
 	return nil
 }
 
-// bucketItems returns the tree of value's bucket in ix, which the writer may change: cloned
-// first if a snapshot may hold it. A missing bucket is made if create, else nil is returned.
-func (s *store[K, V]) bucketItems(ix *storeIndex[K, V], value string, create bool) *btree.BTreeG[entry[K, V]] {
-	b, ok := ix.buckets.Get(bucket[K, V]{value: value})
-	switch {
-	case !ok && !create:
-		return nil
-	case !ok:
-		b = bucket[K, V]{value: value, items: s.newBucket(), epoch: s.epoch}
-	case b.epoch != s.epoch:
-		// Clone also gives the shared tree a new copy-on-write context, a field that
-		// readers of the snapshots holding that tree never read.
-		b.items, b.epoch = b.items.Clone(), s.epoch
-	default:
-		return b.items
-	}
-	ix.buckets.ReplaceOrInsert(b)
-	return b.items
-}
-
-// removeFromBucket removes key from value's bucket in ix, and the bucket if it is left
-// empty. It reports whether key was there.
-func (s *store[K, V]) removeFromBucket(ix *storeIndex[K, V], value string, key K) bool {
-	items := s.bucketItems(ix, value, false)
-	if items == nil {
+// insertIndexed indexes e under value in ix and reports whether e's key was indexed there
+// already (its entry is replaced).
+func (s *store[K, V]) insertIndexed(ix *storeIndex[K, V], value string, e entry[K, V]) bool {
+	if ix.trees == 0 {
+		// Every bucket holds one entry (an index with a value per object): one write
+		// instead of a lookup and a write, undone in the rare case it was wrong.
+		prev, ok := ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: e})
+		if !ok || s.compare(prev.one.key, e.key) == 0 {
+			return ok
+		}
+		ix.trees++
+		ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, tree: s.newBucketTree(prev.one, e)})
 		return false
 	}
-	_, found := items.Delete(entry[K, V]{key: key})
-	if items.Len() == 0 {
-		ix.buckets.Delete(bucket[K, V]{value: value})
+	b, ok := ix.buckets.Get(bucket[K, V]{value: value})
+	switch {
+	case !ok:
+		ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: e})
+		return false
+	case b.tree == nil && s.compare(b.one.key, e.key) == 0:
+		b.one = e
+		ix.buckets.ReplaceOrInsert(b)
+		return true
+	case b.tree == nil:
+		b.tree, b.one = s.newBucketTree(b.one, e), entry[K, V]{}
+		ix.trees++
+		ix.buckets.ReplaceOrInsert(b)
+		return false
 	}
+	_, found := s.writable(ix, b).ReplaceOrInsert(e)
 	return found
+}
+
+// removeIndexed removes key from value's bucket in ix, and the bucket if it is left empty.
+// It reports whether key was there.
+func (s *store[K, V]) removeIndexed(ix *storeIndex[K, V], value string, key K) bool {
+	b, ok := ix.buckets.Get(bucket[K, V]{value: value})
+	switch {
+	case !ok:
+		return false
+	case b.tree == nil:
+		if s.compare(b.one.key, key) != 0 {
+			return false
+		}
+		ix.buckets.Delete(b)
+		return true
+	}
+	entries := s.writable(ix, b)
+	if _, found := entries.Delete(entry[K, V]{key: key}); !found {
+		return false
+	}
+	switch entries.Len() {
+	case 0: // not left by this code, which makes a tree of two and undoes it at one
+		ix.trees--
+		ix.buckets.Delete(b)
+	case 1:
+		b.one, _ = entries.Min()
+		b.tree = nil
+		ix.trees--
+		ix.buckets.ReplaceOrInsert(b)
+	}
+	return true
+}
+
+// writable returns the tree of b, which the writer may change: cloned first, and b
+// replaced in ix, if a snapshot may hold it.
+func (s *store[K, V]) writable(ix *storeIndex[K, V], b bucket[K, V]) *btree.BTreeG[entry[K, V]] {
+	if b.tree.epoch == s.epoch {
+		return b.tree.entries
+	}
+	// Clone also gives the shared tree a new copy-on-write context, a field that readers
+	// of the snapshots holding that tree never read.
+	b.tree = &bucketTree[K, V]{entries: b.tree.entries.Clone(), epoch: s.epoch}
+	ix.buckets.ReplaceOrInsert(b)
+	return b.tree.entries
 }
 
 // ObjectError is an error about one object: its key function, an index function or the
@@ -306,7 +375,7 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 			// A single-valued index holds the key under exactly one value: if that is the
 			// new value, replacing the entry is the whole update, and the old object's
 			// value need not be computed.
-			if _, found := s.bucketItems(ix, newVals[0], true).ReplaceOrInsert(e); !found {
+			if !s.insertIndexed(ix, newVals[0], e) {
 				s.unindexOne(ix, key, prev.obj, newVals)
 			}
 			continue
@@ -317,7 +386,7 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 		}
 		stale := false
 		for _, v := range newVals {
-			if _, found := s.bucketItems(ix, v, true).ReplaceOrInsert(e); !found && slices.Contains(kept, v) {
+			if !s.insertIndexed(ix, v, e) && slices.Contains(kept, v) {
 				stale = true // the old object's values were not where they were computed to be
 			}
 		}
@@ -344,7 +413,7 @@ func (s *store[K, V]) unindex(ix *storeIndex[K, V], key K, old V, keep []string)
 		if slices.Contains(keep, v) || slices.Contains(oldVals[:i], v) {
 			continue
 		}
-		if !s.removeFromBucket(ix, v, key) {
+		if !s.removeIndexed(ix, v, key) {
 			s.purge(ix, key, keep)
 			return nil
 		}
@@ -365,7 +434,7 @@ func (s *store[K, V]) unindex(ix *storeIndex[K, V], key K, old V, keep []string)
 func (s *store[K, V]) unindexOne(ix *storeIndex[K, V], key K, old V, newVals []string) {
 	oldVals, err := ix.fn.values(s.oldScratch[:0], old)
 	s.oldScratch = oldVals[:0]
-	if err != nil || len(oldVals) != 1 || slices.Contains(newVals, oldVals[0]) || !s.removeFromBucket(ix, oldVals[0], key) {
+	if err != nil || len(oldVals) != 1 || slices.Contains(newVals, oldVals[0]) || !s.removeIndexed(ix, oldVals[0], key) {
 		s.purge(ix, key, newVals)
 	}
 }
@@ -374,13 +443,16 @@ func (s *store[K, V]) unindexOne(ix *storeIndex[K, V], key K, old V, newVals []s
 func (s *store[K, V]) purge(ix *storeIndex[K, V], key K, keep []string) {
 	var stale []string
 	ix.buckets.Ascend(func(b bucket[K, V]) bool {
-		if !slices.Contains(keep, b.value) && b.items.Has(entry[K, V]{key: key}) {
+		if slices.Contains(keep, b.value) {
+			return true
+		}
+		if b.tree == nil && s.compare(b.one.key, key) == 0 || b.tree != nil && b.tree.entries.Has(entry[K, V]{key: key}) {
 			stale = append(stale, b.value)
 		}
 		return true
 	})
 	for _, v := range stale {
-		s.removeFromBucket(ix, v, key)
+		s.removeIndexed(ix, v, key)
 	}
 }
 
@@ -452,10 +524,9 @@ type snapIndex[K comparable, V any] struct {
 	buckets *btree.BTreeG[bucket[K, V]]
 }
 
-// bucket returns the entries indexed under value, or nil.
-func (ix snapIndex[K, V]) bucket(value string) *btree.BTreeG[entry[K, V]] {
-	b, _ := ix.buckets.Get(bucket[K, V]{value: value})
-	return b.items
+// bucket returns the entries indexed under value.
+func (ix snapIndex[K, V]) bucket(value string) (bucket[K, V], bool) {
+	return ix.buckets.Get(bucket[K, V]{value: value})
 }
 
 var _ Reader[string, int] = (*Snapshot[string, int])(nil)
@@ -527,12 +598,12 @@ func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 	if err != nil {
 		return nil, err
 	}
-	items := ix.bucket(value)
-	if items == nil {
+	b, ok := ix.bucket(value)
+	if !ok {
 		return nil, nil
 	}
-	out := make([]V, 0, items.Len())
-	items.Ascend(func(e entry[K, V]) bool { out = append(out, e.obj); return true })
+	out := make([]V, 0, b.len())
+	b.ascend(func(e entry[K, V]) bool { out = append(out, e.obj); return true })
 	return out, nil
 }
 
@@ -542,12 +613,12 @@ func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
 	if err != nil {
 		return nil, err
 	}
-	items := ix.bucket(value)
-	if items == nil {
+	b, ok := ix.bucket(value)
+	if !ok {
 		return nil, nil
 	}
-	out := make([]K, 0, items.Len())
-	items.Ascend(func(e entry[K, V]) bool { out = append(out, e.key); return true })
+	out := make([]K, 0, b.len())
+	b.ascend(func(e entry[K, V]) bool { out = append(out, e.key); return true })
 	return out, nil
 }
 
@@ -580,8 +651,8 @@ func (sn *Snapshot[K, V]) Index(index string, obj V) ([]V, error) {
 	seen := make(map[K]struct{})
 	var found []entry[K, V]
 	for _, v := range vals {
-		if items := ix.bucket(v); items != nil {
-			items.Ascend(func(e entry[K, V]) bool {
+		if b, ok := ix.bucket(v); ok {
+			b.ascend(func(e entry[K, V]) bool {
 				if _, dup := seen[e.key]; !dup {
 					seen[e.key] = struct{}{}
 					found = append(found, e)
