@@ -76,6 +76,8 @@ type Controller[K comparable] struct {
 	log             *slog.Logger
 	queue           *workqueue.Queue[K]
 	metrics         *metrics // nil: no metrics
+	onStop          StopObserver
+	stopOnce        sync.Once
 
 	mu       sync.Mutex
 	watches  []*watch
@@ -130,6 +132,7 @@ func New[K comparable](r Reconciler[K], opts Options[K]) (*Controller[K], error)
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	c.onStop, _ = opts.Metrics.(StopObserver)
 	return c, nil
 }
 
@@ -184,6 +187,7 @@ func (c *Controller[K]) Start(ctx context.Context) error {
 	c.started = true
 	c.mu.Unlock()
 	defer close(c.done)
+	defer c.notifyStopped()
 
 	if err := c.register(); err != nil {
 		c.queue.ShutDown()
@@ -246,6 +250,7 @@ func (c *Controller[K]) Shutdown(ctx context.Context) error {
 		if !c.stopping {
 			c.stopping = true
 			c.queue.ShutDown()
+			defer c.notifyStopped()
 		}
 		c.mu.Unlock()
 		return nil
@@ -261,6 +266,13 @@ func (c *Controller[K]) Shutdown(ctx context.Context) error {
 		return c.drainErr
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// notifyStopped tells the metrics provider, once, that the controller has stopped.
+func (c *Controller[K]) notifyStopped() {
+	if c.onStop != nil {
+		c.stopOnce.Do(func() { c.onStop.ControllerStopped(c.name) })
 	}
 }
 

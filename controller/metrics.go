@@ -68,6 +68,15 @@ type MetricsProvider interface {
 	NewMaxConcurrentReconcilesFunc(controller string, value func() float64)
 }
 
+// StopObserver may be implemented by a MetricsProvider that wants to know when the
+// controller has stopped, typically to remove the controller's series (and its queue's) so
+// that short-lived controllers leave none behind. The controller calls ControllerStopped
+// once, with Options.Name: when Start returns after having started (every worker has
+// returned), or when Shutdown ends a controller that was never started.
+type StopObserver interface {
+	ControllerStopped(controller string)
+}
+
 // metrics holds a controller's metrics, each non-nil (nop for those the provider left
 // out). A controller without a provider has a nil *metrics.
 type metrics struct {

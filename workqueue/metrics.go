@@ -23,6 +23,15 @@ type Histogram interface {
 	Observe(seconds float64)
 }
 
+// ShutDownObserver may be implemented by a MetricsProvider that wants to know when the
+// queue shuts down, typically to remove the queue's series so that short-lived queues leave
+// none behind. The queue calls QueueShutDown once, with Config.Name, from the first
+// ShutDown or ShutDownWithDrain (before the drain), outside its lock; values recorded
+// afterwards, while workers finish, may be dropped.
+type ShutDownObserver interface {
+	QueueShutDown(name string)
+}
+
 // MetricsProvider creates the metrics of a queue. New calls each method once, with the
 // queue's Config.Name. A constructor may return nil to leave that metric out.
 //

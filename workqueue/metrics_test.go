@@ -175,3 +175,49 @@ func TestNoMetricsAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per 64-item cycle, want 0", n)
 	}
 }
+
+// shutDownRecorder is a recorder that counts QueueShutDown calls.
+type shutDownRecorder struct {
+	recorder
+	calls []string
+}
+
+func (r *shutDownRecorder) QueueShutDown(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, name)
+}
+
+// TestShutDownObserver: a provider that implements ShutDownObserver hears of the shutdown
+// once, whichever of ShutDown and ShutDownWithDrain comes first and however often.
+func TestShutDownObserver(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first func(q *Queue[string])
+	}{
+		{"ShutDown", func(q *Queue[string]) { q.ShutDown() }},
+		{"ShutDownWithDrain", func(q *Queue[string]) { q.ShutDownWithDrain(t.Context()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &shutDownRecorder{}
+			q := New(Config[string]{Name: "jobs", Metrics: r})
+			q.Add("a")
+			if a, _ := q.Get(); a != "a" {
+				t.Fatalf("Get = %q", a)
+			}
+			q.Done("a") // drained: ShutDownWithDrain returns at once
+			if len(r.calls) != 0 {
+				t.Fatalf("observer called before the shutdown: %q", r.calls)
+			}
+			tc.first(q)
+			if !slices.Equal(r.calls, []string{"jobs"}) {
+				t.Fatalf("after %s: calls %q, want [jobs]", tc.name, r.calls)
+			}
+			q.ShutDown()
+			q.ShutDownWithDrain(t.Context())
+			if len(r.calls) != 1 {
+				t.Fatalf("after more shutdowns: calls %q, want one", r.calls)
+			}
+		})
+	}
+}

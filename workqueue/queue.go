@@ -43,6 +43,8 @@ type Queue[T comparable] struct {
 
 	clk     clock.Clock // as configured; never written after New, see clock()
 	metrics *queueMetrics[T]
+	name    string
+	onShut  ShutDownObserver // the metrics provider, if it wants to know of the shutdown
 
 	// Every item known to the queue, waiting in fifo or being processed, and its state.
 	state      table[T, itemState]
@@ -86,6 +88,8 @@ func New[T comparable](cfg Config[T]) *Queue[T] {
 	q := &Queue[T]{clk: cfg.Clock, limiter: cfg.RateLimiter}
 	q.init()
 	if cfg.Metrics != nil {
+		q.name = cfg.Name
+		q.onShut, _ = cfg.Metrics.(ShutDownObserver)
 		q.metrics = newQueueMetrics[T](cfg.Metrics, cfg.Name, q.clock())
 		cfg.Metrics.NewUnfinishedWorkSecondsFunc(cfg.Name, q.unfinishedWorkSeconds)
 		cfg.Metrics.NewLongestRunningProcessorSecondsFunc(cfg.Name, q.longestRunningProcessorSeconds)
@@ -234,18 +238,28 @@ func (q *Queue[T]) Len() int {
 func (q *Queue[T]) ShutDown() {
 	q.mu.Lock()
 	q.init()
-	q.shutDownLocked()
+	first := q.shutDownLocked()
 	q.mu.Unlock()
 	q.stopDelays()
+	q.notifyShutDown(first)
 }
 
-func (q *Queue[T]) shutDownLocked() {
+// shutDownLocked shuts the queue down; it reports whether this call did.
+func (q *Queue[T]) shutDownLocked() bool {
 	if q.shuttingDown {
-		return
+		return false
 	}
 	q.shuttingDown = true
 	q.closed.Store(true)
 	q.cond.Broadcast()
+	return true
+}
+
+// notifyShutDown tells the metrics provider, once, that the queue has shut down.
+func (q *Queue[T]) notifyShutDown(first bool) {
+	if first && q.onShut != nil {
+		q.onShut.QueueShutDown(q.name)
+	}
 }
 
 // ShutDownWithDrain shuts the queue down as ShutDown does, then waits until every item
@@ -258,7 +272,7 @@ func (q *Queue[T]) shutDownLocked() {
 func (q *Queue[T]) ShutDownWithDrain(ctx context.Context) error {
 	q.mu.Lock()
 	q.init()
-	q.shutDownLocked()
+	first := q.shutDownLocked()
 	var drained chan struct{}
 	if q.processing > 0 || q.fifo.len() > 0 {
 		if q.drained == nil {
@@ -268,6 +282,7 @@ func (q *Queue[T]) ShutDownWithDrain(ctx context.Context) error {
 	}
 	q.mu.Unlock()
 	q.stopDelays()
+	q.notifyShutDown(first)
 	if drained == nil {
 		return nil
 	}
