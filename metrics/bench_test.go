@@ -153,14 +153,8 @@ func benchPipeline(b *testing.B, initial []*pipeObj, ops []pipeOp, withMetrics b
 		for i := range handlers {
 			handlers[i] = &pipeCounter{}
 			handlers[i].expect(pipeInitial)
-			hr, err := inf.AddHandler(handlers[i], informer.HandlerOptions{Name: fmt.Sprint("h", i), Policy: informer.Block})
-			if err != nil {
+			if _, err := inf.AddHandler(handlers[i], informer.HandlerOptions{Name: fmt.Sprint("h", i), Policy: informer.Block}); err != nil {
 				b.Fatal(err)
-			}
-			if im != nil {
-				if err := im.AddHandler(hr); err != nil {
-					b.Fatal(err)
-				}
 			}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -221,11 +215,7 @@ func BenchmarkInformerGather(b *testing.B) {
 	}
 	defer im.Unregister()
 	for i := range 4 {
-		hr, err := inf.AddHandler(informer.HandlerFuncs[*pipeObj]{}, informer.HandlerOptions{Name: fmt.Sprint("h", i)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := im.AddHandler(hr); err != nil {
+		if _, err := inf.AddHandler(informer.HandlerFuncs[*pipeObj]{}, informer.HandlerOptions{Name: fmt.Sprint("h", i)}); err != nil {
 			b.Fatal(err)
 		}
 	}

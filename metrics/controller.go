@@ -54,8 +54,10 @@ var outcomes = [...]controller.Outcome{
 //		Name: "apps", Metrics: cm, QueueMetrics: cm.Queue(),
 //	})
 //	...
-//	err = c.Start(ctx) // returns once stopped
-//	cm.Unregister()
+//	err = c.Start(ctx) // returns once stopped; the series are gone then
+//
+// The series are removed when the controller stops (Start returns, or Shutdown ends a
+// controller never started), or earlier by Unregister.
 //
 // It fails, registering nothing, if reg refuses the series, typically with a
 // prometheus.AlreadyRegisteredError because a controller or queue of the same name is
@@ -141,11 +143,18 @@ func (m *ControllerMetrics) NewMaxConcurrentReconcilesFunc(_ string, value func(
 	m.workers.set(value)
 }
 
-// Unregister removes every series of the controller and of its queue from the registry.
-// It reports whether it removed them: false on a second call. It does not stop the
-// controller; call it once the controller's Start has returned.
+// Unregister removes every series of the controller and of its queue from the registry
+// now, rather than when the controller stops. It reports whether it removed them: false on
+// a second call or after the stop removed them. It does not stop the controller.
 func (m *ControllerMetrics) Unregister() bool {
 	return !m.unregistered.Swap(true) && m.reg.Unregister(m.set)
 }
 
-var _ controller.MetricsProvider = (*ControllerMetrics)(nil)
+// ControllerStopped removes the controller's and its queue's series when it stops
+// (controller.StopObserver).
+func (m *ControllerMetrics) ControllerStopped(string) { m.Unregister() }
+
+var (
+	_ controller.MetricsProvider = (*ControllerMetrics)(nil)
+	_ controller.StopObserver    = (*ControllerMetrics)(nil)
+)

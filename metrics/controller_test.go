@@ -3,11 +3,13 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/informer-go/informer/controller"
 	"github.com/informer-go/informer/metrics"
@@ -16,8 +18,8 @@ import (
 
 // TestControllerSeries reconciles five keys with every kind of result — a success, an error
 // then a success, a terminal error, a panic then a success, a RequeueAfter then a success —
-// and checks the controller's and its queue's series once it has stopped, then that
-// Unregister leaves none.
+// and checks the controller's and its queue's series once the work is done, then that
+// they go away with the controller (and the informer's with the informer).
 func TestControllerSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	src := memory.New(itemName, memory.Options{})
@@ -97,15 +99,10 @@ controller_runtime_reconcile_total{controller="items",result="terminal"} 0
 			t.Fatal("the keys were not all reconciled")
 		}
 	}
-	cancel()
-	if err := <-started; err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	stopInformer()
-
 	// 8 reconciles: a; b twice; c; d twice; e twice. 8 adds: the 5 keys, b's and d's
-	// retries and e's requeue.
-	expectSeries(t, reg, `
+	// retries and e's requeue. The last reconcile's counts land just after its key is
+	// reported finished: wait for the expected state, which is then stable.
+	want := `
 # HELP controller_runtime_reconcile_total Total number of reconciliations per controller, by result: success, error, requeue, requeue_after, terminal.
 # TYPE controller_runtime_reconcile_total counter
 controller_runtime_reconcile_total{controller="items",result="error"} 2
@@ -146,12 +143,18 @@ workqueue_longest_running_processor_seconds{name="items"} 0
 # HELP informer_store_objects Objects in the informer's cache.
 # TYPE informer_store_objects gauge
 informer_store_objects{name="items"} 5
-`, "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+`
+	names := []string{"controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
 		"controller_runtime_terminal_reconcile_errors_total", "controller_runtime_reconcile_panics_total",
 		"controller_runtime_active_workers", "controller_runtime_max_concurrent_reconciles",
 		"workqueue_depth", "workqueue_adds_total", "workqueue_retries_total",
 		"workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds",
-		"informer_store_objects")
+		"informer_store_objects"}
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.GatherAndCompare(reg, strings.NewReader(want), names...) != nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	expectSeries(t, reg, want, names...)
 	for _, name := range []string{
 		"controller_runtime_reconcile_time_seconds",
 		"workqueue_queue_duration_seconds",
@@ -166,16 +169,62 @@ informer_store_objects{name="items"} 5
 	if cm.Queue().Unregister() {
 		t.Error("Unregister of a controller's queue: true, want false (it goes with the controller)")
 	}
-	if !cm.Unregister() {
-		t.Error("Unregister: false, want true")
+	cancel()
+	if err := <-started; err != nil {
+		t.Fatalf("Start: %v", err)
 	}
-	if !im.Unregister() {
-		t.Error("informer Unregister: false, want true")
+	// Start has returned: the controller's and its queue's series are gone, the
+	// informer's remain until it stops.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "informer_") {
+			t.Errorf("after the controller stopped: %s left", mf.GetName())
+		}
+	}
+	if len(mfs) == 0 {
+		t.Error("the informer's series went with the controller")
+	}
+	stopInformer()
+	expectNoSeries(t, reg)
+	if cm.Unregister() || im.Unregister() {
+		t.Error("Unregister after the stops removed the series: true, want false")
+	}
+	// The names are free again.
+	cm2, err := metrics.RegisterController(reg, "items")
+	if err != nil {
+		t.Fatalf("RegisterController after the controller stopped: %v", err)
+	}
+	cm2.Unregister()
+}
+
+// TestControllerNeverStarted: Shutdown of a controller that never started removes its
+// series too.
+func TestControllerNeverStarted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cm, err := metrics.RegisterController(reg, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := controller.New(controller.ReconcilerFunc[string](func(context.Context, string) (controller.Result, error) {
+		return controller.Result{}, nil
+	}), controller.Options[string]{Name: "idle", Metrics: cm, QueueMetrics: cm.Queue(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n == 0 {
+		t.Fatalf("before Shutdown: %d series (%v), want some", n, err)
+	}
+	if err := c.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	expectNoSeries(t, reg)
-	if cm.Unregister() {
-		t.Error("second Unregister: true, want false")
+	if err := c.Start(context.Background()); !errors.Is(err, controller.ErrShutDown) {
+		t.Fatalf("Start after Shutdown: %v, want ErrShutDown", err)
 	}
+	expectNoSeries(t, reg)
 }
 
 // TestControllerNames: a controller's name is taken by its controller series and by its

@@ -1,18 +1,15 @@
 // Package metrics exports the metrics of informers, work queues and controllers to
 // Prometheus, through github.com/prometheus/client_golang. Each informer, queue or
 // controller registers its own series on a prometheus.Registerer the caller supplies, and
-// the value returned by the registration removes every one of them with Unregister, so a
-// program that starts and stops informers leaves no series behind (client-go stopped
-// exporting reflector metrics because short-lived reflectors leaked series,
-// kubernetes#73587).
+// they are removed when it stops, so a program that starts and stops informers leaves no
+// series behind (client-go stopped exporting reflector metrics because short-lived
+// reflectors leaked series, kubernetes#73587). Unregister removes them earlier.
 //
 //	reg := prometheus.NewRegistry()
-//	im, err := metrics.RegisterInformer(reg, inf)    // informer_* series, name=inf.Name()
-//	if err != nil { ... }
-//	defer im.Unregister()                            // after inf.Run has returned
+//	_, err := metrics.RegisterInformer(reg, inf)      // informer_* series, name=inf.Name(),
+//	if err != nil { ... }                             // and its handlers' series
 //	cm, err := metrics.RegisterController(reg, "apps") // controller_runtime_* and workqueue_*
 //	if err != nil { ... }
-//	defer cm.Unregister()                            // after c.Start has returned
 //	c, err := controller.New(r, controller.Options[string]{
 //		Name: "apps", Metrics: cm, QueueMetrics: cm.Queue(),
 //	})
@@ -20,8 +17,11 @@
 // # Costs
 //
 // Informer and handler series cost nothing on the informer's path: the informer keeps its
-// counters (informer.Stats, informer.HandlerStats) whether or not anything reads them, and
-// the collector RegisterInformer returns reads them only when the registry is gathered.
+// counters and histograms (informer.Stats, informer.HandlerStats) whether or not anything
+// reads them, and the collector RegisterInformer returns reads them only when the registry
+// is gathered. The one exception is opt-in: a handler added with
+// informer.HandlerOptions.MeasureLatency reads the clock once per call to time its
+// notifications' wait.
 // Queue and controller series are prometheus.Counter, Gauge and Histogram values that the
 // queue and the controller update as they go (an atomic add, or a few for a histogram),
 // through the hook interfaces workqueue.MetricsProvider and controller.MetricsProvider;
@@ -39,6 +39,10 @@
 //	informer_watch_errors_total            counter  watches that failed
 //	informer_expirations_total             counter  revisions found expired
 //	informer_watch_events_total{type}      counter  watch events received: added, modified, deleted, bookmark
+//	informer_list_duration_seconds         histogram  duration of each list, failed and streaming ones included
+//	informer_list_items                    histogram  objects per successful list
+//	informer_watch_duration_seconds        histogram  how long each watch stayed open
+//	informer_applied_total                 counter  changes applied to the cache (listed objects, resyncs included)
 //	informer_errors_total{kind}            counter  errors reported: key, index, transform, source,
 //	                                                handler_panic, other
 //	informer_store_objects                 gauge    objects in the cache
@@ -46,7 +50,9 @@
 //	informer_last_sync_revision            gauge    last revision received, when it is a decimal
 //	                                                integer (its 15 least significant digits)
 //
-// Handlers added with InformerMetrics.AddHandler, labelled name and handler:
+// Every handler of the informer at the time of a gather, labelled name and handler (its
+// HandlerOptions.Name, or the name the informer gave it; a second handler of the same name
+// is labelled name#2):
 //
 //	informer_handler_queue_depth           gauge    notifications waiting, the one in progress included
 //	informer_handler_delivered_total       counter  handler calls made
@@ -54,6 +60,8 @@
 //	informer_handler_blocked_total         counter  times the informer waited for room (Block policy)
 //	informer_handler_panics_total          counter  handler calls that panicked
 //	informer_handler_synced                gauge    1 once the handler has been given the initial state
+//	informer_handler_delivery_latency_seconds histogram  time notifications waited in the handler's
+//	                                                queue (handlers with MeasureLatency only)
 //
 // Work queues, labelled name, with the names and buckets client-go and controller-runtime
 // use, so existing dashboards work unchanged:
@@ -81,8 +89,9 @@
 //
 // The name label tells instances apart, so two informers (or two queues, or two
 // controllers) registered at once on the same registry must have different names: the
-// second registration fails with a prometheus.AlreadyRegisteredError. Once Unregister has
-// been called the name is free again. Unregister does not stop anything; call it once the
-// informer's Run (or the controller's Start) has returned, or when the queue is shut down.
-// Values recorded after Unregister are dropped.
+// second registration fails with a prometheus.AlreadyRegisteredError. An informer's series
+// are removed when its Run returns (through informer.Informer.AfterStop); a handler's
+// series go when the handler is removed from the informer. Once the series are removed
+// the name is free again. Unregister removes them at once; it does not stop anything.
+// Values recorded after the removal are dropped.
 package metrics

@@ -68,11 +68,9 @@ func ExampleRegisterInformer() {
 	if err != nil {
 		panic(err)
 	}
+	// Every handler of the informer gets series of its own, labelled with its name.
 	h, err := inf.AddHandler(informer.HandlerFuncs[*Service]{}, informer.HandlerOptions{Name: "log"})
 	if err != nil {
-		panic(err)
-	}
-	if err := im.AddHandler(h); err != nil {
 		panic(err)
 	}
 
@@ -80,20 +78,20 @@ func ExampleRegisterInformer() {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	<-h.Synced() // the handler has been given the initial list
-	stop()
-	<-done
 
 	printSeries(reg, "informer_relists_total", "informer_store_objects", "informer_last_sync_revision",
 		"informer_handler_delivered_total")
-	im.Unregister()
+	stop()
+	<-done
+	// The informer's series went away with it.
 	printSeries(reg, "informer_store_objects")
-	fmt.Println("unregistered")
+	fmt.Println("stopped; unregistered already:", !im.Unregister())
 	// Output:
 	// informer_relists_total{name="services"} 1
 	// informer_store_objects{name="services"} 2
 	// informer_last_sync_revision{name="services"} 2
 	// informer_handler_delivered_total{handler="log",name="services"} 2
-	// unregistered
+	// stopped; unregistered already: true
 }
 
 // A queue's provider is set as its Config.Metrics; the queue updates the series as it
@@ -160,16 +158,11 @@ func ExampleRegisterController() {
 	<-reconciled
 	<-reconciled
 	stop()
-	<-ctlDone
+	<-ctlDone // the controller's series are gone with it
 	<-infDone
 
 	printSeries(reg, "controller_runtime_reconcile_total", "workqueue_adds_total")
-	cm.Unregister()
+	fmt.Println("stopped; unregistered already:", !cm.Unregister())
 	// Output:
-	// controller_runtime_reconcile_total{controller="services",result="error"} 0
-	// controller_runtime_reconcile_total{controller="services",result="requeue"} 0
-	// controller_runtime_reconcile_total{controller="services",result="requeue_after"} 0
-	// controller_runtime_reconcile_total{controller="services",result="success"} 2
-	// controller_runtime_reconcile_total{controller="services",result="terminal"} 0
-	// workqueue_adds_total{name="services"} 2
+	// stopped; unregistered already: true
 }

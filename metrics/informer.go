@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,35 +22,33 @@ type Informer interface {
 	LastSyncRevision() string
 	// HasSynced reports whether the initial list is in the cache.
 	HasSynced() bool
+	// Handlers returns the handlers registered now; each gets series labelled with its name.
+	Handlers() []*informer.Registration
+	// AfterStop arranges for f to run once the informer has stopped (see
+	// informer.Informer.AfterStop); the informer's series are removed then.
+	AfterStop(f func()) (cancel func() bool)
 }
 
-// Handler is what the metrics read of a handler registered on an informer.
-// *informer.Registration implements it.
-type Handler interface {
-	// Name labels the handler's series; it must not be empty.
-	Name() string
-	// Stats returns the handler's counters; they are read when the registry is gathered.
-	Stats() informer.HandlerStats
-	// HasSynced reports whether the handler has been given the initial state.
-	HasSynced() bool
-}
-
-// InformerMetrics is the registration of one informer's series, and of the series of the
-// handlers added to it. Its methods are safe for concurrent use, including with a gather.
+// InformerMetrics is the registration of one informer's series, its handlers' included.
+// Its methods are safe for concurrent use, including with a gather.
 type InformerMetrics struct {
-	reg prometheus.Registerer
-	c   *informerCollector
+	reg    prometheus.Registerer
+	c      *informerCollector
+	cancel func() bool // cancels the removal at the informer's stop
 
 	unregistered atomic.Bool
 }
 
 // RegisterInformer registers inf's series (see the package documentation), labelled
-// name=inf.Name(), on reg. The series are computed from inf's counters when reg is
-// gathered: nothing is added to the informer's own work. It fails, registering nothing, if
-// reg refuses them, typically with a prometheus.AlreadyRegisteredError because an informer
-// of the same name is registered on reg.
+// name=inf.Name(), on reg, and the series of every handler inf has at each gather,
+// labelled handler=its name. The series are computed from inf's counters when reg is
+// gathered: nothing is added to the informer's own work. They are removed from reg when
+// inf stops (its Run has returned); registering an informer that has stopped already
+// registers nothing and returns an InformerMetrics whose Unregister reports false.
 //
-// Call Unregister once inf has stopped (its Run has returned) to remove the series.
+// It fails, registering nothing, if reg refuses the series, typically with a
+// prometheus.AlreadyRegisteredError because an informer of the same name is registered on
+// reg.
 func RegisterInformer(reg prometheus.Registerer, inf Informer) (*InformerMetrics, error) {
 	if reg == nil || inf == nil {
 		return nil, errors.New("metrics: RegisterInformer: nil Registerer or Informer")
@@ -60,27 +57,22 @@ func RegisterInformer(reg prometheus.Registerer, inf Informer) (*InformerMetrics
 	if err := reg.Register(c); err != nil {
 		return nil, fmt.Errorf("metrics: registering informer %q: %w", inf.Name(), err)
 	}
-	return &InformerMetrics{reg: reg, c: c}, nil
+	m := &InformerMetrics{reg: reg, c: c}
+	m.cancel = inf.AfterStop(func() { m.unregister() })
+	return m, nil
 }
 
-// AddHandler adds the series of h, a handler registered on the informer, labelled
-// handler=h.Name(). It fails if h has no name, or if a handler of the same name has been
-// added already. Call RemoveHandler when the handler is removed from the informer, or
-// Unregister to remove everything.
-func (m *InformerMetrics) AddHandler(h Handler) error {
-	return m.c.addHandler(h)
-}
-
-// RemoveHandler removes the series of the handler named h.Name(). It reports whether such
-// a handler had been added (and not removed since).
-func (m *InformerMetrics) RemoveHandler(h Handler) bool {
-	return m.c.removeHandler(h)
-}
-
-// Unregister removes every series of the informer and of its handlers from the registry.
-// It reports whether it removed them: false on a second call. It does not stop the
-// informer, and is meant to be called once it has stopped.
+// Unregister removes every series of the informer and of its handlers from the registry
+// now, rather than when the informer stops. It reports whether it removed them: false on a
+// second call, or once the informer's stop has removed them. It does not stop the informer.
 func (m *InformerMetrics) Unregister() bool {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	return m.unregister()
+}
+
+func (m *InformerMetrics) unregister() bool {
 	return !m.unregistered.Swap(true) && m.reg.Unregister(m.c)
 }
 
@@ -97,13 +89,11 @@ type informerCollector struct {
 	src Informer
 
 	lists, listErrors, relists, watches, watchErrors, expirations *prometheus.Desc
-	events, errs                                                  *prometheus.Desc
+	events, errs, applied                                         *prometheus.Desc
 	objects, synced, lastRevision                                 *prometheus.Desc
+	listDuration, listItems, watchDuration                        *prometheus.Desc
 
-	hQueued, hDelivered, hCoalesced, hBlocked, hPanics, hSynced *prometheus.Desc
-
-	mu       sync.Mutex
-	handlers map[string]Handler
+	hQueued, hDelivered, hCoalesced, hBlocked, hPanics, hSynced, hLatency *prometheus.Desc
 }
 
 func newInformerCollector(src Informer) *informerCollector {
@@ -112,65 +102,39 @@ func newInformerCollector(src Informer) *informerCollector {
 		return prometheus.NewDesc(name, help, variable, labels)
 	}
 	return &informerCollector{
-		src:          src,
-		lists:        d("informer_lists_total", "Lists started by the informer, streaming lists included."),
-		listErrors:   d("informer_list_errors_total", "Lists that failed."),
-		relists:      d("informer_relists_total", "Lists, the initial one included, whose result replaced the content of the informer's cache."),
-		watches:      d("informer_watches_total", "Watches opened by the informer."),
-		watchErrors:  d("informer_watch_errors_total", "Watches that failed."),
-		expirations:  d("informer_expirations_total", "Times the informer found its revision expired."),
-		events:       d("informer_watch_events_total", "Watch events received, by type.", "type"),
-		errs:         d("informer_errors_total", "Errors the informer reported, by kind: key, index or transform function failures, bad input from the source, handler panics, other.", "kind"),
-		objects:      d("informer_store_objects", "Objects in the informer's cache."),
-		synced:       d("informer_synced", "1 once the informer's initial list is in its cache, else 0."),
-		lastRevision: d("informer_last_sync_revision", "Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer."),
-		hQueued:      d("informer_handler_queue_depth", "Notifications waiting for the handler, the one being delivered included.", "handler"),
-		hDelivered:   d("informer_handler_delivered_total", "Calls made to the handler.", "handler"),
-		hCoalesced:   d("informer_handler_coalesced_total", "Notifications merged into a newer one because the handler's queue was full.", "handler"),
-		hBlocked:     d("informer_handler_blocked_total", "Times the informer waited for room in the handler's queue.", "handler"),
-		hPanics:      d("informer_handler_panics_total", "Handler calls that panicked.", "handler"),
-		hSynced:      d("informer_handler_synced", "1 once the handler has been given the initial state, else 0.", "handler"),
-		handlers:     make(map[string]Handler),
+		src:           src,
+		lists:         d("informer_lists_total", "Lists started by the informer, streaming lists included."),
+		listErrors:    d("informer_list_errors_total", "Lists that failed."),
+		relists:       d("informer_relists_total", "Lists, the initial one included, whose result replaced the content of the informer's cache."),
+		watches:       d("informer_watches_total", "Watches opened by the informer."),
+		watchErrors:   d("informer_watch_errors_total", "Watches that failed."),
+		expirations:   d("informer_expirations_total", "Times the informer found its revision expired."),
+		events:        d("informer_watch_events_total", "Watch events received, by type.", "type"),
+		applied:       d("informer_applied_total", "Changes applied to the informer's cache, listed objects and resyncs included."),
+		listDuration:  d("informer_list_duration_seconds", "Duration of the informer's lists, failed ones and streaming lists included."),
+		listItems:     d("informer_list_items", "Objects per successful list."),
+		watchDuration: d("informer_watch_duration_seconds", "How long each watch stayed open, from its request to its end."),
+		errs:          d("informer_errors_total", "Errors the informer reported, by kind: key, index or transform function failures, bad input from the source, handler panics, other.", "kind"),
+		objects:       d("informer_store_objects", "Objects in the informer's cache."),
+		synced:        d("informer_synced", "1 once the informer's initial list is in its cache, else 0."),
+		lastRevision:  d("informer_last_sync_revision", "Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer."),
+		hQueued:       d("informer_handler_queue_depth", "Notifications waiting for the handler, the one being delivered included.", "handler"),
+		hDelivered:    d("informer_handler_delivered_total", "Calls made to the handler.", "handler"),
+		hCoalesced:    d("informer_handler_coalesced_total", "Notifications merged into a newer one because the handler's queue was full.", "handler"),
+		hBlocked:      d("informer_handler_blocked_total", "Times the informer waited for room in the handler's queue.", "handler"),
+		hPanics:       d("informer_handler_panics_total", "Handler calls that panicked.", "handler"),
+		hSynced:       d("informer_handler_synced", "1 once the handler has been given the initial state, else 0.", "handler"),
+		hLatency:      d("informer_handler_delivery_latency_seconds", "Time notifications waited in the handler's queue; kept for handlers added with HandlerOptions.MeasureLatency.", "handler"),
 	}
-}
-
-func (c *informerCollector) addHandler(h Handler) error {
-	if h == nil {
-		return errors.New("metrics: AddHandler: nil Handler")
-	}
-	name := h.Name()
-	if name == "" {
-		return fmt.Errorf("metrics: informer %q: a handler needs a name (informer.HandlerOptions.Name) to be measured", c.src.Name())
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.handlers[name]; ok {
-		return fmt.Errorf("metrics: informer %q: a handler named %q is already measured", c.src.Name(), name)
-	}
-	c.handlers[name] = h
-	return nil
-}
-
-func (c *informerCollector) removeHandler(h Handler) bool {
-	if h == nil {
-		return false
-	}
-	name := h.Name()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.handlers[name]; !ok {
-		return false
-	}
-	delete(c.handlers, name)
-	return true
 }
 
 // Describe sends the descriptions of every series the informer may have.
 func (c *informerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range [...]*prometheus.Desc{
 		c.lists, c.listErrors, c.relists, c.watches, c.watchErrors, c.expirations,
-		c.events, c.errs, c.objects, c.synced, c.lastRevision,
-		c.hQueued, c.hDelivered, c.hCoalesced, c.hBlocked, c.hPanics, c.hSynced,
+		c.events, c.errs, c.applied, c.objects, c.synced, c.lastRevision,
+		c.listDuration, c.listItems, c.watchDuration,
+		c.hQueued, c.hDelivered, c.hCoalesced, c.hBlocked, c.hPanics, c.hSynced, c.hLatency,
 	} {
 		ch <- d
 	}
@@ -202,15 +166,29 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 	} {
 		counter(c.errs, v, errorKinds[i])
 	}
+	counter(c.applied, s.Applied.Load())
+	histogram(ch, c.listDuration, s.ListDuration.Snapshot())
+	histogram(ch, c.listItems, s.ListItems.Snapshot())
+	histogram(ch, c.watchDuration, s.WatchDuration.Snapshot())
 	gauge(c.objects, float64(s.Objects.Load()))
 	gauge(c.synced, boolValue(c.src.HasSynced()))
 	if rev, ok := revisionValue(c.src.LastSyncRevision()); ok {
 		gauge(c.lastRevision, rev)
 	}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for name, h := range c.handlers {
+	var seen map[string]int
+	for _, h := range c.src.Handlers() {
+		name := h.Name()
+		// Two handlers of one name would make the gather fail: the second is name#2.
+		if seen == nil {
+			seen = make(map[string]int)
+		}
+		if n := seen[name]; n > 0 {
+			seen[name] = n + 1
+			name += "#" + strconv.Itoa(n+1)
+		} else {
+			seen[name] = 1
+		}
 		hs := h.Stats()
 		gauge(c.hQueued, float64(hs.Queued), name)
 		counter(c.hDelivered, hs.Delivered, name)
@@ -218,7 +196,18 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.hBlocked, hs.Blocked, name)
 		counter(c.hPanics, hs.Panics, name)
 		gauge(c.hSynced, boolValue(h.HasSynced()), name)
+		if hs.Latency.Bounds != nil {
+			histogram(ch, c.hLatency, hs.Latency, name)
+		}
 	}
+}
+
+// histogram sends a snapshot of one of the informer's histograms.
+func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, s informer.HistogramSnapshot, labels ...string) {
+	if s.Bounds == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstHistogram(d, s.Count, s.Sum, s.Cumulative(), labels...)
 }
 
 func boolValue(b bool) float64 {

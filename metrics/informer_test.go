@@ -131,11 +131,7 @@ func TestInformerSeries(t *testing.T) {
 		name string
 		r    *recorder
 	}{{"log", logH}, {"panicky", panicH}} {
-		hr, err := inf.AddHandler(h.r, informer.HandlerOptions{Name: h.name, Policy: informer.Block})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := im.AddHandler(hr); err != nil {
+		if _, err := inf.AddHandler(h.r, informer.HandlerOptions{Name: h.name, Policy: informer.Block}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,7 +165,15 @@ informer_handler_synced{handler="panicky",name="items"} 0
 	for _, r := range []*recorder{logH, panicH} {
 		r.waitFor(t, "delete b")
 	}
-	stop() // every counter is final once Run has returned
+	// Every counter is final once both handlers have returned from their last call.
+	waitUntil(t, func() bool {
+		for _, h := range inf.Handlers() {
+			if h.Stats().Queued != 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	expectSeries(t, reg, `
 # HELP informer_lists_total Lists started by the informer, streaming lists included.
@@ -237,20 +241,65 @@ informer_handler_panics_total{handler="panicky",name="items"} 1
 # TYPE informer_handler_synced gauge
 informer_handler_synced{handler="log",name="items"} 1
 informer_handler_synced{handler="panicky",name="items"} 1
-`)
+# HELP informer_applied_total Changes applied to the informer's cache, listed objects and resyncs included.
+# TYPE informer_applied_total counter
+informer_applied_total{name="items"} 6
+# HELP informer_list_items Objects per successful list.
+# TYPE informer_list_items histogram
+informer_list_items_bucket{name="items",le="1"} 0
+informer_list_items_bucket{name="items",le="4"} 1
+informer_list_items_bucket{name="items",le="16"} 1
+informer_list_items_bucket{name="items",le="64"} 1
+informer_list_items_bucket{name="items",le="256"} 1
+informer_list_items_bucket{name="items",le="1024"} 1
+informer_list_items_bucket{name="items",le="4096"} 1
+informer_list_items_bucket{name="items",le="16384"} 1
+informer_list_items_bucket{name="items",le="65536"} 1
+informer_list_items_bucket{name="items",le="262144"} 1
+informer_list_items_bucket{name="items",le="1.048576e+06"} 1
+informer_list_items_bucket{name="items",le="+Inf"} 1
+informer_list_items_sum{name="items"} 4
+informer_list_items_count{name="items"} 1
+`, "informer_lists_total", "informer_list_errors_total", "informer_relists_total",
+		"informer_watches_total", "informer_watch_errors_total", "informer_expirations_total",
+		"informer_watch_events_total", "informer_errors_total", "informer_store_objects",
+		"informer_synced", "informer_last_sync_revision", "informer_handler_queue_depth",
+		"informer_handler_delivered_total", "informer_handler_coalesced_total",
+		"informer_handler_blocked_total", "informer_handler_panics_total",
+		"informer_handler_synced", "informer_applied_total", "informer_list_items")
+	// The durations vary; their counts do not: two lists (one failed), no watch ended yet
+	// (the first failed to open, the second is open). The list saw 4 objects: the one
+	// whose transform fails was dropped before, the one whose key fails after.
+	if n, _ := histogram(t, reg, "informer_list_duration_seconds"); n != 2 {
+		t.Errorf("informer_list_duration_seconds count %d, want 2", n)
+	}
+	if n, _ := histogram(t, reg, "informer_watch_duration_seconds"); n != 0 {
+		t.Errorf("informer_watch_duration_seconds count %d, want 0", n)
+	}
 	lint(t, reg)
 
-	if !im.Unregister() {
-		t.Error("Unregister: false, want true")
-	}
+	stop() // the series go away with the informer
 	expectNoSeries(t, reg)
 	if im.Unregister() {
-		t.Error("second Unregister: true, want false")
+		t.Error("Unregister after the stop removed the series: true, want false")
 	}
 }
 
-// TestInformerHandlers checks how handlers are added and removed, and that a name is free
-// again once unregistered.
+// waitUntil polls cond with a deadline, for state that has no event to wait on.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestInformerHandlers: the handlers' series follow the informer's handlers as they are
+// added and removed; two handlers of one name stay apart; a handler that measures its
+// latency has a latency histogram; a name is free again once unregistered.
 func TestInformerHandlers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	src := memory.New(itemName, memory.Options{})
@@ -259,49 +308,55 @@ func TestInformerHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	add := func(name string) *informer.Registration {
-		hr, err := inf.AddHandler(newRecorder(false), informer.HandlerOptions{Name: name})
+	add := func(opts informer.HandlerOptions) *informer.Registration {
+		hr, err := inf.AddHandler(newRecorder(false), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return hr
 	}
-	one, two := add("one"), add("two")
-	unnamed := namedHandler("")
-	if err := im.AddHandler(one); err != nil {
-		t.Fatal(err)
-	}
-	if err := im.AddHandler(two); err != nil {
-		t.Fatal(err)
-	}
-	if err := im.AddHandler(unnamed); err == nil {
-		t.Error("AddHandler of an unnamed handler: no error")
-	}
-	if err := im.AddHandler(one); err == nil {
-		t.Error("AddHandler of a handler added already: no error")
-	}
-	if err := im.AddHandler(nil); err == nil {
-		t.Error("AddHandler(nil): no error")
-	}
+	one := add(informer.HandlerOptions{Name: "one"})
+	add(informer.HandlerOptions{Name: "two", MeasureLatency: true})
+	add(informer.HandlerOptions{})            // named handler-3 by the informer
+	add(informer.HandlerOptions{Name: "one"}) // a second "one": one#2
 	expectSeries(t, reg, `
 # HELP informer_handler_delivered_total Calls made to the handler.
 # TYPE informer_handler_delivered_total counter
+informer_handler_delivered_total{handler="handler-3",name="items"} 0
 informer_handler_delivered_total{handler="one",name="items"} 0
+informer_handler_delivered_total{handler="one#2",name="items"} 0
 informer_handler_delivered_total{handler="two",name="items"} 0
-`, "informer_handler_delivered_total")
+# HELP informer_handler_delivery_latency_seconds Time notifications waited in the handler's queue; kept for handlers added with HandlerOptions.MeasureLatency.
+# TYPE informer_handler_delivery_latency_seconds histogram
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.001"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.0025"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.005"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.01"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.025"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.05"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.1"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.25"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.5"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="1"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="2.5"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="5"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="10"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="30"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="60"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="120"} 0
+informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="+Inf"} 0
+informer_handler_delivery_latency_seconds_sum{handler="two",name="items"} 0
+informer_handler_delivery_latency_seconds_count{handler="two",name="items"} 0
+`, "informer_handler_delivered_total", "informer_handler_delivery_latency_seconds")
 
-	if !im.RemoveHandler(one) {
-		t.Error("RemoveHandler(one): false")
-	}
-	if im.RemoveHandler(one) {
-		t.Error("second RemoveHandler(one): true")
-	}
-	if im.RemoveHandler(unnamed) {
-		t.Error("RemoveHandler of a handler never added: true")
+	if !inf.RemoveHandler(one) {
+		t.Fatal("RemoveHandler(one): false")
 	}
 	expectSeries(t, reg, `
 # HELP informer_handler_delivered_total Calls made to the handler.
 # TYPE informer_handler_delivered_total counter
+informer_handler_delivered_total{handler="handler-3",name="items"} 0
+informer_handler_delivered_total{handler="one",name="items"} 0
 informer_handler_delivered_total{handler="two",name="items"} 0
 `, "informer_handler_delivered_total")
 
@@ -337,13 +392,6 @@ informer_store_objects{name="others"} 0
 	}
 }
 
-// namedHandler is a Handler with a chosen name.
-type namedHandler string
-
-func (h namedHandler) Name() string               { return string(h) }
-func (namedHandler) Stats() informer.HandlerStats { return informer.HandlerStats{} }
-func (namedHandler) HasSynced() bool              { return false }
-
 // fakeInformer reports a chosen revision.
 type fakeInformer struct {
 	rev   string
@@ -354,6 +402,10 @@ func (f *fakeInformer) Name() string             { return "fake" }
 func (f *fakeInformer) Stats() *informer.Stats   { return &f.stats }
 func (f *fakeInformer) LastSyncRevision() string { return f.rev }
 func (f *fakeInformer) HasSynced() bool          { return false }
+
+func (f *fakeInformer) Handlers() []*informer.Registration { return nil }
+
+func (f *fakeInformer) AfterStop(func()) func() bool { return func() bool { return true } }
 
 // TestLastSyncRevision: a decimal revision is exported as its 15 least significant
 // digits; any other revision leaves the series out.
@@ -390,7 +442,7 @@ informer_last_sync_revision{name="fake"} ` + tc.want + "\n"
 	}
 }
 
-// TestGatherWhileRunning gathers, and adds and removes a handler's series, while the
+// TestGatherWhileRunning gathers, and adds and removes a handler, while the
 // informer applies changes: run it with -race.
 func TestGatherWhileRunning(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -403,7 +455,7 @@ func TestGatherWhileRunning(t *testing.T) {
 	defer im.Unregister()
 	r := newRecorder(false)
 	r.seen = make(chan string, 1000)
-	hr, err := inf.AddHandler(r, informer.HandlerOptions{Name: "h"})
+	_, err = inf.AddHandler(r, informer.HandlerOptions{Name: "h"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,12 +463,18 @@ func TestGatherWhileRunning(t *testing.T) {
 	defer stop()
 
 	gathered := make(chan error)
+	var extra *informer.Registration
 	go func() {
 		for i := range 100 {
 			if i%2 == 0 {
-				im.AddHandler(hr)
+				hr2, err := inf.AddHandler(informer.HandlerFuncs[*item]{}, informer.HandlerOptions{Name: "h2", MeasureLatency: true})
+				if err != nil {
+					gathered <- err
+					return
+				}
+				extra = hr2
 			} else {
-				im.RemoveHandler(hr)
+				inf.RemoveHandler(extra)
 			}
 			if _, err := reg.Gather(); err != nil {
 				gathered <- err

@@ -41,8 +41,10 @@ var queueBuckets = prometheus.ExponentialBuckets(10e-9, 10, 12)
 //	qm, err := metrics.RegisterQueue(reg, "pods")
 //	q := workqueue.New(workqueue.Config[string]{Name: "pods", Metrics: qm})
 //	...
-//	q.ShutDown()
-//	qm.Unregister()
+//	q.ShutDown() // removes the series
+//
+// The series are removed when the queue shuts down (the first ShutDown or
+// ShutDownWithDrain), or earlier by Unregister.
 //
 // It fails, registering nothing, if reg refuses the series, typically with a
 // prometheus.AlreadyRegisteredError because a queue of the same name is registered on reg.
@@ -127,16 +129,23 @@ func (m *QueueMetrics) NewLongestRunningProcessorSecondsFunc(_ string, value fun
 	m.longest.set(value)
 }
 
-// Unregister removes every series of the queue from the registry. It reports whether it
-// removed them: false on a second call. It does not shut the queue down; call it once the
-// queue is shut down. The queue may go on updating the metrics, which are no longer
-// exported. The queue of a controller (ControllerMetrics.Queue) is unregistered with the
+// Unregister removes every series of the queue from the registry now, rather than when
+// the queue shuts down. It reports whether it removed them: false on a second call or after
+// the shutdown removed them. It does not shut the queue down. The queue may go on updating
+// the metrics, which are no longer exported. The queue of a controller (ControllerMetrics.Queue) is unregistered with the
 // controller: its Unregister does nothing and returns false.
 func (m *QueueMetrics) Unregister() bool {
 	return m.reg != nil && !m.unregistered.Swap(true) && m.reg.Unregister(m.set)
 }
 
-var _ workqueue.MetricsProvider = (*QueueMetrics)(nil)
+// QueueShutDown removes the queue's series when it shuts down (workqueue.ShutDownObserver).
+// The provider of a controller's queue does nothing: the series go with the controller's.
+func (m *QueueMetrics) QueueShutDown(string) { m.Unregister() }
+
+var (
+	_ workqueue.MetricsProvider  = (*QueueMetrics)(nil)
+	_ workqueue.ShutDownObserver = (*QueueMetrics)(nil)
+)
 
 // funcGauge is a gauge whose value a function computes when it is collected; it has no
 // series until the function is set.

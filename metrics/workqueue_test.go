@@ -114,14 +114,17 @@ workqueue_queue_duration_seconds_count{name="jobs"} 2
 `, "workqueue_queue_duration_seconds")
 	lint(t, reg)
 
-	q.ShutDown()
-	if !qm.Unregister() {
-		t.Error("Unregister: false, want true")
-	}
+	q.ShutDown() // removes the series
 	expectNoSeries(t, reg)
 	if qm.Unregister() {
-		t.Error("second Unregister: true, want false")
+		t.Error("Unregister after ShutDown removed the series: true, want false")
 	}
+	q.ShutDown() // a second shutdown changes nothing
+	again, err := metrics.RegisterQueue(reg, "jobs")
+	if err != nil {
+		t.Fatalf("RegisterQueue after the queue shut down: %v", err)
+	}
+	again.Unregister()
 	// The queue may still be used; nothing is exported.
 	get("a")
 	q.Done("a")

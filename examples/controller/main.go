@@ -162,19 +162,16 @@ func run(out io.Writer, metricsAddr string) error {
 		Logger:                  logger,
 	}
 	if metricsAddr != "" {
-		// The informer's series, and the controller's and its queue's; each removed once
-		// it has stopped (the deferred calls run after both have returned).
+		// The informer's series, and the controller's and its queue's; each removed when
+		// it stops.
 		reg := prometheus.NewRegistry()
-		im, err := metrics.RegisterInformer(reg, apps)
-		if err != nil {
+		if _, err := metrics.RegisterInformer(reg, apps); err != nil {
 			return err
 		}
-		defer im.Unregister()
 		cm, err := metrics.RegisterController(reg, "apps")
 		if err != nil {
 			return err
 		}
-		defer cm.Unregister()
 		opts.Metrics, opts.QueueMetrics = cm, cm.Queue()
 		url, stopServing, err := serveMetrics(metricsAddr, reg)
 		if err != nil {

@@ -125,17 +125,10 @@ func run(out *os.File, metricsAddr string) error {
 	}
 
 	if metricsAddr != "" {
-		// The informer's series and its handlers', removed once it has stopped.
+		// The informer's series and its handlers', removed when it stops.
 		reg := prometheus.NewRegistry()
-		im, err := metrics.RegisterInformer(reg, inf)
-		if err != nil {
+		if _, err := metrics.RegisterInformer(reg, inf); err != nil {
 			return err
-		}
-		defer im.Unregister()
-		for _, r := range []*informer.Registration{logReg, totalsReg} {
-			if err := im.AddHandler(r); err != nil {
-				return err
-			}
 		}
 		url, stopServing, err := serveMetrics(metricsAddr, reg)
 		if err != nil {
