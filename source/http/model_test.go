@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	nethttp "net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -79,14 +80,23 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	}
 
 	// A stable address in front of the current Server: "killed" is 503 and every open
-	// connection cut; "restarted" is a new Server of the upstream informer.
+	// connection cut; "restarted" is a new Server of the upstream informer. The front
+	// knows which watch streams are open, and can cut one in the middle of a frame.
 	var cur atomic.Pointer[Server[string, *obj]]
+	watches := newWatchTracker()
 	front := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
-		if s := cur.Load(); s != nil {
+		s := cur.Load()
+		if s == nil {
+			nethttp.Error(w, "down", nethttp.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Query().Get("watch") == "" {
 			s.ServeHTTP(w, r)
 			return
 		}
-		nethttp.Error(w, "down", nethttp.StatusServiceUnavailable)
+		id := watches.open()
+		defer watches.close(id)
+		s.ServeHTTP(&cutWriter{ResponseWriter: w, t: watches, id: id}, r)
 	}))
 	var servers []*Server[string, *obj]
 	start := func() {
@@ -130,12 +140,28 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	d.inf = inf
 	run(t, inf)
 
+	liveCuts, midFrameCuts := 0, 0
 	for op := 0; op < 60; op++ {
 		switch r := rng.IntN(100); {
-		case r < 80:
+		case r < 76:
 			write(keys[rng.IntN(len(keys))])
+		case r < 84:
+			// Cut a live stream: wait for a watch opened since the last cut.
+			watches.waitFresh(t)
+			front.CloseClientConnections()
+			liveCuts++
 		case r < 88:
-			front.CloseClientConnections() // a cut, most often in the middle of a stream
+			// Cut a stream in the middle of a frame: the next frame written to a fresh
+			// watch is cut after half its bytes, and the connection aborted.
+			watches.waitFresh(t)
+			cut := watches.arm()
+			write(keys[rng.IntN(len(keys))])
+			select {
+			case <-cut:
+			case <-time.After(waitTimeout):
+				t.Fatalf("seed %d: no frame reached the open watch to be cut", seed)
+			}
+			midFrameCuts++
 		case r < 94:
 			kill()
 			for range rng.IntN(3) { // writes while the server is down
@@ -178,12 +204,21 @@ func runModelHTTP(t *testing.T, seed uint64) {
 		}
 		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
 	}
+	// Every cut hit a distinct open stream, so the client saw at least as many watches fail.
+	if failed := inf.Stats().WatchErrors.Load(); failed < uint64(liveCuts+midFrameCuts) {
+		t.Errorf("seed %d: %d live and %d mid-frame cuts, but only %d failed watches", seed, liveCuts, midFrameCuts, failed)
+	}
+	t.Logf("seed %d: %d cuts of live streams, %d mid-frame, %d watches failed", seed, liveCuts, midFrameCuts, inf.Stats().WatchErrors.Load())
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(v.errs) > 0 {
 		t.Fatalf("seed %d: handler: %q", seed, v.errs)
 	}
 	for k, seen := range v.states {
+		// A relist (a frame cut in the middle ends the watch as bad input, and the client
+		// lists again) repeats each object's current state as an update, as documented
+		// for informers without Options.Revision: a state seen twice in a row is one.
+		seen = slices.Compact(slices.Clone(seen))
 		h := history[k]
 		i := 0
 		for _, s := range h {
@@ -196,3 +231,103 @@ func runModelHTTP(t *testing.T, seed uint64) {
 		}
 	}
 }
+
+// watchTracker knows the watch streams open at the front, and arms a cut in the middle of
+// the next frame written to one.
+type watchTracker struct {
+	mu      sync.Mutex
+	nextID  int
+	openIDs map[int]bool
+	lastCut int // streams opened up to this id have been cut
+	changed chan struct{}
+	armed   chan struct{} // closed by the writer that performs the armed cut
+}
+
+func newWatchTracker() *watchTracker {
+	return &watchTracker{openIDs: map[int]bool{}, changed: make(chan struct{}, 1)}
+}
+
+func (w *watchTracker) open() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextID++
+	w.openIDs[w.nextID] = true
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+	return w.nextID
+}
+
+func (w *watchTracker) close(id int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.openIDs, id)
+}
+
+// waitFresh waits until a watch opened after the last cut is open, and marks every watch
+// open now as cut.
+func (w *watchTracker) waitFresh(t *testing.T) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		w.mu.Lock()
+		for id := range w.openIDs {
+			if id > w.lastCut {
+				w.lastCut = w.nextID
+				w.mu.Unlock()
+				return
+			}
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.changed:
+		case <-deadline:
+			t.Fatal("no watch stream opened: the client did not reconnect")
+		}
+	}
+}
+
+// arm makes the next frame written to the newest open watch the one cut; the returned
+// channel is closed once it has been.
+func (w *watchTracker) arm() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = make(chan struct{})
+	return w.armed
+}
+
+// take reports whether the writer of watch id must cut its next frame, and disarms.
+func (w *watchTracker) take(id int) (chan struct{}, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.armed == nil || id != w.nextID {
+		return nil, false
+	}
+	c := w.armed
+	w.armed = nil
+	return c, true
+}
+
+// cutWriter is the ResponseWriter of one watch stream at the front: when armed it writes
+// half of a frame, flushes it, and aborts the connection.
+type cutWriter struct {
+	nethttp.ResponseWriter
+	t  *watchTracker
+	id int
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	if len(p) > 1 {
+		if done, ok := c.t.take(c.id); ok {
+			c.ResponseWriter.Write(p[:len(p)/2])
+			nethttp.NewResponseController(c.ResponseWriter).Flush()
+			close(done)
+			panic(nethttp.ErrAbortHandler) // the server closes the connection mid-chunk
+		}
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (c *cutWriter) Unwrap() nethttp.ResponseWriter { return c.ResponseWriter }
