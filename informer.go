@@ -236,6 +236,17 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 	return nil
 }
 
+// ReportError reports err as the informer's own errors are: to Options.ErrorHandler, the
+// log and the error counters of Stats (by class: ErrDecode, ErrBadInput, an ObjectError,
+// …). It is for errors a source finds without failing a call, such as an object it could
+// not decode and skipped: pass it as the source's error callback, so that they are
+// handled and counted with the informer's.
+func (inf *Informer[K, V]) ReportError(err error) {
+	if err != nil {
+		inf.report(err)
+	}
+}
+
 // report sends an error to the error handler and the log.
 func (inf *Informer[K, V]) report(err error) {
 	inf.stats.countError(err)
@@ -699,7 +710,8 @@ type Stats struct {
 	KeyErrors            atomic.Uint64 // objects skipped: key function failed
 	IndexErrors          atomic.Uint64 // objects skipped: an index function failed
 	TransformErrors      atomic.Uint64 // objects skipped: transform failed
-	SourceErrors         atomic.Uint64 // bad input from the source (ErrBadInput)
+	DecodeErrors         atomic.Uint64 // objects the source could not decode (ErrDecode)
+	SourceErrors         atomic.Uint64 // other bad input from the source (ErrBadInput)
 	HandlerPanics        atomic.Uint64 // handler calls that panicked
 	OtherErrors          atomic.Uint64 // every other reported error
 	Applied              atomic.Uint64 // changes (deltas) applied to the cache, resyncs included
@@ -734,6 +746,8 @@ func (s *Stats) countError(err error) {
 		}
 	case errors.As(err, new(*HandlerPanicError)):
 		s.HandlerPanics.Add(1)
+	case errors.Is(err, ErrDecode):
+		s.DecodeErrors.Add(1)
 	case errors.Is(err, ErrBadInput):
 		s.SourceErrors.Add(1)
 	default:

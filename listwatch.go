@@ -176,6 +176,11 @@ var (
 	// page, an unknown event type, a revision older than one already seen. The informer
 	// reports it and lists again.
 	ErrBadInput = errors.New("informer: bad input from source")
+
+	// ErrDecode means the source could not decode an object it received. It matches
+	// ErrBadInput, and is counted apart (Stats.DecodeErrors, the "decode" kind of the
+	// metrics' error counter).
+	ErrDecode error = &classError{msg: "informer: object cannot be decoded", class: ErrBadInput}
 )
 
 // classError is a sentinel that also matches its class.

@@ -2,6 +2,8 @@ package informer_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -168,5 +170,33 @@ func TestHandler_MeasureLatency(t *testing.T) {
 	}
 	if s := plain.Stats().Latency; s.Bounds != nil {
 		t.Fatalf("a handler without MeasureLatency has a latency histogram: %+v", s)
+	}
+}
+
+// ReportError: a source's non-fatal errors reach the error handler and are counted by
+// class; ErrDecode is a kind of ErrBadInput, counted apart.
+func TestInformer_ReportErrorCountsByClass(t *testing.T) {
+	if !errors.Is(informer.ErrDecode, informer.ErrBadInput) {
+		t.Fatal("ErrDecode does not match ErrBadInput")
+	}
+	var got []error
+	inf, err := informer.New[string, *obj](newSource(memory.Options{}), informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(err error) { got = append(got, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := fmt.Errorf("src: %w: key a: %w", informer.ErrDecode, errors.New("bad json"))
+	bad := fmt.Errorf("src: %w: odd frame", informer.ErrBadInput)
+	inf.ReportError(decode)
+	inf.ReportError(bad)
+	inf.ReportError(nil) // ignored
+	st := inf.Stats()
+	if len(got) != 2 || got[0] != decode || got[1] != bad {
+		t.Fatalf("error handler got %v", got)
+	}
+	if st.DecodeErrors.Load() != 1 || st.SourceErrors.Load() != 1 || st.OtherErrors.Load() != 0 {
+		t.Fatalf("decode %d source %d other %d, want 1 1 0", st.DecodeErrors.Load(), st.SourceErrors.Load(), st.OtherErrors.Load())
 	}
 }

@@ -43,8 +43,8 @@
 //	informer_list_items                    histogram  objects per successful list
 //	informer_watch_duration_seconds        histogram  how long each watch stayed open
 //	informer_applied_total                 counter  changes applied to the cache (listed objects, resyncs included)
-//	informer_errors_total{kind}            counter  errors reported: key, index, transform, source,
-//	                                                handler_panic, other
+//	informer_errors_total{kind}            counter  errors reported: key, index, transform, decode,
+//	                                                source, handler_panic, other
 //	informer_store_objects                 gauge    objects in the cache
 //	informer_synced                        gauge    1 once the initial list is in the cache
 //	informer_last_sync_revision            gauge    last revision received, when it is a decimal

@@ -77,7 +77,7 @@ func (m *InformerMetrics) unregister() bool {
 }
 
 // The kinds of the informer_errors_total series.
-var errorKinds = [...]string{"key", "index", "transform", "source", "handler_panic", "other"}
+var errorKinds = [...]string{"key", "index", "transform", "decode", "source", "handler_panic", "other"}
 
 // The types of the informer_watch_events_total series.
 var eventTypes = [...]string{"added", "modified", "deleted", "bookmark"}
@@ -114,7 +114,7 @@ func newInformerCollector(src Informer) *informerCollector {
 		listDuration:  d("informer_list_duration_seconds", "Duration of the informer's lists, failed ones and streaming lists included."),
 		listItems:     d("informer_list_items", "Objects per successful list."),
 		watchDuration: d("informer_watch_duration_seconds", "How long each watch stayed open, from its request to its end."),
-		errs:          d("informer_errors_total", "Errors the informer reported, by kind: key, index or transform function failures, bad input from the source, handler panics, other.", "kind"),
+		errs:          d("informer_errors_total", "Errors the informer reported, by kind: key, index or transform function failures, objects the source could not decode, other bad input from the source, handler panics, other.", "kind"),
 		objects:       d("informer_store_objects", "Objects in the informer's cache."),
 		synced:        d("informer_synced", "1 once the informer's initial list is in its cache, else 0."),
 		lastRevision:  d("informer_last_sync_revision", "Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer."),
@@ -161,7 +161,7 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.events, v, eventTypes[i])
 	}
 	for i, v := range [len(errorKinds)]uint64{
-		s.KeyErrors.Load(), s.IndexErrors.Load(), s.TransformErrors.Load(),
+		s.KeyErrors.Load(), s.IndexErrors.Load(), s.TransformErrors.Load(), s.DecodeErrors.Load(),
 		s.SourceErrors.Load(), s.HandlerPanics.Load(), s.OtherErrors.Load(),
 	} {
 		counter(c.errs, v, errorKinds[i])

@@ -200,8 +200,9 @@ informer_watch_events_total{name="items",type="added"} 1
 informer_watch_events_total{name="items",type="bookmark"} 1
 informer_watch_events_total{name="items",type="deleted"} 1
 informer_watch_events_total{name="items",type="modified"} 1
-# HELP informer_errors_total Errors the informer reported, by kind: key, index or transform function failures, bad input from the source, handler panics, other.
+# HELP informer_errors_total Errors the informer reported, by kind: key, index or transform function failures, objects the source could not decode, other bad input from the source, handler panics, other.
 # TYPE informer_errors_total counter
+informer_errors_total{kind="decode",name="items"} 0
 informer_errors_total{kind="handler_panic",name="items"} 1
 informer_errors_total{kind="index",name="items"} 0
 informer_errors_total{kind="key",name="items"} 1

@@ -65,11 +65,12 @@
 //   - Authentication and permission errors are returned as they are (not retryable
 //     classes); the informer reports them and lists again after a backoff.
 //   - A value the decoder rejects is reported as a *DecodeError (which matches
-//     informer.ErrBadInput) to Options.OnDecodeError, counted by DecodeErrors, and skipped:
-//     a list leaves the key out (the informer then treats it as absent), a watch leaves the
-//     cache's previous state of the key in place, and a later value that decodes is applied
-//     as usual. Pass the informer's error handler as OnDecodeError so that these errors
-//     reach it too.
+//     informer.ErrDecode and informer.ErrBadInput) to Options.OnDecodeError, counted by
+//     DecodeErrors, and skipped: a list leaves the key out (the informer then treats it as
+//     absent), a watch leaves the cache's previous state of the key in place, and a later
+//     value that decodes is applied as usual. Pass the informer's ReportError as
+//     OnDecodeError so that these errors reach its error handler and are counted in its
+//     Stats (and the "decode" kind of its metrics).
 //
 // # Costs
 //

@@ -303,8 +303,9 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("etcd: cannot decode %s %q at revision %d: %v", what, e.Key, e.Revision, e.Err)
 }
 
-// Unwrap returns informer.ErrBadInput and the decoder's error.
-func (e *DecodeError) Unwrap() []error { return []error{informer.ErrBadInput, e.Err} }
+// Unwrap returns informer.ErrDecode (which matches informer.ErrBadInput) and the
+// decoder's error.
+func (e *DecodeError) Unwrap() []error { return []error{informer.ErrDecode, e.Err} }
 
 func (s *Source[V]) reportDecode(key []byte, rev int64, err error) {
 	s.decodeErrors.Add(1)

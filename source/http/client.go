@@ -246,7 +246,7 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		}
 		v, err := dec.decode(it)
 		if err != nil {
-			return informer.List[V]{}, fmt.Errorf("%w: %w", badInput("list item %d cannot be decoded", i), err)
+			return informer.List[V]{}, fmt.Errorf("httpsource: %w: list item %d: %w", informer.ErrDecode, i, err)
 		}
 		items = append(items, v)
 	}
@@ -474,7 +474,7 @@ func (w *watch[V]) next() (informer.Event[V], error) {
 	}
 	obj, err := w.items.decode(raw.Object)
 	if err != nil {
-		return informer.Event[V]{}, fmt.Errorf("%w: %w", badInput("the object of a %s event cannot be decoded", raw.Type), err)
+		return informer.Event[V]{}, fmt.Errorf("httpsource: %w: the object of a %s event: %w", informer.ErrDecode, raw.Type, err)
 	}
 	rev := raw.Revision
 	if rev == "" && w.c.revision != nil {

@@ -179,8 +179,14 @@ func TestClientBadInput(t *testing.T) {
 			if len(reqs) < 3 || !strings.HasPrefix(reqs[0], "list ") || !strings.HasPrefix(reqs[1], "watch ") || !strings.HasPrefix(reqs[2], "list ") {
 				t.Errorf("requests %q: want list, watch, list again", reqs)
 			}
-			if n := d.inf.Stats().SourceErrors.Load(); n == 0 {
-				t.Error("Stats.SourceErrors = 0")
+			// A frame whose object cannot be decoded is a decode error; any other bad frame
+			// a source error.
+			st := d.inf.Stats()
+			if n := st.SourceErrors.Load() + st.DecodeErrors.Load(); n == 0 {
+				t.Error("Stats.SourceErrors + Stats.DecodeErrors = 0")
+			}
+			if decode := strings.Contains(tc.message, "decoded"); decode != (st.DecodeErrors.Load() > 0) {
+				t.Errorf("Stats.DecodeErrors = %d for %q", st.DecodeErrors.Load(), tc.message)
 			}
 		})
 	}
