@@ -24,9 +24,12 @@ lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
 
-## soak: the model-based random test at length (thousands of seeded runs, with -race).
+## soak: the model-based random tests at length, with -race: thousands of seeded runs over
+## source/memory, hundreds over source/http, dozens over a real etcd.
 soak:
 	$(GO) test -race -count=1 -timeout 60m -run TestModel -model.seeds=5000 -model.ops=300 .
+	cd source/http && $(GO) test -race -count=1 -timeout 30m -run TestModelHTTP -model.seeds=300 .
+	cd source/etcd && $(GO) test -race -count=1 -timeout 30m -run TestEtcdModel -model.seeds=30 .
 
 ## fuzz: long fuzz runs (the seed corpora also run in make test). FUZZTIME=10m by default.
 FUZZTIME ?= 10m

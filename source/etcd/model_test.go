@@ -17,7 +17,10 @@ import (
 	"github.com/informer-go/informer/source/etcd"
 )
 
-var etcdModelSeed = flag.Uint64("model.seed", 0, "run only this seed of TestEtcdModel (to reproduce a failure)")
+var (
+	etcdModelSeed  = flag.Uint64("model.seed", 0, "run only this seed of TestEtcdModel (to reproduce a failure)")
+	etcdModelSeeds = flag.Int("model.seeds", 0, "number of seeds of TestEtcdModel (0: 3, or 1 with -short); make soak raises it")
+)
 
 // modelDeleted marks a delete in a key's history.
 const modelDeleted = "<deleted>"
@@ -103,6 +106,9 @@ func TestEtcdModel(t *testing.T) {
 	seeds := 3
 	if testing.Short() {
 		seeds = 1
+	}
+	if *etcdModelSeeds > 0 {
+		seeds = *etcdModelSeeds
 	}
 	for s := 1; s <= seeds; s++ {
 		seed := uint64(s)
