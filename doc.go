@@ -93,10 +93,11 @@
 //	per-key order, valid life cycle, convergence       TestModel (200 seeded runs over source/memory
 //	  of cache and handlers, HasSynced only after the    with compactions, dropped watches, injected
 //	  initial list, WaitForRevision never early          errors, slow, panicking, added and removed
-//	                                                     handlers; "make soak" runs 5,000), TestModelHTTP
-//	                                                     (server killed and restarted, streams cut
-//	                                                     mid-chunk), TestEtcdModel (a real etcd stopped
-//	                                                     and restarted, compacted while cut off)
+//	                                                     handlers), TestModelHTTP (server killed and
+//	                                                     restarted, live streams cut, event frames cut
+//	                                                     in the middle), TestEtcdModel (a real etcd
+//	                                                     stopped and restarted, compacted while cut
+//	                                                     off); "make soak" runs thousands of seeds
 //	exact notification sequences                       TestInformer_*, TestReflector_*, TestListener_*
 //	cache level with or ahead of notifications         TestInformer_O2_InitialListThenLiveChanges
 //	typed deletes with the last known state            TestReflector_R4_ExpiredRelistsWithTombstones,
