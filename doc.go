@@ -122,8 +122,10 @@
 //
 // # Memory and speed
 //
-// The cache is a B-tree per collection and per index (github.com/google/btree), so keys are
-// ordered and range and prefix scans are cheap; a snapshot is an O(1) copy-on-write clone.
+// The cache is a B-tree of keys and, per index, a B-tree of values whose buckets hold the
+// matching objects (github.com/google/btree), so keys are ordered, range and prefix scans
+// are cheap, and a by-index read costs no lookup per object; a snapshot is an O(1)
+// copy-on-write clone.
 // Each handler's queue is bounded (HandlerOptions.QueueLength); when it is full the
 // handler's QueuePolicy decides: Coalesce (the default) keeps the newest state per key, so
 // memory stays bounded by the number of keys; Block makes the informer, and so the source,
