@@ -16,17 +16,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/controller"
+	"github.com/informer-go/informer/examples/internal/metricsserver"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -173,7 +171,7 @@ func run(out io.Writer, metricsAddr string) error {
 			return err
 		}
 		opts.Metrics, opts.QueueMetrics = cm, cm.Queue()
-		url, stopServing, err := serveMetrics(metricsAddr, reg)
+		url, stopServing, err := metricsserver.Serve(metricsAddr, reg)
 		if err != nil {
 			return err
 		}
@@ -233,26 +231,4 @@ func run(out io.Writer, metricsAddr string) error {
 	}
 	say("== stopped")
 	return nil
-}
-
-// serveMetrics serves reg at /metrics on addr, which must be a loopback address, until
-// stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry) (url string, stop func(), err error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", nil, fmt.Errorf("-metrics-addr: %w", err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return "", nil, fmt.Errorf("-metrics-addr %s: not a loopback address", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(ln) }()
-	return "http://" + ln.Addr().String() + "/metrics", func() { srv.Close(); <-served }, nil
 }

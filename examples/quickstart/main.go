@@ -12,17 +12,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/examples/internal/metricsserver"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -130,7 +128,7 @@ func run(out *os.File, metricsAddr string) error {
 		if _, err := metrics.RegisterInformer(reg, inf); err != nil {
 			return err
 		}
-		url, stopServing, err := serveMetrics(metricsAddr, reg)
+		url, stopServing, err := metricsserver.Serve(metricsAddr, reg)
 		if err != nil {
 			return err
 		}
@@ -194,26 +192,4 @@ func run(out *os.File, metricsAddr string) error {
 
 	stop()
 	return <-done
-}
-
-// serveMetrics serves reg at /metrics on addr, which must be a loopback address, until
-// stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry) (url string, stop func(), err error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", nil, fmt.Errorf("-metrics-addr: %w", err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return "", nil, fmt.Errorf("-metrics-addr %s: not a loopback address", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(ln) }()
-	return "http://" + ln.Addr().String() + "/metrics", func() { srv.Close(); <-served }, nil
 }
