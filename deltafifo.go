@@ -44,6 +44,10 @@ type delta[V any] struct {
 	finalStateUnknown bool
 	object            V
 	revision          string
+	// set is the index functions the object's values were computed with as it was queued,
+	// nil if they were not (or one failed). The list keeps the values of its newest delta
+	// that has them.
+	set *indexSet[V]
 }
 
 // deltaList holds the pending deltas of one key, oldest first (D-3). Lists are allocated
@@ -52,6 +56,18 @@ type delta[V any] struct {
 type deltaList[V any] struct {
 	deltas []delta[V]
 	inline [1]delta[V]
+	// the index values of deltas[valsOf-1] (valsOf 0: of none), see indexSet.compute
+	vals   []string
+	ends   []int32
+	valsOf int
+}
+
+// precomputed returns the index values queued with deltas[i], if the list has them.
+func (l *deltaList[V]) precomputed(i int) precomputed[V] {
+	if l.valsOf != i+1 || l.deltas[i].set == nil {
+		return precomputed[V]{}
+	}
+	return precomputed[V]{set: l.deltas[i].set, vals: l.vals, ends: l.ends}
 }
 
 // listChunk is how many delta lists are allocated at once.
@@ -122,6 +138,8 @@ type deltaFIFO[K comparable, V any] struct {
 
 	free       []*deltaList[V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool            // drop free at the next finishBatch
+
+	valsHint, endsHint int // the most index values and ends queued with one delta
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -133,6 +151,11 @@ func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int)
 // add queues one watch change (D-6, D-8). It blocks while the queue is full and returns
 // errFIFOClosed once closed.
 func (f *deltaFIFO[K, V]) add(typ DeltaType, key K, obj V, rev string) error {
+	return f.addIndexed(typ, key, obj, rev, precomputed[V]{})
+}
+
+// addIndexed is add with obj's index values, queued with it if pre has them.
+func (f *deltaFIFO[K, V]) addIndexed(typ DeltaType, key K, obj V, rev string, pre precomputed[V]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
@@ -141,7 +164,16 @@ func (f *deltaFIFO[K, V]) add(typ DeltaType, key K, obj V, rev string) error {
 	if f.closed {
 		return errFIFOClosed
 	}
-	f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev})
+	d := delta[V]{typ: typ, object: obj, revision: rev}
+	f.valsHint, f.endsHint = max(f.valsHint, len(pre.vals)), max(f.endsHint, len(pre.ends))
+	if pre.set == nil {
+		f.queueLocked(key, d)
+	} else if l, ok := f.queueLocked(key, d); ok {
+		l.newest().set = pre.set
+		l.vals = append(l.vals[:0], pre.vals...)
+		l.ends = append(l.ends[:0], pre.ends...)
+		l.valsOf = len(l.deltas)
+	}
 	if rev != "" {
 		f.lastRev = rev
 	}
@@ -158,14 +190,20 @@ func (f *deltaFIFO[K, V]) bookmark(rev string) {
 }
 
 // queueLocked appends d to key's deltas, deduplicating a trailing pair of deletes (D-7),
-// and queues the key if it had nothing pending (D-6: a queued key keeps its place).
-func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) {
+// and queues the key if it had nothing pending (D-6: a queued key keeps its place). It
+// returns key's list and whether d was appended to it.
+func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[V], bool) {
 	l, ok := f.items[key]
 	if !ok {
 		if len(f.free) == 0 {
 			chunk := make([]deltaList[V], listChunk)
+			// Room for one delta's index values per list, in two allocations per chunk.
+			nv, ne := f.valsHint, f.endsHint
+			vals, ends := make([]string, listChunk*nv), make([]int32, listChunk*ne)
 			for i := range chunk {
 				chunk[i].deltas = chunk[i].inline[:0]
+				chunk[i].vals = vals[i*nv : i*nv : (i+1)*nv]
+				chunk[i].ends = ends[i*ne : i*ne : (i+1)*ne]
 				f.free = append(f.free, &chunk[i])
 			}
 		}
@@ -180,10 +218,11 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) {
 		if l.deltas[n-1].finalStateUnknown {
 			l.deltas[n-1] = d
 		}
-		return
+		return l, false
 	}
 	l.deltas = append(l.deltas, d)
 	f.pending++
+	return l, true
 }
 
 // replace queues a list (D-9): a Replaced delta for every item and a tombstone for every
@@ -346,6 +385,13 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		} else {
 			l.deltas = l.deltas[:0]
 		}
+		clear(l.vals)
+		if cap(l.vals) > 64 {
+			l.vals, l.ends = nil, nil
+		} else {
+			l.vals, l.ends = l.vals[:0], l.ends[:0]
+		}
+		l.valsOf = 0
 		f.free = append(f.free, l)
 		batch[i].list = nil
 	}

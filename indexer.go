@@ -61,6 +61,25 @@ func (ix Index[V]) values(dst []string, obj V) (out []string, err error) {
 	return dst, errors.New("index declared without a function")
 }
 
+// indexSet is the store's index functions in order, replaced (never changed) when indexes
+// are added: values computed with one set are valid for the store while it is current.
+type indexSet[V any] struct{ fns []Index[V] }
+
+// compute appends obj's values in every index to vals, and to ends the end of each index's
+// values, counted from where obj's values start. It reports false if an index function
+// failed (the writer then calls it again, and reports the error).
+func (set *indexSet[V]) compute(vals []string, ends []int32, obj V) ([]string, []int32, bool) {
+	start := len(vals)
+	for _, fn := range set.fns {
+		var err error
+		if vals, err = fn.values(vals, obj); err != nil {
+			return vals, ends, false
+		}
+		ends = append(ends, int32(len(vals)-start))
+	}
+	return vals, ends, true
+}
+
 // Indexers names the indexes of a store.
 type Indexers[V any] map[string]Index[V]
 
@@ -139,7 +158,10 @@ type storeIndex[K comparable, V any] struct {
 	name    string
 	fn      Index[V]
 	buckets *btree.BTreeG[bucket[K, V]] // by value; a value with no object has no bucket
-	trees   int                         // buckets with a tree
+	// trees has the tree of every bucket that has one, by value: the writer's way to a
+	// bucket of several entries without a search among the buckets. A value missing here
+	// has an inline bucket or none.
+	trees map[string]*bucketTree[K, V]
 }
 
 // btreeDegree trades node size against depth. Measured on the pipeline benchmark (50,000
@@ -170,9 +192,10 @@ type store[K comparable, V any] struct {
 	mu      sync.Mutex // held by the writer for a batch, and by a reader making a snapshot
 	items   *btree.BTreeG[entry[K, V]]
 	indexes []*storeIndex[K, V]
-	gen     atomic.Uint64 // bumped after every write batch
-	rev     string        // revision the state reflects, set with the batch
-	epoch   uint64        // bumped by every new snapshot; see bucket.epoch
+	set     atomic.Pointer[indexSet[V]] // the functions of indexes, for any goroutine
+	gen     atomic.Uint64               // bumped after every write batch
+	rev     string                      // revision the state reflects, set with the batch
+	epoch   uint64                      // bumped by every new snapshot; see bucket.epoch
 
 	snap       atomic.Pointer[Snapshot[K, V]]
 	scratch    []string // writer-only buffers for index values
@@ -224,7 +247,7 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 		if s.index(name) != nil {
 			return fmt.Errorf("%w: %q", ErrIndexExists, name)
 		}
-		si := &storeIndex[K, V]{name: name, fn: ix, buckets: btree.NewG(btreeDegree, bucketLess[K, V])}
+		si := &storeIndex[K, V]{name: name, fn: ix, buckets: btree.NewG(btreeDegree, bucketLess[K, V]), trees: map[string]*bucketTree[K, V]{}}
 		var err error
 		s.items.Ascend(func(e entry[K, V]) bool {
 			var vals []string
@@ -244,6 +267,11 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 		added = append(added, si)
 	}
 	s.indexes = append(s.indexes, added...)
+	set := &indexSet[V]{fns: make([]Index[V], len(s.indexes))}
+	for i, ix := range s.indexes {
+		set.fns[i] = ix.fn
+	}
+	s.set.Store(set)
 	return nil
 }
 
@@ -259,78 +287,58 @@ func (s *store[K, V]) index(name string) *storeIndex[K, V] {
 // insertIndexed indexes e under value in ix and reports whether e's key was indexed there
 // already (its entry is replaced).
 func (s *store[K, V]) insertIndexed(ix *storeIndex[K, V], value string, e entry[K, V]) bool {
-	if ix.trees == 0 {
-		// Every bucket holds one entry (an index with a value per object): one write
-		// instead of a lookup and a write, undone in the rare case it was wrong.
-		prev, ok := ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: e})
-		if !ok || s.compare(prev.one.key, e.key) == 0 {
-			return ok
-		}
-		ix.trees++
-		ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, tree: s.newBucketTree(prev.one, e)})
-		return false
+	if t, ok := ix.trees[value]; ok {
+		_, found := s.writable(ix, value, t).ReplaceOrInsert(e)
+		return found
 	}
-	b, ok := ix.buckets.Get(bucket[K, V]{value: value})
-	switch {
-	case !ok:
-		ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: e})
-		return false
-	case b.tree == nil && s.compare(b.one.key, e.key) == 0:
-		b.one = e
-		ix.buckets.ReplaceOrInsert(b)
-		return true
-	case b.tree == nil:
-		b.tree, b.one = s.newBucketTree(b.one, e), entry[K, V]{}
-		ix.trees++
-		ix.buckets.ReplaceOrInsert(b)
-		return false
+	// An inline bucket or none: one write instead of a lookup and a write, undone in the
+	// rare case that the bucket holds another key.
+	prev, ok := ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: e})
+	if !ok || s.compare(prev.one.key, e.key) == 0 {
+		return ok
 	}
-	_, found := s.writable(ix, b).ReplaceOrInsert(e)
-	return found
+	t := s.newBucketTree(prev.one, e)
+	ix.trees[value] = t
+	ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, tree: t})
+	return false
 }
 
 // removeIndexed removes key from value's bucket in ix, and the bucket if it is left empty.
 // It reports whether key was there.
 func (s *store[K, V]) removeIndexed(ix *storeIndex[K, V], value string, key K) bool {
-	b, ok := ix.buckets.Get(bucket[K, V]{value: value})
-	switch {
-	case !ok:
-		return false
-	case b.tree == nil:
-		if s.compare(b.one.key, key) != 0 {
+	t, ok := ix.trees[value]
+	if !ok {
+		b, ok := ix.buckets.Get(bucket[K, V]{value: value})
+		if !ok || s.compare(b.one.key, key) != 0 {
 			return false
 		}
 		ix.buckets.Delete(b)
 		return true
 	}
-	entries := s.writable(ix, b)
+	entries := s.writable(ix, value, t)
 	if _, found := entries.Delete(entry[K, V]{key: key}); !found {
 		return false
 	}
-	switch entries.Len() {
-	case 0: // not left by this code, which makes a tree of two and undoes it at one
-		ix.trees--
-		ix.buckets.Delete(b)
-	case 1:
-		b.one, _ = entries.Min()
-		b.tree = nil
-		ix.trees--
-		ix.buckets.ReplaceOrInsert(b)
+	if entries.Len() == 1 { // a tree holds two entries or more: back to inline
+		one, _ := entries.Min()
+		delete(ix.trees, value)
+		ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: one})
 	}
 	return true
 }
 
-// writable returns the tree of b, which the writer may change: cloned first, and b
-// replaced in ix, if a snapshot may hold it.
-func (s *store[K, V]) writable(ix *storeIndex[K, V], b bucket[K, V]) *btree.BTreeG[entry[K, V]] {
-	if b.tree.epoch == s.epoch {
-		return b.tree.entries
+// writable returns the entries of t, value's tree in ix, which the writer may change:
+// cloned first, and the bucket replaced in ix, if a snapshot may hold it.
+func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree[K, V]) *btree.BTreeG[entry[K, V]] {
+	if t.epoch == s.epoch {
+		return t.entries
 	}
 	// Clone also gives the shared tree a new copy-on-write context, a field that readers
 	// of the snapshots holding that tree never read.
-	b.tree = &bucketTree[K, V]{entries: b.tree.entries.Clone(), epoch: s.epoch}
-	ix.buckets.ReplaceOrInsert(b)
-	return b.tree.entries
+	t = &bucketTree[K, V]{entries: t.entries.Clone(), epoch: s.epoch}
+	ix.trees[value] = t
+	ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, tree: t})
+	return t.entries
 }
 
 // ObjectError is an error about one object: its key function, an index function or the
@@ -350,24 +358,36 @@ func (e *ObjectError) Error() string {
 
 func (e *ObjectError) Unwrap() error { return e.Err }
 
+// precomputed are an object's index values computed before the write (see
+// indexSet.compute): valid if set is still the store's.
+type precomputed[V any] struct {
+	set  *indexSet[V]
+	vals []string
+	ends []int32
+}
+
 // upsertLocked stores obj under key and updates every index. If an index function fails
-// for obj nothing changes and the error is returned.
-func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error) {
-	// Compute every new value first, so that a failure leaves the store untouched.
-	vals := s.scratch[:0]
-	var stack [8]int
-	bounds := stack[:0]
-	for _, ix := range s.indexes {
-		vals, err = ix.fn.values(vals, obj)
-		if err != nil {
-			s.scratch = vals[:0]
-			return old, false, &ObjectError{Op: "index " + ix.name, Key: key, Err: err}
+// for obj nothing changes and the error is returned. pre, when valid, are obj's values.
+func (s *store[K, V]) upsertLocked(key K, obj V, pre precomputed[V]) (old V, existed bool, err error) {
+	vals, bounds := pre.vals, pre.ends
+	if pre.set == nil || pre.set != s.set.Load() {
+		// Compute every new value first, so that a failure leaves the store untouched.
+		vals = s.scratch[:0]
+		var stack [8]int32
+		bounds = stack[:0]
+		for _, ix := range s.indexes {
+			vals, err = ix.fn.values(vals, obj)
+			if err != nil {
+				s.scratch = vals[:0]
+				return old, false, &ObjectError{Op: "index " + ix.name, Key: key, Err: err}
+			}
+			bounds = append(bounds, int32(len(vals)))
 		}
-		bounds = append(bounds, len(vals))
+		s.scratch = vals[:0] // kept for the next call; vals stays valid until then
 	}
 	e := entry[K, V]{key: key, obj: obj}
 	prev, existed := s.items.ReplaceOrInsert(e)
-	start := 0
+	var start int32
 	for i, ix := range s.indexes {
 		newVals := vals[start:bounds[i]]
 		start = bounds[i]
@@ -394,7 +414,6 @@ func (s *store[K, V]) upsertLocked(key K, obj V) (old V, existed bool, err error
 			s.purge(ix, key, newVals)
 		}
 	}
-	s.scratch = vals[:0]
 	return prev.obj, existed, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,10 @@ type Informer[K comparable, V any] struct {
 
 	started atomic.Bool
 	stopped atomic.Bool
+
+	// the reflector goroutine's buffers for the index values of an event
+	evVals []string
+	evEnds []int32
 
 	synced   atomic.Bool
 	syncedCh chan struct{}
@@ -166,6 +171,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		resyncCheck: opts.ResyncPeriod,
 		done:        make(chan struct{}),
 	}
+	inf.proc.batches = make(chan *noteBatch[K, V], keptBatches)
 	inf.stats.ListDuration = NewHistogram(DurationBuckets...)
 	inf.stats.ListItems = NewHistogram(ItemBuckets...)
 	inf.stats.WatchDuration = NewHistogram(WatchDurationBuckets...)
@@ -318,7 +324,20 @@ func (inf *Informer[K, V]) event(ev Event[V]) error {
 	case Deleted:
 		t = DeltaDeleted
 	}
-	return inf.fifo.add(t, k, obj, ev.Revision)
+	var pre precomputed[V]
+	if t != DeltaDeleted {
+		// The index values, computed here rather than by the writer, which is the
+		// pipeline's busiest goroutine.
+		set := inf.store.set.Load()
+		var ok bool
+		inf.evVals, inf.evEnds, ok = set.compute(inf.evVals[:0], inf.evEnds[:0], obj)
+		if ok {
+			pre = precomputed[V]{set: set, vals: inf.evVals, ends: inf.evEnds}
+		}
+	}
+	err = inf.fifo.addIndexed(t, k, obj, ev.Revision, pre)
+	clear(inf.evVals)
+	return err
 }
 
 func (inf *Informer[K, V]) bookmark(rev string) { inf.fifo.bookmark(rev) }
@@ -351,7 +370,6 @@ func (inf *Informer[K, V]) eachKnown(fn func(K, V)) {
 // publishes it, and hands its notifications to the handlers (O-2, O-3).
 func (inf *Informer[K, V]) processLoop() {
 	var batch []popped[K, V]
-	var notes []notification[K, V]
 	for {
 		var wm watermark
 		var synced bool
@@ -363,19 +381,21 @@ func (inf *Informer[K, V]) processLoop() {
 		// The processor's lock covers apply and distribute, so that a handler added
 		// meanwhile sees this batch either in its replay or as notifications, never both.
 		inf.proc.mu.Lock()
-		notes = inf.apply(batch, wm, notes[:0])
+		notes := inf.proc.batch()
+		notes.notes = inf.apply(batch, wm, notes.notes)
 		inf.fifo.finishBatch(batch)
 		inf.advance(wm)
 		inf.proc.distributeLocked(notes)
+		notes.release()
 		if synced {
 			inf.synced.Store(true)
 			close(inf.syncedCh)
+			marker := newNoteBatch([]notification[K, V]{{kind: notifySynced}})
 			for _, l := range inf.proc.listeners {
-				l.add([]notification[K, V]{{kind: notifySynced}}, true)
+				l.add(marker, true)
 			}
 		}
 		inf.proc.mu.Unlock()
-		clear(notes)
 	}
 }
 
@@ -391,12 +411,18 @@ func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []not
 	if len(batch) < scatterAbove {
 		for i := range batch {
 			p := &batch[i]
-			applied += len(p.list.deltas)
-			for j := range p.list.deltas {
-				if n := inf.applyDelta(p, &p.list.deltas[j]); n.kind != 0 {
-					notes = append(notes, n)
+			n := len(p.list.deltas)
+			applied += n
+			notes = slices.Grow(notes, n)
+			base := len(notes)
+			out := notes[base : base+n]
+			inf.applyList(p, out)
+			for j := range out {
+				if out[j].kind != 0 {
+					notes = append(notes, out[j]) // moves left over the slots of skipped ones
 				}
 			}
+			clear(notes[len(notes) : base+n])
 		}
 	} else {
 		offsets := inf.offsets[:0]
@@ -411,9 +437,7 @@ func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []not
 		stride := coprimeStride(len(batch))
 		for k, i := 0, 0; k < len(batch); k, i = k+1, (i+stride)%len(batch) {
 			p := &batch[i]
-			for j := range p.list.deltas {
-				slots[offsets[i]+j] = inf.applyDelta(p, &p.list.deltas[j])
-			}
+			inf.applyList(p, slots[offsets[i]:offsets[i]+len(p.list.deltas)])
 		}
 		for i := range slots {
 			if slots[i].kind != 0 {
@@ -446,8 +470,76 @@ func coprimeStride(n int) int {
 	return 1
 }
 
-// applyDelta applies one delta to the store and returns its notification (kind 0: none).
-func (inf *Informer[K, V]) applyDelta(p *popped[K, V], d *delta[V]) notification[K, V] {
+// applyList applies the deltas of one popped key to the store, writing their
+// notifications to out (kind 0: none), which has a slot per delta. Several deltas whose
+// index values were all computed as they were queued are applied as one write of the
+// final state, with the notifications the writes one by one would have made: readers see
+// only whole batches, so the intermediate states were never visible anyway.
+func (inf *Informer[K, V]) applyList(p *popped[K, V], out []notification[K, V]) {
+	ds := p.list.deltas
+	if len(ds) > 1 && inf.coalescible(p.list) {
+		inf.applyFinal(p, out)
+		return
+	}
+	for j := range ds {
+		out[j] = inf.applyDelta(p, j)
+	}
+}
+
+// coalescible reports whether every delta of l that stores an object had its index values
+// computed with the store's current index functions (so none can fail), and the list has
+// the values of its final state.
+func (inf *Informer[K, V]) coalescible(l *deltaList[V]) bool {
+	set := inf.store.set.Load()
+	for j := range l.deltas {
+		d := &l.deltas[j]
+		if d.typ != DeltaDeleted && (d.set != set || d.typ != DeltaAdded && d.typ != DeltaUpdated) {
+			return false
+		}
+	}
+	last := len(l.deltas) - 1
+	return l.deltas[last].typ == DeltaDeleted || l.valsOf == last+1
+}
+
+// applyFinal is applyList for a coalescible list.
+func (inf *Informer[K, V]) applyFinal(p *popped[K, V], out []notification[K, V]) {
+	s := inf.store
+	e, existed := s.items.Get(entry[K, V]{key: p.key})
+	cur, ex := e.obj, existed
+	var zero V
+	for j := range p.list.deltas {
+		d := &p.list.deltas[j]
+		switch {
+		case d.typ == DeltaDeleted && !ex:
+			out[j] = notification[K, V]{}
+		case d.typ == DeltaDeleted:
+			obj := d.object
+			if d.finalStateUnknown {
+				obj = cur
+			}
+			out[j] = notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
+			cur, ex = zero, false
+		case !ex:
+			out[j] = notification[K, V]{kind: notifyAdd, key: p.key, new: d.object, initial: p.initial}
+			cur, ex = d.object, true
+		default:
+			out[j] = notification[K, V]{kind: notifyUpdate, key: p.key, old: cur, new: d.object}
+			cur = d.object
+		}
+	}
+	switch {
+	case ex:
+		if _, _, err := s.upsertLocked(p.key, cur, p.list.precomputed(len(p.list.deltas)-1)); err != nil {
+			inf.report(err) // not reached: the values were computed
+		}
+	case existed:
+		s.deleteLocked(p.key)
+	}
+}
+
+// applyDelta applies deltas[j] of p to the store and returns its notification (kind 0: none).
+func (inf *Informer[K, V]) applyDelta(p *popped[K, V], j int) notification[K, V] {
+	d := &p.list.deltas[j]
 	s := inf.store
 	if d.typ == DeltaDeleted {
 		old, existed := s.deleteLocked(p.key)
@@ -460,7 +552,7 @@ func (inf *Informer[K, V]) applyDelta(p *popped[K, V], d *delta[V]) notification
 		}
 		return notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
 	}
-	old, existed, err := s.upsertLocked(p.key, d.object)
+	old, existed, err := s.upsertLocked(p.key, d.object, p.list.precomputed(j))
 	if err != nil {
 		inf.report(err)
 		return notification[K, V]{}
@@ -527,7 +619,7 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 		if inf.synced.Load() {
 			replay = append(replay, notification[K, V]{kind: notifySynced})
 		}
-		l.add(replay, true)
+		l.add(newNoteBatch(replay), true)
 	}
 	return l.reg, nil
 }

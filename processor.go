@@ -175,21 +175,21 @@ type listener[K comparable, V any] struct {
 	onPanic func(name string, v any)
 
 	mu      sync.Mutex
-	space   *sync.Cond // Block policy: signalled when the listener takes pending
-	pending []notification[K, V]
-	spare   []notification[K, V]
+	space   *sync.Cond      // Block policy: signalled when the listener takes pending
+	pending []segment[K, V] // runs of shared batches, in order
+	queued  int             // notifications in pending
+	spare   []segment[K, V]
+	drained *noteBatch[K, V] // the listener's own batch for overflow drains, kept for reuse
 
-	// latency measurement (MeasureLatency): when each add appended to pending, and when
-	// the overflow began
+	// latency measurement (MeasureLatency): the clock, and when the overflow began
 	latency       *Histogram
 	clk           interface{ Now() time.Time }
-	marks         []latencyMark
-	spareMarks    []latencyMark
 	overflowSince time.Time
 
 	overflow map[K]*coalesced[K, V]
 	order    []overflowSlot[K]
 	stopped  bool
+	halted   atomic.Bool // stopped, for the delivery loop to read without the lock
 	wake     chan struct{}
 	done     chan struct{}
 
@@ -207,10 +207,49 @@ type listener[K comparable, V any] struct {
 	inFlight  atomic.Int64
 }
 
-// latencyMark says that the notifications from index at on were queued at t.
-type latencyMark struct {
-	at int
-	t  time.Time
+// noteBatch holds the notifications of one applied batch. It is shared, not copied: every
+// listener it is queued to holds a reference per segment, and the last release clears it
+// and returns it to its pool. A batch made for one listener (a replay, an overflow drain, a
+// resync filtered for a listener not due for one) has no pool.
+type noteBatch[K comparable, V any] struct {
+	notes []notification[K, V]
+	refs  atomic.Int32
+	pool  chan *noteBatch[K, V]
+}
+
+// maxPooledNotes is the capacity above which a batch's buffer is not kept for reuse, and
+// keptBatches the number of free batches kept: enough for handlers a few batches behind.
+const (
+	maxPooledNotes = 8192
+	keptBatches    = 8
+)
+
+func newNoteBatch[K comparable, V any](notes []notification[K, V]) *noteBatch[K, V] {
+	b := &noteBatch[K, V]{notes: notes}
+	b.refs.Store(1)
+	return b
+}
+
+func (b *noteBatch[K, V]) release() {
+	if b.refs.Add(-1) != 0 || b.pool == nil {
+		return
+	}
+	clear(b.notes)
+	b.notes = b.notes[:0]
+	if cap(b.notes) <= maxPooledNotes {
+		select {
+		case b.pool <- b:
+		default: // enough kept
+		}
+	}
+}
+
+// segment is the part notes[lo:hi] of a batch, queued to one listener at the time at (set
+// only when the listener measures latency).
+type segment[K comparable, V any] struct {
+	b      *noteBatch[K, V]
+	lo, hi int
+	at     time.Time
 }
 
 type overflowSlot[K comparable] struct {
@@ -259,7 +298,7 @@ func (l *listener[K, V]) syncedChan() <-chan struct{} { return l.syncedCh }
 
 func (l *listener[K, V]) stats() HandlerStats {
 	l.mu.Lock()
-	q := len(l.pending) + len(l.order)
+	q := l.queued + len(l.order)
 	l.mu.Unlock()
 	return HandlerStats{
 		Queued:    q + int(l.inFlight.Load()),
@@ -271,9 +310,11 @@ func (l *listener[K, V]) stats() HandlerStats {
 	}
 }
 
-// add queues notifications for this listener. With the Block policy it waits for room
-// unless force is set (a replay, which must not wait while the informer is paused).
-func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
+// add queues the notifications of b for this listener, sharing b (a reference per
+// segment). With the Block policy it waits for room unless force is set (a replay, which
+// must not wait while the informer is paused).
+func (l *listener[K, V]) add(b *noteBatch[K, V], force bool) {
+	ns := b.notes
 	if len(ns) == 0 {
 		return
 	}
@@ -281,22 +322,22 @@ func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
 	if l.latency != nil {
 		now = l.clk.Now()
 	}
+	lo := 0
 	l.mu.Lock()
-	for len(ns) > 0 && !l.stopped {
+	for lo < len(ns) && !l.stopped {
 		switch {
 		case len(l.order) > 0:
-			l.coalesceLocked(ns[0])
-			ns = ns[1:]
-		case len(l.pending) < l.opts.QueueLength || force:
-			room := len(ns)
+			l.coalesceLocked(ns[lo])
+			lo++
+		case l.queued < l.opts.QueueLength || force:
+			room := len(ns) - lo
 			if !force {
-				room = min(room, l.opts.QueueLength-len(l.pending))
+				room = min(room, l.opts.QueueLength-l.queued)
 			}
-			if l.latency != nil {
-				l.marks = append(l.marks, latencyMark{at: len(l.pending), t: now})
-			}
-			l.pending = append(l.pending, ns[:room]...)
-			ns = ns[room:]
+			b.refs.Add(1)
+			l.pending = append(l.pending, segment[K, V]{b: b, lo: lo, hi: lo + room, at: now})
+			l.queued += room
+			lo += room
 		case l.opts.Policy == Block:
 			l.blocked.Add(1)
 			l.signal()
@@ -305,8 +346,8 @@ func (l *listener[K, V]) add(ns []notification[K, V], force bool) {
 			if len(l.order) == 0 {
 				l.overflowSince = now
 			}
-			l.coalesceLocked(ns[0])
-			ns = ns[1:]
+			l.coalesceLocked(ns[lo])
+			lo++
 		}
 	}
 	l.mu.Unlock()
@@ -380,6 +421,9 @@ func (l *listener[K, V]) run() {
 			if cap(l.pending) > idleBufferCap {
 				l.pending = nil
 			}
+			if l.drained != nil && cap(l.drained.notes) > idleBufferCap {
+				l.drained = nil
+			}
 			l.mu.Unlock()
 			<-l.wake
 			l.mu.Lock()
@@ -388,52 +432,54 @@ func (l *listener[K, V]) run() {
 			l.mu.Unlock()
 			return // PL-7: what is still queued is dropped
 		}
-		var batch []notification[K, V]
-		var marks []latencyMark
+		var segs []segment[K, V]
+		var drained *noteBatch[K, V] // the overflow, in a batch of this listener's own
+		n := l.queued
 		if len(l.pending) > 0 {
-			batch = l.pending
+			segs = l.pending
 			l.pending = l.spare[:0]
-			marks, l.marks = l.marks, l.spareMarks[:0]
+			l.queued = 0
 		} else {
-			batch = l.drainOverflowLocked(l.spare[:0])
-			if l.latency != nil {
-				marks = append(l.spareMarks[:0], latencyMark{t: l.overflowSince})
-				l.spareMarks = nil
+			drained = l.drained
+			if drained == nil {
+				drained = newNoteBatch[K, V](nil)
 			}
+			l.drained = nil
+			drained.notes = l.drainOverflowLocked(drained.notes[:0])
+			n = len(drained.notes)
+			segs = append(l.spare[:0], segment[K, V]{b: drained, hi: n, at: l.overflowSince})
 		}
-		l.inFlight.Store(int64(len(batch)))
+		l.inFlight.Store(int64(n))
 		l.space.Broadcast()
 		l.mu.Unlock()
 
-		m := 0
-		for i := range batch {
-			if l.isStopped() {
-				break
-			}
-			if l.latency != nil && batch[i].kind != notifySynced {
-				for m+1 < len(marks) && marks[m+1].at <= i {
-					m++
+		for i := range segs {
+			sg := &segs[i]
+			for j := sg.lo; j < sg.hi && !l.halted.Load(); j++ {
+				n := &sg.b.notes[j]
+				if l.latency != nil && n.kind != notifySynced {
+					l.latency.ObserveDuration(l.clk.Now().Sub(sg.at))
 				}
-				l.latency.ObserveDuration(l.clk.Now().Sub(marks[m].t))
+				l.deliver(n)
+				l.inFlight.Add(-1)
 			}
-			l.deliver(&batch[i])
-			l.inFlight.Add(-1)
+			if sg.b != drained {
+				sg.b.release()
+			}
 		}
-		clear(batch)
-		if cap(batch) > 2*l.opts.QueueLength {
-			batch = nil // a replay or overflow drain: do not keep its peak size
+		clear(segs)
+		if drained != nil {
+			clear(drained.notes)
+			drained.notes = drained.notes[:0]
+			if cap(drained.notes) > 2*l.opts.QueueLength {
+				drained = nil // do not keep a large drain's peak size
+			}
 		}
 		l.mu.Lock()
-		l.spare = batch[:0]
-		l.spareMarks = marks[:0]
+		l.spare = segs[:0]
+		l.drained = drained
 		l.mu.Unlock()
 	}
-}
-
-func (l *listener[K, V]) isStopped() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.stopped
 }
 
 func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notification[K, V] {
@@ -488,6 +534,7 @@ func (l *listener[K, V]) deliver(n *notification[K, V]) {
 func (l *listener[K, V]) stop() {
 	l.mu.Lock()
 	l.stopped = true
+	l.halted.Store(true)
 	l.space.Broadcast()
 	l.mu.Unlock()
 	l.signal()
@@ -513,34 +560,45 @@ type processor[K comparable, V any] struct {
 	listeners []*listener[K, V]
 	started   bool
 	wg        sync.WaitGroup
-	scratch   []notification[K, V]
+	batches   chan *noteBatch[K, V] // free batches, kept for reuse
 	seq       int
 }
 
-// distributeLocked queues a batch of notifications to every listener; resync
-// notifications (sync set) go only to listeners due for a resync (SP-4, RS-7).
-func (p *processor[K, V]) distributeLocked(ns []notification[K, V]) {
+// batch returns an empty pooled batch holding one reference, the caller's.
+func (p *processor[K, V]) batch() *noteBatch[K, V] {
+	var b *noteBatch[K, V]
+	select {
+	case b = <-p.batches:
+	default:
+		b = &noteBatch[K, V]{pool: p.batches}
+	}
+	b.refs.Store(1)
+	return b
+}
+
+// distributeLocked queues a batch of notifications to every listener, which share it;
+// resync notifications (sync set) go only to listeners due for a resync (SP-4, RS-7),
+// which a listener not due for one receives in a filtered copy.
+func (p *processor[K, V]) distributeLocked(b *noteBatch[K, V]) {
 	hasSync := false
-	for i := range ns {
-		if ns[i].sync {
+	for i := range b.notes {
+		if b.notes[i].sync {
 			hasSync = true
 			break
 		}
 	}
 	for _, l := range p.listeners {
 		if !hasSync || l.syncing {
-			l.add(ns, false)
+			l.add(b, false)
 			continue
 		}
-		filtered := p.scratch[:0]
-		for i := range ns {
-			if !ns[i].sync {
-				filtered = append(filtered, ns[i])
+		var filtered []notification[K, V]
+		for i := range b.notes {
+			if !b.notes[i].sync {
+				filtered = append(filtered, b.notes[i])
 			}
 		}
-		l.add(filtered, false)
-		clear(filtered)
-		p.scratch = filtered[:0]
+		l.add(newNoteBatch(filtered), false)
 	}
 }
 

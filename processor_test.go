@@ -71,7 +71,7 @@ func TestListener_PL4_FIFOAndSyncMarker(t *testing.T) {
 	l := newListener[string, string](r, HandlerOptions{}, nil, nil)
 	stop := runListener(l)
 	defer stop()
-	l.add([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}, false)
+	l.add(newNoteBatch([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}), false)
 	for range 3 {
 		<-r.seen
 	}
@@ -109,10 +109,10 @@ func TestListener_PL8_CoalesceSequences(t *testing.T) {
 			stop := runListener(l)
 			defer stop()
 			// Hold the handler inside its first call, so what follows queues up.
-			l.add([]notification[string, string]{add("first", "x")}, false)
+			l.add(newNoteBatch([]notification[string, string]{add("first", "x")}), false)
 			waitFor(t, func() bool { return l.inFlight.Load() == 1 })
-			l.add([]notification[string, string]{add("filler", "f")}, false) // fills the queue of 1
-			l.add(c.in, false)                                               // all into the overflow
+			l.add(newNoteBatch([]notification[string, string]{add("filler", "f")}), false) // fills the queue of 1
+			l.add(newNoteBatch(c.in), false)                                               // all into the overflow
 			want := append([]string{"add(x)", "add(f)"}, c.want...)
 			for range want {
 				r.gate <- struct{}{}
@@ -140,7 +140,7 @@ func TestListener_BlockPolicyBackpressure(t *testing.T) {
 		want = append(want, "update("+v+"→"+v+"')")
 	}
 	added := make(chan struct{})
-	go func() { l.add(in, false); close(added) }()
+	go func() { l.add(newNoteBatch(in), false); close(added) }()
 	waitFor(t, func() bool { return l.blocked.Load() > 0 })
 	for range want {
 		r.gate <- struct{}{}
@@ -172,7 +172,7 @@ func TestListener_PL6_PanicSkipsItem(t *testing.T) {
 	})
 	stop := runListener(l)
 	defer stop()
-	l.add([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}, false)
+	l.add(newNoteBatch([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}), false)
 	for range 3 {
 		<-seen
 	}

@@ -1,0 +1,135 @@
+package informer
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The writer applies the deltas of one key as a single write of the final state when their
+// index values were computed as they were queued (applyFinal). Over random delta
+// sequences (adds, updates, observed deletes, tombstones, replaced and sync deltas, objects
+// an index function fails for) it must make exactly the notifications and the cache that
+// applying the deltas one by one makes (C-7, SI-3, D-7).
+func TestApply_CoalescedEqualsOneByOne(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		fast, slow := applyTestInformer(t), applyTestInformer(t)
+		keys := []string{"a", "b", "c", "d"}
+		for round := range 20 {
+			var script []scriptedDelta
+			for range 1 + rng.IntN(12) {
+				k := keys[rng.IntN(len(keys))]
+				val := fmt.Sprintf("%s=v%d", k, rng.IntN(3))
+				if rng.IntN(10) == 0 {
+					val = k + "=bad" // the "val" index fails for it
+				}
+				typ := []DeltaType{DeltaAdded, DeltaUpdated, DeltaUpdated, DeltaDeleted, DeltaReplaced, DeltaSync}[rng.IntN(6)]
+				if typ == DeltaReplaced || typ == DeltaSync {
+					if rng.IntN(3) != 0 {
+						typ = DeltaUpdated // mostly coalescible lists
+					}
+				}
+				script = append(script, scriptedDelta{typ: typ, key: k, obj: val, unknown: typ == DeltaDeleted && rng.IntN(3) == 0})
+			}
+			got := fast.applyScript(t, script, true)
+			want := slow.applyScript(t, script, false)
+			if !slices.Equal(got, want) {
+				t.Fatalf("seed %d round %d: script %v\ncoalesced: %v\none by one: %v", seed, round, script, got, want)
+			}
+			if g, w := dumpStore(fast.store), dumpStore(slow.store); g != w {
+				t.Fatalf("seed %d round %d: script %v\ncoalesced cache: %s\none by one cache: %s", seed, round, script, g, w)
+			}
+		}
+	}
+}
+
+type scriptedDelta struct {
+	typ     DeltaType
+	key     string
+	obj     string
+	unknown bool
+}
+
+func applyTestInformer(t *testing.T) *Informer[string, string] {
+	t.Helper()
+	inf, err := New[string, string](&scripted{}, Options[string, string]{
+		Key: func(s string) (string, error) { k, _, _ := strings.Cut(s, "="); return k, nil },
+		Indexers: Indexers[string]{
+			"val": IndexBy(func(s string) (string, error) {
+				_, v, _ := strings.Cut(s, "=")
+				if v == "bad" {
+					return "", errors.New("bad value")
+				}
+				return v, nil
+			}),
+			"chars": IndexByValues(func(s string) ([]string, error) {
+				_, v, _ := strings.Cut(s, "=")
+				return strings.Split(v, ""), nil
+			}),
+		},
+		ErrorHandler: func(error) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inf
+}
+
+// applyScript queues script (with index values computed as the reflector computes them
+// when precompute is set), pops it as one batch, applies it and returns the notifications.
+func (inf *Informer[K, V]) applyScript(t *testing.T, script []scriptedDelta, precompute bool) []string {
+	t.Helper()
+	f := any(inf.fifo).(*deltaFIFO[string, string])
+	set := any(inf.store.set.Load()).(*indexSet[string])
+	for _, d := range script {
+		obj := d.obj
+		var pre precomputed[string]
+		if precompute && (d.typ == DeltaAdded || d.typ == DeltaUpdated) {
+			if vals, ends, ok := set.compute(nil, nil, obj); ok {
+				pre = precomputed[string]{set: set, vals: vals, ends: ends}
+			}
+		}
+		f.mu.Lock()
+		if pre.set != nil {
+			f.mu.Unlock()
+			if err := f.addIndexed(d.typ, d.key, obj, "", pre); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		f.queueLocked(d.key, delta[string]{typ: d.typ, object: obj, finalStateUnknown: d.unknown})
+		f.mu.Unlock()
+	}
+	batch, wm, _, err := inf.fifo.popBatch(nil, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := inf.apply(batch, wm, nil)
+	inf.fifo.finishBatch(batch)
+	var out []string
+	for _, n := range notes {
+		out = append(out, fmt.Sprintf("%d:%v:%v>%v:i%v:u%v:s%v", n.kind, n.key, n.old, n.new, n.initial, n.unknown, n.sync))
+	}
+	return out
+}
+
+func dumpStore[K comparable, V any](s *store[K, V]) string {
+	sn := s.snapshot()
+	var b strings.Builder
+	for k, v := range sn.All() {
+		fmt.Fprintf(&b, "%v=%v ", k, v)
+	}
+	for _, ix := range []string{"val", "chars"} {
+		vals, _ := sn.IndexValues(ix)
+		for _, v := range vals {
+			keys, _ := sn.IndexKeys(ix, v)
+			objs, _ := sn.ByIndex(ix, v)
+			fmt.Fprintf(&b, "| %s[%s]=%v %v ", ix, v, keys, objs)
+		}
+	}
+	return b.String()
+}
