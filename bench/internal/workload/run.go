@@ -3,8 +3,10 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,6 +51,24 @@ var W4Cap = 30 * time.Second
 
 // Figures of one run: name → value.
 type Figures map[string]float64
+
+// profileEvents starts a CPU profile of W1's event phase when WORKLOAD_CPUPROFILE names a
+// file (each run overwrites it), and returns the function that stops it.
+func profileEvents() func() {
+	path := os.Getenv("WORKLOAD_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -99,6 +119,7 @@ func W1(side Side, s *Stream, readers int) (Figures, error) {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	stopProfile := profileEvents()
 	c0 := cpuTime()
 	t0 := time.Now()
 	close(readGate)
@@ -110,6 +131,7 @@ func W1(side Side, s *Stream, readers int) (Figures, error) {
 	err = r.wait(limit)
 	d := time.Since(t0)
 	c1 := cpuTime()
+	stopProfile()
 	runtime.ReadMemStats(&m1)
 	halt.Store(true)
 	wg.Wait()
