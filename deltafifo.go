@@ -53,7 +53,8 @@ type delta[V any] struct {
 // deltaList holds the pending deltas of one key, oldest first (D-3). Lists are allocated
 // in chunks, keep their first delta inline and are recycled after their batch is applied,
 // so a steady stream of events allocates nothing here.
-type deltaList[V any] struct {
+type deltaList[K comparable, V any] struct {
+	key    K // while queued
 	deltas []delta[V]
 	inline [1]delta[V]
 	// the index values of deltas[valsOf-1] (valsOf 0: of none), see indexSet.compute
@@ -63,7 +64,7 @@ type deltaList[V any] struct {
 }
 
 // precomputed returns the index values queued with deltas[i], if the list has them.
-func (l *deltaList[V]) precomputed(i int) precomputed[V] {
+func (l *deltaList[K, V]) precomputed(i int) precomputed[V] {
 	if l.valsOf != i+1 || l.deltas[i].set == nil {
 		return precomputed[V]{}
 	}
@@ -73,7 +74,7 @@ func (l *deltaList[V]) precomputed(i int) precomputed[V] {
 // listChunk is how many delta lists are allocated at once.
 const listChunk = 128
 
-func (l *deltaList[V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
+func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
 
 // knownObjects is the cache as the DeltaFIFO sees it: Replace and Resync consult it (O-5).
 // Its methods are called with no batch in flight, so the cache agrees with what was popped.
@@ -84,7 +85,7 @@ type knownObjects[K comparable, V any] interface {
 // popped is one key taken from the queue by popBatch with its deltas.
 type popped[K comparable, V any] struct {
 	key     K
-	list    *deltaList[V]
+	list    *deltaList[K, V]
 	initial bool // part of the initial population (D-17)
 }
 
@@ -119,8 +120,8 @@ const shrinkAbove = 8192
 type deltaFIFO[K comparable, V any] struct {
 	mu    sync.Mutex
 	cond  *sync.Cond // signalled when keys arrive, space frees, a batch completes or on close
-	items map[K]*deltaList[V]
-	queue []K // keys with pending deltas, each once, in first-arrival order; from head on
+	items map[K]*deltaList[K, V]
+	queue []*deltaList[K, V] // the lists of keys with pending deltas, in first-arrival order; from head on
 	head  int
 	known knownObjects[K, V]
 
@@ -136,14 +137,14 @@ type deltaFIFO[K comparable, V any] struct {
 	wmDirty bool   // lastRev moved since the last pop: wake the popper even with no keys
 	closed  bool
 
-	free       []*deltaList[V] // recycled lists; bounded by the most keys ever pending
-	shrinkFree bool            // drop free at the next finishBatch
+	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
+	shrinkFree bool               // drop free at the next finishBatch
 
 	valsHint, endsHint int // the most index values and ends queued with one delta
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
-	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[V]), known: known, maxPending: maxPending}
+	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[K, V]), known: known, maxPending: maxPending}
 	f.cond = sync.NewCond(&f.mu)
 	return f
 }
@@ -192,11 +193,11 @@ func (f *deltaFIFO[K, V]) bookmark(rev string) {
 // queueLocked appends d to key's deltas, deduplicating a trailing pair of deletes (D-7),
 // and queues the key if it had nothing pending (D-6: a queued key keeps its place). It
 // returns key's list and whether d was appended to it.
-func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[V], bool) {
+func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool) {
 	l, ok := f.items[key]
 	if !ok {
 		if len(f.free) == 0 {
-			chunk := make([]deltaList[V], listChunk)
+			chunk := make([]deltaList[K, V], listChunk)
 			// Room for one delta's index values per list, in two allocations per chunk.
 			nv, ne := f.valsHint, f.endsHint
 			vals, ends := make([]string, listChunk*nv), make([]int32, listChunk*ne)
@@ -210,7 +211,8 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[V], bool) {
 		l = f.free[len(f.free)-1]
 		f.free = f.free[:len(f.free)-1]
 		f.items[key] = l
-		f.queue = append(f.queue, key)
+		l.key = key
+		f.queue = append(f.queue, l)
 		f.cond.Broadcast()
 	}
 	if n := len(l.deltas); n > 0 && d.typ == DeltaDeleted && l.deltas[n-1].typ == DeltaDeleted {
@@ -244,11 +246,11 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		f.queueLocked(k, delta[V]{typ: DeltaReplaced, object: objs[i], revision: rev})
 	}
 	// Keys only queued (D-9c and the §17 fix of D-9d).
-	for _, k := range f.queue[f.head:] {
+	for _, l := range f.queue[f.head:] {
+		k := l.key
 		if _, ok := listed[k]; ok {
 			continue
 		}
-		l := f.items[k]
 		if nw := l.newest(); nw.typ == DeltaDeleted {
 			continue // already going away
 		}
@@ -315,8 +317,8 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 	}
 	f.wmDirty = false
 	n := min(len(f.queue)-f.head, max)
-	for _, k := range f.queue[f.head : f.head+n] {
-		l := f.items[k]
+	for _, l := range f.queue[f.head : f.head+n] {
+		k := l.key
 		delete(f.items, k)
 		f.pending -= len(l.deltas)
 		buf = append(buf, popped[K, V]{key: k, list: l, initial: f.initialCount > 0})
@@ -324,17 +326,14 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 			f.initialCount--
 		}
 	}
-	var zero K
-	for i := f.head; i < f.head+n; i++ {
-		f.queue[i] = zero
-	}
+	clear(f.queue[f.head : f.head+n])
 	f.head += n
 	if f.head == len(f.queue) {
 		f.queue, f.head = f.queue[:0], 0
 		if cap(f.queue) > shrinkAbove {
 			// After a large list, do not keep its peak size for the informer's lifetime.
 			f.queue = nil
-			f.items = make(map[K]*deltaList[V])
+			f.items = make(map[K]*deltaList[K, V])
 			f.shrinkFree = true
 		}
 	} else if f.head > 1024 && f.head > len(f.queue)/2 {
@@ -347,7 +346,7 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 		wm = watermark{rev: f.lastRev, inclusive: true}
 	} else {
 		// The head key's oldest delta is the oldest change still queued.
-		wm = watermark{rev: f.items[f.queue[f.head]].deltas[0].revision}
+		wm = watermark{rev: f.queue[f.head].deltas[0].revision}
 	}
 	f.inFlight = true
 	if f.maxPending > 0 {
@@ -392,6 +391,8 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 			l.vals, l.ends = l.vals[:0], l.ends[:0]
 		}
 		l.valsOf = 0
+		var zero K
+		l.key = zero
 		f.free = append(f.free, l)
 		batch[i].list = nil
 	}

@@ -477,11 +477,31 @@ func (s *store[K, V]) purge(ix *storeIndex[K, V], key K, keep []string) {
 
 // deleteLocked removes key and its index entries.
 func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
+	return s.deleteHinted(key, precomputed[V]{})
+}
+
+// deleteHinted is deleteLocked with the index values of the object a delete event
+// carried, when known: in a single-valued index the key is in exactly one bucket, and
+// that of the event's object is where it is found unless the object changed since it was
+// stored; only then is the index function called on the stored object (which, written
+// long ago, is likely out of the processor's caches).
+func (s *store[K, V]) deleteHinted(key K, hint precomputed[V]) (old V, existed bool) {
 	prev, existed := s.items.Delete(entry[K, V]{key: key})
 	if !existed {
 		return old, false
 	}
-	for _, ix := range s.indexes {
+	if hint.set != s.set.Load() {
+		hint = precomputed[V]{}
+	}
+	var start int32
+	for i, ix := range s.indexes {
+		if hint.set != nil {
+			vals := hint.vals[start:hint.ends[i]]
+			start = hint.ends[i]
+			if ix.fn.one != nil && len(vals) == 1 && s.removeIndexed(ix, vals[0], key) {
+				continue
+			}
+		}
 		s.unindex(ix, key, prev.obj, nil)
 	}
 	return prev.obj, true

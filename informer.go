@@ -325,9 +325,9 @@ func (inf *Informer[K, V]) event(ev Event[V]) error {
 		t = DeltaDeleted
 	}
 	var pre precomputed[V]
-	if t != DeltaDeleted {
+	{
 		// The index values, computed here rather than by the writer, which is the
-		// pipeline's busiest goroutine.
+		// pipeline's busiest goroutine (for a delete, a hint: see store.deleteHinted).
 		set := inf.store.set.Load()
 		var ok bool
 		inf.evVals, inf.evEnds, ok = set.compute(inf.evVals[:0], inf.evEnds[:0], obj)
@@ -489,7 +489,7 @@ func (inf *Informer[K, V]) applyList(p *popped[K, V], out []notification[K, V]) 
 // coalescible reports whether every delta of l that stores an object had its index values
 // computed with the store's current index functions (so none can fail), and the list has
 // the values of its final state.
-func (inf *Informer[K, V]) coalescible(l *deltaList[V]) bool {
+func (inf *Informer[K, V]) coalescible(l *deltaList[K, V]) bool {
 	set := inf.store.set.Load()
 	for j := range l.deltas {
 		d := &l.deltas[j]
@@ -501,11 +501,26 @@ func (inf *Informer[K, V]) coalescible(l *deltaList[V]) bool {
 	return l.deltas[last].typ == DeltaDeleted || l.valsOf == last+1
 }
 
-// applyFinal is applyList for a coalescible list.
+// applyFinal is applyList for a coalescible list. The final state is the last delta's:
+// it is written first, which returns the state before the batch that the notifications
+// start from.
 func (inf *Informer[K, V]) applyFinal(p *popped[K, V], out []notification[K, V]) {
 	s := inf.store
-	e, existed := s.items.Get(entry[K, V]{key: p.key})
-	cur, ex := e.obj, existed
+	last := len(p.list.deltas) - 1
+	var cur V
+	var existed bool
+	if d := &p.list.deltas[last]; d.typ == DeltaDeleted {
+		cur, existed = s.deleteHinted(p.key, p.list.precomputed(last))
+	} else {
+		var err error
+		if cur, existed, err = s.upsertLocked(p.key, d.object, p.list.precomputed(last)); err != nil {
+			// Not reached: the values were computed. Should it be, nothing was written.
+			inf.report(err)
+			clear(out)
+			return
+		}
+	}
+	ex := existed
 	var zero V
 	for j := range p.list.deltas {
 		d := &p.list.deltas[j]
@@ -527,14 +542,6 @@ func (inf *Informer[K, V]) applyFinal(p *popped[K, V], out []notification[K, V])
 			cur = d.object
 		}
 	}
-	switch {
-	case ex:
-		if _, _, err := s.upsertLocked(p.key, cur, p.list.precomputed(len(p.list.deltas)-1)); err != nil {
-			inf.report(err) // not reached: the values were computed
-		}
-	case existed:
-		s.deleteLocked(p.key)
-	}
 }
 
 // applyDelta applies deltas[j] of p to the store and returns its notification (kind 0: none).
@@ -542,7 +549,7 @@ func (inf *Informer[K, V]) applyDelta(p *popped[K, V], j int) notification[K, V]
 	d := &p.list.deltas[j]
 	s := inf.store
 	if d.typ == DeltaDeleted {
-		old, existed := s.deleteLocked(p.key)
+		old, existed := s.deleteHinted(p.key, p.list.precomputed(j))
 		if !existed {
 			return notification[K, V]{} // never seen, or its delete was already delivered
 		}
