@@ -126,6 +126,16 @@
 // matching objects (github.com/google/btree), so keys are ordered, range and prefix scans
 // are cheap, and a by-index read costs no lookup per object; a snapshot is an O(1)
 // copy-on-write clone.
+//
+// One goroutine writes the cache, so the pipeline's throughput is that goroutine's speed,
+// and the work is arranged to keep it small: the reflector's goroutine computes each
+// event's index values as it queues the event; the deltas a key gathered while queued are
+// written as one write of the key's final state (the handlers still get a notification per
+// delta, and readers, who see only whole batches, could never see the states between);
+// an observed delete finds the object's index entries through the values of the event's
+// object rather than by calling the index functions on the stored one; and a batch's
+// notifications are shared by the handlers' queues, not copied into each.
+//
 // Each handler's queue is bounded (HandlerOptions.QueueLength); when it is full the
 // handler's QueuePolicy decides: Coalesce (the default) keeps the newest state per key, so
 // memory stays bounded by the number of keys; Block makes the informer, and so the source,

@@ -386,7 +386,11 @@ func (inf *Informer[K, V]) processLoop() {
 		inf.fifo.finishBatch(batch)
 		inf.advance(wm)
 		inf.proc.distributeLocked(notes)
+		small := len(notes.notes) < idleBufferCap
 		notes.release()
+		if small {
+			inf.proc.trimBatches()
+		}
 		if synced {
 			inf.synced.Store(true)
 			close(inf.syncedCh)

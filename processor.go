@@ -564,6 +564,31 @@ type processor[K comparable, V any] struct {
 	seq       int
 }
 
+// trimBatches drops the free batches larger than an idle handler's buffer: called after
+// a small batch, so that an informer whose traffic fell does not keep a burst's buffers.
+func (p *processor[K, V]) trimBatches() {
+	var keep [keptBatches]*noteBatch[K, V]
+	n := 0
+	for n < len(keep) {
+		select {
+		case b := <-p.batches:
+			if cap(b.notes) <= idleBufferCap {
+				keep[n] = b
+				n++
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for _, b := range keep[:n] {
+		select {
+		case p.batches <- b:
+		default: // filled meanwhile by listeners releasing batches
+		}
+	}
+}
+
 // batch returns an empty pooled batch holding one reference, the caller's.
 func (p *processor[K, V]) batch() *noteBatch[K, V] {
 	var b *noteBatch[K, V]
