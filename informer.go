@@ -27,7 +27,11 @@ type Options[K comparable, V any] struct {
 	// is a string or integer type (natural order); it is required for any other K.
 	CompareKeys func(a, b K) int
 	// Indexers are the indexes of the cache; more can be added while running with
-	// AddIndexers.
+	// AddIndexers. Index functions must be pure functions of the object and safe for
+	// concurrent use: the informer calls them as events arrive (on the reflector's
+	// goroutine), when writing the cache and for Snapshot.Index, possibly at once. A
+	// function that is not pure is survived (the cache scans for stale entries) but costs
+	// time.
 	Indexers Indexers[V]
 	// ResyncPeriod is the default period at which handlers are told again of every cached
 	// object (OnUpdate(obj, obj)); 0 means never. Resync does not contact the source.
