@@ -134,3 +134,46 @@ func dumpStore[K comparable, V any](s *store[K, V]) string {
 	}
 	return b.String()
 }
+
+// Indexes added while a key's deltas are queued: the values computed before no longer
+// cover every index, so the deltas are applied one by one and the new index function is
+// called for each (here it fails for the first object, which is skipped; I-14, C-7).
+func TestApply_IndexesAddedWhileQueued(t *testing.T) {
+	inf := applyTestInformer(t)
+	f := inf.fifo
+	queue := func(obj string) {
+		set := inf.store.set.Load()
+		vals, ends, ok := set.compute(nil, nil, obj)
+		if !ok {
+			t.Fatalf("compute %q failed", obj)
+		}
+		if err := f.addIndexed(DeltaUpdated, "a", obj, "", precomputed[string]{set: set, vals: vals, ends: ends}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queue("a=x")
+	if err := inf.AddIndexers(Indexers[string]{"nox": IndexBy(func(s string) (string, error) {
+		if strings.Contains(s, "x") {
+			return "", errors.New("x")
+		}
+		return s, nil
+	})}); err != nil {
+		t.Fatal(err)
+	}
+	queue("a=y")
+	batch, wm, _, err := f.popBatch(nil, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inf.coalescible(batch[0].list) {
+		t.Fatal("a list computed with two index sets counted as coalescible")
+	}
+	notes := inf.apply(batch, wm, nil)
+	f.finishBatch(batch)
+	if len(notes) != 1 || notes[0].kind != notifyAdd || notes[0].new != "a=y" {
+		t.Fatalf("notifications %+v, want only the add of a=y", notes)
+	}
+	if keys, _ := inf.store.snapshot().IndexKeys("nox", "a=y"); !slices.Equal(keys, []string{"a"}) {
+		t.Fatalf("nox index holds %v for a=y", keys)
+	}
+}

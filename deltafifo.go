@@ -44,10 +44,9 @@ type delta[V any] struct {
 	finalStateUnknown bool
 	object            V
 	revision          string
-	// set is the index functions the object's values were computed with as it was queued,
-	// nil if they were not (or one failed). The list keeps the values of its newest delta
-	// that has them.
-	set *indexSet[V]
+	// indexed: the object's index values were computed as it was queued (none failed).
+	// The list keeps the values of its newest such delta.
+	indexed bool
 }
 
 // deltaList holds the pending deltas of one key, oldest first (D-3). Lists are allocated
@@ -57,18 +56,40 @@ type deltaList[K comparable, V any] struct {
 	key    K // while queued
 	deltas []delta[V]
 	inline [1]delta[V]
-	// the index values of deltas[valsOf-1] (valsOf 0: of none), see indexSet.compute
-	vals   []string
-	ends   []int32
-	valsOf int
+	vals   *listVals[V] // once the list has had an indexed delta
+}
+
+// listVals are the index values of a list's newest indexed delta (see indexSet.compute).
+// Lists are recycled with theirs.
+type listVals[V any] struct {
+	set   *indexSet[V] // the functions of the list's indexed deltas
+	mixed bool         // some were computed with other functions (indexes were added)
+	of    int          // the values are of deltas[of-1]; 0: of none
+	vals  []string
+	ends  []int32
 }
 
 // precomputed returns the index values queued with deltas[i], if the list has them.
 func (l *deltaList[K, V]) precomputed(i int) precomputed[V] {
-	if l.valsOf != i+1 || l.deltas[i].set == nil {
+	if l.vals == nil || l.vals.of != i+1 || !l.deltas[i].indexed {
 		return precomputed[V]{}
 	}
-	return precomputed[V]{set: l.deltas[i].set, vals: l.vals, ends: l.ends}
+	return precomputed[V]{set: l.vals.set, vals: l.vals.vals, ends: l.vals.ends}
+}
+
+// indexedWith reports whether every delta of l that stores an object is indexed, all with
+// set, and l has the values of its last delta unless that is a delete.
+func (l *deltaList[K, V]) indexedWith(set *indexSet[V]) bool {
+	if l.vals == nil || l.vals.mixed || l.vals.set != set {
+		return false
+	}
+	for j := range l.deltas {
+		if d := &l.deltas[j]; d.typ != DeltaDeleted && !d.indexed {
+			return false
+		}
+	}
+	last := len(l.deltas) - 1
+	return l.deltas[last].typ == DeltaDeleted || l.vals.of == last+1
 }
 
 // listChunk is how many delta lists are allocated at once.
@@ -140,7 +161,7 @@ type deltaFIFO[K comparable, V any] struct {
 	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool               // drop free at the next finishBatch
 
-	valsHint, endsHint int // the most index values and ends queued with one delta
+	freeVals []*listVals[V] // for lists that do not have theirs yet
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -165,20 +186,45 @@ func (f *deltaFIFO[K, V]) addIndexed(typ DeltaType, key K, obj V, rev string, pr
 	if f.closed {
 		return errFIFOClosed
 	}
-	d := delta[V]{typ: typ, object: obj, revision: rev}
-	f.valsHint, f.endsHint = max(f.valsHint, len(pre.vals)), max(f.endsHint, len(pre.ends))
+	d := delta[V]{typ: typ, object: obj, revision: rev, indexed: pre.set != nil}
 	if pre.set == nil {
 		f.queueLocked(key, d)
 	} else if l, ok := f.queueLocked(key, d); ok {
-		l.newest().set = pre.set
-		l.vals = append(l.vals[:0], pre.vals...)
-		l.ends = append(l.ends[:0], pre.ends...)
-		l.valsOf = len(l.deltas)
+		lv := l.vals
+		if lv == nil {
+			lv = f.newListVals(len(pre.vals), len(pre.ends))
+			l.vals = lv
+		}
+		if lv.of == 0 {
+			lv.set, lv.mixed = pre.set, false
+		} else if lv.set != pre.set {
+			lv.set, lv.mixed = pre.set, true
+		}
+		lv.vals = append(lv.vals[:0], pre.vals...)
+		lv.ends = append(lv.ends[:0], pre.ends...)
+		lv.of = len(l.deltas)
 	}
 	if rev != "" {
 		f.lastRev = rev
 	}
 	return nil
+}
+
+// newListVals returns values for a list, with room for nv values and ne ends: they are
+// allocated listChunk at a time, in three allocations.
+func (f *deltaFIFO[K, V]) newListVals(nv, ne int) *listVals[V] {
+	if len(f.freeVals) == 0 {
+		chunk := make([]listVals[V], listChunk)
+		vals, ends := make([]string, listChunk*nv), make([]int32, listChunk*ne)
+		for i := range chunk {
+			chunk[i].vals = vals[i*nv : i*nv : (i+1)*nv]
+			chunk[i].ends = ends[i*ne : i*ne : (i+1)*ne]
+			f.freeVals = append(f.freeVals, &chunk[i])
+		}
+	}
+	lv := f.freeVals[len(f.freeVals)-1]
+	f.freeVals = f.freeVals[:len(f.freeVals)-1]
+	return lv
 }
 
 // bookmark records that every change up to rev has been added.
@@ -198,13 +244,8 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 	if !ok {
 		if len(f.free) == 0 {
 			chunk := make([]deltaList[K, V], listChunk)
-			// Room for one delta's index values per list, in two allocations per chunk.
-			nv, ne := f.valsHint, f.endsHint
-			vals, ends := make([]string, listChunk*nv), make([]int32, listChunk*ne)
 			for i := range chunk {
 				chunk[i].deltas = chunk[i].inline[:0]
-				chunk[i].vals = vals[i*nv : i*nv : (i+1)*nv]
-				chunk[i].ends = ends[i*ne : i*ne : (i+1)*ne]
 				f.free = append(f.free, &chunk[i])
 			}
 		}
@@ -384,13 +425,13 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		} else {
 			l.deltas = l.deltas[:0]
 		}
-		clear(l.vals)
-		if cap(l.vals) > 64 {
-			l.vals, l.ends = nil, nil
-		} else {
-			l.vals, l.ends = l.vals[:0], l.ends[:0]
+		if lv := l.vals; lv != nil {
+			clear(lv.vals)
+			lv.vals, lv.ends, lv.of, lv.set = lv.vals[:0], lv.ends[:0], 0, nil
+			if cap(lv.vals) > 64 {
+				l.vals = nil
+			}
 		}
-		l.valsOf = 0
 		var zero K
 		l.key = zero
 		f.free = append(f.free, l)

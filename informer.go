@@ -498,15 +498,7 @@ func (inf *Informer[K, V]) applyList(p *popped[K, V], out []notification[K, V]) 
 // computed with the store's current index functions (so none can fail), and the list has
 // the values of its final state.
 func (inf *Informer[K, V]) coalescible(l *deltaList[K, V]) bool {
-	set := inf.store.set.Load()
-	for j := range l.deltas {
-		d := &l.deltas[j]
-		if d.typ != DeltaDeleted && (d.set != set || d.typ != DeltaAdded && d.typ != DeltaUpdated) {
-			return false
-		}
-	}
-	last := len(l.deltas) - 1
-	return l.deltas[last].typ == DeltaDeleted || l.valsOf == last+1
+	return l.indexedWith(inf.store.set.Load())
 }
 
 // applyFinal is applyList for a coalescible list. The final state is the last delta's:
