@@ -99,6 +99,8 @@
 //	                                                     stopped and restarted, compacted while cut
 //	                                                     off); "make soak" runs thousands of seeds
 //	exact notification sequences                       TestInformer_*, TestReflector_*, TestListener_*
+//	a key's deltas written as one write notify and     TestApply_CoalescedEqualsOneByOne,
+//	  store exactly as one-by-one writes                 TestApply_IndexesAddedWhileQueued
 //	cache level with or ahead of notifications         TestInformer_O2_InitialListThenLiveChanges
 //	typed deletes with the last known state            TestReflector_R4_ExpiredRelistsWithTombstones,
 //	                                                     TestDeltaFIFO_D9_ReplaceTombstones
