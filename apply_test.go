@@ -36,8 +36,8 @@ func TestApply_CoalescedEqualsOneByOne(t *testing.T) {
 				}
 				script = append(script, scriptedDelta{typ: typ, key: k, obj: val, unknown: typ == DeltaDeleted && rng.IntN(3) == 0})
 			}
-			got := fast.applyScript(t, script, true)
-			want := slow.applyScript(t, script, false)
+			got := applyScript(t, fast, script, true)
+			want := applyScript(t, slow, script, false)
 			if !slices.Equal(got, want) {
 				t.Fatalf("seed %d round %d: script %v\ncoalesced: %v\none by one: %v", seed, round, script, got, want)
 			}
@@ -80,37 +80,33 @@ func applyTestInformer(t *testing.T) *Informer[string, string] {
 	return inf
 }
 
-// applyScript queues script (with index values computed as the reflector computes them
-// when precompute is set), pops it as one batch, applies it and returns the notifications.
-func (inf *Informer[K, V]) applyScript(t *testing.T, script []scriptedDelta, precompute bool) []string {
+// applyScript queues script into inf (with index values computed as the reflector
+// computes them when precompute is set), pops it as one batch, applies it and returns the
+// notifications.
+func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedDelta, precompute bool) []string {
 	t.Helper()
-	f := any(inf.fifo).(*deltaFIFO[string, string])
-	set := any(inf.store.set.Load()).(*indexSet[string])
+	f := inf.fifo
 	for _, d := range script {
-		obj := d.obj
-		var pre precomputed[string]
+		// The reflector queues watch events (added, updated, observed deletes) with values.
 		if precompute && (d.typ == DeltaAdded || d.typ == DeltaUpdated || d.typ == DeltaDeleted && !d.unknown) {
-			if vals, ends, ok := set.compute(nil, nil, obj); ok {
-				pre = precomputed[string]{set: set, vals: vals, ends: ends}
+			set := inf.store.set.Load()
+			if vals, ends, oe := set.compute(nil, nil, d.obj); oe == nil {
+				if err := f.addIndexed(d.typ, d.key, d.obj, "", precomputed[string]{set: set, vals: vals, ends: ends}); err != nil {
+					t.Fatal(err)
+				}
+				continue
 			}
 		}
 		f.mu.Lock()
-		if pre.set != nil {
-			f.mu.Unlock()
-			if err := f.addIndexed(d.typ, d.key, obj, "", pre); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		f.queueLocked(d.key, delta[string]{typ: d.typ, object: obj, finalStateUnknown: d.unknown})
+		f.queueLocked(d.key, delta[string]{typ: d.typ, object: d.obj, finalStateUnknown: d.unknown})
 		f.mu.Unlock()
 	}
-	batch, wm, _, err := inf.fifo.popBatch(nil, 1024)
+	batch, wm, _, err := f.popBatch(nil, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
 	notes := inf.apply(batch, wm, nil)
-	inf.fifo.finishBatch(batch)
+	f.finishBatch(batch)
 	var out []string
 	for _, n := range notes {
 		out = append(out, fmt.Sprintf("%d:%v:%v>%v:i%v:u%v:s%v", n.kind, n.key, n.old, n.new, n.initial, n.unknown, n.sync))
@@ -143,9 +139,9 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	f := inf.fifo
 	queue := func(obj string) {
 		set := inf.store.set.Load()
-		vals, ends, ok := set.compute(nil, nil, obj)
-		if !ok {
-			t.Fatalf("compute %q failed", obj)
+		vals, ends, oe := set.compute(nil, nil, obj)
+		if oe != nil {
+			t.Fatalf("compute %q: %v", obj, oe)
 		}
 		if err := f.addIndexed(DeltaUpdated, "a", obj, "", precomputed[string]{set: set, vals: vals, ends: ends}); err != nil {
 			t.Fatal(err)
@@ -165,7 +161,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inf.coalescible(batch[0].list) {
+	if batch[0].list.indexedWith(inf.store.set.Load()) {
 		t.Fatal("a list computed with two index sets counted as coalescible")
 	}
 	notes := inf.apply(batch, wm, nil)

@@ -186,20 +186,14 @@ func (f *deltaFIFO[K, V]) addIndexed(typ DeltaType, key K, obj V, rev string, pr
 	if f.closed {
 		return errFIFOClosed
 	}
-	d := delta[V]{typ: typ, object: obj, revision: rev, indexed: pre.set != nil}
-	if pre.set == nil {
-		f.queueLocked(key, d)
-	} else if l, ok := f.queueLocked(key, d); ok {
+	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, indexed: pre.set != nil})
+	if appended && pre.set != nil {
+		if l.vals == nil {
+			l.vals = f.newListVals(len(pre.vals), len(pre.ends))
+		}
 		lv := l.vals
-		if lv == nil {
-			lv = f.newListVals(len(pre.vals), len(pre.ends))
-			l.vals = lv
-		}
-		if lv.of == 0 {
-			lv.set, lv.mixed = pre.set, false
-		} else if lv.set != pre.set {
-			lv.set, lv.mixed = pre.set, true
-		}
+		lv.mixed = lv.mixed || lv.of != 0 && lv.set != pre.set
+		lv.set = pre.set
 		lv.vals = append(lv.vals[:0], pre.vals...)
 		lv.ends = append(lv.ends[:0], pre.ends...)
 		lv.of = len(l.deltas)
@@ -427,7 +421,7 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		}
 		if lv := l.vals; lv != nil {
 			clear(lv.vals)
-			lv.vals, lv.ends, lv.of, lv.set = lv.vals[:0], lv.ends[:0], 0, nil
+			lv.vals, lv.ends, lv.of, lv.set, lv.mixed = lv.vals[:0], lv.ends[:0], 0, nil, false
 			if cap(lv.vals) > 64 {
 				l.vals = nil
 			}

@@ -63,21 +63,24 @@ func (ix Index[V]) values(dst []string, obj V) (out []string, err error) {
 
 // indexSet is the store's index functions in order, replaced (never changed) when indexes
 // are added: values computed with one set are valid for the store while it is current.
-type indexSet[V any] struct{ fns []Index[V] }
+type indexSet[V any] struct {
+	fns   []Index[V]
+	names []string
+}
 
 // compute appends obj's values in every index to vals, and to ends the end of each index's
-// values, counted from where obj's values start. It reports false if an index function
-// failed (the writer then calls it again, and reports the error).
-func (set *indexSet[V]) compute(vals []string, ends []int32, obj V) ([]string, []int32, bool) {
+// values, counted from where obj's values start. If an index function fails it returns
+// the error, without the object's key.
+func (set *indexSet[V]) compute(vals []string, ends []int32, obj V) ([]string, []int32, *ObjectError) {
 	start := len(vals)
-	for _, fn := range set.fns {
+	for i, fn := range set.fns {
 		var err error
 		if vals, err = fn.values(vals, obj); err != nil {
-			return vals, ends, false
+			return vals, ends, &ObjectError{Op: "index " + set.names[i], Err: err}
 		}
 		ends = append(ends, int32(len(vals)-start))
 	}
-	return vals, ends, true
+	return vals, ends, nil
 }
 
 // Indexers names the indexes of a store.
@@ -267,9 +270,10 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 		added = append(added, si)
 	}
 	s.indexes = append(s.indexes, added...)
-	set := &indexSet[V]{fns: make([]Index[V], len(s.indexes))}
-	for i, ix := range s.indexes {
-		set.fns[i] = ix.fn
+	set := &indexSet[V]{}
+	for _, ix := range s.indexes {
+		set.fns = append(set.fns, ix.fn)
+		set.names = append(set.names, ix.name)
 	}
 	s.set.Store(set)
 	return nil
@@ -366,24 +370,25 @@ type precomputed[V any] struct {
 	ends []int32
 }
 
+// current reports whether pre holds values computed with the store's index functions.
+func (s *store[K, V]) current(pre precomputed[V]) bool {
+	return pre.set != nil && pre.set == s.set.Load()
+}
+
 // upsertLocked stores obj under key and updates every index. If an index function fails
 // for obj nothing changes and the error is returned. pre, when valid, are obj's values.
 func (s *store[K, V]) upsertLocked(key K, obj V, pre precomputed[V]) (old V, existed bool, err error) {
 	vals, bounds := pre.vals, pre.ends
-	if pre.set == nil || pre.set != s.set.Load() {
+	if !s.current(pre) {
 		// Compute every new value first, so that a failure leaves the store untouched.
-		vals = s.scratch[:0]
 		var stack [8]int32
-		bounds = stack[:0]
-		for _, ix := range s.indexes {
-			vals, err = ix.fn.values(vals, obj)
-			if err != nil {
-				s.scratch = vals[:0]
-				return old, false, &ObjectError{Op: "index " + ix.name, Key: key, Err: err}
-			}
-			bounds = append(bounds, int32(len(vals)))
-		}
+		var oe *ObjectError
+		vals, bounds, oe = s.set.Load().compute(s.scratch[:0], stack[:0], obj)
 		s.scratch = vals[:0] // kept for the next call; vals stays valid until then
+		if oe != nil {
+			oe.Key = key
+			return old, false, oe
+		}
 	}
 	e := entry[K, V]{key: key, obj: obj}
 	prev, existed := s.items.ReplaceOrInsert(e)
@@ -490,12 +495,10 @@ func (s *store[K, V]) deleteHinted(key K, hint precomputed[V]) (old V, existed b
 	if !existed {
 		return old, false
 	}
-	if hint.set != s.set.Load() {
-		hint = precomputed[V]{}
-	}
+	useHint := s.current(hint)
 	var start int32
 	for i, ix := range s.indexes {
-		if hint.set != nil {
+		if useHint {
 			vals := hint.vals[start:hint.ends[i]]
 			start = hint.ends[i]
 			if ix.fn.one != nil && len(vals) == 1 && s.removeIndexed(ix, vals[0], key) {

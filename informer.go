@@ -175,7 +175,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		resyncCheck: opts.ResyncPeriod,
 		done:        make(chan struct{}),
 	}
-	inf.proc.batches = make(chan *noteBatch[K, V], keptBatches)
+	inf.proc.batches = newBatchPool[K, V]()
 	inf.stats.ListDuration = NewHistogram(DurationBuckets...)
 	inf.stats.ListItems = NewHistogram(ItemBuckets...)
 	inf.stats.WatchDuration = NewHistogram(WatchDurationBuckets...)
@@ -328,16 +328,14 @@ func (inf *Informer[K, V]) event(ev Event[V]) error {
 	case Deleted:
 		t = DeltaDeleted
 	}
+	// The index values, computed here rather than by the writer, which is the pipeline's
+	// busiest goroutine (for a delete, a hint: see store.deleteHinted). If a function
+	// fails, the writer calls it again and reports the error.
 	var pre precomputed[V]
-	{
-		// The index values, computed here rather than by the writer, which is the
-		// pipeline's busiest goroutine (for a delete, a hint: see store.deleteHinted).
-		set := inf.store.set.Load()
-		var ok bool
-		inf.evVals, inf.evEnds, ok = set.compute(inf.evVals[:0], inf.evEnds[:0], obj)
-		if ok {
-			pre = precomputed[V]{set: set, vals: inf.evVals, ends: inf.evEnds}
-		}
+	set := inf.store.set.Load()
+	var oe *ObjectError
+	if inf.evVals, inf.evEnds, oe = set.compute(inf.evVals[:0], inf.evEnds[:0], obj); oe == nil {
+		pre = precomputed[V]{set: set, vals: inf.evVals, ends: inf.evEnds}
 	}
 	err = inf.fifo.addIndexed(t, k, obj, ev.Revision, pre)
 	clear(inf.evVals)
@@ -385,16 +383,13 @@ func (inf *Informer[K, V]) processLoop() {
 		// The processor's lock covers apply and distribute, so that a handler added
 		// meanwhile sees this batch either in its replay or as notifications, never both.
 		inf.proc.mu.Lock()
-		notes := inf.proc.batch()
+		notes := inf.proc.batches.get()
 		notes.notes = inf.apply(batch, wm, notes.notes)
 		inf.fifo.finishBatch(batch)
 		inf.advance(wm)
 		inf.proc.distributeLocked(notes)
-		small := len(notes.notes) < idleBufferCap
+		inf.proc.batches.low.Store(len(notes.notes) < idleBufferCap)
 		notes.release()
-		if small {
-			inf.proc.trimBatches()
-		}
 		if synced {
 			inf.synced.Store(true)
 			close(inf.syncedCh)
@@ -485,7 +480,7 @@ func coprimeStride(n int) int {
 // only whole batches, so the intermediate states were never visible anyway.
 func (inf *Informer[K, V]) applyList(p *popped[K, V], out []notification[K, V]) {
 	ds := p.list.deltas
-	if len(ds) > 1 && inf.coalescible(p.list) {
+	if len(ds) > 1 && p.list.indexedWith(inf.store.set.Load()) {
 		inf.applyFinal(p, out)
 		return
 	}
@@ -494,52 +489,27 @@ func (inf *Informer[K, V]) applyList(p *popped[K, V], out []notification[K, V]) 
 	}
 }
 
-// coalescible reports whether every delta of l that stores an object had its index values
-// computed with the store's current index functions (so none can fail), and the list has
-// the values of its final state.
-func (inf *Informer[K, V]) coalescible(l *deltaList[K, V]) bool {
-	return l.indexedWith(inf.store.set.Load())
-}
-
-// applyFinal is applyList for a coalescible list. The final state is the last delta's:
-// it is written first, which returns the state before the batch that the notifications
-// start from.
+// applyFinal is applyList for a list whose deltas are all indexed with the current index
+// functions, so that no write can fail. The final state is the last delta's: it is written
+// first, which returns the state before the batch that the notifications start from.
 func (inf *Informer[K, V]) applyFinal(p *popped[K, V], out []notification[K, V]) {
 	s := inf.store
 	last := len(p.list.deltas) - 1
 	var cur V
-	var existed bool
+	var ex bool
 	if d := &p.list.deltas[last]; d.typ == DeltaDeleted {
-		cur, existed = s.deleteHinted(p.key, p.list.precomputed(last))
+		cur, ex = s.deleteHinted(p.key, p.list.precomputed(last))
 	} else {
-		var err error
-		if cur, existed, err = s.upsertLocked(p.key, d.object, p.list.precomputed(last)); err != nil {
-			// Not reached: the values were computed. Should it be, nothing was written.
-			inf.report(err)
-			clear(out)
-			return
-		}
+		cur, ex, _ = s.upsertLocked(p.key, d.object, p.list.precomputed(last)) // values known: no error
 	}
-	ex := existed
 	var zero V
 	for j := range p.list.deltas {
 		d := &p.list.deltas[j]
-		switch {
-		case d.typ == DeltaDeleted && !ex:
-			out[j] = notification[K, V]{}
-		case d.typ == DeltaDeleted:
-			obj := d.object
-			if d.finalStateUnknown {
-				obj = cur
-			}
-			out[j] = notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
+		out[j] = inf.noteFor(p, d, cur, ex)
+		if d.typ == DeltaDeleted {
 			cur, ex = zero, false
-		case !ex:
-			out[j] = notification[K, V]{kind: notifyAdd, key: p.key, new: d.object, initial: p.initial}
+		} else {
 			cur, ex = d.object, true
-		default:
-			out[j] = notification[K, V]{kind: notifyUpdate, key: p.key, old: cur, new: d.object}
-			cur = d.object
 		}
 	}
 }
@@ -550,21 +520,29 @@ func (inf *Informer[K, V]) applyDelta(p *popped[K, V], j int) notification[K, V]
 	s := inf.store
 	if d.typ == DeltaDeleted {
 		old, existed := s.deleteHinted(p.key, p.list.precomputed(j))
-		if !existed {
-			return notification[K, V]{} // never seen, or its delete was already delivered
-		}
-		obj := d.object
-		if d.finalStateUnknown {
-			obj = old
-		}
-		return notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
+		return inf.noteFor(p, d, old, existed)
 	}
 	old, existed, err := s.upsertLocked(p.key, d.object, p.list.precomputed(j))
 	if err != nil {
 		inf.report(err)
 		return notification[K, V]{}
 	}
-	if !existed {
+	return inf.noteFor(p, d, old, existed)
+}
+
+// noteFor returns the notification of d, a delta of p, when the key's state before d was
+// old (existed false: absent). Kind 0: nothing to tell.
+func (inf *Informer[K, V]) noteFor(p *popped[K, V], d *delta[V], old V, existed bool) notification[K, V] {
+	switch {
+	case d.typ == DeltaDeleted && !existed:
+		return notification[K, V]{} // never seen, or its delete was already delivered
+	case d.typ == DeltaDeleted:
+		obj := d.object
+		if d.finalStateUnknown {
+			obj = old
+		}
+		return notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
+	case !existed:
 		return notification[K, V]{kind: notifyAdd, key: p.key, new: d.object, initial: p.initial}
 	}
 	sync := d.typ == DeltaSync

@@ -188,8 +188,7 @@ type listener[K comparable, V any] struct {
 
 	overflow map[K]*coalesced[K, V]
 	order    []overflowSlot[K]
-	stopped  bool
-	halted   atomic.Bool // stopped, for the delivery loop to read without the lock
+	stopped  atomic.Bool // set under mu; the delivery loop reads it without
 	wake     chan struct{}
 	done     chan struct{}
 
@@ -209,20 +208,42 @@ type listener[K comparable, V any] struct {
 
 // noteBatch holds the notifications of one applied batch. It is shared, not copied: every
 // listener it is queued to holds a reference per segment, and the last release clears it
-// and returns it to its pool. A batch made for one listener (a replay, an overflow drain, a
-// resync filtered for a listener not due for one) has no pool.
+// and returns it to its pool. A batch made for one listener (a replay, an overflow drain)
+// or for the listeners not due for a resync has no pool, and release does nothing.
 type noteBatch[K comparable, V any] struct {
 	notes []notification[K, V]
 	refs  atomic.Int32
-	pool  chan *noteBatch[K, V]
+	pool  *batchPool[K, V]
 }
 
-// maxPooledNotes is the capacity above which a batch's buffer is not kept for reuse, and
-// keptBatches the number of free batches kept: enough for handlers a few batches behind.
+// batchPool keeps free batches for reuse: up to keptBatches, of at most maxPooledNotes
+// notifications, and only small ones (idleBufferCap) while traffic is low, so that an
+// informer whose traffic fell lets a burst's buffers go.
+type batchPool[K comparable, V any] struct {
+	free chan *noteBatch[K, V]
+	low  atomic.Bool // the last batch was small
+}
+
 const (
 	maxPooledNotes = 8192
 	keptBatches    = 8
 )
+
+func newBatchPool[K comparable, V any]() *batchPool[K, V] {
+	return &batchPool[K, V]{free: make(chan *noteBatch[K, V], keptBatches)}
+}
+
+// get returns an empty batch holding one reference, the caller's.
+func (p *batchPool[K, V]) get() *noteBatch[K, V] {
+	var b *noteBatch[K, V]
+	select {
+	case b = <-p.free:
+	default:
+		b = &noteBatch[K, V]{pool: p}
+	}
+	b.refs.Store(1)
+	return b
+}
 
 func newNoteBatch[K comparable, V any](notes []notification[K, V]) *noteBatch[K, V] {
 	b := &noteBatch[K, V]{notes: notes}
@@ -231,16 +252,17 @@ func newNoteBatch[K comparable, V any](notes []notification[K, V]) *noteBatch[K,
 }
 
 func (b *noteBatch[K, V]) release() {
-	if b.refs.Add(-1) != 0 || b.pool == nil {
+	if b.pool == nil || b.refs.Add(-1) != 0 {
 		return
 	}
 	clear(b.notes)
 	b.notes = b.notes[:0]
-	if cap(b.notes) <= maxPooledNotes {
-		select {
-		case b.pool <- b:
-		default: // enough kept
-		}
+	if c := cap(b.notes); c > maxPooledNotes || c > idleBufferCap && b.pool.low.Load() {
+		return
+	}
+	select {
+	case b.pool.free <- b:
+	default: // enough kept
 	}
 }
 
@@ -324,7 +346,7 @@ func (l *listener[K, V]) add(b *noteBatch[K, V], force bool) {
 	}
 	lo := 0
 	l.mu.Lock()
-	for lo < len(ns) && !l.stopped {
+	for lo < len(ns) && !l.stopped.Load() {
 		switch {
 		case len(l.order) > 0:
 			l.coalesceLocked(ns[lo])
@@ -414,7 +436,7 @@ func (l *listener[K, V]) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
-		for len(l.pending) == 0 && len(l.order) == 0 && !l.stopped {
+		for len(l.pending) == 0 && len(l.order) == 0 && !l.stopped.Load() {
 			if cap(l.spare) > idleBufferCap {
 				l.spare = nil // idle: do not hold a burst's buffer
 			}
@@ -428,7 +450,7 @@ func (l *listener[K, V]) run() {
 			<-l.wake
 			l.mu.Lock()
 		}
-		if l.stopped {
+		if l.stopped.Load() {
 			l.mu.Unlock()
 			return // PL-7: what is still queued is dropped
 		}
@@ -455,7 +477,7 @@ func (l *listener[K, V]) run() {
 
 		for i := range segs {
 			sg := &segs[i]
-			for j := sg.lo; j < sg.hi && !l.halted.Load(); j++ {
+			for j := sg.lo; j < sg.hi && !l.stopped.Load(); j++ {
 				n := &sg.b.notes[j]
 				if l.latency != nil && n.kind != notifySynced {
 					l.latency.ObserveDuration(l.clk.Now().Sub(sg.at))
@@ -463,9 +485,7 @@ func (l *listener[K, V]) run() {
 				l.deliver(n)
 				l.inFlight.Add(-1)
 			}
-			if sg.b != drained {
-				sg.b.release()
-			}
+			sg.b.release() // a no-op for drained, which has no pool
 		}
 		clear(segs)
 		if drained != nil {
@@ -533,8 +553,7 @@ func (l *listener[K, V]) deliver(n *notification[K, V]) {
 // stop ends the listener; wait for done to know the goroutine returned.
 func (l *listener[K, V]) stop() {
 	l.mu.Lock()
-	l.stopped = true
-	l.halted.Store(true)
+	l.stopped.Store(true)
 	l.space.Broadcast()
 	l.mu.Unlock()
 	l.signal()
@@ -560,45 +579,8 @@ type processor[K comparable, V any] struct {
 	listeners []*listener[K, V]
 	started   bool
 	wg        sync.WaitGroup
-	batches   chan *noteBatch[K, V] // free batches, kept for reuse
+	batches   *batchPool[K, V]
 	seq       int
-}
-
-// trimBatches drops the free batches larger than an idle handler's buffer: called after
-// a small batch, so that an informer whose traffic fell does not keep a burst's buffers.
-func (p *processor[K, V]) trimBatches() {
-	var keep [keptBatches]*noteBatch[K, V]
-	n := 0
-	for n < len(keep) {
-		select {
-		case b := <-p.batches:
-			if cap(b.notes) <= idleBufferCap {
-				keep[n] = b
-				n++
-			}
-			continue
-		default:
-		}
-		break
-	}
-	for _, b := range keep[:n] {
-		select {
-		case p.batches <- b:
-		default: // filled meanwhile by listeners releasing batches
-		}
-	}
-}
-
-// batch returns an empty pooled batch holding one reference, the caller's.
-func (p *processor[K, V]) batch() *noteBatch[K, V] {
-	var b *noteBatch[K, V]
-	select {
-	case b = <-p.batches:
-	default:
-		b = &noteBatch[K, V]{pool: p.batches}
-	}
-	b.refs.Store(1)
-	return b
 }
 
 // distributeLocked queues a batch of notifications to every listener, which share it;
@@ -612,18 +594,21 @@ func (p *processor[K, V]) distributeLocked(b *noteBatch[K, V]) {
 			break
 		}
 	}
+	var filtered *noteBatch[K, V] // made once, shared by the listeners not due
 	for _, l := range p.listeners {
 		if !hasSync || l.syncing {
 			l.add(b, false)
 			continue
 		}
-		var filtered []notification[K, V]
-		for i := range b.notes {
-			if !b.notes[i].sync {
-				filtered = append(filtered, b.notes[i])
+		if filtered == nil {
+			filtered = newNoteBatch[K, V](nil)
+			for i := range b.notes {
+				if !b.notes[i].sync {
+					filtered.notes = append(filtered.notes, b.notes[i])
+				}
 			}
 		}
-		l.add(newNoteBatch(filtered), false)
+		l.add(filtered, false)
 	}
 }
 

@@ -196,39 +196,35 @@ func waitFor(t *testing.T, cond func() bool) {
 
 var _ = strings.Join
 
-// Shared batches: the last release returns a batch to the pool, cleared; trimBatches
-// (called after a small batch) lets a burst's large buffers go and keeps small ones.
+// Shared batches: the last release returns a batch to the pool, cleared; after a small
+// batch (low traffic) a burst's large buffer is let go at its release and a small one kept.
 func TestProcessor_BatchPool(t *testing.T) {
-	p := &processor[string, string]{batches: make(chan *noteBatch[string, string], keptBatches)}
-	big := p.batch()
+	p := newBatchPool[string, string]()
+	big := p.get()
 	big.notes = append(big.notes, make([]notification[string, string], 2*idleBufferCap)...)
 	big.notes[0] = add("k", "v")
 	big.refs.Add(1) // a listener's segment
 	big.release()   // the writer's reference
-	if len(p.batches) != 0 {
+	if len(p.free) != 0 {
 		t.Fatal("batch pooled while a listener still holds it")
 	}
 	big.release() // the listener's
-	if len(p.batches) != 1 {
-		t.Fatalf("pooled %d batches after the last release, want 1", len(p.batches))
+	if len(p.free) != 1 {
+		t.Fatalf("pooled %d batches after the last release, want 1", len(p.free))
 	}
-	small := p.batch()
-	if small != big || len(small.notes) != 0 || small.notes[:1][0].key != "" {
+	again := p.get()
+	if again != big || len(again.notes) != 0 || again.notes[:1][0].key != "" {
 		t.Fatal("pooled batch not reused empty and cleared")
 	}
-	small.release()
-	tiny := &noteBatch[string, string]{pool: p.batches}
-	tiny.refs.Store(1)
+	tiny := p.get()
 	tiny.notes = make([]notification[string, string], 0, 8)
+	p.low.Store(true) // the writer's last batch was small
+	again.release()
 	tiny.release()
-	if len(p.batches) != 2 {
-		t.Fatalf("pool holds %d, want 2", len(p.batches))
+	if len(p.free) != 1 {
+		t.Fatalf("pool holds %d after a small batch, want 1", len(p.free))
 	}
-	p.trimBatches()
-	if len(p.batches) != 1 {
-		t.Fatalf("pool holds %d after trim, want 1", len(p.batches))
-	}
-	if b := <-p.batches; b != tiny {
-		t.Fatal("trim kept the large batch")
+	if b := <-p.free; b != tiny {
+		t.Fatal("the large batch was kept after a small batch")
 	}
 }
