@@ -28,13 +28,13 @@ func TestApply_CoalescedEqualsOneByOne(t *testing.T) {
 				if rng.IntN(10) == 0 {
 					val = k + "=bad" // the "val" index fails for it
 				}
-				typ := []DeltaType{DeltaAdded, DeltaUpdated, DeltaUpdated, DeltaDeleted, DeltaReplaced, DeltaSync}[rng.IntN(6)]
-				if typ == DeltaReplaced || typ == DeltaSync {
+				typ := []deltaType{deltaAdded, deltaUpdated, deltaUpdated, deltaDeleted, deltaReplaced, deltaSync}[rng.IntN(6)]
+				if typ == deltaReplaced || typ == deltaSync {
 					if rng.IntN(3) != 0 {
-						typ = DeltaUpdated // mostly coalescible lists
+						typ = deltaUpdated // mostly coalescible lists
 					}
 				}
-				script = append(script, scriptedDelta{typ: typ, key: k, obj: val, unknown: typ == DeltaDeleted && rng.IntN(3) == 0})
+				script = append(script, scriptedDelta{typ: typ, key: k, obj: val, unknown: typ == deltaDeleted && rng.IntN(3) == 0})
 			}
 			got := applyScript(t, fast, script, true)
 			want := applyScript(t, slow, script, false)
@@ -49,7 +49,7 @@ func TestApply_CoalescedEqualsOneByOne(t *testing.T) {
 }
 
 type scriptedDelta struct {
-	typ     DeltaType
+	typ     deltaType
 	key     string
 	obj     string
 	unknown bool
@@ -88,10 +88,10 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 	f := inf.fifo
 	for _, d := range script {
 		// The reflector queues watch events (added, updated, observed deletes) with values.
-		if precompute && (d.typ == DeltaAdded || d.typ == DeltaUpdated || d.typ == DeltaDeleted && !d.unknown) {
-			set := inf.store.set.Load()
-			if vals, ends, oe := set.compute(nil, nil, d.obj); oe == nil {
-				if err := f.addIndexed(d.typ, d.key, d.obj, "", precomputed[string]{set: set, vals: vals, ends: ends}); err != nil {
+		if precompute && (d.typ == deltaAdded || d.typ == deltaUpdated || d.typ == deltaDeleted && !d.unknown) {
+			var h indexHint[string]
+			if inf.store.prepare(&h, d.obj) {
+				if err := f.addPrepared(d.typ, d.key, d.obj, "", &h); err != nil {
 					t.Fatal(err)
 				}
 				continue
@@ -101,11 +101,11 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 		f.queueLocked(d.key, delta[string]{typ: d.typ, object: d.obj, finalStateUnknown: d.unknown})
 		f.mu.Unlock()
 	}
-	batch, wm, _, err := f.popBatch(nil, 1024)
+	batch, _, _, err := f.popBatch(nil, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	notes := inf.apply(batch, wm, nil)
+	notes, _, _ := inf.store.applyBatch(&inf.writer, batch, "", nil)
 	f.finishBatch(batch)
 	var out []string
 	for _, n := range notes {
@@ -138,12 +138,11 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	inf := applyTestInformer(t)
 	f := inf.fifo
 	queue := func(obj string) {
-		set := inf.store.set.Load()
-		vals, ends, oe := set.compute(nil, nil, obj)
-		if oe != nil {
-			t.Fatalf("compute %q: %v", obj, oe)
+		var h indexHint[string]
+		if !inf.store.prepare(&h, obj) {
+			t.Fatalf("prepare %q failed", obj)
 		}
-		if err := f.addIndexed(DeltaUpdated, "a", obj, "", precomputed[string]{set: set, vals: vals, ends: ends}); err != nil {
+		if err := f.addPrepared(deltaUpdated, "a", obj, "", &h); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,14 +156,14 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue("a=y")
-	batch, wm, _, err := f.popBatch(nil, 1024)
+	batch, _, _, err := f.popBatch(nil, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if batch[0].list.indexedWith(inf.store.set.Load()) {
-		t.Fatal("a list computed with two index sets counted as coalescible")
+	if inf.store.allPrepared(batch[0].list) {
+		t.Fatal("a list prepared with two index sets counted as coalescible")
 	}
-	notes := inf.apply(batch, wm, nil)
+	notes, _, _ := inf.store.applyBatch(&inf.writer, batch, "", nil)
 	f.finishBatch(batch)
 	if len(notes) != 1 || notes[0].kind != notifyAdd || notes[0].new != "a=y" {
 		t.Fatalf("notifications %+v, want only the add of a=y", notes)

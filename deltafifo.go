@@ -5,91 +5,61 @@ import (
 	"sync"
 )
 
-// DeltaType is the kind of one change queued for a key (D-1).
-type DeltaType uint8
+// deltaType is the kind of one change queued for a key.
+type deltaType uint8
 
 // The kinds of deltas.
 const (
-	DeltaAdded DeltaType = iota + 1
-	DeltaUpdated
-	DeltaDeleted
-	// DeltaReplaced is queued for every object of a list (D-9a).
-	DeltaReplaced
-	// DeltaSync is queued by a resync, with the object from the cache (D-15).
-	DeltaSync
+	deltaAdded deltaType = iota + 1
+	deltaUpdated
+	deltaDeleted
+	// deltaReplaced is queued for every object of a list.
+	deltaReplaced
+	// deltaSync is queued by a resync, with the object from the cache.
+	deltaSync
 )
 
 // String returns the name of the delta type.
-func (t DeltaType) String() string {
+func (t deltaType) String() string {
 	switch t {
-	case DeltaAdded:
+	case deltaAdded:
 		return "Added"
-	case DeltaUpdated:
+	case deltaUpdated:
 		return "Updated"
-	case DeltaDeleted:
+	case deltaDeleted:
 		return "Deleted"
-	case DeltaReplaced:
+	case deltaReplaced:
 		return "Replaced"
-	case DeltaSync:
+	case deltaSync:
 		return "Sync"
 	}
-	return "DeltaType(?)"
+	return "deltaType(?)"
 }
 
-// delta is one change of one key (D-2). A tombstone is a Deleted delta whose
-// finalStateUnknown is set: the object vanished without an observed delete (D-10), and
-// object is its last known state.
+// delta is one change of one key. A tombstone is a Deleted delta whose finalStateUnknown
+// is set: the object vanished without an observed delete, and object is its last known
+// state.
 type delta[V any] struct {
-	typ               DeltaType
+	typ               deltaType
 	finalStateUnknown bool
-	object            V
-	revision          string
-	// indexed: the object's index values were computed as it was queued (none failed).
-	// The list keeps the values of its newest such delta.
-	indexed bool
+	// initial: an object of the informer's first list. Only such a delta makes an add
+	// that handlers are told is part of the initial state.
+	initial  bool
+	object   V
+	revision string
+	// prepared: the store prepared the object as it was queued (see addPrepared). The
+	// list keeps the hint of its newest prepared delta.
+	prepared bool
 }
 
-// deltaList holds the pending deltas of one key, oldest first (D-3). Lists are allocated
-// in chunks, keep their first delta inline and are recycled after their batch is applied,
-// so a steady stream of events allocates nothing here.
+// deltaList holds the pending deltas of one key, oldest first. Lists are allocated in
+// chunks, keep their first delta inline and are recycled after their batch is applied, so
+// a steady stream of events allocates nothing here.
 type deltaList[K comparable, V any] struct {
 	key    K // while queued
 	deltas []delta[V]
 	inline [1]delta[V]
-	vals   *listVals[V] // once the list has had an indexed delta
-}
-
-// listVals are the index values of a list's newest indexed delta (see indexSet.compute).
-// Lists are recycled with theirs.
-type listVals[V any] struct {
-	set   *indexSet[V] // the functions of the list's indexed deltas
-	mixed bool         // some were computed with other functions (indexes were added)
-	of    int          // the values are of deltas[of-1]; 0: of none
-	vals  []string
-	ends  []int32
-}
-
-// precomputed returns the index values queued with deltas[i], if the list has them.
-func (l *deltaList[K, V]) precomputed(i int) precomputed[V] {
-	if l.vals == nil || l.vals.of != i+1 || !l.deltas[i].indexed {
-		return precomputed[V]{}
-	}
-	return precomputed[V]{set: l.vals.set, vals: l.vals.vals, ends: l.vals.ends}
-}
-
-// indexedWith reports whether every delta of l that stores an object is indexed, all with
-// set, and l has the values of its last delta unless that is a delete.
-func (l *deltaList[K, V]) indexedWith(set *indexSet[V]) bool {
-	if l.vals == nil || l.vals.mixed || l.vals.set != set {
-		return false
-	}
-	for j := range l.deltas {
-		if d := &l.deltas[j]; d.typ != DeltaDeleted && !d.indexed {
-			return false
-		}
-	}
-	last := len(l.deltas) - 1
-	return l.deltas[last].typ == DeltaDeleted || l.vals.of == last+1
+	hint   *queuedHint[V] // once the list has had a prepared delta; opaque to the queue
 }
 
 // listChunk is how many delta lists are allocated at once.
@@ -97,7 +67,7 @@ const listChunk = 128
 
 func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
 
-// knownObjects is the cache as the DeltaFIFO sees it: Replace and Resync consult it (O-5).
+// knownObjects is the cache as the delta queue sees it: replace and resync consult it.
 // Its methods are called with no batch in flight, so the cache agrees with what was popped.
 type knownObjects[K comparable, V any] interface {
 	eachKnown(fn func(key K, obj V))
@@ -105,9 +75,8 @@ type knownObjects[K comparable, V any] interface {
 
 // popped is one key taken from the queue by popBatch with its deltas.
 type popped[K comparable, V any] struct {
-	key     K
-	list    *deltaList[K, V]
-	initial bool // part of the initial population (D-17)
+	key  K
+	list *deltaList[K, V]
 }
 
 // watermark says which revisions a popped batch covers: after it is applied, every change
@@ -161,7 +130,7 @@ type deltaFIFO[K comparable, V any] struct {
 	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool               // drop free at the next finishBatch
 
-	freeVals []*listVals[V] // for lists that do not have theirs yet
+	hints hintChunks[V] // for lists that do not have theirs yet
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -170,14 +139,14 @@ func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int)
 	return f
 }
 
-// add queues one watch change (D-6, D-8). It blocks while the queue is full and returns
+// add queues one watch change. It blocks while the queue is full and returns
 // errFIFOClosed once closed.
-func (f *deltaFIFO[K, V]) add(typ DeltaType, key K, obj V, rev string) error {
-	return f.addIndexed(typ, key, obj, rev, precomputed[V]{})
+func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
+	return f.addPrepared(typ, key, obj, rev, nil)
 }
 
-// addIndexed is add with obj's index values, queued with it if pre has them.
-func (f *deltaFIFO[K, V]) addIndexed(typ DeltaType, key K, obj V, rev string, pre precomputed[V]) error {
+// addPrepared is add with what the store prepared for obj (nil: nothing), queued with it.
+func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, hint *indexHint[V]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
@@ -186,39 +155,17 @@ func (f *deltaFIFO[K, V]) addIndexed(typ DeltaType, key K, obj V, rev string, pr
 	if f.closed {
 		return errFIFOClosed
 	}
-	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, indexed: pre.set != nil})
-	if appended && pre.set != nil {
-		if l.vals == nil {
-			l.vals = f.newListVals(len(pre.vals), len(pre.ends))
+	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, prepared: hint != nil})
+	if appended && hint != nil {
+		if l.hint == nil {
+			l.hint = f.hints.get(hint)
 		}
-		lv := l.vals
-		lv.mixed = lv.mixed || lv.of != 0 && lv.set != pre.set
-		lv.set = pre.set
-		lv.vals = append(lv.vals[:0], pre.vals...)
-		lv.ends = append(lv.ends[:0], pre.ends...)
-		lv.of = len(l.deltas)
+		l.hint.record(hint, len(l.deltas)-1)
 	}
 	if rev != "" {
 		f.lastRev = rev
 	}
 	return nil
-}
-
-// newListVals returns values for a list, with room for nv values and ne ends: they are
-// allocated listChunk at a time, in three allocations.
-func (f *deltaFIFO[K, V]) newListVals(nv, ne int) *listVals[V] {
-	if len(f.freeVals) == 0 {
-		chunk := make([]listVals[V], listChunk)
-		vals, ends := make([]string, listChunk*nv), make([]int32, listChunk*ne)
-		for i := range chunk {
-			chunk[i].vals = vals[i*nv : i*nv : (i+1)*nv]
-			chunk[i].ends = ends[i*ne : i*ne : (i+1)*ne]
-			f.freeVals = append(f.freeVals, &chunk[i])
-		}
-	}
-	lv := f.freeVals[len(f.freeVals)-1]
-	f.freeVals = f.freeVals[:len(f.freeVals)-1]
-	return lv
 }
 
 // bookmark records that every change up to rev has been added.
@@ -250,7 +197,7 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 		f.queue = append(f.queue, l)
 		f.cond.Broadcast()
 	}
-	if n := len(l.deltas); n > 0 && d.typ == DeltaDeleted && l.deltas[n-1].typ == DeltaDeleted {
+	if n := len(l.deltas); n > 0 && d.typ == deltaDeleted && l.deltas[n-1].typ == deltaDeleted {
 		// D-7: of two deletes in a row keep the real one; of two tombstones, the newer.
 		if l.deltas[n-1].finalStateUnknown {
 			l.deltas[n-1] = d
@@ -276,9 +223,10 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		return errFIFOClosed
 	}
 	listed := make(map[K]struct{}, len(keys))
+	initial := !f.populated
 	for i, k := range keys {
 		listed[k] = struct{}{}
-		f.queueLocked(k, delta[V]{typ: DeltaReplaced, object: objs[i], revision: rev})
+		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial})
 	}
 	// Keys only queued (D-9c and the §17 fix of D-9d).
 	for _, l := range f.queue[f.head:] {
@@ -286,10 +234,10 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		if _, ok := listed[k]; ok {
 			continue
 		}
-		if nw := l.newest(); nw.typ == DeltaDeleted {
+		if nw := l.newest(); nw.typ == deltaDeleted {
 			continue // already going away
 		}
-		f.queueLocked(k, delta[V]{typ: DeltaDeleted, finalStateUnknown: true, object: l.newest().object, revision: rev})
+		f.queueLocked(k, delta[V]{typ: deltaDeleted, finalStateUnknown: true, object: l.newest().object, revision: rev})
 	}
 	// Keys in the cache (D-9d).
 	if f.known != nil {
@@ -300,7 +248,7 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 			if _, queued := f.items[k]; queued {
 				return // handled above
 			}
-			f.queueLocked(k, delta[V]{typ: DeltaDeleted, finalStateUnknown: true, object: obj, revision: rev})
+			f.queueLocked(k, delta[V]{typ: deltaDeleted, finalStateUnknown: true, object: obj, revision: rev})
 		})
 	}
 	f.lastRev = rev
@@ -333,7 +281,7 @@ func (f *deltaFIFO[K, V]) resync() error {
 		if _, queued := f.items[k]; queued {
 			return
 		}
-		f.queueLocked(k, delta[V]{typ: DeltaSync, object: obj})
+		f.queueLocked(k, delta[V]{typ: deltaSync, object: obj})
 	})
 	return nil
 }
@@ -356,7 +304,7 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 		k := l.key
 		delete(f.items, k)
 		f.pending -= len(l.deltas)
-		buf = append(buf, popped[K, V]{key: k, list: l, initial: f.initialCount > 0})
+		buf = append(buf, popped[K, V]{key: k, list: l})
 		if f.initialCount > 0 {
 			f.initialCount--
 		}
@@ -419,12 +367,8 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		} else {
 			l.deltas = l.deltas[:0]
 		}
-		if lv := l.vals; lv != nil {
-			clear(lv.vals)
-			lv.vals, lv.ends, lv.of, lv.set, lv.mixed = lv.vals[:0], lv.ends[:0], 0, nil, false
-			if cap(lv.vals) > 64 {
-				l.vals = nil
-			}
+		if l.hint != nil && !l.hint.reset() {
+			l.hint = nil
 		}
 		var zero K
 		l.key = zero

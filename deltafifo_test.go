@@ -51,9 +51,9 @@ func equal(t *testing.T, got, want []string) {
 // D-6: a key already queued keeps its place; its later deltas come with the earlier ones.
 func TestDeltaFIFO_D6_KeyKeepsPlace(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, 0)
-	f.add(DeltaAdded, "a", "a1", "1")
-	f.add(DeltaAdded, "b", "b1", "2")
-	f.add(DeltaUpdated, "a", "a2", "3")
+	f.add(deltaAdded, "a", "a1", "1")
+	f.add(deltaAdded, "b", "b1", "2")
+	f.add(deltaUpdated, "a", "a2", "3")
 	got, wm, _ := popAll(t, f)
 	equal(t, got, []string{"a:Added(a1),Updated(a2)", "b:Added(b1)"})
 	if wm != (watermark{rev: "3", inclusive: true}) {
@@ -69,26 +69,26 @@ func TestDeltaFIFO_D7_Dedup(t *testing.T) {
 		want string
 	}{
 		{"real,real keeps older", func(f *deltaFIFO[string, string]) {
-			f.add(DeltaDeleted, "k", "d1", "1")
-			f.add(DeltaDeleted, "k", "d2", "2")
+			f.add(deltaDeleted, "k", "d1", "1")
+			f.add(deltaDeleted, "k", "d2", "2")
 		}, "k:Deleted(d1)"},
 		{"real,tombstone keeps real", func(f *deltaFIFO[string, string]) {
-			f.add(DeltaDeleted, "k", "d1", "1")
+			f.add(deltaDeleted, "k", "d1", "1")
 			f.mu.Lock()
-			f.queueLocked("k", delta[string]{typ: DeltaDeleted, finalStateUnknown: true, object: "t"})
+			f.queueLocked("k", delta[string]{typ: deltaDeleted, finalStateUnknown: true, object: "t"})
 			f.mu.Unlock()
 		}, "k:Deleted(d1)"},
 		{"tombstone,real keeps real", func(f *deltaFIFO[string, string]) {
 			f.mu.Lock()
-			f.queueLocked("k", delta[string]{typ: DeltaDeleted, finalStateUnknown: true, object: "t"})
+			f.queueLocked("k", delta[string]{typ: deltaDeleted, finalStateUnknown: true, object: "t"})
 			f.mu.Unlock()
-			f.add(DeltaDeleted, "k", "d2", "2")
+			f.add(deltaDeleted, "k", "d2", "2")
 		}, "k:Deleted(d2)"},
 		{"no other merging", func(f *deltaFIFO[string, string]) {
-			f.add(DeltaAdded, "k", "a", "1")
-			f.add(DeltaUpdated, "k", "b", "2")
-			f.add(DeltaUpdated, "k", "b", "3")
-			f.add(DeltaDeleted, "k", "b", "4")
+			f.add(deltaAdded, "k", "a", "1")
+			f.add(deltaUpdated, "k", "b", "2")
+			f.add(deltaUpdated, "k", "b", "3")
+			f.add(deltaDeleted, "k", "b", "4")
 		}, "k:Added(a),Updated(b),Updated(b),Deleted(b)"},
 	}
 	for _, c := range cases {
@@ -106,9 +106,9 @@ func TestDeltaFIFO_D7_Dedup(t *testing.T) {
 func TestDeltaFIFO_D9_ReplaceTombstones(t *testing.T) {
 	known := fakeKnown{"a": "a-cached", "gone": "gone-cached"}
 	f := newDeltaFIFO[string, string](known, 0)
-	f.add(DeltaAdded, "queued-only", "q1", "5")
-	f.add(DeltaAdded, "deleted-queued", "x", "6")
-	f.add(DeltaDeleted, "deleted-queued", "x", "7")
+	f.add(deltaAdded, "queued-only", "q1", "5")
+	f.add(deltaAdded, "deleted-queued", "x", "6")
+	f.add(deltaDeleted, "deleted-queued", "x", "7")
 	if err := f.replace([]string{"a", "new"}, []string{"a2", "n"}, "9"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,27 +132,30 @@ func TestDeltaFIFO_D9_ReplaceTombstones(t *testing.T) {
 // before it do not count; an empty first list syncs at once.
 func TestDeltaFIFO_HS2_SyncedAfterInitialPopulation(t *testing.T) {
 	f := newDeltaFIFO[string, string](fakeKnown{}, 0)
-	f.add(DeltaAdded, "early", "e", "1")
+	f.add(deltaAdded, "early", "e", "1")
 	if f.hasSynced() {
 		t.Fatal("D-14: an add before the first list must not mark the queue synced")
 	}
 	f.replace([]string{"a", "b", "c"}, []string{"a", "b", "c"}, "2")
 	batch, _, synced, _ := f.popBatch(nil, 2) // early, a
+	if ds := batch[0].list.deltas; len(ds) != 2 || ds[0].initial || ds[1].initial {
+		t.Fatalf("early key, not in the first list: an add and a tombstone, neither initial: %+v", ds)
+	}
+	if !batch[1].list.deltas[0].initial {
+		t.Fatal("the objects of the first list are marked initial")
+	}
 	f.finishBatch(batch)
 	if synced || f.hasSynced() {
 		t.Fatal("synced before the whole initial population was popped")
 	}
-	if !batch[0].initial || !batch[1].initial {
-		t.Fatal("D-17: keys of the initial population are marked initial")
-	}
-	f.add(DeltaAdded, "late", "l", "3")
+	f.add(deltaAdded, "late", "l", "3")
 	batch, _, synced, _ = f.popBatch(nil, 2) // b, c
 	f.finishBatch(batch)
 	if !synced || !f.hasSynced() {
 		t.Fatal("not synced after the initial population was popped")
 	}
 	batch, _, _, _ = f.popBatch(nil, 10)
-	if batch[0].key != "late" || batch[0].initial {
+	if batch[0].key != "late" || batch[0].list.deltas[0].initial {
 		t.Fatalf("late key: %+v", batch[0])
 	}
 	f.finishBatch(batch)
@@ -169,7 +172,7 @@ func TestDeltaFIFO_HS2_SyncedAfterInitialPopulation(t *testing.T) {
 func TestDeltaFIFO_D15_ResyncSkipsPending(t *testing.T) {
 	known := fakeKnown{"a": "a-cached", "b": "b-cached"}
 	f := newDeltaFIFO[string, string](known, 0)
-	f.add(DeltaUpdated, "a", "a-new", "4")
+	f.add(deltaUpdated, "a", "a-new", "4")
 	f.resync()
 	got, _, _ := popAll(t, f)
 	equal(t, got, []string{"a:Updated(a-new)", "b:Sync(b-cached)"})
@@ -181,7 +184,7 @@ func TestDeltaFIFO_D19_ReplaceWaitsForBatchInFlight(t *testing.T) {
 	known := fakeKnown{}
 	var mu sync.Mutex
 	f := newDeltaFIFO[string, string](lockedKnown{known, &mu}, 0)
-	f.add(DeltaAdded, "a", "a1", "1")
+	f.add(deltaAdded, "a", "a1", "1")
 	batch, _, _, _ := f.popBatch(nil, 10)
 	done := make(chan struct{})
 	go func() {
@@ -216,9 +219,9 @@ func (l lockedKnown) eachKnown(fn func(string, string)) {
 // The watermark of a partial pop is the oldest revision still queued, exclusive.
 func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, 0)
-	f.add(DeltaAdded, "a", "a", "1")
-	f.add(DeltaAdded, "b", "b", "2")
-	f.add(DeltaUpdated, "a", "a", "3")
+	f.add(deltaAdded, "a", "a", "1")
+	f.add(deltaAdded, "b", "b", "2")
+	f.add(deltaUpdated, "a", "a", "3")
 	batch, wm, _, _ := f.popBatch(nil, 1)
 	if batch[0].key != "a" || wm != (watermark{rev: "2"}) {
 		t.Fatalf("batch %v wm %+v, want a and everything before 2", batch[0].key, wm)
@@ -234,10 +237,10 @@ func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
 // Backpressure: add blocks while MaxPending deltas are queued; close releases it (D-16).
 func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, 2)
-	f.add(DeltaAdded, "a", "a", "1")
-	f.add(DeltaAdded, "b", "b", "2")
+	f.add(deltaAdded, "a", "a", "1")
+	f.add(deltaAdded, "b", "b", "2")
 	added := make(chan error)
-	go func() { added <- f.add(DeltaAdded, "c", "c", "3") }()
+	go func() { added <- f.add(deltaAdded, "c", "c", "3") }()
 	select {
 	case <-added:
 		t.Fatal("add did not wait for room")
@@ -248,7 +251,7 @@ func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.finishBatch(batch)
-	go func() { added <- f.add(DeltaAdded, "d", "d", "4") }()
+	go func() { added <- f.add(deltaAdded, "d", "d", "4") }()
 	f.close()
 	if err := <-added; !errors.Is(err, errFIFOClosed) {
 		t.Fatalf("add after close: %v", err)

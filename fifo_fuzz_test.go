@@ -42,7 +42,7 @@ func (m *fifoModel) queueDelta(key string, d delta[string]) {
 		m.queue = append(m.queue, key)
 	}
 	// D-7: of a trailing pair of deletes keep the real one; of two tombstones, the newer.
-	if n := len(l); n > 0 && d.typ == DeltaDeleted && l[n-1].typ == DeltaDeleted {
+	if n := len(l); n > 0 && d.typ == deltaDeleted && l[n-1].typ == deltaDeleted {
 		if l[n-1].finalStateUnknown {
 			l[n-1] = d
 		}
@@ -53,7 +53,7 @@ func (m *fifoModel) queueDelta(key string, d delta[string]) {
 	m.pending++
 }
 
-func (m *fifoModel) add(typ DeltaType, key, obj, rev string) {
+func (m *fifoModel) add(typ deltaType, key, obj, rev string) {
 	m.queueDelta(key, delta[string]{typ: typ, object: obj, revision: rev})
 	m.lastRev = rev
 }
@@ -62,22 +62,23 @@ func (m *fifoModel) replace(keys, objs []string, rev string) {
 	listed := map[string]bool{}
 	for i, k := range keys {
 		listed[k] = true
-		m.queueDelta(k, delta[string]{typ: DeltaReplaced, object: objs[i], revision: rev})
+		// Only the objects of the first list are initial.
+		m.queueDelta(k, delta[string]{typ: deltaReplaced, object: objs[i], revision: rev, initial: !m.populated})
 	}
 	// Every vanished key gets a tombstone with its last known state: queued keys first (in
 	// queue order, unless already being deleted), then cached keys with nothing queued.
 	for _, k := range slices.Clone(m.queue) {
 		l := m.items[k]
-		if listed[k] || l[len(l)-1].typ == DeltaDeleted {
+		if listed[k] || l[len(l)-1].typ == deltaDeleted {
 			continue
 		}
-		m.queueDelta(k, delta[string]{typ: DeltaDeleted, finalStateUnknown: true, object: l[len(l)-1].object, revision: rev})
+		m.queueDelta(k, delta[string]{typ: deltaDeleted, finalStateUnknown: true, object: l[len(l)-1].object, revision: rev})
 	}
 	m.known.eachKnown(func(k, obj string) {
 		if _, queued := m.items[k]; listed[k] || queued {
 			return
 		}
-		m.queueDelta(k, delta[string]{typ: DeltaDeleted, finalStateUnknown: true, object: obj, revision: rev})
+		m.queueDelta(k, delta[string]{typ: deltaDeleted, finalStateUnknown: true, object: obj, revision: rev})
 	})
 	m.lastRev = rev
 	m.wmDirty = true
@@ -91,7 +92,7 @@ func (m *fifoModel) replace(keys, objs []string, rev string) {
 func (m *fifoModel) resync() {
 	m.known.eachKnown(func(k, obj string) {
 		if _, queued := m.items[k]; !queued {
-			m.queueDelta(k, delta[string]{typ: DeltaSync, object: obj})
+			m.queueDelta(k, delta[string]{typ: deltaSync, object: obj})
 		}
 	})
 }
@@ -107,7 +108,7 @@ func (m *fifoModel) pop(max int) ([]string, watermark, bool) {
 	n := min(len(m.queue), max)
 	var out []string
 	for _, k := range m.queue[:n] {
-		out = append(out, renderDeltas(k, m.items[k], m.initialCount > 0))
+		out = append(out, renderDeltas(k, m.items[k]))
 		if m.initialCount > 0 {
 			m.initialCount--
 		}
@@ -130,23 +131,23 @@ func (m *fifoModel) pop(max int) ([]string, watermark, bool) {
 // applyToKnown applies a popped key to a cache the way the informer does: a delete removes
 // it, anything else stores the newest object.
 func applyToKnown(known sortedKnown, key string, ds []delta[string]) {
-	if last := ds[len(ds)-1]; last.typ == DeltaDeleted {
+	if last := ds[len(ds)-1]; last.typ == deltaDeleted {
 		delete(known, key)
 	} else {
 		known[key] = last.object
 	}
 }
 
-func renderDeltas(key string, ds []delta[string], initial bool) string {
+func renderDeltas(key string, ds []delta[string]) string {
 	var b strings.Builder
 	b.WriteString(key)
-	if initial {
-		b.WriteString("*")
-	}
 	b.WriteString(":")
 	for i, d := range ds {
 		if i > 0 {
 			b.WriteString(",")
+		}
+		if d.initial {
+			b.WriteString("*")
 		}
 		if d.finalStateUnknown {
 			fmt.Fprintf(&b, "Tombstone(%s@%s)", d.object, d.revision)
@@ -196,7 +197,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 			}
 			var got []string
 			for _, p := range batch {
-				got = append(got, renderDeltas(p.key, p.list.deltas, p.initial))
+				got = append(got, renderDeltas(p.key, p.list.deltas))
 				applyToKnown(known, p.key, p.list.deltas)
 			}
 			q.finishBatch(batch)
@@ -213,7 +214,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 			key := keys[int(arg)%len(keys)]
 			switch op {
 			case 0, 1, 2:
-				typ := []DeltaType{DeltaAdded, DeltaUpdated, DeltaDeleted}[op]
+				typ := []deltaType{deltaAdded, deltaUpdated, deltaDeleted}[op]
 				obj, r := next(key)
 				trace = append(trace, fmt.Sprintf("%v(%s)", typ, obj))
 				if err := q.add(typ, key, obj, r); err != nil {

@@ -362,24 +362,11 @@ func (e *ObjectError) Error() string {
 
 func (e *ObjectError) Unwrap() error { return e.Err }
 
-// precomputed are an object's index values computed before the write (see
-// indexSet.compute): valid if set is still the store's.
-type precomputed[V any] struct {
-	set  *indexSet[V]
-	vals []string
-	ends []int32
-}
-
-// current reports whether pre holds values computed with the store's index functions.
-func (s *store[K, V]) current(pre precomputed[V]) bool {
-	return pre.set != nil && pre.set == s.set.Load()
-}
-
 // upsertLocked stores obj under key and updates every index. If an index function fails
 // for obj nothing changes and the error is returned. pre, when valid, are obj's values.
-func (s *store[K, V]) upsertLocked(key K, obj V, pre precomputed[V]) (old V, existed bool, err error) {
-	vals, bounds := pre.vals, pre.ends
-	if !s.current(pre) {
+func (s *store[K, V]) upsertLocked(key K, obj V, hint indexHint[V]) (old V, existed bool, err error) {
+	vals, bounds := hint.vals, hint.ends
+	if !s.current(hint) {
 		// Compute every new value first, so that a failure leaves the store untouched.
 		var stack [8]int32
 		var oe *ObjectError
@@ -482,7 +469,7 @@ func (s *store[K, V]) purge(ix *storeIndex[K, V], key K, keep []string) {
 
 // deleteLocked removes key and its index entries.
 func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
-	return s.deleteHinted(key, precomputed[V]{})
+	return s.deleteHinted(key, indexHint[V]{})
 }
 
 // deleteHinted is deleteLocked with the index values of the object a delete event
@@ -490,7 +477,7 @@ func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
 // that of the event's object is where it is found unless the object changed since it was
 // stored; only then is the index function called on the stored object (which, written
 // long ago, is likely out of the processor's caches).
-func (s *store[K, V]) deleteHinted(key K, hint precomputed[V]) (old V, existed bool) {
+func (s *store[K, V]) deleteHinted(key K, hint indexHint[V]) (old V, existed bool) {
 	prev, existed := s.items.Delete(entry[K, V]{key: key})
 	if !existed {
 		return old, false

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,24 +85,16 @@ type Informer[K comparable, V any] struct {
 	store *store[K, V]
 	fifo  *deltaFIFO[K, V]
 	refl  *reflector[V]
-	proc  processor[K, V]
+	proc  *processor[K, V]
 
 	started atomic.Bool
 	stopped atomic.Bool
 
-	// the reflector goroutine's buffers for the index values of an event
-	evVals []string
-	evEnds []int32
+	evHint indexHint[V]      // the reflector goroutine's buffer for an event's hint
+	writer writeBatch[K, V] // the processing goroutine's state for applying batches
 
 	synced   atomic.Bool
 	syncedCh chan struct{}
-
-	// resync check period (SI-7), guarded by proc.mu
-	resyncCheck time.Duration
-
-	// apply's buffers, used under the store's lock
-	offsets []int
-	slots   []notification[K, V]
 
 	// read-your-writes: the newest watermark applied, and a channel closed when it moves
 	wmMu     sync.Mutex
@@ -167,20 +158,25 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		return nil, err
 	}
 	inf := &Informer[K, V]{
-		opts:        opts,
-		lw:          lw,
-		logger:      opts.Logger.With("informer", opts.Name),
-		store:       st,
-		syncedCh:    make(chan struct{}),
-		resyncCheck: opts.ResyncPeriod,
-		done:        make(chan struct{}),
+		opts:     opts,
+		lw:       lw,
+		logger:   opts.Logger.With("informer", opts.Name),
+		store:    st,
+		syncedCh: make(chan struct{}),
+		done:     make(chan struct{}),
 	}
-	inf.proc.batches = newBatchPool[K, V]()
+	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(name string, v any) {
+		inf.report(&HandlerPanicError{Informer: opts.Name, Handler: name, Value: v})
+	})
+	inf.writer.report = inf.report
+	if opts.Revision != nil {
+		inf.writer.sameRevision = func(a, b V) bool { return opts.Revision(a) == opts.Revision(b) }
+	}
 	inf.stats.ListDuration = NewHistogram(DurationBuckets...)
 	inf.stats.ListItems = NewHistogram(ItemBuckets...)
 	inf.stats.WatchDuration = NewHistogram(WatchDurationBuckets...)
 	inf.cmpRev, _ = lw.(RevisionComparer)
-	inf.fifo = newDeltaFIFO[K, V](inf, opts.MaxPending)
+	inf.fifo = newDeltaFIFO[K, V](st, opts.MaxPending)
 	inf.refl = newReflector[V](lw, inf, reflectorConfig{
 		name:            opts.Name,
 		pageSize:        opts.PageSize,
@@ -213,12 +209,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
 		return ErrAlreadyStarted
 	}
-	inf.proc.mu.Lock()
-	inf.proc.started = true
-	for _, l := range inf.proc.listeners {
-		inf.proc.startLocked(l)
-	}
-	inf.proc.mu.Unlock()
+	inf.proc.start()
 
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -226,16 +217,12 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); inf.refl.run(ctx) }()
 	<-ctx.Done()
 	inf.fifo.close()
+	inf.proc.abortWaits()
 	wg.Wait()
 
-	// SI-2: the handlers stop strictly after the pipeline that feeds them.
-	inf.proc.mu.Lock()
+	// The handlers stop strictly after the pipeline that feeds them.
 	inf.stopped.Store(true)
-	for _, l := range inf.proc.listeners {
-		l.stop()
-	}
-	inf.proc.mu.Unlock()
-	inf.proc.wg.Wait()
+	inf.proc.stop()
 	inf.wmMu.Lock()
 	if inf.wmCh != nil {
 		close(inf.wmCh)
@@ -319,57 +306,37 @@ func (inf *Informer[K, V]) event(ev Event[V]) error {
 	if err != nil {
 		return err
 	}
-	var t DeltaType
+	var t deltaType
 	switch ev.Type {
 	case Added:
-		t = DeltaAdded
+		t = deltaAdded
 	case Modified:
-		t = DeltaUpdated
+		t = deltaUpdated
 	case Deleted:
-		t = DeltaDeleted
+		t = deltaDeleted
 	}
-	// The index values, computed here rather than by the writer, which is the pipeline's
-	// busiest goroutine (for a delete, a hint: see store.deleteHinted). If a function
-	// fails, the writer calls it again and reports the error.
-	var pre precomputed[V]
-	set := inf.store.set.Load()
-	var oe *ObjectError
-	if inf.evVals, inf.evEnds, oe = set.compute(inf.evVals[:0], inf.evEnds[:0], obj); oe == nil {
-		pre = precomputed[V]{set: set, vals: inf.evVals, ends: inf.evEnds}
+	// The store prepares the object here rather than on the writer's goroutine, the
+	// pipeline's busiest. If it fails, the writer tries again and reports the error.
+	hint := &inf.evHint
+	if !inf.store.prepare(hint, obj) {
+		hint = nil
 	}
-	err = inf.fifo.addIndexed(t, k, obj, ev.Revision, pre)
-	clear(inf.evVals)
-	return err
+	return inf.fifo.addPrepared(t, k, obj, ev.Revision, hint)
 }
 
 func (inf *Informer[K, V]) bookmark(rev string) { inf.fifo.bookmark(rev) }
 
 func (inf *Informer[K, V]) resync() error { return inf.fifo.resync() }
 
-func (inf *Informer[K, V]) resyncPeriod() time.Duration {
-	inf.proc.mu.Lock()
-	defer inf.proc.mu.Unlock()
-	return inf.resyncCheck
-}
+func (inf *Informer[K, V]) resyncPeriod() time.Duration { return inf.proc.resyncPeriod() }
 
-func (inf *Informer[K, V]) shouldResync() bool {
-	inf.proc.mu.Lock()
-	defer inf.proc.mu.Unlock()
-	return inf.proc.shouldResyncLocked(inf.opts.Clock.Now())
-}
-
-// eachKnown lets the queue read the cache (O-5); the queue calls it only when no batch is
-// in flight.
-func (inf *Informer[K, V]) eachKnown(fn func(K, V)) {
-	inf.store.mu.Lock()
-	defer inf.store.mu.Unlock()
-	inf.store.items.Ascend(func(e entry[K, V]) bool { fn(e.key, e.obj); return true })
-}
+func (inf *Informer[K, V]) shouldResync() bool { return inf.proc.shouldResync() }
 
 // --- applying batches ---
 
 // processLoop pops batches from the queue, applies each to the cache under one write,
-// publishes it, and hands its notifications to the handlers (O-2, O-3).
+// publishes it, and hands its notifications to the handlers: the cache is level with or
+// ahead of every notification a handler receives.
 func (inf *Informer[K, V]) processLoop() {
 	var batch []popped[K, V]
 	for {
@@ -380,176 +347,23 @@ func (inf *Informer[K, V]) processLoop() {
 		if err != nil {
 			return
 		}
-		// The processor's lock covers apply and distribute, so that a handler added
-		// meanwhile sees this batch either in its replay or as notifications, never both.
-		inf.proc.mu.Lock()
-		notes := inf.proc.batches.get()
-		notes.notes = inf.apply(batch, wm, notes.notes)
-		inf.fifo.finishBatch(batch)
-		inf.advance(wm)
-		inf.proc.distributeLocked(notes)
-		inf.proc.batches.low.Store(len(notes.notes) < idleBufferCap)
-		notes.release()
-		if synced {
-			inf.synced.Store(true)
-			close(inf.syncedCh)
-			marker := newNoteBatch([]notification[K, V]{{kind: notifySynced}})
-			for _, l := range inf.proc.listeners {
-				l.add(marker, true)
+		rev := ""
+		if wm.inclusive {
+			rev = wm.rev
+		}
+		inf.proc.deliver(func(notes []notification[K, V]) []notification[K, V] {
+			notes, applied, objects := inf.store.applyBatch(&inf.writer, batch, rev, notes)
+			inf.stats.Objects.Store(int64(objects))
+			inf.stats.Applied.Add(uint64(applied))
+			inf.fifo.finishBatch(batch)
+			inf.advance(wm)
+			if synced {
+				inf.synced.Store(true)
+				close(inf.syncedCh)
 			}
-		}
-		inf.proc.mu.Unlock()
+			return notes
+		}, synced)
 	}
-}
-
-// apply writes a batch to the cache and returns the notifications it makes (SI-3, C-7).
-// Keys are independent of each other, so a large batch writes them in a scattered order
-// while the notifications keep the queue's order: a list arrives sorted by key, and sorted
-// inserts leave B-tree nodes half full, scattered ones fuller.
-func (inf *Informer[K, V]) apply(batch []popped[K, V], wm watermark, notes []notification[K, V]) []notification[K, V] {
-	s := inf.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	applied := 0
-	if len(batch) < scatterAbove {
-		for i := range batch {
-			p := &batch[i]
-			n := len(p.list.deltas)
-			applied += n
-			notes = slices.Grow(notes, n)
-			base := len(notes)
-			out := notes[base : base+n]
-			inf.applyList(p, out)
-			for j := range out {
-				if out[j].kind != 0 {
-					notes = append(notes, out[j]) // moves left over the slots of skipped ones
-				}
-			}
-			clear(notes[len(notes) : base+n])
-		}
-	} else {
-		offsets := inf.offsets[:0]
-		total := 0
-		for i := range batch {
-			offsets = append(offsets, total)
-			total += len(batch[i].list.deltas)
-		}
-		applied = total
-		slots := inf.slots[:0]
-		slots = append(slots, make([]notification[K, V], total)...)
-		stride := coprimeStride(len(batch))
-		for k, i := 0, 0; k < len(batch); k, i = k+1, (i+stride)%len(batch) {
-			p := &batch[i]
-			inf.applyList(p, slots[offsets[i]:offsets[i]+len(p.list.deltas)])
-		}
-		for i := range slots {
-			if slots[i].kind != 0 {
-				notes = append(notes, slots[i])
-			}
-		}
-		clear(slots)
-		inf.offsets, inf.slots = offsets[:0], slots[:0]
-	}
-	rev := ""
-	if wm.inclusive {
-		rev = wm.rev
-	}
-	s.publishLocked(rev)
-	inf.stats.Objects.Store(int64(s.items.Len()))
-	inf.stats.Applied.Add(uint64(applied))
-	return notes
-}
-
-// scatterAbove is the batch size from which apply scatters its writes.
-const scatterAbove = 64
-
-// coprimeStride returns a step that visits every index of [0, n) once when repeated.
-func coprimeStride(n int) int {
-	for _, p := range [...]int{7919, 7927, 7933, 7937, 7949} {
-		if n%p != 0 {
-			return p % n
-		}
-	}
-	return 1
-}
-
-// applyList applies the deltas of one popped key to the store, writing their
-// notifications to out (kind 0: none), which has a slot per delta. Several deltas whose
-// index values were all computed as they were queued are applied as one write of the
-// final state, with the notifications the writes one by one would have made: readers see
-// only whole batches, so the intermediate states were never visible anyway.
-func (inf *Informer[K, V]) applyList(p *popped[K, V], out []notification[K, V]) {
-	ds := p.list.deltas
-	if len(ds) > 1 && p.list.indexedWith(inf.store.set.Load()) {
-		inf.applyFinal(p, out)
-		return
-	}
-	for j := range ds {
-		out[j] = inf.applyDelta(p, j)
-	}
-}
-
-// applyFinal is applyList for a list whose deltas are all indexed with the current index
-// functions, so that no write can fail. The final state is the last delta's: it is written
-// first, which returns the state before the batch that the notifications start from.
-func (inf *Informer[K, V]) applyFinal(p *popped[K, V], out []notification[K, V]) {
-	s := inf.store
-	last := len(p.list.deltas) - 1
-	var cur V
-	var ex bool
-	if d := &p.list.deltas[last]; d.typ == DeltaDeleted {
-		cur, ex = s.deleteHinted(p.key, p.list.precomputed(last))
-	} else {
-		cur, ex, _ = s.upsertLocked(p.key, d.object, p.list.precomputed(last)) // values known: no error
-	}
-	var zero V
-	for j := range p.list.deltas {
-		d := &p.list.deltas[j]
-		out[j] = inf.noteFor(p, d, cur, ex)
-		if d.typ == DeltaDeleted {
-			cur, ex = zero, false
-		} else {
-			cur, ex = d.object, true
-		}
-	}
-}
-
-// applyDelta applies deltas[j] of p to the store and returns its notification (kind 0: none).
-func (inf *Informer[K, V]) applyDelta(p *popped[K, V], j int) notification[K, V] {
-	d := &p.list.deltas[j]
-	s := inf.store
-	if d.typ == DeltaDeleted {
-		old, existed := s.deleteHinted(p.key, p.list.precomputed(j))
-		return inf.noteFor(p, d, old, existed)
-	}
-	old, existed, err := s.upsertLocked(p.key, d.object, p.list.precomputed(j))
-	if err != nil {
-		inf.report(err)
-		return notification[K, V]{}
-	}
-	return inf.noteFor(p, d, old, existed)
-}
-
-// noteFor returns the notification of d, a delta of p, when the key's state before d was
-// old (existed false: absent). Kind 0: nothing to tell.
-func (inf *Informer[K, V]) noteFor(p *popped[K, V], d *delta[V], old V, existed bool) notification[K, V] {
-	switch {
-	case d.typ == DeltaDeleted && !existed:
-		return notification[K, V]{} // never seen, or its delete was already delivered
-	case d.typ == DeltaDeleted:
-		obj := d.object
-		if d.finalStateUnknown {
-			obj = old
-		}
-		return notification[K, V]{kind: notifyDelete, key: p.key, old: obj, unknown: d.finalStateUnknown}
-	case !existed:
-		return notification[K, V]{kind: notifyAdd, key: p.key, new: d.object, initial: p.initial}
-	}
-	sync := d.typ == DeltaSync
-	if d.typ == DeltaReplaced && inf.opts.Revision != nil {
-		sync = inf.opts.Revision(old) == inf.opts.Revision(d.object)
-	}
-	return notification[K, V]{kind: notifyUpdate, key: p.key, old: old, new: d.object, sync: sync}
 }
 
 // advance records the watermark a batch reached and wakes WaitForRevision callers.
@@ -578,24 +392,13 @@ func (inf *Informer[K, V]) advance(wm watermark) {
 // AddHandler registers a handler. Before Run it will receive the initial list as adds
 // marked initial; on a running informer it first receives the current cache as adds
 // marked initial, then every later change, and its Registration reports HasSynced once the
-// replay is delivered (§17). It fails with ErrStopped after the informer stopped.
+// replay is delivered. It fails with ErrStopped after the informer stopped.
 func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
-		return nil, errors.New("informer: AddHandler: nil handler")
+		return nil, fmt.Errorf("informer %q: AddHandler: nil handler", inf.opts.Name)
 	}
-	l := newListener[K, V](h, opts, inf.opts.Clock, func(name string, v any) {
-		inf.report(&HandlerPanicError{Informer: inf.opts.Name, Handler: name, Value: v})
-	})
-	p := &inf.proc
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if inf.stopped.Load() {
-		return nil, ErrStopped
-	}
-	inf.setResyncLocked(l, opts.ResyncPeriod)
-	p.addLocked(l)
-	if inf.started.Load() {
-		// Between two batches (we hold p.mu): replay the cache as it is now (§17).
+	// The replay runs between two batches: the cache as it is now.
+	return inf.proc.add(h, opts, func() []notification[K, V] {
 		sn := inf.store.snapshot()
 		replay := make([]notification[K, V], 0, sn.Len()+1)
 		for k, v := range sn.All() {
@@ -604,56 +407,14 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 		if inf.synced.Load() {
 			replay = append(replay, notification[K, V]{kind: notifySynced})
 		}
-		l.add(newNoteBatch(replay), true)
-	}
-	return l.reg, nil
-}
-
-// setResyncLocked applies SI-7/SI-8 to a new listener.
-func (inf *Informer[K, V]) setResyncLocked(l *listener[K, V], requested time.Duration) {
-	if requested == 0 {
-		requested = inf.opts.ResyncPeriod
-	}
-	if requested < 0 {
-		requested = 0
-	}
-	if requested > 0 && requested < minimumResyncPeriod {
-		requested = minimumResyncPeriod
-	}
-	if inf.opts.ResyncPeriod == 0 {
-		requested = 0 // SI-8: an informer without resync never resyncs
-	}
-	if requested > 0 && requested < inf.resyncCheck {
-		if inf.started.Load() {
-			requested = inf.resyncCheck
-		} else {
-			inf.resyncCheck = requested
-		}
-	}
-	l.resyncPeriod = requested
-	if requested > 0 {
-		l.nextResync = inf.opts.Clock.Now().Add(requested)
-	}
+		return replay
+	})
 }
 
 // RemoveHandler unregisters a handler and waits until its goroutine has returned (a call
 // in progress finishes; queued notifications are dropped). Do not call it from the
 // handler itself. It reports whether the handler was registered.
-func (inf *Informer[K, V]) RemoveHandler(reg *Registration) bool {
-	l, ok := reg.l.(*listener[K, V])
-	if !ok {
-		return false
-	}
-	l.stop() // first, so that a batch waiting for room in its queue goes on
-	inf.proc.mu.Lock()
-	removed := inf.proc.removeLocked(l)
-	started := inf.proc.started
-	inf.proc.mu.Unlock()
-	if removed && started {
-		<-l.done
-	}
-	return removed
-}
+func (inf *Informer[K, V]) RemoveHandler(reg *Registration) bool { return inf.proc.remove(reg) }
 
 // --- sync and revisions ---
 

@@ -136,14 +136,6 @@ func (inf *Informer[K, V]) markStopped() {
 	}
 }
 
-// Handlers returns the handlers registered now, in the order they were added.
-func (inf *Informer[K, V]) Handlers() []*Registration {
-	p := &inf.proc
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]*Registration, len(p.listeners))
-	for i, l := range p.listeners {
-		out[i] = l.reg
-	}
-	return out
-}
+// Handlers returns the handlers registered now, in the order they were added. It never
+// waits, not even for a stalled handler.
+func (inf *Informer[K, V]) Handlers() []*Registration { return inf.proc.handlers() }

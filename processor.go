@@ -2,9 +2,12 @@ package informer
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/informer-go/informer/clock"
 )
 
 // Handler receives an informer's notifications. Each handler has its own goroutine and
@@ -332,14 +335,17 @@ func (l *listener[K, V]) stats() HandlerStats {
 	}
 }
 
-// add queues the notifications of b for this listener, sharing b (a reference per
-// segment). With the Block policy it waits for room unless force is set (a replay, which
-// must not wait while the informer is paused).
-func (l *listener[K, V]) add(b *noteBatch[K, V], force bool) {
+// enqueue queues the notifications of b for this listener, sharing b (a reference per
+// segment). It never waits: a Block listener takes the whole batch even beyond its
+// QueueLength (the writer then waits for room with waitForRoom, outside every lock but
+// the listener's own), a Coalesce listener merges what does not fit into its overflow.
+// force queues everything whatever the policy: a replay, or the synced marker.
+func (l *listener[K, V]) enqueue(b *noteBatch[K, V], force bool) {
 	ns := b.notes
 	if len(ns) == 0 {
 		return
 	}
+	force = force || l.opts.Policy == Block
 	var now time.Time
 	if l.latency != nil {
 		now = l.clk.Now()
@@ -360,10 +366,6 @@ func (l *listener[K, V]) add(b *noteBatch[K, V], force bool) {
 			l.pending = append(l.pending, segment[K, V]{b: b, lo: lo, hi: lo + room, at: now})
 			l.queued += room
 			lo += room
-		case l.opts.Policy == Block:
-			l.blocked.Add(1)
-			l.signal()
-			l.space.Wait()
 		default:
 			if len(l.order) == 0 {
 				l.overflowSince = now
@@ -374,6 +376,40 @@ func (l *listener[K, V]) add(b *noteBatch[K, V], force bool) {
 	}
 	l.mu.Unlock()
 	l.signal()
+}
+
+// full reports whether a Block listener's queue has no room: the writer must wait before
+// it queues more.
+func (l *listener[K, V]) full() bool {
+	if l.opts.Policy != Block {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queued >= l.opts.QueueLength && !l.stopped.Load()
+}
+
+// waitForRoom waits until a Block listener's queue has room again, the listener stops,
+// or abort is set (the informer is stopping). It holds only the listener's lock, and
+// releases it while it waits.
+func (l *listener[K, V]) waitForRoom(abort *atomic.Bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	counted := false
+	for l.queued >= l.opts.QueueLength && !l.stopped.Load() && !abort.Load() {
+		if !counted {
+			l.blocked.Add(1)
+			counted = true
+		}
+		l.space.Wait()
+	}
+}
+
+// wakeWaiters wakes a writer waiting in waitForRoom, to look at abort again.
+func (l *listener[K, V]) wakeWaiters() {
+	l.mu.Lock()
+	l.space.Broadcast()
+	l.mu.Unlock()
 }
 
 func (l *listener[K, V]) signal() {
@@ -572,21 +608,136 @@ func (l *listener[K, V]) shouldResync(now time.Time) bool {
 	return true
 }
 
-// processor fans notifications out to the listeners (§7). Its lock also orders handler
-// registration against batches: a handler is added between two batches, never during one.
+// processor fans notifications out to the listeners, one per handler. Its lock orders
+// handler registration against batches: a batch is written to the cache and queued to the
+// listeners under it, so a handler added meanwhile sees that batch either in its replay of
+// the cache or as notifications, never both. The lock is held only while queueing, which
+// never waits: a writer that must wait for a Block handler's queue does so after releasing
+// it, so registrations, removals and reads go on while a handler is stalled.
 type processor[K comparable, V any] struct {
-	mu        sync.Mutex
-	listeners []*listener[K, V]
-	started   bool
-	wg        sync.WaitGroup
-	batches   *batchPool[K, V]
-	seq       int
+	clock         clock.Clock
+	defaultResync time.Duration              // the informer's resync period; 0: never
+	onPanic       func(handler string, v any) // reports a handler's panic
+
+	mu          sync.Mutex
+	listeners   []*listener[K, V]
+	started     bool
+	stopped     bool
+	seq         int
+	resyncCheck time.Duration // how often the reflector asks whether a resync is due
+
+	regs     atomic.Pointer[[]*Registration] // the registrations, for Handlers without the lock
+	aborting atomic.Bool                     // the informer is stopping: no more waiting for room
+	wg       sync.WaitGroup
+	batches  *batchPool[K, V]
+	blocking []*listener[K, V] // deliver's buffer: Block listeners with full queues
 }
 
-// distributeLocked queues a batch of notifications to every listener, which share it;
-// resync notifications (sync set) go only to listeners due for a resync (SP-4, RS-7),
-// which a listener not due for one receives in a filtered copy.
-func (p *processor[K, V]) distributeLocked(b *noteBatch[K, V]) {
+func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, onPanic func(string, any)) *processor[K, V] {
+	p := &processor[K, V]{clock: clk, defaultResync: resync, resyncCheck: resync, onPanic: onPanic, batches: newBatchPool[K, V]()}
+	p.regs.Store(&[]*Registration{})
+	return p
+}
+
+// add registers a handler. If the processor runs, replay gives the notifications that bring
+// the new handler up to date (the cache as it is now, and the synced marker if it synced);
+// it is called under the lock, between two batches. add fails with ErrStopped once the
+// processor stopped.
+func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() []notification[K, V]) (*Registration, error) {
+	l := newListener[K, V](h, opts, p.clock, p.onPanic)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil, ErrStopped
+	}
+	p.seq++
+	if l.opts.Name == "" {
+		l.opts.Name = fmt.Sprintf("handler-%d", p.seq)
+	}
+	p.setResyncLocked(l, opts.ResyncPeriod)
+	p.listeners = append(p.listeners, l)
+	p.publishLocked()
+	if p.started {
+		p.startLocked(l)
+		l.enqueue(newNoteBatch(replay()), true)
+	}
+	return l.reg, nil
+}
+
+// setResyncLocked sets a new listener's resync period: the informer's when it asks for 0,
+// never when negative or when the informer has no resync, at least minimumResyncPeriod. A
+// period shorter than the informer's check period lowers the check period before the
+// start, and is raised to it after.
+func (p *processor[K, V]) setResyncLocked(l *listener[K, V], requested time.Duration) {
+	if requested == 0 {
+		requested = p.defaultResync
+	}
+	if requested < 0 || p.defaultResync == 0 {
+		requested = 0
+	}
+	if requested > 0 && requested < minimumResyncPeriod {
+		requested = minimumResyncPeriod
+	}
+	if requested > 0 && requested < p.resyncCheck {
+		if p.started {
+			requested = p.resyncCheck
+		} else {
+			p.resyncCheck = requested
+		}
+	}
+	l.resyncPeriod = requested
+	if requested > 0 {
+		l.nextResync = p.clock.Now().Add(requested)
+	}
+}
+
+// remove unregisters the handler of reg and waits until its goroutine has returned. It
+// reports whether the handler was registered.
+func (p *processor[K, V]) remove(reg *Registration) bool {
+	l, ok := reg.l.(*listener[K, V])
+	if !ok {
+		return false
+	}
+	l.stop() // first, so that a writer waiting for room in its queue goes on
+	p.mu.Lock()
+	i := slices.Index(p.listeners, l)
+	if i >= 0 {
+		p.listeners = slices.Delete(p.listeners, i, i+1)
+		p.publishLocked()
+	}
+	started := p.started
+	p.mu.Unlock()
+	if i >= 0 && started {
+		<-l.done
+	}
+	return i >= 0
+}
+
+// publishLocked updates the registrations that handlers reads.
+func (p *processor[K, V]) publishLocked() {
+	regs := make([]*Registration, len(p.listeners))
+	for i, l := range p.listeners {
+		regs[i] = l.reg
+	}
+	p.regs.Store(&regs)
+}
+
+// handlers returns the registered handlers in the order they were added, without waiting
+// for anything.
+func (p *processor[K, V]) handlers() []*Registration {
+	return slices.Clone(*p.regs.Load())
+}
+
+// deliver writes a batch and hands its notifications to every listener. write is called
+// under the lock with an empty buffer, applies the batch to the cache and returns the
+// buffer filled with the batch's notifications; synced adds the synced marker after them.
+// Listeners share the notifications; resyncs (sync set) go only to listeners due for one,
+// and those not due share a filtered copy. Once the lock is released, deliver waits while a
+// Block listener's queue is full, so that the source is read no faster than it drains.
+func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], synced bool) {
+	p.mu.Lock()
+	b := p.batches.get()
+	b.notes = write(b.notes)
 	hasSync := false
 	for i := range b.notes {
 		if b.notes[i].sync {
@@ -597,7 +748,7 @@ func (p *processor[K, V]) distributeLocked(b *noteBatch[K, V]) {
 	var filtered *noteBatch[K, V] // made once, shared by the listeners not due
 	for _, l := range p.listeners {
 		if !hasSync || l.syncing {
-			l.add(b, false)
+			l.enqueue(b, false)
 			continue
 		}
 		if filtered == nil {
@@ -608,19 +759,60 @@ func (p *processor[K, V]) distributeLocked(b *noteBatch[K, V]) {
 				}
 			}
 		}
-		l.add(filtered, false)
+		l.enqueue(filtered, false)
+	}
+	p.batches.low.Store(len(b.notes) < idleBufferCap)
+	b.release()
+	if synced {
+		marker := newNoteBatch([]notification[K, V]{{kind: notifySynced}})
+		for _, l := range p.listeners {
+			l.enqueue(marker, true)
+		}
+	}
+	blocking := p.blocking[:0]
+	for _, l := range p.listeners {
+		if l.full() {
+			blocking = append(blocking, l)
+		}
+	}
+	p.blocking = blocking
+	p.mu.Unlock()
+	for i, l := range blocking {
+		l.waitForRoom(&p.aborting)
+		blocking[i] = nil
 	}
 }
 
-// shouldResyncLocked marks the listeners due for a resync at now and reports whether any
-// is (SP-5).
-func (p *processor[K, V]) shouldResyncLocked(now time.Time) bool {
-	any := false
+// resyncPeriod is how often the reflector should ask shouldResync; 0 means never.
+func (p *processor[K, V]) resyncPeriod() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resyncCheck
+}
+
+// shouldResync marks the listeners due for a resync now and reports whether any is; the
+// resync notifications of the next batches go to those only.
+func (p *processor[K, V]) shouldResync() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	due := false
 	for _, l := range p.listeners {
 		l.syncing = l.shouldResync(now)
-		any = any || l.syncing
+		due = due || l.syncing
 	}
-	return any
+	return due
+}
+
+// start starts the goroutine of every registered listener, and of every listener added
+// from now on.
+func (p *processor[K, V]) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started = true
+	for _, l := range p.listeners {
+		p.startLocked(l)
+	}
 }
 
 func (p *processor[K, V]) startLocked(l *listener[K, V]) {
@@ -631,25 +823,26 @@ func (p *processor[K, V]) startLocked(l *listener[K, V]) {
 	}()
 }
 
-// addLocked registers a listener and starts it if the processor runs.
-func (p *processor[K, V]) addLocked(l *listener[K, V]) {
-	p.seq++
-	if l.opts.Name == "" {
-		l.opts.Name = fmt.Sprintf("handler-%d", p.seq)
-	}
-	p.listeners = append(p.listeners, l)
-	if p.started {
-		p.startLocked(l)
+// abortWaits makes a writer waiting for room in a Block listener's queue give up: the
+// informer is stopping, and a stalled handler must not hold its stop.
+func (p *processor[K, V]) abortWaits() {
+	p.aborting.Store(true)
+	p.mu.Lock()
+	ls := slices.Clone(p.listeners)
+	p.mu.Unlock()
+	for _, l := range ls {
+		l.wakeWaiters()
 	}
 }
 
-func (p *processor[K, V]) removeLocked(l *listener[K, V]) bool {
-	for i, x := range p.listeners {
-		if x == l {
-			p.listeners = append(p.listeners[:i], p.listeners[i+1:]...)
-			l.stop()
-			return true
-		}
+// stop stops every listener (what is still queued is dropped) and waits for their
+// goroutines; later adds fail with ErrStopped.
+func (p *processor[K, V]) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	for _, l := range p.listeners {
+		l.stop()
 	}
-	return false
+	p.mu.Unlock()
+	p.wg.Wait()
 }

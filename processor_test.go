@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -71,7 +72,7 @@ func TestListener_PL4_FIFOAndSyncMarker(t *testing.T) {
 	l := newListener[string, string](r, HandlerOptions{}, nil, nil)
 	stop := runListener(l)
 	defer stop()
-	l.add(newNoteBatch([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}), false)
+	l.enqueue(newNoteBatch([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}), false)
 	for range 3 {
 		<-r.seen
 	}
@@ -109,10 +110,10 @@ func TestListener_PL8_CoalesceSequences(t *testing.T) {
 			stop := runListener(l)
 			defer stop()
 			// Hold the handler inside its first call, so what follows queues up.
-			l.add(newNoteBatch([]notification[string, string]{add("first", "x")}), false)
+			l.enqueue(newNoteBatch([]notification[string, string]{add("first", "x")}), false)
 			waitFor(t, func() bool { return l.inFlight.Load() == 1 })
-			l.add(newNoteBatch([]notification[string, string]{add("filler", "f")}), false) // fills the queue of 1
-			l.add(newNoteBatch(c.in), false)                                               // all into the overflow
+			l.enqueue(newNoteBatch([]notification[string, string]{add("filler", "f")}), false) // fills the queue of 1
+			l.enqueue(newNoteBatch(c.in), false)                                               // all into the overflow
 			want := append([]string{"add(x)", "add(f)"}, c.want...)
 			for range want {
 				r.gate <- struct{}{}
@@ -126,7 +127,8 @@ func TestListener_PL8_CoalesceSequences(t *testing.T) {
 	}
 }
 
-// Block policy: the producer waits for room; the handler sees every notification.
+// Block policy: the producer queues a whole batch, then waits for room before the next;
+// the handler sees every notification.
 func TestListener_BlockPolicyBackpressure(t *testing.T) {
 	r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
 	l := newListener[string, string](r, HandlerOptions{QueueLength: 2, Policy: Block}, nil, nil)
@@ -140,7 +142,14 @@ func TestListener_BlockPolicyBackpressure(t *testing.T) {
 		want = append(want, "update("+v+"→"+v+"')")
 	}
 	added := make(chan struct{})
-	go func() { l.add(newNoteBatch(in), false); close(added) }()
+	go func() {
+		var abort atomic.Bool
+		for i := 0; i < len(in); i += 2 {
+			l.enqueue(newNoteBatch(in[i:i+2]), false)
+			l.waitForRoom(&abort)
+		}
+		close(added)
+	}()
 	waitFor(t, func() bool { return l.blocked.Load() > 0 })
 	for range want {
 		r.gate <- struct{}{}
@@ -172,7 +181,7 @@ func TestListener_PL6_PanicSkipsItem(t *testing.T) {
 	})
 	stop := runListener(l)
 	defer stop()
-	l.add(newNoteBatch([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}), false)
+	l.enqueue(newNoteBatch([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}), false)
 	for range 3 {
 		<-seen
 	}

@@ -1,0 +1,158 @@
+package informer_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/metrics"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// gatedHandler records calls as events does, each once it takes a token from allow (or
+// allow is closed).
+type gatedHandler struct {
+	allow chan struct{}
+	ev    *events
+}
+
+func newGated() *gatedHandler { return &gatedHandler{allow: make(chan struct{}), ev: newEvents()} }
+
+func (h *gatedHandler) OnAdd(o *obj, initial bool) { <-h.allow; h.ev.OnAdd(o, initial) }
+func (h *gatedHandler) OnUpdate(old, new *obj)     { <-h.allow; h.ev.OnUpdate(old, new) }
+func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
+	<-h.allow
+	h.ev.OnDelete(o, unknown)
+}
+
+// A stalled Block handler delays nobody but the source: while the informer waits for room
+// in its queue, Handlers, AddHandler and RemoveHandler of other handlers, reads and a
+// metrics scrape all return.
+func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(error) {},
+		Name:         "stalled",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := newGated()
+	reg, err := inf.AddHandler(stalled, informer.HandlerOptions{QueueLength: 2, Policy: informer.Block, Name: "stalled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newEvents()
+	otherReg, err := inf.AddHandler(other, informer.HandlerOptions{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	promReg := prometheus.NewRegistry()
+	if _, err := metrics.RegisterInformer(promReg, inf); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() {
+		close(stalled.allow)
+		cancel()
+		<-done
+	}()
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("no sync")
+	}
+	// Fill the stalled handler's queue: the informer then waits for room.
+	for i := range 10 {
+		src.Put(newObj("k"+strconv.Itoa(i), "", "v"))
+	}
+	waitUntil(t, func() bool { return reg.Stats().Blocked > 0 })
+
+	within := func(what string, f func()) {
+		t.Helper()
+		ch := make(chan struct{})
+		go func() { defer close(ch); f() }()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not return while a Block handler was stalled", what)
+		}
+	}
+	within("Handlers", func() {
+		if n := len(inf.Handlers()); n != 2 {
+			t.Errorf("Handlers: %d, want 2", n)
+		}
+	})
+	within("Get", func() { inf.Get("k0") })
+	within("List", func() { inf.List() })
+	within("metrics gather", func() {
+		if _, err := promReg.Gather(); err != nil {
+			t.Errorf("gather: %v", err)
+		}
+	})
+	var late *informer.Registration
+	lateEvents := newEvents()
+	within("AddHandler", func() {
+		late, err = inf.AddHandler(lateEvents, informer.HandlerOptions{Name: "late"})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	within("RemoveHandler of another handler", func() {
+		if !inf.RemoveHandler(otherReg) {
+			t.Error("RemoveHandler: not registered")
+		}
+	})
+	within("RemoveHandler of the late handler", func() {
+		if !inf.RemoveHandler(late) {
+			t.Error("RemoveHandler: not registered")
+		}
+	})
+}
+
+// Only an add that comes from the first list is initial: an object of that list deleted
+// and created again while the list is still queued (the writer held back by a stalled
+// handler) is added the second time with initial false.
+func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	for _, k := range []string{"a", "b", "c", "d"} {
+		src.Put(newObj(k, "", "1"))
+	}
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(error) {},
+		MaxBatch:     1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newGated()
+	reg, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	released := false
+	defer func() {
+		if !released {
+			close(h.allow)
+		}
+		cancel()
+		<-done
+	}()
+	// a is in the handler's hands, b fills its queue: the writer waits, d stays queued.
+	waitUntil(t, func() bool { return reg.Stats().Blocked > 0 })
+	src.Delete("d")
+	rev := src.Put(newObj("d", "", "2"))
+	waitUntil(t, func() bool { return inf.LastSyncRevision() == strconv.FormatInt(rev, 10) })
+	close(h.allow)
+	released = true
+	h.ev.expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
+}
