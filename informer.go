@@ -90,7 +90,7 @@ type Informer[K comparable, V any] struct {
 	started atomic.Bool
 	stopped atomic.Bool
 
-	evHint indexHint[V]      // the reflector goroutine's buffer for an event's hint
+	evHint indexHint[V]     // the reflector goroutine's buffer for an event's hint
 	writer writeBatch[K, V] // the processing goroutine's state for applying batches
 
 	synced   atomic.Bool

@@ -616,7 +616,7 @@ func (l *listener[K, V]) shouldResync(now time.Time) bool {
 // it, so registrations, removals and reads go on while a handler is stalled.
 type processor[K comparable, V any] struct {
 	clock         clock.Clock
-	defaultResync time.Duration              // the informer's resync period; 0: never
+	defaultResync time.Duration               // the informer's resync period; 0: never
 	onPanic       func(handler string, v any) // reports a handler's panic
 
 	mu          sync.Mutex
