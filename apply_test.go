@@ -13,7 +13,7 @@ import (
 // index values were computed as they were queued (applyFinal). Over random delta
 // sequences (adds, updates, observed deletes, tombstones, replaced and sync deltas, objects
 // an index function fails for) it must make exactly the notifications and the cache that
-// applying the deltas one by one makes (C-7, SI-3, D-7). Observed deletes carry their
+// applying the deltas one by one makes. Observed deletes carry their
 // object's index values as a hint (store.deleteHinted), often not the stored object's.
 func TestApply_CoalescedEqualsOneByOne(t *testing.T) {
 	for seed := range uint64(300) {
@@ -133,7 +133,7 @@ func dumpStore[K comparable, V any](s *store[K, V]) string {
 
 // Indexes added while a key's deltas are queued: the values computed before no longer
 // cover every index, so the deltas are applied one by one and the new index function is
-// called for each (here it fails for the first object, which is skipped; I-14, C-7).
+// called for each (here it fails for the first object, which is skipped).
 func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	inf := applyTestInformer(t)
 	f := inf.fifo

@@ -92,18 +92,18 @@ var errFIFOClosed = errors.New("informer: queue closed")
 const shrinkAbove = 8192
 
 // deltaFIFO is the queue between the reflector and the cache: deltas are grouped per key
-// and keys are popped in order of first arrival (D-3, D-6). It differs from client-go's in
+// and keys are popped in order of first arrival. It differs from client-go's in
 // these ways, on purpose:
 //
 //   - popBatch takes many keys at once and the lock is not held while the batch is applied
-//     or handlers run (D-19). Replace and Resync wait for the batch in flight to be applied,
-//     so they never read a cache older than what was popped (the race D-15 guards against).
+//     or handlers run. Replace and Resync wait for the batch in flight to be applied,
+//     so they never read a cache older than what was popped (a resync racing a pop would otherwise queue stale objects).
 //   - Replace emits tombstones for every vanished key, known to the cache or only queued
-//     (§17), and counts the keys of the initial population, not list entries (HS-3).
+//, and counts the keys of the initial population, not list entries.
 //   - A Delete is always queued: whether the key is known is decided when the batch is
 //     applied, against the cache at that moment, so a delete racing an in-flight add is
 //     never lost.
-//   - Writes before the first Replace do not mark the queue populated (D-14 fixed): only a
+//   - Writes before the first Replace do not mark the queue populated: only a
 //     list does.
 //   - add blocks while more than maxPending deltas are queued (backpressure), except for
 //     Replace and Resync, which are bounded by the size of the collection.
@@ -177,8 +177,8 @@ func (f *deltaFIFO[K, V]) bookmark(rev string) {
 	f.cond.Broadcast()
 }
 
-// queueLocked appends d to key's deltas, deduplicating a trailing pair of deletes (D-7),
-// and queues the key if it had nothing pending (D-6: a queued key keeps its place). It
+// queueLocked appends d to key's deltas, deduplicating a trailing pair of deletes,
+// and queues the key if it had nothing pending (a queued key keeps its place). It
 // returns key's list and whether d was appended to it.
 func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool) {
 	l, ok := f.items[key]
@@ -198,7 +198,7 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 		f.cond.Broadcast()
 	}
 	if n := len(l.deltas); n > 0 && d.typ == deltaDeleted && l.deltas[n-1].typ == deltaDeleted {
-		// D-7: of two deletes in a row keep the real one; of two tombstones, the newer.
+		// Of two deletes in a row keep the real one; of two tombstones, the newer.
 		if l.deltas[n-1].finalStateUnknown {
 			l.deltas[n-1] = d
 		}
@@ -209,10 +209,10 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 	return l, true
 }
 
-// replace queues a list (D-9): a Replaced delta for every item and a tombstone for every
+// replace queues a list: a Replaced delta for every item and a tombstone for every
 // key that is in the cache or queued but not in the list. Tombstones carry the last known
 // object: the newest queued one, or the cached one. The first replace sets the initial
-// population (HS-2).
+// population.
 func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -228,7 +228,8 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		listed[k] = struct{}{}
 		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial})
 	}
-	// Keys only queued (D-9c and the §17 fix of D-9d).
+	// Keys only queued: client-go forgets those, so a key added and then gone during a
+	// disconnect would never be deleted.
 	for _, l := range f.queue[f.head:] {
 		k := l.key
 		if _, ok := listed[k]; ok {
@@ -239,7 +240,7 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		}
 		f.queueLocked(k, delta[V]{typ: deltaDeleted, finalStateUnknown: true, object: l.newest().object, revision: rev})
 	}
-	// Keys in the cache (D-9d).
+	// Keys in the cache.
 	if f.known != nil {
 		f.known.eachKnown(func(k K, obj V) {
 			if _, ok := listed[k]; ok {
@@ -263,7 +264,7 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 }
 
 // resync queues a Sync delta with the cached object for every cached key that has nothing
-// pending (D-15, RS-4). Keys with pending deltas are skipped: those deltas are newer than
+// pending. Keys with pending deltas are skipped: those deltas are newer than
 // the cache.
 func (f *deltaFIFO[K, V]) resync() error {
 	f.mu.Lock()
@@ -379,7 +380,7 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 	f.cond.Broadcast()
 }
 
-// hasSynced reports whether the initial population has been popped (HS-1). The informer
+// hasSynced reports whether the initial population has been popped. The informer
 // reports synced only once that batch is also applied.
 func (f *deltaFIFO[K, V]) hasSynced() bool {
 	f.mu.Lock()
@@ -387,7 +388,7 @@ func (f *deltaFIFO[K, V]) hasSynced() bool {
 	return f.populated && f.initialCount == 0
 }
 
-// close wakes every waiter; pending deltas are dropped (D-16 differs: nothing is drained,
+// close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
 // so that a stop is prompt).
 func (f *deltaFIFO[K, V]) close() {
 	f.mu.Lock()

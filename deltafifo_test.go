@@ -48,8 +48,8 @@ func equal(t *testing.T, got, want []string) {
 	}
 }
 
-// D-6: a key already queued keeps its place; its later deltas come with the earlier ones.
-func TestDeltaFIFO_D6_KeyKeepsPlace(t *testing.T) {
+// A key already queued keeps its place; its later deltas come with the earlier ones.
+func TestDeltaFIFO_KeyKeepsPlace(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, 0)
 	f.add(deltaAdded, "a", "a1", "1")
 	f.add(deltaAdded, "b", "b1", "2")
@@ -61,8 +61,8 @@ func TestDeltaFIFO_D6_KeyKeepsPlace(t *testing.T) {
 	}
 }
 
-// D-7: only a trailing pair of deletes is merged, keeping the real delete over a tombstone.
-func TestDeltaFIFO_D7_Dedup(t *testing.T) {
+// Only a trailing pair of deletes is merged, keeping the real delete over a tombstone.
+func TestDeltaFIFO_Dedup(t *testing.T) {
 	cases := []struct {
 		name string
 		run  func(f *deltaFIFO[string, string])
@@ -101,9 +101,9 @@ func TestDeltaFIFO_D7_Dedup(t *testing.T) {
 	}
 }
 
-// D-9, §17: Replace queues Replaced for every item and a tombstone for every vanished key,
+// Replace queues Replaced for every item and a tombstone for every vanished key,
 // whether known to the cache or only queued, with its last known object.
-func TestDeltaFIFO_D9_ReplaceTombstones(t *testing.T) {
+func TestDeltaFIFO_ReplaceTombstones(t *testing.T) {
 	known := fakeKnown{"a": "a-cached", "gone": "gone-cached"}
 	f := newDeltaFIFO[string, string](known, 0)
 	f.add(deltaAdded, "queued-only", "q1", "5")
@@ -128,13 +128,13 @@ func TestDeltaFIFO_D9_ReplaceTombstones(t *testing.T) {
 	}
 }
 
-// HS-2, D-14 (fixed): synced only after every key of the first Replace was popped; adds
+// Synced only after every key of the first Replace was popped; adds
 // before it do not count; an empty first list syncs at once.
-func TestDeltaFIFO_HS2_SyncedAfterInitialPopulation(t *testing.T) {
+func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
 	f := newDeltaFIFO[string, string](fakeKnown{}, 0)
 	f.add(deltaAdded, "early", "e", "1")
 	if f.hasSynced() {
-		t.Fatal("D-14: an add before the first list must not mark the queue synced")
+		t.Fatal("an add before the first list must not mark the queue synced")
 	}
 	f.replace([]string{"a", "b", "c"}, []string{"a", "b", "c"}, "2")
 	batch, _, synced, _ := f.popBatch(nil, 2) // early, a
@@ -164,12 +164,12 @@ func TestDeltaFIFO_HS2_SyncedAfterInitialPopulation(t *testing.T) {
 	empty.replace(nil, nil, "7")
 	_, wm, synced := popAll(t, empty)
 	if !synced || wm.rev != "7" {
-		t.Fatalf("D-14: an empty first list syncs at once: synced=%v wm=%+v", synced, wm)
+		t.Fatalf("an empty first list syncs at once: synced=%v wm=%+v", synced, wm)
 	}
 }
 
-// D-15: Resync queues Sync from the cache only for keys with nothing pending.
-func TestDeltaFIFO_D15_ResyncSkipsPending(t *testing.T) {
+// Resync queues Sync from the cache only for keys with nothing pending.
+func TestDeltaFIFO_ResyncSkipsPending(t *testing.T) {
 	known := fakeKnown{"a": "a-cached", "b": "b-cached"}
 	f := newDeltaFIFO[string, string](known, 0)
 	f.add(deltaUpdated, "a", "a-new", "4")
@@ -178,9 +178,9 @@ func TestDeltaFIFO_D15_ResyncSkipsPending(t *testing.T) {
 	equal(t, got, []string{"a:Updated(a-new)", "b:Sync(b-cached)"})
 }
 
-// D-19 (improved): Replace and Resync wait for the batch in flight to be applied, so they
+// Replace and Resync wait for the batch in flight to be applied, so they
 // never read a cache older than what was popped.
-func TestDeltaFIFO_D19_ReplaceWaitsForBatchInFlight(t *testing.T) {
+func TestDeltaFIFO_ReplaceWaitsForBatchInFlight(t *testing.T) {
 	known := fakeKnown{}
 	var mu sync.Mutex
 	f := newDeltaFIFO[string, string](lockedKnown{known, &mu}, 0)
@@ -234,7 +234,7 @@ func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
 	}
 }
 
-// Backpressure: add blocks while MaxPending deltas are queued; close releases it (D-16).
+// Backpressure: add blocks while MaxPending deltas are queued; close releases it.
 func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, 2)
 	f.add(deltaAdded, "a", "a", "1")

@@ -52,9 +52,11 @@
 //     the source stops changing, every handler's last notification for every key is the
 //     source's final state for that key (or a delete).
 //   - When a handler is called, the cache already holds that change and possibly later
-//     ones: the cache is level with or ahead of every notification (O-3, O-4).
-//   - OnAdd's initial flag is true for the objects of the initial list, and for the cache
-//     replayed to a handler added to a running informer.
+//     ones: the cache is level with or ahead of every notification.
+//   - OnAdd's initial flag is true for the adds that come from the informer's first list,
+//     and for the cache replayed to a handler added to a running informer. An object of
+//     the first list that is deleted and created again before the handler hears of it is
+//     added the second time with initial false.
 //   - OnDelete receives the object's last state. With finalStateUnknown false it is the
 //     state the source sent with the delete; with finalStateUnknown true the delete was not
 //     observed — the object was missing from a relist — and the object is the last state
@@ -88,39 +90,8 @@
 // # How the guarantees are tested
 //
 // Each guarantee above is checked by tests that run in "make test", under -race, with a
-// goroutine-leak check in every package's TestMain:
-//
-//	per-key order, valid life cycle, convergence       TestModel (200 seeded runs over source/memory
-//	  of cache and handlers, HasSynced only after the    with compactions, dropped watches, injected
-//	  initial list, WaitForRevision never early          errors, slow, panicking, added and removed
-//	                                                     handlers), TestModelHTTP (server killed and
-//	                                                     restarted, live streams cut, event frames cut
-//	                                                     in the middle), TestEtcdModel (a real etcd
-//	                                                     stopped and restarted, compacted while cut
-//	                                                     off); "make soak" runs thousands of seeds
-//	exact notification sequences                       TestInformer_*, TestReflector_*, TestListener_*
-//	a key's deltas written as one write notify and     TestApply_CoalescedEqualsOneByOne,
-//	  store exactly as one-by-one writes                 TestApply_IndexesAddedWhileQueued
-//	cache level with or ahead of notifications         TestInformer_O2_InitialListThenLiveChanges
-//	typed deletes with the last known state            TestReflector_R4_ExpiredRelistsWithTombstones,
-//	                                                     TestDeltaFIFO_D9_ReplaceTombstones
-//	read-your-writes                                   TestInformer_WaitForRevisionReadYourWrites
-//	handler panics isolated                            TestInformer_PL6_HandlerPanicIsolated,
-//	                                                     TestListener_PL6_PanicSkipsItem
-//	a stalled handler delays nobody else               TestInformer_PL10_StalledHandlerIsolated
-//	bad input: reported, skipped, relisted             TestInformer_KeyErrorSkipsObject,
-//	                                                     TestInformer_IndexErrorSkipsObject,
-//	                                                     TestReflector_BadInputRelists,
-//	                                                     TestReflector_MalformedPageRelists,
-//	                                                     FuzzListPages, FuzzFrameDecoder (source/http)
-//	delta queue against a reference model              FuzzDeltaFIFO ("make fuzz" for long runs)
-//	Coalesce: memory bounded by the number of keys     TestMemory_CoalesceStalledHandlerBoundedByKeys
-//	                                                     (1,000,000 events to a stalled handler)
-//	Block: the source is read no faster than the       TestMemory_BlockBackpressure
-//	  handler drains
-//	snapshots isolated from later writes               TestIndexer_SnapshotIsolation
-//
-// A failing model run prints its seed; -model.seed=N reruns just that seed.
+// goroutine-leak check in every package's TestMain. TESTING.md, at the root of the
+// repository, names the tests of each guarantee.
 //
 // # Memory and speed
 //
@@ -141,5 +112,12 @@
 // Each handler's queue is bounded (HandlerOptions.QueueLength); when it is full the
 // handler's QueuePolicy decides: Coalesce (the default) keeps the newest state per key, so
 // memory stays bounded by the number of keys; Block makes the informer, and so the source,
-// wait. The delta queue is bounded too (Options.MaxPending).
+// wait — but nothing else: reads, Handlers, AddHandler, RemoveHandler and metrics go on
+// while a Block handler is stalled. The delta queue is bounded too (Options.MaxPending).
+//
+// Each stage owns its state: the reflector (reflector.go) writes to the delta queue
+// (deltafifo.go), which carries what the store prepared for each object without looking
+// inside; the store (indexer.go, store.go) applies a popped batch and returns its
+// notifications; the processor (processor.go) queues them to each handler under its
+// policy. informer.go wires them together through their methods.
 package informer

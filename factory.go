@@ -18,7 +18,7 @@ type SharedInformer interface {
 
 var _ SharedInformer = (*Informer[string, int])(nil)
 
-// Factory shares one informer per source among many consumers (§11, O-6), so that a
+// Factory shares one informer per source among many consumers, so that a
 // collection is listed and watched once however many parts of a program read it. Its
 // methods are safe for concurrent use. The zero value is not usable; call NewFactory.
 type Factory struct {
@@ -46,10 +46,10 @@ func NewFactory() *Factory {
 var ErrFactoryShutdown = errors.New("informer: factory shut down")
 
 // InformerFor returns the factory's informer for the source identity id, building it with
-// newInformer the first time (F-3). Later calls for the same id return the same informer
+// newInformer the first time. Later calls for the same id return the same informer
 // and do not call newInformer, so the first registration's options win; asking for the
 // same id with other type parameters is an error rather than a silent mismatch. An
-// informer registered after Start runs at the next Start (F-4).
+// informer registered after Start runs at the next Start.
 func InformerFor[K comparable, V any](f *Factory, id string, newInformer func() (*Informer[K, V], error)) (*Informer[K, V], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -72,7 +72,7 @@ func InformerFor[K comparable, V any](f *Factory, id string, newInformer func() 
 }
 
 // Start runs every registered informer that is not running yet, each until ctx is done or
-// Shutdown is called (F-4). It does not block and may be called any number of times.
+// Shutdown is called. It does not block and may be called any number of times.
 func (f *Factory) Start(ctx context.Context) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -97,7 +97,7 @@ func (f *Factory) Start(ctx context.Context) {
 }
 
 // WaitForCacheSync waits, concurrently, for every started informer to sync, or for ctx to
-// end, and reports for each started informer's id whether it synced (HS-5). Informers
+// end, and reports for each started informer's id whether it synced. Informers
 // registered but not started are not in the result.
 func (f *Factory) WaitForCacheSync(ctx context.Context) map[string]bool {
 	f.mu.Lock()

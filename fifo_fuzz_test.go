@@ -41,7 +41,7 @@ func (m *fifoModel) queueDelta(key string, d delta[string]) {
 	if !ok {
 		m.queue = append(m.queue, key)
 	}
-	// D-7: of a trailing pair of deletes keep the real one; of two tombstones, the newer.
+	// Of a trailing pair of deletes keep the real one; of two tombstones, the newer.
 	if n := len(l); n > 0 && d.typ == deltaDeleted && l[n-1].typ == deltaDeleted {
 		if l[n-1].finalStateUnknown {
 			l[n-1] = d
@@ -161,9 +161,9 @@ func renderDeltas(key string, ds []delta[string]) string {
 // FuzzDeltaFIFO decodes the input into a sequence of queue operations over four keys
 // (2 bytes an operation: the operation and its argument), applies it to the real queue and
 // to fifoModel, and compares every pop: keys in first-arrival order with their deltas,
-// trailing-delete dedup (D-7), Replace tombstones for vanished known or queued keys (D-9),
-// Resync skipping keys with pending deltas (D-15), the initial population and its sync
-// (D-17, HS-2), watermarks and the pending count that backpressure relies on.
+// trailing-delete dedup, Replace tombstones for vanished known or queued keys,
+// Resync skipping keys with pending deltas, the initial population and its sync
+//, watermarks and the pending count that backpressure relies on.
 func FuzzDeltaFIFO(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 0, 5, 0})
 	f.Add([]byte{3, 0x0f, 7, 0, 2, 0, 2, 0, 3, 0x01, 7, 0, 4, 0, 7, 0})

@@ -620,7 +620,7 @@ func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
 }
 
 // ByIndex returns the objects indexed under value in the named index, in key order, in a
-// new slice. An unknown value gives an empty result (I-16). It costs one lookup of value
+// new slice. An unknown value gives an empty result. It costs one lookup of value
 // and a walk over the objects found.
 func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 	ix, err := sn.lookupIndex(index)
@@ -636,7 +636,7 @@ func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 	return out, nil
 }
 
-// IndexKeys returns the keys indexed under value in the named index, in key order (I-18).
+// IndexKeys returns the keys indexed under value in the named index, in key order.
 func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {
@@ -652,7 +652,7 @@ func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
 }
 
 // IndexValues returns every value present in the named index, in order. Values whose last
-// object went away are not reported (I-9, I-17).
+// object went away are not reported.
 func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {
@@ -664,7 +664,7 @@ func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
 }
 
 // Index returns the objects that share at least one value with obj in the named index,
-// without duplicates, in key order (I-15).
+// without duplicates, in key order.
 func (sn *Snapshot[K, V]) Index(index string, obj V) ([]V, error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {

@@ -54,8 +54,8 @@ func mustUpsert(t *testing.T, s *store[string, *pod], p *pod) {
 	s.publishLocked("")
 }
 
-// I-21: the worked "byUser" example, with I-9's removal of empty buckets.
-func TestIndexer_I21_ByUser(t *testing.T) {
+// The worked "byUser" example, with the removal of empty buckets.
+func TestIndexer_ByUser(t *testing.T) {
 	s := newPodStore(t)
 	pod1 := &pod{name: "one", users: "ernie,bert"}
 	pod2 := &pod{name: "two", users: "bert,oscar"}
@@ -92,7 +92,7 @@ func TestIndexer_I21_ByUser(t *testing.T) {
 		t.Fatalf("after delete ernie = %v", names(got))
 	}
 	if vals, _ := sn2.IndexValues("byUser"); slices.Contains(vals, "elmo") {
-		t.Fatalf("I-9: empty bucket elmo left behind: %v", vals)
+		t.Fatalf("empty bucket elmo left behind: %v", vals)
 	}
 	// The old snapshot is unchanged (copy-on-write).
 	if got, _ := sn.ByIndex("byUser", "elmo"); !slices.Equal(names(got), []string{"tre"}) {
@@ -100,8 +100,8 @@ func TestIndexer_I21_ByUser(t *testing.T) {
 	}
 }
 
-// I-7, I-9: an update moves the key between index values.
-func TestIndexer_I9_UpdateMovesKey(t *testing.T) {
+// An update moves the key between index values.
+func TestIndexer_UpdateMovesKey(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "p", ns: "a", users: "x"})
 	mustUpsert(t, s, &pod{name: "p", ns: "b", users: "x,y"})
@@ -120,9 +120,9 @@ func TestIndexer_I9_UpdateMovesKey(t *testing.T) {
 	}
 }
 
-// I-15, I-16, I-17, I-18: unknown index names are errors; unknown values are empty; Index
+// Unknown index names are errors; unknown values are empty; Index
 // returns the de-duplicated union.
-func TestIndexer_I15_QueriesAndErrors(t *testing.T) {
+func TestIndexer_QueriesAndErrors(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "one", users: "ernie,bert"})
 	mustUpsert(t, s, &pod{name: "two", users: "bert,oscar"})
@@ -139,17 +139,17 @@ func TestIndexer_I15_QueriesAndErrors(t *testing.T) {
 		}
 	}
 	if got, err := sn.ByIndex("byUser", "nobody"); err != nil || len(got) != 0 {
-		t.Fatalf("I-16: unknown value: %v %v", got, err)
+		t.Fatalf("unknown value: %v %v", got, err)
 	}
 	got, err := sn.Index("byUser", &pod{users: "ernie,bert,oscar"})
 	if err != nil || !slices.Equal(names(got), []string{"one", "two"}) {
-		t.Fatalf("I-15: Index = %v, %v", names(got), err)
+		t.Fatalf("Index = %v, %v", names(got), err)
 	}
 }
 
-// I-10 (improved): a failing or panicking index function is an error for that object;
+// A failing or panicking index function is an error for that object;
 // the store is unchanged and nothing panics.
-func TestIndexer_I10_IndexErrorSkipsObject(t *testing.T) {
+func TestIndexer_IndexErrorSkipsObject(t *testing.T) {
 	c, _ := defaultCompare[string]()
 	s, _ := newStore[string, *pod](c, Indexers[*pod]{
 		"ns": IndexBy(func(p *pod) (string, error) {
@@ -177,8 +177,8 @@ func TestIndexer_I10_IndexErrorSkipsObject(t *testing.T) {
 	}
 }
 
-// I-19, §17: AddIndexers builds the new index from existing data; a clash is an error.
-func TestIndexer_I19_AddIndexersOnData(t *testing.T) {
+// AddIndexers builds the new index from existing data; a clash is an error.
+func TestIndexer_AddIndexersOnData(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "one", ns: "a"})
 	mustUpsert(t, s, &pod{name: "two", ns: "b"})
@@ -250,12 +250,12 @@ func TestDefaultCompare(t *testing.T) {
 	_ = fmt.Sprint
 }
 
-// I-2, I-9, I-15..I-18 against a plain model, across snapshots: random upserts and deletes
+// Index reads against a plain model, across snapshots: random upserts and deletes
 // with a multi-valued and a single-valued index, snapshots taken now and then and checked
 // at the end, after every later write, against the model as it was when each was taken.
 // An update that keeps an object's values must still show the new object (in the new
 // state) and the old one (in older snapshots).
-func TestIndexer_I2_SnapshotsMatchModel(t *testing.T) {
+func TestIndexer_SnapshotsMatchModel(t *testing.T) {
 	for seed := range uint64(20) {
 		s := newPodStore(t)
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -344,10 +344,10 @@ func addTo(m map[string]map[string][]*pod, index, value string, p *pod) {
 	m[index][value] = append(m[index][value], p)
 }
 
-// I-9, I-10: an index function that is not a pure function of the object (its value for
+// An index function that is not a pure function of the object (its value for
 // the stored object changed, or it now fails for it) leaves no stale entry behind when the
 // object is updated or deleted.
-func TestIndexer_I9_ImpureIndexFunc(t *testing.T) {
+func TestIndexer_ImpureIndexFunc(t *testing.T) {
 	c, _ := defaultCompare[string]()
 	salt, fail := "1", false
 	s, err := newStore[string, *pod](c, Indexers[*pod]{

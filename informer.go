@@ -40,7 +40,7 @@ type Options[K comparable, V any] struct {
 	// error for that object: it is reported and the object skipped.
 	Transform func(V) (V, error)
 	// Revision returns an object's own revision. When set, an object listed again with an
-	// unchanged revision counts as a resync, not a change (SI-3): it reaches only the
+	// unchanged revision counts as a resync, not a change: it reaches only the
 	// handlers due for a resync. Without it, every object of a relist reaches every handler
 	// as an update.
 	Revision func(V) string
@@ -418,7 +418,7 @@ func (inf *Informer[K, V]) RemoveHandler(reg *Registration) bool { return inf.pr
 
 // --- sync and revisions ---
 
-// HasSynced reports whether the initial list is in the cache (HS-1). Handlers may still be
+// HasSynced reports whether the initial list is in the cache. Handlers may still be
 // delivering it; use Registration.HasSynced for that.
 func (inf *Informer[K, V]) HasSynced() bool { return inf.synced.Load() }
 
@@ -437,7 +437,7 @@ func (inf *Informer[K, V]) WaitForCacheSync(ctx context.Context) bool {
 }
 
 // LastSyncRevision returns the revision of the last list or watch event the reflector
-// received. The cache may not have applied it yet; see WaitForRevision.
+// received. The cache may not have applied it yet; see WaitForRevision.
 func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.lastSyncRevision() }
 
 // ErrRevisionsUnordered is returned by WaitForRevision for a source that does not
@@ -506,7 +506,7 @@ func (inf *Informer[K, V]) ByIndex(index, value string) ([]V, error) {
 }
 
 // AddIndexers adds indexes, built at once from the cached objects; it may be called while
-// the informer runs (§17). A name already in use is an error (ErrIndexExists), and so is an
+// the informer runs. A name already in use is an error (ErrIndexExists), and so is an
 // index function failing for a cached object; either way nothing is added.
 func (inf *Informer[K, V]) AddIndexers(indexers Indexers[V]) error {
 	if inf.stopped.Load() {

@@ -220,9 +220,9 @@ func assertCache(t *testing.T, f *fixture) {
 	}
 }
 
-// O-2, O-3, SI-3, SI-4, D-17: initial list as initial adds, then live changes in order, the
+// Initial list as initial adds, then live changes in order, the
 // cache level with or ahead of every notification.
-func TestInformer_O2_InitialListThenLiveChanges(t *testing.T) {
+func TestInformer_InitialListThenLiveChanges(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g1", "1"))
 	src.Put(newObj("b", "g2", "1"))
@@ -241,9 +241,9 @@ func TestInformer_O2_InitialListThenLiveChanges(t *testing.T) {
 	}
 }
 
-// LW-3: the list is paged at one revision, then the watch starts from the
+// The list is paged at one revision, then the watch starts from the
 // list's revision with a timeout in [min, 2·min) and bookmarks allowed.
-func TestReflector_R6_PagedListThenWatchFromListRevision(t *testing.T) {
+func TestReflector_PagedListThenWatchFromListRevision(t *testing.T) {
 	src := newSource(memory.Options{})
 	for i := range 1200 {
 		src.Put(newObj(fmt.Sprintf("k%04d", i), "g", "v"))
@@ -283,7 +283,7 @@ func TestReflector_R6_PagedListThenWatchFromListRevision(t *testing.T) {
 		t.Fatalf("watch options %+v, want revision %s, bookmarks, timeout in [1m,2m)", watch, listRev)
 	}
 	if got := f.inf.LastSyncRevision(); got != listRev {
-		t.Fatalf("R-19: LastSyncRevision %q, want %q", got, listRev)
+		t.Fatalf("LastSyncRevision %q, want %q", got, listRev)
 	}
 }
 
@@ -297,8 +297,8 @@ func countOps(src *memory.Source[string, *obj], op memory.Op) int {
 	return n
 }
 
-// a watch that ends normally is reopened from the last revision, without a relist.
-func TestReflector_R14_WatchEndReopensWithoutRelist(t *testing.T) {
+// A watch that ends normally is reopened from the last revision, without a relist.
+func TestReflector_WatchEndReopensWithoutRelist(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
 	ev := newEvents()
@@ -310,7 +310,7 @@ func TestReflector_R14_WatchEndReopensWithoutRelist(t *testing.T) {
 	src.Put(newObj("a", "g", "3"))
 	ev.expect(t, "add*a=1", "update a=1→2", "update a=2→3")
 	if n := countOps(src, memory.OpList); n != 1 {
-		t.Fatalf("R-14: %d lists, want 1 (no relist)", n)
+		t.Fatalf("%d lists, want 1 (no relist)", n)
 	}
 	last := src.Requests()[len(src.Requests())-1]
 	if last.Op != memory.OpWatch || last.Watch.Revision != "2" {
@@ -319,9 +319,9 @@ func TestReflector_R14_WatchEndReopensWithoutRelist(t *testing.T) {
 	assertCache(t, f)
 }
 
-// a retryable failure backs off and re-watches from the same revision without
+// A retryable failure backs off and re-watches from the same revision without
 // a relist; Retry-After is honoured as a floor.
-func TestReflector_R16_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
+func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 	for _, err := range []error{
 		informer.ErrConnectionRefused,
 		informer.RetryAfter(informer.ErrTooManyRequests, 2*time.Millisecond),
@@ -345,9 +345,9 @@ func TestReflector_R16_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 	}
 }
 
-// D-9, D-10: an expired revision leads to a consistent relist; objects deleted
+// An expired revision leads to a consistent relist; objects deleted
 // meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
-func TestReflector_R4_ExpiredRelistsWithTombstones(t *testing.T) {
+func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
 	src.Put(newObj("b", "g", "1"))
@@ -371,7 +371,7 @@ func TestReflector_R4_ExpiredRelistsWithTombstones(t *testing.T) {
 		}
 	}
 	if !consistent {
-		t.Fatal("R-3: the relist after expiry must be consistent")
+		t.Fatal("the relist after expiry must be consistent")
 	}
 	if f.inf.Stats().Expirations.Load() == 0 {
 		t.Fatal("expiration not counted")
@@ -480,7 +480,7 @@ func TestInformer_Transform(t *testing.T) {
 	}
 }
 
-// §17, SI-10: a handler added to a running informer gets the cache replayed as initial
+// A handler added to a running informer gets the cache replayed as initial
 // adds, then live changes; its own HasSynced turns true after the replay.
 func TestInformer_LateHandlerReplayAndPerHandlerSync(t *testing.T) {
 	src := newSource(memory.Options{})
@@ -528,7 +528,7 @@ func TestInformer_RemoveHandler(t *testing.T) {
 }
 
 // A panicking handler does not affect another handler or the informer.
-func TestInformer_PL6_HandlerPanicIsolated(t *testing.T) {
+func TestInformer_HandlerPanicIsolated(t *testing.T) {
 	src := newSource(memory.Options{})
 	good := newEvents()
 	bad := informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, _ bool) { panic("handler bug") }}
@@ -610,9 +610,9 @@ func TestReflector_StreamingList(t *testing.T) {
 	assertCache(t, f)
 }
 
-// R-13h: a watch that ends within a second with nothing received is an error and leads to
+// A watch that ends within a second with nothing received is an error and leads to
 // a relist.
-func TestReflector_R13h_VeryShortWatchRelists(t *testing.T) {
+func TestReflector_VeryShortWatchRelists(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
 	f := start(t, src, informer.Options[string, *obj]{})
@@ -630,8 +630,8 @@ func TestReflector_R13h_VeryShortWatchRelists(t *testing.T) {
 	}
 }
 
-// a stop during a slow list returns promptly.
-func TestReflector_R17_StopDuringList(t *testing.T) {
+// A stop during a slow list returns promptly.
+func TestReflector_StopDuringList(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.SetDelay(time.Hour)
 	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
@@ -659,9 +659,9 @@ func TestReflector_R17_StopDuringList(t *testing.T) {
 	}
 }
 
-// SI-7, SI-8, RS-5, RS-7, SP-5: per-handler resync periods on a fake clock; a resync is
+// Per-handler resync periods on a fake clock; a resync is
 // OnUpdate(obj, obj), only to the handlers that are due.
-func TestInformer_SI7_PerHandlerResync(t *testing.T) {
+func TestInformer_PerHandlerResync(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1000, 0))
 	src := newSource(memory.Options{Clock: fc})
 	src.Put(newObj("a", "g", "1"))
@@ -684,7 +684,7 @@ func TestInformer_SI7_PerHandlerResync(t *testing.T) {
 	inf.WaitForCacheSync(ctx)
 	fast.expect(t, "add*a=1")
 	slow.expect(t, "add*a=1")
-	// Timers armed: the watch timeout and the resync timer (period lowered to 2s, SI-7).
+	// Timers armed: the watch timeout and the resync timer (period lowered to the shortest handler's, 2s).
 	fc.WaitForWaiters(2, ctx.Done())
 	for i := 1; i <= 5; i++ {
 		fc.Step(2 * time.Second)
@@ -701,8 +701,8 @@ func TestInformer_SI7_PerHandlerResync(t *testing.T) {
 	}
 }
 
-// SI-8: on an informer with resync 0, no handler ever resyncs.
-func TestInformer_SI8_NoResyncWhenInformerHasNone(t *testing.T) {
+// On an informer with resync 0, no handler ever resyncs.
+func TestInformer_NoResyncWhenInformerHasNone(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1000, 0))
 	src := newSource(memory.Options{Clock: fc})
 	src.Put(newObj("a", "g", "1"))
@@ -722,9 +722,9 @@ func TestInformer_SI8_NoResyncWhenInformerHasNone(t *testing.T) {
 	ev.expect(t, "add*a=1", "add b=1")
 }
 
-// SI-3: with an object-revision function, an object listed again unchanged is a resync
+// With an object-revision function, an object listed again unchanged is a resync
 // (not sent to handlers that are not syncing), and a changed one is an update.
-func TestInformer_SI3_ReplacedWithSameRevisionIsResync(t *testing.T) {
+func TestInformer_ReplacedWithSameRevisionIsResync(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(&obj{Key: "a", Group: "g", Val: "1", Rev: "r1"})
 	src.Put(&obj{Key: "b", Group: "g", Val: "1", Rev: "r1"})
@@ -735,7 +735,7 @@ func TestInformer_SI3_ReplacedWithSameRevisionIsResync(t *testing.T) {
 	src.Put(&obj{Key: "b", Group: "g", Val: "2", Rev: "r2"})
 	ev.expect(t, "add*a=1", "add*b=1", "update b=1→2")
 	// Force a relist: a and b are unchanged, so they are resyncs, which reach only handlers
-	// due for a resync (SP-6 differs on purpose): this handler hears nothing of them.
+	// due for a resync (unlike client-go, on purpose): this handler hears nothing of them.
 	src.FailNext(1, memory.OpWatch, informer.ErrExpired)
 	src.DropWatches(informer.ErrExpired)
 	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
@@ -748,9 +748,9 @@ func TestInformer_SI3_ReplacedWithSameRevisionIsResync(t *testing.T) {
 	assertCache(t, f)
 }
 
-// Factory (§11): one informer per id, Start idempotent, late registrations run at the next
+// Factory: one informer per id, Start idempotent, late registrations run at the next
 // Start, WaitForCacheSync per informer, Shutdown waits.
-func TestFactory_F3_SharedInformers(t *testing.T) {
+func TestFactory_SharedInformers(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
 	f := informer.NewFactory()
@@ -763,20 +763,20 @@ func TestFactory_F3_SharedInformers(t *testing.T) {
 	i1, err := informer.InformerFor(f, "objs", build)
 	i2, _ := informer.InformerFor(f, "objs", build)
 	if err != nil || i1 != i2 || builds != 1 {
-		t.Fatalf("F-3: same id must share one informer (builds=%d, err=%v)", builds, err)
+		t.Fatalf("same id must share one informer (builds=%d, err=%v)", builds, err)
 	}
 	if _, err := informer.InformerFor(f, "objs", func() (*informer.Informer[int, *obj], error) { return nil, nil }); err == nil {
 		t.Fatal("same id with other type parameters must be an error")
 	}
 	ctx := context.Background()
 	f.Start(ctx)
-	f.Start(ctx) // F-4: idempotent
+	f.Start(ctx) // Idempotent
 	late, _ := informer.InformerFor(f, "late", build)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	res := f.WaitForCacheSync(sctx)
 	if len(res) != 1 || !res["objs"] {
-		t.Fatalf("HS-5: only started informers are reported: %v", res)
+		t.Fatalf("only started informers are reported: %v", res)
 	}
 	f.Start(ctx)
 	res = f.WaitForCacheSync(sctx)

@@ -79,7 +79,7 @@ type HandlerOptions struct {
 	// ResyncPeriod asks for a resync of every cached object (OnUpdate(obj, obj)) at this
 	// period; 0 means the informer's resync period and a negative value means never. It is
 	// raised to at least one second, and has no effect on an informer built with resync 0
-	// (SI-7, SI-8). Only a handler due for a resync receives resync notifications, which
+	//. Only a handler due for a resync receives resync notifications, which
 	// include objects that a relist found unchanged (see Options.Revision).
 	ResyncPeriod time.Duration
 	// QueueLength bounds the notifications waiting for this handler; 0 means
@@ -99,7 +99,7 @@ type HandlerOptions struct {
 // idleBufferCap is the largest queue buffer an idle handler keeps.
 const idleBufferCap = 256
 
-// minimumResyncPeriod is the floor on a handler's resync period (SI-7).
+// minimumResyncPeriod is the floor on a handler's resync period.
 const minimumResyncPeriod = time.Second
 
 type notifyKind uint8
@@ -112,12 +112,12 @@ const (
 )
 
 // notification is one call to make on a handler. kind is never zero for a real one: the
-// queue never uses a zero value as "nothing" (PL-4).
+// queue never uses a zero value as "nothing".
 type notification[K comparable, V any] struct {
 	kind    notifyKind
 	initial bool // OnAdd's flag
 	unknown bool // OnDelete's finalStateUnknown
-	sync    bool // a resync: only for listeners due for one (SP-4)
+	sync    bool // a resync: only for listeners due for one
 	key     K
 	old     V
 	new     V
@@ -167,7 +167,7 @@ type HandlerStats struct {
 }
 
 // listener delivers to one handler: the informer appends to pending; the listener's
-// goroutine swaps pending out and calls the handler with no lock held (PL-1..PL-5, with a
+// goroutine swaps pending out and calls the handler with no lock held (with a
 // bound). Once pending is full (Coalesce policy) notifications go to the overflow, which
 // keeps at most a delete and an add per key; while the overflow is not empty everything new
 // goes there too, so per-key order is kept.
@@ -301,7 +301,7 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		syncedCh: make(chan struct{}),
-		// SP-6 differs on purpose: client-go counts every listener as syncing until the
+		// Unlike client-go, on purpose: client-go counts every listener as syncing until the
 		// first resync check, so an object relisted unchanged reaches handlers that never
 		// asked for resyncs. Here only a handler due for a resync receives resyncs.
 		syncing: false,
@@ -488,7 +488,7 @@ func (l *listener[K, V]) run() {
 		}
 		if l.stopped.Load() {
 			l.mu.Unlock()
-			return // PL-7: what is still queued is dropped
+			return // What is still queued is dropped
 		}
 		var segs []segment[K, V]
 		var drained *noteBatch[K, V] // the overflow, in a batch of this listener's own
@@ -559,7 +559,7 @@ func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notific
 }
 
 // deliver calls the handler; a panic is recovered, counted and reported, and the
-// notification is skipped (PL-6, by choice: the process survives).
+// notification is skipped (by choice: the process survives).
 func (l *listener[K, V]) deliver(n *notification[K, V]) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -596,7 +596,7 @@ func (l *listener[K, V]) stop() {
 }
 
 // shouldResync reports whether the listener is due for a resync at now, and if so
-// schedules the next one (PL-9).
+// schedules the next one.
 func (l *listener[K, V]) shouldResync(now time.Time) bool {
 	if l.resyncPeriod <= 0 {
 		return false

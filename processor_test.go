@@ -65,9 +65,9 @@ func runListener(l *listener[string, string]) func() {
 	return func() { l.stop(); <-l.done }
 }
 
-// PL-4, PL-5: strict FIFO per listener; the synced marker flips HasSynced after what
+// Strict FIFO per listener; the synced marker flips HasSynced after what
 // precedes it was delivered and is never passed to the handler.
-func TestListener_PL4_FIFOAndSyncMarker(t *testing.T) {
+func TestListener_FIFOAndSyncMarker(t *testing.T) {
 	r := &recorder{seen: make(chan struct{}, 100)}
 	l := newListener[string, string](r, HandlerOptions{}, nil, nil)
 	stop := runListener(l)
@@ -80,9 +80,9 @@ func TestListener_PL4_FIFOAndSyncMarker(t *testing.T) {
 	equal(t, r.got(), []string{"add(a1)", "update(a1→a2)", "delete(a2)"})
 }
 
-// Coalesce policy (PL-8 fixed): once the queue is full, each key keeps its newest state
+// Coalesce policy (client-go's queue grows without bound instead): once the queue is full, each key keeps its newest state
 // with a valid life cycle, and per-key order holds.
-func TestListener_PL8_CoalesceSequences(t *testing.T) {
+func TestListener_CoalesceSequences(t *testing.T) {
 	cases := []struct {
 		name string
 		in   []notification[string, string]
@@ -159,9 +159,9 @@ func TestListener_BlockPolicyBackpressure(t *testing.T) {
 	equal(t, r.got(), want)
 }
 
-// PL-6 (by choice): a panicking handler is recovered, reported, the item skipped, and
+// A panicking handler is recovered, reported, the item skipped, and
 // delivery goes on.
-func TestListener_PL6_PanicSkipsItem(t *testing.T) {
+func TestListener_PanicSkipsItem(t *testing.T) {
 	var reported []string
 	var mu sync.Mutex
 	seen := make(chan struct{}, 10)

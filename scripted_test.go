@@ -57,7 +57,7 @@ func (w *scriptedWatch) Stop() {
 	}
 }
 
-// O-2 end to end on a scripted source: the handler sees the list, then each event, in
+// The order of notifications end to end on a scripted source: the handler sees the list, then each event, in
 // order, and the cache follows.
 func TestInformer_ScriptedSource(t *testing.T) {
 	src := &scripted{items: []string{"a=1", "b=1"}, rev: "2", events: make(chan Event[string])}
