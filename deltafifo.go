@@ -99,7 +99,8 @@ const shrinkAbove = 8192
 //     or handlers run. Replace and Resync wait for the batch in flight to be applied,
 //     so they never read a cache older than what was popped (a resync racing a pop would otherwise queue stale objects).
 //   - Replace emits tombstones for every vanished key, known to the cache or only queued
-//, and counts the keys of the initial population, not list entries.
+//
+// , and counts the keys of the initial population, not list entries.
 //   - A Delete is always queued: whether the key is known is decided when the batch is
 //     applied, against the cache at that moment, so a delete racing an in-flight add is
 //     never lost.

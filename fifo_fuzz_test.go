@@ -163,7 +163,7 @@ func renderDeltas(key string, ds []delta[string]) string {
 // to fifoModel, and compares every pop: keys in first-arrival order with their deltas,
 // trailing-delete dedup, Replace tombstones for vanished known or queued keys,
 // Resync skipping keys with pending deltas, the initial population and its sync
-//, watermarks and the pending count that backpressure relies on.
+// , watermarks and the pending count that backpressure relies on.
 func FuzzDeltaFIFO(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 0, 5, 0})
 	f.Add([]byte{3, 0x0f, 7, 0, 2, 0, 2, 0, 3, 0x01, 7, 0, 4, 0, 7, 0})
