@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/histogram"
 )
 
 // KeyFunc returns the key of an object. An error is an error for that object: it is
@@ -80,7 +81,7 @@ type Informer[K comparable, V any] struct {
 	lw     ListerWatcher[V]
 	cmpRev RevisionComparer
 	logger *slog.Logger
-	stats  Stats
+	stats  counters
 
 	store *store[K, V]
 	fifo  *deltaFIFO[K, V]
@@ -172,9 +173,9 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if opts.Revision != nil {
 		inf.writer.sameRevision = func(a, b V) bool { return opts.Revision(a) == opts.Revision(b) }
 	}
-	inf.stats.ListDuration = NewHistogram(DurationBuckets...)
-	inf.stats.ListItems = NewHistogram(ItemBuckets...)
-	inf.stats.WatchDuration = NewHistogram(WatchDurationBuckets...)
+	inf.stats.ListDuration = histogram.New(histogram.DurationBuckets...)
+	inf.stats.ListItems = histogram.New(histogram.ItemBuckets...)
+	inf.stats.WatchDuration = histogram.New(histogram.WatchDurationBuckets...)
 	inf.cmpRev, _ = lw.(RevisionComparer)
 	inf.fifo = newDeltaFIFO[K, V](st, opts.MaxPending)
 	inf.refl = newReflector[V](lw, inf, reflectorConfig{
@@ -533,33 +534,100 @@ func (e *HandlerPanicError) Error() string {
 	return fmt.Sprintf("informer %s: handler %s panicked (notification skipped): %v", e.Informer, e.Handler, e.Value)
 }
 
-// Stats returns the informer's counters.
-func (inf *Informer[K, V]) Stats() *Stats { return &inf.stats }
+// Stats returns a snapshot of the informer's counters. Each counter is read atomically,
+// but not all at one instant: a change in progress may show in one counter and not yet in
+// another.
+func (inf *Informer[K, V]) Stats() Stats { return inf.stats.snapshot() }
 
-// Stats are an informer's counters, updated atomically; read them at any time.
+// Stats are an informer's counters at one moment, as Informer.Stats returns them. Every
+// counter counts from the informer's creation.
 type Stats struct {
-	Lists, ListErrors    atomic.Uint64 // list attempts (including streaming lists) and failures
-	Watches, WatchErrors atomic.Uint64 // watches opened and watches that failed
-	Relists              atomic.Uint64 // lists applied to the queue
-	Expirations          atomic.Uint64 // revisions found expired
-	Added, Modified      atomic.Uint64 // watch events received, by type
-	Deleted, Bookmarks   atomic.Uint64
-	Objects              atomic.Int64  // objects in the cache
-	KeyErrors            atomic.Uint64 // objects skipped: key function failed
-	IndexErrors          atomic.Uint64 // objects skipped: an index function failed
-	TransformErrors      atomic.Uint64 // objects skipped: transform failed
-	DecodeErrors         atomic.Uint64 // objects the source could not decode (ErrDecode)
-	SourceErrors         atomic.Uint64 // other bad input from the source (ErrBadInput)
-	HandlerPanics        atomic.Uint64 // handler calls that panicked
-	OtherErrors          atomic.Uint64 // every other reported error
-	Applied              atomic.Uint64 // changes (deltas) applied to the cache, resyncs included
+	// Lists counts list attempts, streaming lists and failed attempts included.
+	Lists uint64
+	// ListErrors counts list attempts that failed.
+	ListErrors uint64
+	// Watches counts watches opened (not those that failed to open).
+	Watches uint64
+	// WatchErrors counts watches that failed to open or ended with an error.
+	WatchErrors uint64
+	// Relists counts lists applied to the cache, the first included.
+	Relists uint64
+	// Expirations counts the times the source said a revision had expired.
+	Expirations uint64
+	// Added, Modified and Deleted count the watch events received, by type; Bookmarks the
+	// bookmarks.
+	Added, Modified, Deleted, Bookmarks uint64
+	// Objects is the number of objects in the cache.
+	Objects int64
+	// KeyErrors counts objects skipped because the key function failed.
+	KeyErrors uint64
+	// IndexErrors counts objects skipped because an index function failed.
+	IndexErrors uint64
+	// TransformErrors counts objects skipped because Options.Transform failed.
+	TransformErrors uint64
+	// DecodeErrors counts objects the source could not decode (ErrDecode).
+	DecodeErrors uint64
+	// SourceErrors counts other bad input from the source (ErrBadInput).
+	SourceErrors uint64
+	// HandlerPanics counts handler calls that panicked.
+	HandlerPanics uint64
+	// OtherErrors counts every other reported error.
+	OtherErrors uint64
+	// Applied counts the changes (deltas) applied to the cache, resyncs included.
+	Applied uint64
 
-	ListDuration  *Histogram // seconds per list attempt, failed ones and streaming lists included
-	ListItems     *Histogram // objects per successful list
-	WatchDuration *Histogram // seconds each watch stayed open, from its request to its end
+	// ListDuration is the distribution of list attempts' durations in seconds, failed ones
+	// and streaming lists included.
+	ListDuration HistogramSnapshot
+	// ListItems is the distribution of the objects per successful list.
+	ListItems HistogramSnapshot
+	// WatchDuration is the distribution of how long watches stayed open in seconds, from
+	// the request to the end.
+	WatchDuration HistogramSnapshot
 }
 
-func (s *Stats) countEvent(t EventType) {
+// counters are the live counters behind Stats, updated atomically by the informer's
+// goroutines.
+type counters struct {
+	Lists, ListErrors    atomic.Uint64
+	Watches, WatchErrors atomic.Uint64
+	Relists              atomic.Uint64
+	Expirations          atomic.Uint64
+	Added, Modified      atomic.Uint64
+	Deleted, Bookmarks   atomic.Uint64
+	Objects              atomic.Int64
+	KeyErrors            atomic.Uint64
+	IndexErrors          atomic.Uint64
+	TransformErrors      atomic.Uint64
+	DecodeErrors         atomic.Uint64
+	SourceErrors         atomic.Uint64
+	HandlerPanics        atomic.Uint64
+	OtherErrors          atomic.Uint64
+	Applied              atomic.Uint64
+
+	ListDuration  *histogram.Histogram
+	ListItems     *histogram.Histogram
+	WatchDuration *histogram.Histogram
+}
+
+func (s *counters) snapshot() Stats {
+	return Stats{
+		Lists: s.Lists.Load(), ListErrors: s.ListErrors.Load(),
+		Watches: s.Watches.Load(), WatchErrors: s.WatchErrors.Load(),
+		Relists: s.Relists.Load(), Expirations: s.Expirations.Load(),
+		Added: s.Added.Load(), Modified: s.Modified.Load(), Deleted: s.Deleted.Load(), Bookmarks: s.Bookmarks.Load(),
+		Objects:   s.Objects.Load(),
+		KeyErrors: s.KeyErrors.Load(), IndexErrors: s.IndexErrors.Load(), TransformErrors: s.TransformErrors.Load(),
+		DecodeErrors: s.DecodeErrors.Load(), SourceErrors: s.SourceErrors.Load(),
+		HandlerPanics: s.HandlerPanics.Load(), OtherErrors: s.OtherErrors.Load(),
+		Applied:       s.Applied.Load(),
+		ListDuration:  s.ListDuration.Snapshot(),
+		ListItems:     s.ListItems.Snapshot(),
+		WatchDuration: s.WatchDuration.Snapshot(),
+	}
+}
+
+func (s *counters) countEvent(t EventType) {
 	switch t {
 	case Added:
 		s.Added.Add(1)
@@ -570,7 +638,7 @@ func (s *Stats) countEvent(t EventType) {
 	}
 }
 
-func (s *Stats) countError(err error) {
+func (s *counters) countError(err error) {
 	var oe *ObjectError
 	switch {
 	case errors.As(err, &oe):

@@ -373,7 +373,7 @@ func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
 	if !consistent {
 		t.Fatal("the relist after expiry must be consistent")
 	}
-	if f.inf.Stats().Expirations.Load() == 0 {
+	if f.inf.Stats().Expirations == 0 {
 		t.Fatal("expiration not counted")
 	}
 	assertCache(t, f)
@@ -399,7 +399,7 @@ func TestReflector_BadInputRelists(t *testing.T) {
 			waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
 			src.Put(newObj("a", "g", "3"))
 			ev.expect(t, "add*a=2", "add*b=1", "update a=2→3")
-			if f.inf.Stats().SourceErrors.Load() == 0 {
+			if f.inf.Stats().SourceErrors == 0 {
 				t.Fatal("bad input not counted")
 			}
 			assertCache(t, f)
@@ -427,7 +427,7 @@ func TestInformer_KeyErrorSkipsObject(t *testing.T) {
 	src.Put(newObj("c", "g", "panic"))
 	src.Put(newObj("d", "g", "1"))
 	ev.expect(t, "add*a=1", "add d=1")
-	if n := f.inf.Stats().KeyErrors.Load(); n != 2 {
+	if n := f.inf.Stats().KeyErrors; n != 2 {
 		t.Fatalf("KeyErrors = %d, want 2", n)
 	}
 	var oe *informer.ObjectError
@@ -454,8 +454,8 @@ func TestInformer_IndexErrorSkipsObject(t *testing.T) {
 	}}, ev)
 	src.Put(newObj("c", "g", "1"))
 	ev.expect(t, "add*a=1", "add c=1")
-	if f.inf.Stats().IndexErrors.Load() != 1 {
-		t.Fatalf("IndexErrors = %d", f.inf.Stats().IndexErrors.Load())
+	if f.inf.Stats().IndexErrors != 1 {
+		t.Fatalf("IndexErrors = %d", f.inf.Stats().IndexErrors)
 	}
 }
 
@@ -475,7 +475,7 @@ func TestInformer_Transform(t *testing.T) {
 	}}, ev)
 	src.Put(&obj{Key: "c", Group: "g", Val: "x"})
 	ev.expect(t, "add*a=SECRET", "add c=X")
-	if f.inf.Stats().TransformErrors.Load() != 1 {
+	if f.inf.Stats().TransformErrors != 1 {
 		t.Fatal("transform error not counted")
 	}
 }
@@ -536,7 +536,7 @@ func TestInformer_HandlerPanicIsolated(t *testing.T) {
 	src.Put(newObj("a", "g", "1"))
 	src.Put(newObj("b", "g", "1"))
 	good.expect(t, "add a=1", "add b=1")
-	waitUntil(t, func() bool { return f.inf.Stats().HandlerPanics.Load() == 2 })
+	waitUntil(t, func() bool { return f.inf.Stats().HandlerPanics == 2 })
 	var pe *informer.HandlerPanicError
 	f.errs.mu.Lock()
 	defer f.errs.mu.Unlock()
@@ -585,7 +585,7 @@ func TestReflector_BookmarkAdvancesRevision(t *testing.T) {
 	if err := f.inf.WaitForRevision(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return f.inf.Stats().Bookmarks.Load() >= 1 })
+	waitUntil(t, func() bool { return f.inf.Stats().Bookmarks >= 1 })
 	if f.inf.LastSyncRevision() != rev {
 		t.Fatalf("LastSyncRevision %s, want %s", f.inf.LastSyncRevision(), rev)
 	}

@@ -92,7 +92,7 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 			// read: every event goes through the watch, none is skipped by a relist.
 			// (Each Put is one revision, so the events read say how far the watch is.)
 			st := inf.Stats()
-			src.Compact(rev0 + int64(st.Added.Load()+st.Modified.Load()))
+			src.Compact(rev0 + int64(st.Added+st.Modified))
 		}
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -110,8 +110,8 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 	ceiling := int64(4<<20 + keys*8<<10)
 	st := inf.Stats()
 	t.Logf("%d events over %d keys in %v with the handler stalled: heap %d → %d bytes (grew %d, ceiling %d); handler processed %d; informer read %d watch events, %d relists",
-		events, keys, elapsed, base, peak, grown, ceiling, h.processed.Load(), st.Added.Load()+st.Modified.Load(), st.Relists.Load())
-	if got := st.Added.Load() + st.Modified.Load(); got < uint64(events)*9/10 {
+		events, keys, elapsed, base, peak, grown, ceiling, h.processed.Load(), st.Added+st.Modified, st.Relists)
+	if got := st.Added + st.Modified; got < uint64(events)*9/10 {
 		t.Fatalf("only %d of %d events went through the watch: the test did not load the handler's queue", got, events)
 	}
 	if grown > ceiling {
@@ -193,7 +193,7 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 	for i := range events {
 		src.Put(newObj("k"+strconv.Itoa(i%keys), "", strconv.Itoa(i)))
 	}
-	read := func() uint64 { return inf.Stats().Added.Load() + inf.Stats().Modified.Load() }
+	read := func() uint64 { return inf.Stats().Added + inf.Stats().Modified }
 	// settle waits until the informer stops reading (it is blocked on the stalled handler).
 	settle := func() uint64 {
 		prev, still := read(), 0

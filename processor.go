@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/histogram"
 )
 
 // Handler receives an informer's notifications. Each handler has its own goroutine and
@@ -185,7 +186,7 @@ type listener[K comparable, V any] struct {
 	drained *noteBatch[K, V] // the listener's own batch for overflow drains, kept for reuse
 
 	// latency measurement (MeasureLatency): the clock, and when the overflow began
-	latency       *Histogram
+	latency       *histogram.Histogram
 	clk           interface{ Now() time.Time }
 	overflowSince time.Time
 
@@ -308,7 +309,7 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 	}
 	l.reg.l = l
 	if opts.MeasureLatency {
-		l.latency = NewHistogram(DurationBuckets...)
+		l.latency = histogram.New(histogram.DurationBuckets...)
 		l.clk = clk
 	}
 	l.space = sync.NewCond(&l.mu)

@@ -92,7 +92,7 @@ type reflectorConfig struct {
 	clock           clock.Clock
 	logger          *slog.Logger
 	report          func(error)
-	stats           *Stats
+	stats           *counters
 }
 
 // reflector lists a source and then watches it, writing every change to the sink (§2).

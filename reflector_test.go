@@ -58,7 +58,7 @@ func TestReflector_R1_ListFailureBacksOffExactly(t *testing.T) {
 	if !inf.WaitForCacheSync(sctx) || lists() != 3 {
 		t.Fatalf("synced=%v after %d lists", inf.HasSynced(), lists())
 	}
-	if n := inf.Stats().ListErrors.Load(); n != 2 {
+	if n := inf.Stats().ListErrors; n != 2 {
 		t.Fatalf("ListErrors = %d", n)
 	}
 }

@@ -141,7 +141,7 @@ func TestReflector_MalformedPageRelists(t *testing.T) {
 	if len(reported) != 1 || !errors.Is(reported[0], ErrBadInput) {
 		t.Fatalf("reported %v", reported)
 	}
-	if inf.Stats().SourceErrors.Load() != 1 {
+	if inf.Stats().SourceErrors != 1 {
 		t.Fatal("not counted")
 	}
 }

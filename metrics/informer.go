@@ -17,7 +17,7 @@ type Informer interface {
 	// Name labels the informer's series.
 	Name() string
 	// Stats returns the informer's counters; they are read when the registry is gathered.
-	Stats() *informer.Stats
+	Stats() informer.Stats
 	// LastSyncRevision returns the revision of the last list or watch event received.
 	LastSyncRevision() string
 	// HasSynced reports whether the initial list is in the cache.
@@ -149,28 +149,28 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	counter(c.lists, s.Lists.Load())
-	counter(c.listErrors, s.ListErrors.Load())
-	counter(c.relists, s.Relists.Load())
-	counter(c.watches, s.Watches.Load())
-	counter(c.watchErrors, s.WatchErrors.Load())
-	counter(c.expirations, s.Expirations.Load())
+	counter(c.lists, s.Lists)
+	counter(c.listErrors, s.ListErrors)
+	counter(c.relists, s.Relists)
+	counter(c.watches, s.Watches)
+	counter(c.watchErrors, s.WatchErrors)
+	counter(c.expirations, s.Expirations)
 	for i, v := range [len(eventTypes)]uint64{
-		s.Added.Load(), s.Modified.Load(), s.Deleted.Load(), s.Bookmarks.Load(),
+		s.Added, s.Modified, s.Deleted, s.Bookmarks,
 	} {
 		counter(c.events, v, eventTypes[i])
 	}
 	for i, v := range [len(errorKinds)]uint64{
-		s.KeyErrors.Load(), s.IndexErrors.Load(), s.TransformErrors.Load(), s.DecodeErrors.Load(),
-		s.SourceErrors.Load(), s.HandlerPanics.Load(), s.OtherErrors.Load(),
+		s.KeyErrors, s.IndexErrors, s.TransformErrors, s.DecodeErrors,
+		s.SourceErrors, s.HandlerPanics, s.OtherErrors,
 	} {
 		counter(c.errs, v, errorKinds[i])
 	}
-	counter(c.applied, s.Applied.Load())
-	histogram(ch, c.listDuration, s.ListDuration.Snapshot())
-	histogram(ch, c.listItems, s.ListItems.Snapshot())
-	histogram(ch, c.watchDuration, s.WatchDuration.Snapshot())
-	gauge(c.objects, float64(s.Objects.Load()))
+	counter(c.applied, s.Applied)
+	histogram(ch, c.listDuration, s.ListDuration)
+	histogram(ch, c.listItems, s.ListItems)
+	histogram(ch, c.watchDuration, s.WatchDuration)
+	gauge(c.objects, float64(s.Objects))
 	gauge(c.synced, boolValue(c.src.HasSynced()))
 	if rev, ok := revisionValue(c.src.LastSyncRevision()); ok {
 		gauge(c.lastRevision, rev)

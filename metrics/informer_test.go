@@ -400,7 +400,7 @@ type fakeInformer struct {
 }
 
 func (f *fakeInformer) Name() string             { return "fake" }
-func (f *fakeInformer) Stats() *informer.Stats   { return &f.stats }
+func (f *fakeInformer) Stats() informer.Stats    { return f.stats }
 func (f *fakeInformer) LastSyncRevision() string { return f.rev }
 func (f *fakeInformer) HasSynced() bool          { return false }
 

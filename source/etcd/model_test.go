@@ -236,7 +236,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 			waitForRevision(t, wctx, inf, src, lastRev)
 			wcancel()
-			expBefore := inf.Stats().Expirations.Load()
+			expBefore := inf.Stats().Expirations
 			px.Cut()
 			// Two puts: the informer resumes watching at its revision + 1, and etcd still
 			// serves a watch that starts at the compaction revision itself, so the
@@ -256,7 +256,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 			wctx, wcancel = context.WithTimeout(ctx, 10*time.Second)
 			waitForRevision(t, wctx, inf, src, lastRev)
 			wcancel()
-			if inf.Stats().Expirations.Load() == expBefore {
+			if inf.Stats().Expirations == expBefore {
 				fail("compaction during the disconnect at op %d: no expiration counted", op)
 			}
 		case restartAt:

@@ -213,7 +213,7 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("calls after the reconnect: %q", calls[n:])
 	}
-	if inf.Stats().Expirations.Load() == 0 {
+	if inf.Stats().Expirations == 0 {
 		t.Error("no expiration counted")
 	}
 	assertMirrors(t, inf, src, direct, p)
@@ -290,7 +290,7 @@ func TestBookmarksFromProgressNotifications(t *testing.T) {
 	if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
 		t.Fatalf("WaitForRevision(%d) for a write outside the prefix: %v", rev, err)
 	}
-	if inf.Stats().Bookmarks.Load() == 0 {
+	if inf.Stats().Bookmarks == 0 {
 		t.Error("no bookmark counted")
 	}
 

@@ -236,7 +236,7 @@ func TestChainExpiredRelistTombstones(t *testing.T) {
 	if want := []string{"add y=1", "delete? x=1", "update b=1→10"}; !slices.Equal(after, want) {
 		t.Fatalf("after the gap: %q, want %q", after, want)
 	}
-	if !d.rec.hasError(informer.ErrExpired) && d.inf.Stats().Expirations.Load() == 0 {
+	if !d.rec.hasError(informer.ErrExpired) && d.inf.Stats().Expirations == 0 {
 		t.Error("the client never saw its revision expire")
 	}
 	// The requests after the gate opened: refused watches, then the watch from the old
@@ -325,7 +325,7 @@ func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 	converge(t, d, want)
 	put(up.src, "a", "2") // the watch delivers an event, so its end is not a "very short watch"
 	converge(t, d, want)
-	lists := d.inf.Stats().Lists.Load()
+	lists := d.inf.Stats().Lists
 	watchesBefore := len(g.watches())
 
 	g.answer(http.StatusTooManyRequests, "1", 1)
@@ -338,7 +338,7 @@ func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 	if gap := at[1].Sub(at[0]); gap < time.Second {
 		t.Errorf("watched again %v after a 429 with Retry-After: 1", gap)
 	}
-	if n := d.inf.Stats().Lists.Load(); n != lists {
+	if n := d.inf.Stats().Lists; n != lists {
 		t.Errorf("the client listed %d times after the 429; want a re-watch without a relist", n-lists)
 	}
 	var ra time.Duration

@@ -182,11 +182,11 @@ func TestClientBadInput(t *testing.T) {
 			// A frame whose object cannot be decoded is a decode error; any other bad frame
 			// a source error.
 			st := d.inf.Stats()
-			if n := st.SourceErrors.Load() + st.DecodeErrors.Load(); n == 0 {
+			if n := st.SourceErrors + st.DecodeErrors; n == 0 {
 				t.Error("Stats.SourceErrors + Stats.DecodeErrors = 0")
 			}
-			if decode := strings.Contains(tc.message, "decoded"); decode != (st.DecodeErrors.Load() > 0) {
-				t.Errorf("Stats.DecodeErrors = %d for %q", st.DecodeErrors.Load(), tc.message)
+			if decode := strings.Contains(tc.message, "decoded"); decode != (st.DecodeErrors > 0) {
+				t.Errorf("Stats.DecodeErrors = %d for %q", st.DecodeErrors, tc.message)
 			}
 		})
 	}

@@ -226,13 +226,13 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	// bad input: that watch fails and the client lists again. (A plain cut may be absorbed
 	// by the client reconnecting within one informer watch, so it is not counted here.)
 	st := inf.Stats()
-	if failed := st.WatchErrors.Load(); failed < uint64(midFrameCuts) {
+	if failed := st.WatchErrors; failed < uint64(midFrameCuts) {
 		t.Errorf("seed %d: %d mid-frame cuts, but only %d failed watches", seed, midFrameCuts, failed)
 	}
-	if relists := st.Relists.Load(); relists < uint64(1+midFrameCuts) {
+	if relists := st.Relists; relists < uint64(1+midFrameCuts) {
 		t.Errorf("seed %d: %d mid-frame cuts, but only %d lists", seed, midFrameCuts, relists)
 	}
-	t.Logf("seed %d: %d cuts of live streams, %d mid-frame, %d watches failed", seed, liveCuts, midFrameCuts, inf.Stats().WatchErrors.Load())
+	t.Logf("seed %d: %d cuts of live streams, %d mid-frame, %d watches failed", seed, liveCuts, midFrameCuts, inf.Stats().WatchErrors)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(v.errs) > 0 {

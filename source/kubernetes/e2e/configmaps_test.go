@@ -148,8 +148,8 @@ func TestConfigMapEvents(t *testing.T) {
 			if in, _ := inf.ByIndex(kubernetes.NamespaceIndexName, ns); len(in) != 1 || in[0].Name != "pre" {
 				t.Errorf("ByIndex(namespace, %s) = %v", ns, in)
 			}
-			if st := inf.Stats(); st.Expirations.Load() != 0 {
-				t.Errorf("Expirations = %d, want 0", st.Expirations.Load())
+			if st := inf.Stats(); st.Expirations != 0 {
+				t.Errorf("Expirations = %d, want 0", st.Expirations)
 			}
 		})
 	}

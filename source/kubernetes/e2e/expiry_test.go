@@ -70,9 +70,9 @@ func TestRestartMidWatch(t *testing.T) {
 	// or, after a watch that ended at once with nothing, a fresh list. Either way the
 	// informer must have listed again.
 	st := inf.Stats()
-	t.Logf("relists %d, expirations %d", st.Relists.Load(), st.Expirations.Load())
-	if st.Relists.Load() < 2 {
-		t.Errorf("Relists = %d: the informer converged without listing again", st.Relists.Load())
+	t.Logf("relists %d, expirations %d", st.Relists, st.Expirations)
+	if st.Relists < 2 {
+		t.Errorf("Relists = %d: the informer converged without listing again", st.Relists)
 	}
 	// Live again.
 	if err := cms.Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
@@ -222,7 +222,7 @@ func TestExpiredAfterCompaction(t *testing.T) {
 	if err := inf.WaitForRevision(ctx, last.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
-	if n := inf.Stats().Expirations.Load(); n == 0 {
+	if n := inf.Stats().Expirations; n == 0 {
 		t.Error("Expirations = 0: the informer converged without seeing its revision expire")
 	}
 	rec.none(t)
