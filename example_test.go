@@ -95,7 +95,7 @@ func ExampleFactory() {
 	a, _ := informer.InformerFor(f, "configs", build)
 	b, _ := informer.InformerFor(f, "configs", build) // the same informer
 	f.Start(context.Background())
-	synced := f.WaitForCacheSync(context.Background())
-	fmt.Println(a == b, synced["configs"], a.Len())
-	// Output: true true 1
+	err := f.WaitForCacheSync(context.Background())
+	fmt.Println(a == b, err, a.Len())
+	// Output: true <nil> 1
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 )
 
 // SharedInformer is what a Factory runs: any *Informer[K, V].
@@ -96,49 +98,95 @@ func (f *Factory) Start(ctx context.Context) {
 	}
 }
 
-// WaitForCacheSync waits, concurrently, for every started informer to sync, or for ctx to
-// end, and reports for each started informer's id whether it synced. Informers
-// registered but not started are not in the result.
-func (f *Factory) WaitForCacheSync(ctx context.Context) map[string]bool {
+// WaitForCacheSync waits until every started informer has synced, or ctx is done; it
+// returns nil when all synced, and otherwise WaitForCacheSync's error naming the others.
+// Informers registered but not started are not waited for.
+func (f *Factory) WaitForCacheSync(ctx context.Context) error {
 	f.mu.Lock()
-	started := make(map[string]SharedInformer, len(f.started))
+	ids := make([]string, 0, len(f.started))
 	for id := range f.started {
-		started[id] = f.informers[id]
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	started := make([]Syncer, len(ids))
+	for i, id := range ids {
+		started[i] = f.informers[id]
 	}
 	f.mu.Unlock()
-	res := make(map[string]bool, len(started))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for id, inf := range started {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok := false
-			select {
-			case <-inf.Synced():
-				ok = true
-			case <-ctx.Done():
-				ok = inf.HasSynced()
-			}
-			mu.Lock()
-			res[id] = ok
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return res
+	return WaitForCacheSync(ctx, started...)
 }
 
-// NotSynced returns the ids of a WaitForCacheSync result that did not sync, sorted.
-func NotSynced(res map[string]bool) []string {
-	var out []string
-	for id, ok := range res {
-		if !ok {
-			out = append(out, id)
+// Syncer is anything that reports when it has synced: an *Informer (its cache holds the
+// initial list), a *Registration (its handler has been called for it), or a SharedInformer.
+type Syncer interface {
+	Synced() <-chan struct{}
+}
+
+// WaitForCacheSync waits until every one of syncers has synced, or ctx is done. It waits on
+// channels, never polls. It returns nil when all synced; otherwise an error that wraps
+// ctx's error and names each one that did not sync (by its Name, when it has one) with the
+// last error its source reported, so that a caller can say why:
+//
+//	informer: not synced: "payments" (last error 2s ago: informer "payments": list: …): context deadline exceeded
+func WaitForCacheSync(ctx context.Context, syncers ...Syncer) error {
+	var missing []Syncer
+	for _, s := range syncers {
+		select {
+		case <-s.Synced():
+			continue
+		case <-ctx.Done():
+		}
+		select {
+		case <-s.Synced():
+		default:
+			missing = append(missing, s)
 		}
 	}
-	sort.Strings(out)
-	return out
+	if len(missing) == 0 {
+		return nil
+	}
+	return &notSyncedError{missing: missing, ctxErr: ctx.Err()}
+}
+
+// notSyncedError is WaitForCacheSync's error.
+type notSyncedError struct {
+	missing []Syncer
+	ctxErr  error
+}
+
+func (e *notSyncedError) Error() string {
+	var b strings.Builder
+	b.WriteString("informer: not synced:")
+	for i, s := range e.missing {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		if n, ok := s.(interface{ Name() string }); ok {
+			fmt.Fprintf(&b, " %q", n.Name())
+		} else {
+			fmt.Fprintf(&b, " %T", s)
+		}
+		if le, ok := s.(interface{ LastError() (error, time.Time) }); ok {
+			if err, at := le.LastError(); err != nil {
+				fmt.Fprintf(&b, " (last error %v ago: %v)", time.Since(at).Round(time.Millisecond), err)
+			}
+		}
+	}
+	fmt.Fprintf(&b, ": %v", e.ctxErr)
+	return b.String()
+}
+
+// Unwrap returns ctx's error and the last source error of each one that did not sync.
+func (e *notSyncedError) Unwrap() []error {
+	errs := []error{e.ctxErr}
+	for _, s := range e.missing {
+		if le, ok := s.(interface{ LastError() (error, time.Time) }); ok {
+			if err, _ := le.LastError(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
 }
 
 // Shutdown stops every informer the factory started and waits until all their goroutines

@@ -94,9 +94,11 @@ var (
 	ErrIndexExists = errors.New("informer: index already exists")
 )
 
-// Reader is the typed, read-only view of an informer's cache. Every method reads one
-// consistent point-in-time state; objects are returned as stored (they are shared with
-// every other reader and handler: do not mutate them).
+// Reader is the typed, read-only view of an informer's cache, the role of client-go's
+// Lister: *Informer and *Snapshot implement it, so a reconciler can be given either (and a
+// test a fake). Every method reads one consistent point-in-time state (an Informer's
+// methods each read the newest one; a Snapshot's always the same); objects are returned
+// as stored: they are shared with every other reader and handler, do not mutate them.
 type Reader[K comparable, V any] interface {
 	// Get returns the object stored under key.
 	Get(key K) (V, bool)
@@ -106,6 +108,8 @@ type Reader[K comparable, V any] interface {
 	All() iter.Seq2[K, V]
 	// Range yields the objects whose key k satisfies from ≤ k < to, in key order.
 	Range(from, to K) iter.Seq2[K, V]
+	// Ascend yields the objects whose key is ≥ from, in key order.
+	Ascend(from K) iter.Seq2[K, V]
 	// Keys returns every key in key order, in a new slice.
 	Keys() []K
 	// List returns every object in key order, in a new slice.
@@ -700,9 +704,9 @@ func (sn *Snapshot[K, V]) Index(index string, obj V) ([]V, error) {
 
 // WithPrefix yields the objects of a string-keyed reader whose key starts with prefix, in
 // key order.
-func WithPrefix[V any](sn *Snapshot[string, V], prefix string) iter.Seq2[string, V] {
+func WithPrefix[V any](r Reader[string, V], prefix string) iter.Seq2[string, V] {
 	return func(yield func(string, V) bool) {
-		for k, v := range sn.Ascend(prefix) {
+		for k, v := range r.Ascend(prefix) {
 			if !strings.HasPrefix(k, prefix) || !yield(k, v) {
 				return
 			}

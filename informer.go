@@ -485,8 +485,12 @@ func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) erro
 
 // --- reads ---
 
+// *Informer reads its cache as a Snapshot does: give a reconciler a Reader.
+var _ Reader[string, int] = (*Informer[string, int])(nil)
+
 // Snapshot returns the cache as it is now, as an immutable view that never blocks the
-// informer. It is O(1) when nothing changed since the last snapshot.
+// informer. It is O(1) when nothing changed since the last snapshot. Take one to make
+// several reads of one state; each read method of Informer reads the newest state.
 func (inf *Informer[K, V]) Snapshot() *Snapshot[K, V] { return inf.store.snapshot() }
 
 // Get returns the cached object stored under key.
@@ -498,12 +502,40 @@ func (inf *Informer[K, V]) Len() int { return inf.store.snapshot().Len() }
 // List returns every cached object in key order, in a new slice.
 func (inf *Informer[K, V]) List() []V { return inf.store.snapshot().List() }
 
+// Keys returns every cached key in key order, in a new slice.
+func (inf *Informer[K, V]) Keys() []K { return inf.store.snapshot().Keys() }
+
 // All yields every cached object in key order, from one snapshot.
 func (inf *Informer[K, V]) All() iter.Seq2[K, V] { return inf.store.snapshot().All() }
 
-// ByIndex returns the cached objects indexed under value in the named index.
+// Range yields the cached objects whose key k satisfies from ≤ k < to, in key order,
+// from one snapshot.
+func (inf *Informer[K, V]) Range(from, to K) iter.Seq2[K, V] {
+	return inf.store.snapshot().Range(from, to)
+}
+
+// Ascend yields the cached objects whose key is ≥ from, in key order, from one snapshot.
+func (inf *Informer[K, V]) Ascend(from K) iter.Seq2[K, V] { return inf.store.snapshot().Ascend(from) }
+
+// ByIndex returns the cached objects indexed under value in the named index, in key order.
 func (inf *Informer[K, V]) ByIndex(index, value string) ([]V, error) {
 	return inf.store.snapshot().ByIndex(index, value)
+}
+
+// IndexKeys returns the keys indexed under value in the named index, in key order.
+func (inf *Informer[K, V]) IndexKeys(index, value string) ([]K, error) {
+	return inf.store.snapshot().IndexKeys(index, value)
+}
+
+// IndexValues returns every value present in the named index, in order.
+func (inf *Informer[K, V]) IndexValues(index string) ([]string, error) {
+	return inf.store.snapshot().IndexValues(index)
+}
+
+// Index returns the cached objects that share at least one value with obj in the named
+// index, in key order.
+func (inf *Informer[K, V]) Index(index string, obj V) ([]V, error) {
+	return inf.store.snapshot().Index(index, obj)
 }
 
 // AddIndexers adds indexes, built at once from the cached objects; it may be called while

@@ -28,6 +28,8 @@ func newObj(key, group, val string) *obj { return &obj{Key: key, Group: group, V
 
 func objKey(o *obj) string { return o.Key }
 
+func objKeyErr(o *obj) (string, error) { return o.Key, nil }
+
 // events records a handler's calls as strings, in order, and lets a test wait for them.
 type events struct {
 	mu    sync.Mutex
@@ -749,7 +751,7 @@ func TestInformer_ReplacedWithSameRevisionIsResync(t *testing.T) {
 }
 
 // Factory: one informer per id, Start idempotent, late registrations run at the next
-// Start, WaitForCacheSync per informer, Shutdown waits.
+// Start, WaitForCacheSync over the started informers, Shutdown waits.
 func TestFactory_SharedInformers(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
@@ -771,17 +773,27 @@ func TestFactory_SharedInformers(t *testing.T) {
 	ctx := context.Background()
 	f.Start(ctx)
 	f.Start(ctx) // Idempotent
-	late, _ := informer.InformerFor(f, "late", build)
+	late, _ := informer.InformerFor(f, "late", func() (*informer.Informer[string, *obj], error) {
+		return informer.New[string, *obj](src, informer.Options[string, *obj]{Key: objKeyErr, Name: "late"})
+	})
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res := f.WaitForCacheSync(sctx)
-	if len(res) != 1 || !res["objs"] {
-		t.Fatalf("only started informers are reported: %v", res)
+	if err := f.WaitForCacheSync(sctx); err != nil || !i1.HasSynced() {
+		t.Fatalf("started informers synced: %v", err)
+	}
+	if late.HasSynced() {
+		t.Fatal("an informer registered after Start must not run before the next Start")
+	}
+	// The package function over an informer that cannot sync (not started) names it.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	err = informer.WaitForCacheSync(done, i1, late)
+	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `not synced: "late": context canceled`) {
+		t.Fatalf("WaitForCacheSync over a synced and an unstarted informer: %v", err)
 	}
 	f.Start(ctx)
-	res = f.WaitForCacheSync(sctx)
-	if !res["objs"] || !res["late"] || !late.HasSynced() || len(informer.NotSynced(res)) != 0 {
-		t.Fatalf("after second Start: %v", res)
+	if err := f.WaitForCacheSync(sctx); err != nil || !late.HasSynced() {
+		t.Fatalf("after second Start: %v", err)
 	}
 	f.Shutdown()
 	if _, err := informer.InformerFor(f, "x", build); !errors.Is(err, informer.ErrFactoryShutdown) {

@@ -90,4 +90,3 @@ var (
 	// ItemBuckets for the objects per list: 1 to 1,048,576, by factors of 4.
 	ItemBuckets = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
 )
-
