@@ -2,7 +2,11 @@ package informer_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,4 +159,72 @@ func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
 	close(h.allow)
 	released = true
 	h.ev.expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
+}
+
+// Errors read once and name what failed: the informer, the function, the object by key
+// (or the object itself when its key failed), the handler; a malformed revision passed to
+// WaitForRevision is the caller's error, not bad input from the source.
+func TestInformer_ErrorsNameInformerAndObject(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	src.Put(&obj{Key: "nokey"})
+	src.Put(newObj("badindex", "boom", "1"))
+	src.Put(newObj("ok", "g", "1"))
+	var mu sync.Mutex
+	var got []error
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Name: "payments",
+		Key: func(o *obj) (string, error) {
+			if o.Key == "nokey" {
+				return "", errors.New("no name")
+			}
+			return o.Key, nil
+		},
+		Indexers: informer.Indexers[*obj]{"group": informer.IndexBy(func(o *obj) (string, error) {
+			if o.Group == "boom" {
+				return "", errors.New("bad group")
+			}
+			return o.Group, nil
+		})},
+		ErrorHandler: func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	panicked := make(chan struct{})
+	if _, err := inf.AddHandler(informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, _ bool) {
+		if o.Key == "ok" {
+			defer close(panicked)
+			panic("handler bug")
+		}
+	}}, informer.HandlerOptions{Name: "audit"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-panicked
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
+	mu.Lock()
+	var msgs []string
+	for _, err := range got {
+		msgs = append(msgs, err.Error())
+	}
+	mu.Unlock()
+	want := []string{
+		`informer "payments": key of object &{Key:nokey Group: Val: Rev:}: no name (the object is skipped until it changes)`,
+		`informer "payments": index group of the object with key badindex: bad group (the object is skipped until it changes)`,
+		`informer "payments": handler "audit" panicked on key ok (notification skipped): handler bug`,
+	}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("errors:\n got  %q\n want %q", msgs, want)
+	}
+	var hp *informer.HandlerPanicError
+	if !errors.As(got[2], &hp) || !strings.Contains(string(hp.Stack), "TestInformer_ErrorsNameInformerAndObject") {
+		t.Fatalf("HandlerPanicError without the handler's stack: %v", got[2])
+	}
+	err = inf.WaitForRevision(ctx, "junk")
+	if err == nil || errors.Is(err, informer.ErrBadInput) || !strings.HasPrefix(err.Error(), `informer "payments": WaitForRevision("junk"): not a revision of this source`) {
+		t.Fatalf("WaitForRevision(junk) = %v", err)
+	}
 }

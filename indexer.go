@@ -237,6 +237,17 @@ func (s *store[K, V]) newBucketTree(a, b entry[K, V]) *bucketTree[K, V] {
 
 func bucketLess[K comparable, V any](a, b bucket[K, V]) bool { return a.value < b.value }
 
+// addIndexers adds indexes to a store in use: see Informer.AddIndexers.
+func (s *store[K, V]) addIndexers(indexers Indexers[V]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.addIndexersLocked(indexers); err != nil {
+		return err
+	}
+	s.gen.Add(1) // readers must see the new index
+	return nil
+}
+
 // addIndexersLocked adds indexes and builds them from the current contents. On an error
 // nothing is added.
 func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
@@ -352,18 +363,34 @@ func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree
 // ObjectError is an error about one object: its key function, an index function or the
 // transform failed. The object is skipped; the informer keeps running.
 type ObjectError struct {
-	Op  string // "key", "index <name>", "transform"
-	Key any    // the key, when known
+	// Informer names the informer (Options.Name).
+	Informer string
+	// Op is what failed: "key", "index <name>" or "transform".
+	Op string
+	// Key is the object's key, when known; otherwise Object is the object itself.
+	Key    any
+	Object any
+	// Err is the function's error, or the panic it raised.
 	Err error
 }
 
+// Error names the informer, the function and the object: by key when known.
 func (e *ObjectError) Error() string {
-	if e.Key != nil {
-		return fmt.Sprintf("informer: %s of object %v: %v", e.Op, e.Key, e.Err)
+	name := e.Informer
+	if name == "" {
+		name = "informer"
 	}
-	return fmt.Sprintf("informer: %s: %v", e.Op, e.Err)
+	if e.Key != nil {
+		return fmt.Sprintf("informer %q: %s of the object with key %v: %v (the object is skipped until it changes)", name, e.Op, e.Key, e.Err)
+	}
+	obj := fmt.Sprintf("%+v", e.Object)
+	if len(obj) > 200 {
+		obj = obj[:200] + "…"
+	}
+	return fmt.Sprintf("informer %q: %s of object %s: %v (the object is skipped until it changes)", name, e.Op, obj, e.Err)
 }
 
+// Unwrap returns the function's error.
 func (e *ObjectError) Unwrap() error { return e.Err }
 
 // upsertLocked stores obj under key and updates every index. If an index function fails

@@ -166,8 +166,9 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		syncedCh: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(name string, v any) {
-		inf.report(&HandlerPanicError{Informer: opts.Name, Handler: name, Value: v})
+	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
+		p.Informer = opts.Name
+		inf.report(p)
 	})
 	inf.writer.report = inf.report
 	if opts.Revision != nil {
@@ -247,6 +248,9 @@ func (inf *Informer[K, V]) ReportError(err error) {
 
 // report sends an error to the error handler and the log.
 func (inf *Informer[K, V]) report(err error) {
+	if oe := (*ObjectError)(nil); errors.As(err, &oe) && oe.Informer == "" {
+		oe.Informer = inf.opts.Name
+	}
 	inf.stats.countError(err)
 	inf.logger.Debug("informer error", "err", err)
 	if inf.opts.ErrorHandler != nil {
@@ -260,7 +264,7 @@ func (inf *Informer[K, V]) report(err error) {
 func (inf *Informer[K, V]) transform(obj V) (V, bool) {
 	out, err := safeCall(inf.opts.Transform, obj)
 	if err != nil {
-		inf.report(&ObjectError{Op: "transform", Err: err})
+		inf.report(&ObjectError{Op: "transform", Object: obj, Err: err})
 		return out, false
 	}
 	return out, true
@@ -269,7 +273,7 @@ func (inf *Informer[K, V]) transform(obj V) (V, bool) {
 func (inf *Informer[K, V]) key(obj V) (K, error) {
 	k, err := safeCall(inf.opts.Key, obj)
 	if err != nil {
-		return k, &ObjectError{Op: "key", Err: err}
+		return k, &ObjectError{Informer: inf.opts.Name, Op: "key", Object: obj, Err: err}
 	}
 	return k, nil
 }
@@ -451,7 +455,11 @@ var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not
 // source that implements RevisionComparer.
 func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) error {
 	if inf.cmpRev == nil {
-		return ErrRevisionsUnordered
+		return fmt.Errorf("informer %q: WaitForRevision: %w", inf.opts.Name, ErrRevisionsUnordered)
+	}
+	if _, err := inf.cmpRev.CompareRevisions(rev, rev); err != nil {
+		// The caller's revision is at fault, not the source: not ErrBadInput.
+		return fmt.Errorf("informer %q: WaitForRevision(%q): not a revision of this source: %v", inf.opts.Name, rev, err)
 	}
 	for {
 		inf.wmMu.Lock()
@@ -459,7 +467,7 @@ func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) erro
 			c, err := inf.cmpRev.CompareRevisions(rev, inf.wm.rev)
 			if err != nil {
 				inf.wmMu.Unlock()
-				return fmt.Errorf("informer: WaitForRevision(%q): %w", rev, err)
+				return fmt.Errorf("informer %q: WaitForRevision(%q): comparing with the cache's revision %q: %w", inf.opts.Name, rev, inf.wm.rev, err)
 			}
 			if c < 0 || (c == 0 && inf.wm.inclusive) {
 				inf.wmMu.Unlock()
@@ -545,25 +553,25 @@ func (inf *Informer[K, V]) AddIndexers(indexers Indexers[V]) error {
 	if inf.stopped.Load() {
 		return ErrStopped
 	}
-	s := inf.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.addIndexersLocked(indexers); err != nil {
-		return err
-	}
-	s.gen.Add(1) // readers must see the new index
-	return nil
+	return inf.store.addIndexers(indexers)
 }
 
 // HandlerPanicError reports a handler call that panicked. The panic was recovered and the
 // notification skipped; the handler goes on with the next one.
 type HandlerPanicError struct {
+	// Informer and Handler name the informer and the handler (HandlerOptions.Name).
 	Informer, Handler string
-	Value             any // what was passed to panic
+	// Key is the key of the object the handler was called for.
+	Key any
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the handler goroutine's stack where the panic was recovered.
+	Stack []byte
 }
 
+// Error says which handler panicked on which key, and with what; the stack is in Stack.
 func (e *HandlerPanicError) Error() string {
-	return fmt.Sprintf("informer %s: handler %s panicked (notification skipped): %v", e.Informer, e.Handler, e.Value)
+	return fmt.Sprintf("informer %q: handler %q panicked on key %v (notification skipped): %v", e.Informer, e.Handler, e.Key, e.Value)
 }
 
 // Stats returns a snapshot of the informer's counters. Each counter is read atomically,

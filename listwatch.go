@@ -148,39 +148,41 @@ type StreamingLister interface {
 	StreamingList() bool
 }
 
-// The error classes a source sorts its errors into. Match them with errors.Is.
+// The error classes a source sorts its errors into. Match them with errors.Is. Their
+// messages carry no "informer:" prefix: they are wrapped into errors that already say
+// which informer and which call they come from.
 var (
 	// ErrExpired means the requested revision is no longer available (compacted, or too old
 	// for the server's history). The informer lists again, asking for a consistent list.
-	ErrExpired = errors.New("informer: revision expired")
+	ErrExpired = errors.New("revision expired")
 
 	// ErrRetryable means the failure is transient and the current revision is still good:
 	// the informer backs off and watches again from the same revision, without a relist.
 	// ErrTooManyRequests, ErrUnavailable and ErrConnectionRefused all match it.
-	ErrRetryable = errors.New("informer: retryable")
+	ErrRetryable = errors.New("retryable")
 
 	// ErrTooManyRequests means the source is shedding load (HTTP 429). Wrap it with
 	// RetryAfter to say how long to wait.
-	ErrTooManyRequests error = &classError{msg: "informer: too many requests", class: ErrRetryable}
+	ErrTooManyRequests error = &classError{msg: "too many requests", class: ErrRetryable}
 
 	// ErrUnavailable means the source is temporarily unable to serve (HTTP 503, no leader).
-	ErrUnavailable error = &classError{msg: "informer: source unavailable", class: ErrRetryable}
+	ErrUnavailable error = &classError{msg: "source unavailable", class: ErrRetryable}
 
 	// ErrConnectionRefused means the source could not be reached.
-	ErrConnectionRefused error = &classError{msg: "informer: connection refused", class: ErrRetryable}
+	ErrConnectionRefused error = &classError{msg: "connection refused", class: ErrRetryable}
 
 	// ErrNotSupported means the source does not support what was asked (a streaming list).
-	ErrNotSupported = errors.New("informer: not supported by the source")
+	ErrNotSupported = errors.New("not supported by the source")
 
 	// ErrBadInput means the source sent something the informer cannot use: a malformed
 	// page, an unknown event type, a revision older than one already seen. The informer
 	// reports it and lists again.
-	ErrBadInput = errors.New("informer: bad input from source")
+	ErrBadInput = errors.New("bad input from source")
 
 	// ErrDecode means the source could not decode an object it received. It matches
 	// ErrBadInput, and is counted apart (Stats.DecodeErrors, the "decode" kind of the
 	// metrics' error counter).
-	ErrDecode error = &classError{msg: "informer: object cannot be decoded", class: ErrBadInput}
+	ErrDecode error = &classError{msg: "object cannot be decoded", class: ErrBadInput}
 )
 
 // classError is a sentinel that also matches its class.

@@ -2,6 +2,7 @@ package informer
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -176,7 +177,7 @@ type listener[K comparable, V any] struct {
 	reg     *Registration
 	handler Handler[V]
 	opts    HandlerOptions
-	onPanic func(name string, v any)
+	onPanic func(p *HandlerPanicError)
 
 	mu      sync.Mutex
 	space   *sync.Cond      // Block policy: signalled when the listener takes pending
@@ -290,7 +291,7 @@ type coalesced[K comparable, V any] struct {
 	second notification[K, V] // kind 0: none
 }
 
-func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk interface{ Now() time.Time }, onPanic func(string, any)) *listener[K, V] {
+func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk interface{ Now() time.Time }, onPanic func(*HandlerPanicError)) *listener[K, V] {
 	if opts.QueueLength <= 0 {
 		opts.QueueLength = DefaultQueueLength
 	}
@@ -566,7 +567,7 @@ func (l *listener[K, V]) deliver(n *notification[K, V]) {
 		if r := recover(); r != nil {
 			l.panics.Add(1)
 			if l.onPanic != nil {
-				l.onPanic(l.opts.Name, r)
+				l.onPanic(&HandlerPanicError{Handler: l.opts.Name, Key: n.key, Value: r, Stack: debug.Stack()})
 			}
 		}
 	}()
@@ -617,8 +618,8 @@ func (l *listener[K, V]) shouldResync(now time.Time) bool {
 // it, so registrations, removals and reads go on while a handler is stalled.
 type processor[K comparable, V any] struct {
 	clock         clock.Clock
-	defaultResync time.Duration               // the informer's resync period; 0: never
-	onPanic       func(handler string, v any) // reports a handler's panic
+	defaultResync time.Duration            // the informer's resync period; 0: never
+	onPanic       func(*HandlerPanicError) // reports a handler's panic
 
 	mu          sync.Mutex
 	listeners   []*listener[K, V]
@@ -634,7 +635,7 @@ type processor[K comparable, V any] struct {
 	blocking []*listener[K, V] // deliver's buffer: Block listeners with full queues
 }
 
-func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, onPanic func(string, any)) *processor[K, V] {
+func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, onPanic func(*HandlerPanicError)) *processor[K, V] {
 	p := &processor[K, V]{clock: clk, defaultResync: resync, resyncCheck: resync, onPanic: onPanic, batches: newBatchPool[K, V]()}
 	p.regs.Store(&[]*Registration{})
 	return p

@@ -174,9 +174,12 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 		reported = append(reported, "ok:"+v)
 		mu.Unlock()
 	}}
-	l := newListener[string, string](h, HandlerOptions{Name: "h"}, nil, func(name string, v any) {
+	l := newListener[string, string](h, HandlerOptions{Name: "h"}, nil, func(p *HandlerPanicError) {
 		mu.Lock()
-		reported = append(reported, fmt.Sprintf("panic:%s:%v", name, v))
+		reported = append(reported, fmt.Sprintf("panic:%s:%v:%v", p.Handler, p.Key, p.Value))
+		if !strings.Contains(string(p.Stack), "TestListener_PanicSkipsItem") {
+			reported = append(reported, "the stack does not show the handler")
+		}
 		mu.Unlock()
 	})
 	stop := runListener(l)
@@ -188,7 +191,7 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 	waitFor(t, func() bool { return l.panics.Load() == 1 })
 	mu.Lock()
 	defer mu.Unlock()
-	equal(t, reported, []string{"ok:a", "panic:h:bad object", "ok:c"})
+	equal(t, reported, []string{"ok:a", "panic:h:b:bad object", "ok:c"})
 }
 
 // waitFor polls cond with a deadline (for state that has no event to wait on).
