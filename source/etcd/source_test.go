@@ -432,8 +432,8 @@ func TestFactorySharedInformer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	f.Start(ctx)
-	if res := f.WaitForCacheSync(ctx); len(informer.NotSynced(res)) != 0 || len(res) != 1 {
-		t.Fatalf("WaitForCacheSync: %v", res)
+	if err := f.WaitForCacheSync(ctx); err != nil {
+		t.Fatalf("WaitForCacheSync: %v", err)
 	}
 	// One change at a time, each seen by both consumers before the next: the order is
 	// then the order of the writes (across keys the informer promises no order).

@@ -101,7 +101,7 @@ func ExampleSource_DropWatches() {
 	_, err = src.Watch(ctx, informer.WatchOptions{Revision: last})
 	fmt.Println("expired:", errors.Is(err, informer.ErrExpired))
 	// Output:
-	// dropped: informer: source unavailable retryable: true
+	// dropped: source unavailable retryable: true
 	// resumed: Modified a=2 at revision 2
 	// expired: true
 }
