@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -741,41 +742,51 @@ func WithPrefix[V any](r Reader[string, V], prefix string) iter.Seq2[string, V] 
 	}
 }
 
-// defaultCompare returns the natural order of K when K is a string or an integer type,
-// and false otherwise (the user must then give Options.CompareKeys).
+// defaultCompare returns the natural order of K when K's underlying type is a string,
+// integer or floating-point type (any cmp.Ordered type, named ones such as
+// `type ID int64` included), and false otherwise: the user must then give
+// Options.CompareKeys.
 func defaultCompare[K comparable]() (func(a, b K) int, bool) {
-	var zero K
-	switch any(zero).(type) {
-	case string:
-		return func(a, b K) int {
-			return strings.Compare(*(*string)(unsafe.Pointer(&a)), *(*string)(unsafe.Pointer(&b)))
-		}, true
-	case int:
+	switch reflect.TypeFor[K]().Kind() {
+	case reflect.String:
+		return func(a, b K) int { return strings.Compare(asString(&a), asString(&b)) }, true
+	case reflect.Int:
 		return orderedAs[K, int](), true
-	case int64:
-		return orderedAs[K, int64](), true
-	case int32:
+	case reflect.Int8:
+		return orderedAs[K, int8](), true
+	case reflect.Int16:
+		return orderedAs[K, int16](), true
+	case reflect.Int32:
 		return orderedAs[K, int32](), true
-	case uint:
+	case reflect.Int64:
+		return orderedAs[K, int64](), true
+	case reflect.Uint:
 		return orderedAs[K, uint](), true
-	case uint64:
-		return orderedAs[K, uint64](), true
-	case uint32:
+	case reflect.Uint8:
+		return orderedAs[K, uint8](), true
+	case reflect.Uint16:
+		return orderedAs[K, uint16](), true
+	case reflect.Uint32:
 		return orderedAs[K, uint32](), true
+	case reflect.Uint64:
+		return orderedAs[K, uint64](), true
+	case reflect.Uintptr:
+		return orderedAs[K, uintptr](), true
+	case reflect.Float32:
+		return orderedAs[K, float32](), true
+	case reflect.Float64:
+		return orderedAs[K, float64](), true
 	}
 	return nil, false
 }
 
-func isString[K comparable]() bool {
-	var zero K
-	_, ok := any(zero).(string)
-	return ok
-}
+// isString reports whether K's underlying type is string.
+func isString[K comparable]() bool { return reflect.TypeFor[K]().Kind() == reflect.String }
 
-// asString reads a K whose dynamic type is string, without boxing.
+// asString reads a K whose underlying type is string, without boxing.
 func asString[K comparable](k *K) string { return *(*string)(unsafe.Pointer(k)) }
 
-// orderedAs compares two Ks whose dynamic type is exactly T, without boxing.
+// orderedAs compares two Ks whose underlying type is T, without boxing.
 func orderedAs[K comparable, T cmp.Ordered]() func(a, b K) int {
 	return func(a, b K) int {
 		return cmp.Compare(*(*T)(unsafe.Pointer(&a)), *(*T)(unsafe.Pointer(&b)))

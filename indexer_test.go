@@ -247,6 +247,32 @@ func TestDefaultCompare(t *testing.T) {
 	if _, ok := defaultCompare[custom](); ok {
 		t.Fatal("a struct key has no natural order")
 	}
+	// Named ordered types have their natural order too.
+	type ID int64
+	cid, ok := defaultCompare[ID]()
+	if !ok || cid(-5, 3) >= 0 || cid(3, 3) != 0 || cid(7, 3) <= 0 {
+		t.Fatal("named int64 order")
+	}
+	type Name string
+	cn, ok := defaultCompare[Name]()
+	if !ok || cn("a", "b") >= 0 || cn("b", "b") != 0 {
+		t.Fatal("named string order")
+	}
+	if !isString[Name]() {
+		t.Fatal("a named string key takes the string fast path")
+	}
+	type Score float64
+	if cf, ok := defaultCompare[Score](); !ok || cf(-1.5, 2) >= 0 {
+		t.Fatal("named float order")
+	}
+	type Port uint16
+	if cp, ok := defaultCompare[Port](); !ok || cp(80, 443) >= 0 {
+		t.Fatal("named uint16 order")
+	}
+	// And an informer over a named key type needs no CompareKeys.
+	if _, err := New[ID, string](&scripted{}, Options[ID, string]{Key: func(string) (ID, error) { return 0, nil }}); err != nil {
+		t.Fatalf("New with a named integer key: %v", err)
+	}
 	_ = fmt.Sprint
 }
 

@@ -23,8 +23,9 @@ type KeyFunc[K comparable, V any] func(obj V) (K, error)
 type Options[K comparable, V any] struct {
 	// Key returns an object's key. Required.
 	Key KeyFunc[K, V]
-	// CompareKeys orders keys for ordered iteration and range scans. It may be nil when K
-	// is a string or integer type (natural order); it is required for any other K.
+	// CompareKeys orders keys for ordered iteration and range scans. It may be nil when K's
+	// underlying type is ordered (a string, integer or floating-point type, named or not:
+	// natural order); it is required for any other K, such as a struct.
 	CompareKeys func(a, b K) int
 	// Indexers are the indexes of the cache; more can be added while running with
 	// AddIndexers. Index functions must be pure functions of the object and safe for
@@ -192,6 +193,9 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if opts.Transform != nil {
 		inf.refl.transform = inf.transform
 	}
+	if er, ok := lw.(ErrorReporting); ok {
+		er.ReportErrorsTo(inf.ReportError)
+	}
 	return inf, nil
 }
 
@@ -269,6 +273,11 @@ func (inf *Informer[K, V]) transform(obj V) (V, bool) {
 	}
 	return out, true
 }
+
+// Key returns obj's key as the informer computes it (Options.Key; a panic is an error).
+// Pass inf.Key wherever another part of the program asks for the same key function (an
+// httpsource.Server, a controller), so that it is written once.
+func (inf *Informer[K, V]) Key(obj V) (K, error) { return inf.key(obj) }
 
 func (inf *Informer[K, V]) key(obj V) (K, error) {
 	k, err := safeCall(inf.opts.Key, obj)

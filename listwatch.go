@@ -148,6 +148,15 @@ type StreamingLister interface {
 	StreamingList() bool
 }
 
+// ErrorReporting is implemented by a source that finds errors without failing a call: an
+// object it could not decode and skipped, say. New calls ReportErrorsTo with the new
+// informer's ReportError, so that such errors reach that informer's ErrorHandler, its log
+// and its Stats with no wiring by the user. A source given to several informers should
+// report to each of them.
+type ErrorReporting interface {
+	ReportErrorsTo(report func(error))
+}
+
 // The error classes a source sorts its errors into. Match them with errors.Is. Their
 // messages carry no "informer:" prefix: they are wrapped into errors that already say
 // which informer and which call they come from.

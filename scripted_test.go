@@ -3,6 +3,7 @@ package informer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -143,5 +144,41 @@ func TestReflector_MalformedPageRelists(t *testing.T) {
 	}
 	if inf.Stats().SourceErrors != 1 {
 		t.Fatal("not counted")
+	}
+}
+
+// reportingSource is a scripted source that reports errors it finds without failing a
+// call, through the sink New gives it.
+type reportingSource struct {
+	scripted
+	sinks []func(error)
+}
+
+func (s *reportingSource) ReportErrorsTo(report func(error)) { s.sinks = append(s.sinks, report) }
+
+// New hands a source that implements ErrorReporting the informer's error sink: what the
+// source reports reaches ErrorHandler and Stats with no wiring by the user. Key returns the
+// informer's key.
+func TestInformer_SourceReportsThroughTheInformer(t *testing.T) {
+	src := &reportingSource{}
+	var got []error
+	inf, err := New[string, string](src, Options[string, string]{
+		Name:         "mirror",
+		Key:          func(s string) (string, error) { return "k/" + s, nil },
+		ErrorHandler: func(err error) { got = append(got, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(src.sinks) != 1 {
+		t.Fatalf("New called ReportErrorsTo %d times, want 1", len(src.sinks))
+	}
+	bad := fmt.Errorf("etcd: key /x: %w", ErrDecode)
+	src.sinks[0](bad)
+	if len(got) != 1 || got[0] != bad || inf.Stats().DecodeErrors != 1 {
+		t.Fatalf("reported %v, DecodeErrors %d", got, inf.Stats().DecodeErrors)
+	}
+	if k, err := inf.Key("a"); k != "k/a" || err != nil {
+		t.Fatalf("Key = %q, %v", k, err)
 	}
 }
