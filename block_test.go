@@ -158,7 +158,7 @@ func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
 	waitUntil(t, func() bool { return inf.LastSyncRevision() == strconv.FormatInt(rev, 10) })
 	close(h.allow)
 	released = true
-	h.ev.expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
+	h.ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
 }
 
 // Errors read once and name what failed: the informer, the function, the object by key

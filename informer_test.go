@@ -13,6 +13,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -30,77 +31,12 @@ func objKey(o *obj) string { return o.Key }
 
 func objKeyErr(o *obj) (string, error) { return o.Key, nil }
 
-// events records a handler's calls as strings, in order, and lets a test wait for them.
-type events struct {
-	mu    sync.Mutex
-	calls []string
-	ch    chan struct{}
-}
+// events records a handler's calls in informertest's notation ("add a=1", "update
+// a=1→2", …), an object's state being its Val.
+type events = informertest.Recorder[*obj]
 
-func newEvents() *events { return &events{ch: make(chan struct{}, 1)} }
-
-func (e *events) rec(s string) {
-	e.mu.Lock()
-	e.calls = append(e.calls, s)
-	e.mu.Unlock()
-	select {
-	case e.ch <- struct{}{}:
-	default:
-	}
-}
-
-func (e *events) OnAdd(o *obj, initial bool) {
-	if initial {
-		e.rec("add*" + o.Key + "=" + o.Val)
-		return
-	}
-	e.rec("add " + o.Key + "=" + o.Val)
-}
-func (e *events) OnUpdate(old, new *obj) {
-	if old == new {
-		e.rec("resync " + new.Key + "=" + new.Val)
-		return
-	}
-	e.rec("update " + new.Key + "=" + old.Val + "→" + new.Val)
-}
-func (e *events) OnDelete(o *obj, unknown bool) {
-	if unknown {
-		e.rec("delete?" + o.Key + "=" + o.Val)
-		return
-	}
-	e.rec("delete " + o.Key + "=" + o.Val)
-}
-
-func (e *events) get() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.calls)
-}
-
-// waitLen waits until at least n calls were recorded and returns them.
-func (e *events) waitLen(t *testing.T, n int) []string {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if got := e.get(); len(got) >= n {
-			return got
-		}
-		select {
-		case <-e.ch:
-		case <-deadline:
-			t.Fatalf("waited for %d calls, have %q", n, e.get())
-		}
-	}
-}
-
-// expect waits for exactly want (and then checks nothing more arrived by the time a
-// barrier object's add arrives, when barrier is set).
-func (e *events) expect(t *testing.T, want ...string) {
-	t.Helper()
-	got := e.waitLen(t, len(want))
-	if !slices.Equal(got, want) {
-		t.Fatalf("calls:\n got  %q\n want %q", got, want)
-	}
+func newEvents() *events {
+	return informertest.NewRecorder(func(o *obj) (string, string) { return o.Key, o.Val })
 }
 
 // errs collects reported errors.
@@ -134,13 +70,7 @@ func (e *errs) waitFor(t *testing.T, target error) {
 // waitUntil polls cond with a deadline, for state that has no event to wait on.
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	informertest.Eventually(t, 10*time.Second, cond, "condition not reached")
 }
 
 type fixture struct {
@@ -230,12 +160,12 @@ func TestInformer_InitialListThenLiveChanges(t *testing.T) {
 	src.Put(newObj("b", "g2", "1"))
 	ev := newEvents()
 	f := start(t, src, informer.Options[string, *obj]{}, ev)
-	ev.expect(t, "add*a=1", "add*b=1")
+	ev.Expect(t, "add*a=1", "add*b=1")
 
 	src.Put(newObj("a", "g1", "2"))
 	src.Put(newObj("c", "g1", "1"))
 	src.Delete("b")
-	ev.expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete b=1")
+	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete b=1")
 	assertCache(t, f)
 	got, err := f.inf.ByIndex("group", "g1")
 	if err != nil || len(got) != 2 || got[0].Key != "a" || got[1].Key != "c" {
@@ -307,10 +237,10 @@ func TestReflector_WatchEndReopensWithoutRelist(t *testing.T) {
 	f := start(t, src, informer.Options[string, *obj]{}, ev)
 	src.WaitForWatches(context.Background(), 1)
 	src.Put(newObj("a", "g", "2"))
-	ev.expect(t, "add*a=1", "update a=1→2")
+	ev.Expect(t, "add*a=1", "update a=1→2")
 	src.DropWatches(nil) // io.EOF after events were received: a normal end
 	src.Put(newObj("a", "g", "3"))
-	ev.expect(t, "add*a=1", "update a=1→2", "update a=2→3")
+	ev.Expect(t, "add*a=1", "update a=1→2", "update a=2→3")
 	if n := countOps(src, memory.OpList); n != 1 {
 		t.Fatalf("%d lists, want 1 (no relist)", n)
 	}
@@ -338,7 +268,7 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 			src.FailNext(2, memory.OpWatch, err)
 			src.DropWatches(err)
 			src.Put(newObj("a", "g", "2"))
-			ev.expect(t, "add*a=1", "update a=1→2")
+			ev.Expect(t, "add*a=1", "update a=1→2")
 			if n := countOps(src, memory.OpList); n != 1 {
 				t.Fatalf("%d lists, want 1", n)
 			}
@@ -355,7 +285,7 @@ func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
 	src.Put(newObj("b", "g", "1"))
 	ev := newEvents()
 	f := start(t, src, informer.Options[string, *obj]{}, ev)
-	ev.expect(t, "add*a=1", "add*b=1")
+	ev.Expect(t, "add*a=1", "add*b=1")
 	src.WaitForWatches(context.Background(), 1)
 
 	// While the informer cannot watch: b is deleted, c added, a changed, history compacted.
@@ -365,7 +295,7 @@ func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
 	src.Put(newObj("c", "g", "1"))
 	src.Put(newObj("a", "g", "2"))
 	src.Compact(src.Revision())
-	ev.expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete?b=1")
+	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete?b=1")
 	var consistent bool
 	for _, r := range src.Requests() {
 		if r.Op == memory.OpList && r.List.Consistent {
@@ -400,7 +330,7 @@ func TestReflector_BadInputRelists(t *testing.T) {
 			f.errs.waitFor(t, informer.ErrBadInput)
 			waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
 			src.Put(newObj("a", "g", "3"))
-			ev.expect(t, "add*a=2", "add*b=1", "update a=2→3")
+			ev.Expect(t, "add*a=2", "add*b=1", "update a=2→3")
 			if f.inf.Stats().SourceErrors == 0 {
 				t.Fatal("bad input not counted")
 			}
@@ -428,7 +358,7 @@ func TestInformer_KeyErrorSkipsObject(t *testing.T) {
 	}, ev)
 	src.Put(newObj("c", "g", "panic"))
 	src.Put(newObj("d", "g", "1"))
-	ev.expect(t, "add*a=1", "add d=1")
+	ev.Expect(t, "add*a=1", "add d=1")
 	if n := f.inf.Stats().KeyErrors; n != 2 {
 		t.Fatalf("KeyErrors = %d, want 2", n)
 	}
@@ -455,7 +385,7 @@ func TestInformer_IndexErrorSkipsObject(t *testing.T) {
 		}),
 	}}, ev)
 	src.Put(newObj("c", "g", "1"))
-	ev.expect(t, "add*a=1", "add c=1")
+	ev.Expect(t, "add*a=1", "add c=1")
 	if f.inf.Stats().IndexErrors != 1 {
 		t.Fatalf("IndexErrors = %d", f.inf.Stats().IndexErrors)
 	}
@@ -476,7 +406,7 @@ func TestInformer_Transform(t *testing.T) {
 		return &c, nil
 	}}, ev)
 	src.Put(&obj{Key: "c", Group: "g", Val: "x"})
-	ev.expect(t, "add*a=SECRET", "add c=X")
+	ev.Expect(t, "add*a=SECRET", "add c=X")
 	if f.inf.Stats().TransformErrors != 1 {
 		t.Fatal("transform error not counted")
 	}
@@ -499,11 +429,11 @@ func TestInformer_LateHandlerReplayAndPerHandlerSync(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("late handler never synced")
 	}
-	if got := late.get(); !slices.Equal(got, []string{"add*a=1", "add*b=1"}) {
+	if got := late.Calls(); !slices.Equal(got, []string{"add*a=1", "add*b=1"}) {
 		t.Fatalf("replay %q", got)
 	}
 	src.Put(newObj("a", "g", "2"))
-	late.expect(t, "add*a=1", "add*b=1", "update a=1→2")
+	late.Expect(t, "add*a=1", "add*b=1", "update a=1→2")
 	if reg.Name() != "late" {
 		t.Fatal(reg.Name())
 	}
@@ -517,13 +447,13 @@ func TestInformer_RemoveHandler(t *testing.T) {
 	regKeep, _ := f.inf.AddHandler(keep, informer.HandlerOptions{})
 	reg, _ := f.inf.AddHandler(gone, informer.HandlerOptions{})
 	src.Put(newObj("a", "g", "1"))
-	gone.expect(t, "add a=1")
+	gone.Expect(t, "add a=1")
 	if !f.inf.RemoveHandler(reg) || f.inf.RemoveHandler(reg) {
 		t.Fatal("RemoveHandler must report true once")
 	}
 	src.Put(newObj("b", "g", "1"))
-	keep.expect(t, "add a=1", "add b=1")
-	if got := gone.get(); !slices.Equal(got, []string{"add a=1"}) {
+	keep.Expect(t, "add a=1", "add b=1")
+	if got := gone.Calls(); !slices.Equal(got, []string{"add a=1"}) {
 		t.Fatalf("removed handler got %q", got)
 	}
 	_ = regKeep
@@ -537,7 +467,7 @@ func TestInformer_HandlerPanicIsolated(t *testing.T) {
 	f := start(t, src, informer.Options[string, *obj]{}, bad, good)
 	src.Put(newObj("a", "g", "1"))
 	src.Put(newObj("b", "g", "1"))
-	good.expect(t, "add a=1", "add b=1")
+	good.Expect(t, "add a=1", "add b=1")
 	waitUntil(t, func() bool { return f.inf.Stats().HandlerPanics == 2 })
 	var pe *informer.HandlerPanicError
 	f.errs.mu.Lock()
@@ -601,7 +531,7 @@ func TestReflector_StreamingList(t *testing.T) {
 	ev := newEvents()
 	f := start(t, src, informer.Options[string, *obj]{}, ev)
 	src.Put(newObj("c", "g", "1"))
-	ev.expect(t, "add*a=1", "add*b=1", "add c=1")
+	ev.Expect(t, "add*a=1", "add*b=1", "add c=1")
 	if countOps(src, memory.OpList) != 0 {
 		t.Fatal("a streaming source must not be listed")
 	}
@@ -684,8 +614,8 @@ func TestInformer_PerHandlerResync(t *testing.T) {
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	inf.WaitForCacheSync(ctx)
-	fast.expect(t, "add*a=1")
-	slow.expect(t, "add*a=1")
+	fast.Expect(t, "add*a=1")
+	slow.Expect(t, "add*a=1")
 	// Timers armed: the watch timeout and the resync timer (period lowered to the shortest handler's, 2s).
 	fc.WaitForWaiters(2, ctx.Done())
 	for i := 1; i <= 5; i++ {
@@ -694,11 +624,11 @@ func TestInformer_PerHandlerResync(t *testing.T) {
 		for range i {
 			want = append(want, "resync a=1")
 		}
-		fast.expect(t, want...)
+		fast.Expect(t, want...)
 		fc.WaitForWaiters(2, ctx.Done())
 	}
-	slow.expect(t, "add*a=1", "resync a=1")
-	if got := never.get(); !slices.Equal(got, []string{"add*a=1"}) {
+	slow.Expect(t, "add*a=1", "resync a=1")
+	if got := never.Calls(); !slices.Equal(got, []string{"add*a=1"}) {
 		t.Fatalf("handler with resync -1 got %q", got)
 	}
 }
@@ -717,11 +647,11 @@ func TestInformer_NoResyncWhenInformerHasNone(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	ev.expect(t, "add*a=1")
+	ev.Expect(t, "add*a=1")
 	fc.WaitForWaiters(1, ctx.Done()) // the watch timeout only
 	fc.Step(5 * time.Second)
 	src.Put(newObj("b", "g", "1"))
-	ev.expect(t, "add*a=1", "add b=1")
+	ev.Expect(t, "add*a=1", "add b=1")
 }
 
 // With an object-revision function, an object listed again unchanged is a resync
@@ -732,17 +662,17 @@ func TestInformer_ReplacedWithSameRevisionIsResync(t *testing.T) {
 	src.Put(&obj{Key: "b", Group: "g", Val: "1", Rev: "r1"})
 	ev := newEvents()
 	f := start(t, src, informer.Options[string, *obj]{Revision: func(o *obj) string { return o.Rev }}, ev)
-	ev.expect(t, "add*a=1", "add*b=1")
+	ev.Expect(t, "add*a=1", "add*b=1")
 	src.WaitForWatches(context.Background(), 1)
 	src.Put(&obj{Key: "b", Group: "g", Val: "2", Rev: "r2"})
-	ev.expect(t, "add*a=1", "add*b=1", "update b=1→2")
+	ev.Expect(t, "add*a=1", "add*b=1", "update b=1→2")
 	// Force a relist: a and b are unchanged, so they are resyncs, which reach only handlers
 	// due for a resync (unlike client-go, on purpose): this handler hears nothing of them.
 	src.FailNext(1, memory.OpWatch, informer.ErrExpired)
 	src.DropWatches(informer.ErrExpired)
 	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
 	src.Put(&obj{Key: "c", Group: "g", Val: "1", Rev: "r1"})
-	got := ev.waitLen(t, 4)
+	got := ev.WaitFor(t, 4)
 	want := []string{"add*a=1", "add*b=1", "update b=1→2", "add c=1"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q\nwant %q", got, want)

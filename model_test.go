@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -23,64 +24,18 @@ var (
 )
 
 // deleted marks a delete in a key's history.
-const deleted = "<deleted>"
+const deleted = informertest.Deleted
 
-// view records what one handler saw, per key, as states; it also checks on the fly that
-// every update's old object and every delete's object is the state it saw last.
+// view is one handler of the model: informertest's life-cycle checker, which keeps the
+// states it saw per key, with faults of its own (slow, panicking on one state).
 type view struct {
-	mu       sync.Mutex
-	name     string
-	states   map[string][]string // key → states seen, in order
-	errs     []string
-	panicOn  string // record, then panic, on objects with this value
-	slow     bool
-	coalesce bool // a Coalesce handler may get a delete carrying a state it never saw
+	*informertest.LifeCycle[*obj]
+	name    string
+	panicOn string // record, then panic, on objects with this value
+	slow    bool
 }
 
-func newView(name string) *view {
-	return &view{name: name, states: map[string][]string{}}
-}
-
-// converged reports whether the view's last state of every key is the final one.
-func (v *view) converged(final map[string]string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for key, seen := range v.states {
-		last := seen[len(seen)-1]
-		if fv, ok := final[key]; (ok && last != fv) || (!ok && last != deleted) {
-			return false
-		}
-	}
-	for key := range final {
-		if _, ok := v.states[key]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func (v *view) last(key string) (string, bool) {
-	s := v.states[key]
-	if len(s) == 0 {
-		return "", false
-	}
-	return s[len(s)-1], true
-}
-
-func (v *view) see(key, state, expectPrev string, requirePrev bool, what string) {
-	v.mu.Lock()
-	prev, ok := v.last(key)
-	switch {
-	case requirePrev && (!ok || prev == deleted):
-		v.errs = append(v.errs, fmt.Sprintf("%s %s=%s without a preceding add (seen %q)", what, key, state, v.states[key]))
-	case requirePrev && prev != expectPrev && !(v.coalesce && what == "delete"):
-		v.errs = append(v.errs, fmt.Sprintf("%s %s: old %q but last seen %q", what, key, expectPrev, prev))
-	case !requirePrev && ok && prev != deleted:
-		v.errs = append(v.errs, fmt.Sprintf("add %s=%s on top of %q (no delete between)", key, state, prev))
-	}
-	v.states[key] = append(v.states[key], state)
-	v.mu.Unlock()
-}
+func newView(name string) *view { return &view{name: name} }
 
 func (v *view) maybe(o *obj) {
 	if v.slow {
@@ -91,25 +46,11 @@ func (v *view) maybe(o *obj) {
 	}
 }
 
-func (v *view) OnAdd(o *obj, _ bool) { v.see(o.Key, o.Val, "", false, "add"); v.maybe(o) }
-func (v *view) OnUpdate(old, new *obj) {
-	v.see(new.Key, new.Val, old.Val, true, "update")
-	v.maybe(new)
-}
-func (v *view) OnDelete(o *obj, _ bool) {
-	v.see(o.Key, deleted, o.Val, true, "delete")
+func (v *view) OnAdd(o *obj, initial bool) { v.LifeCycle.OnAdd(o, initial); v.maybe(o) }
+func (v *view) OnUpdate(old, new *obj)     { v.LifeCycle.OnUpdate(old, new); v.maybe(new) }
+func (v *view) OnDelete(o *obj, unknown bool) {
+	v.LifeCycle.OnDelete(o, unknown)
 	v.maybe(o)
-}
-
-// isSubsequence reports whether seen is a subsequence of history.
-func isSubsequence(seen, history []string) bool {
-	i := 0
-	for _, h := range history {
-		if i < len(seen) && seen[i] == h {
-			i++
-		}
-	}
-	return i == len(seen)
 }
 
 // TestModel runs seeded random scenarios against the in-memory source and checks the
@@ -196,7 +137,8 @@ func runModel(t *testing.T, seed uint64, ops int) {
 	}
 	var regs []*reg
 	addHandler := func(name string, opts informer.HandlerOptions, v *view) {
-		v.coalesce = opts.Policy == informer.Coalesce
+		v.LifeCycle = informertest.NewLifeCycle(func(o *obj) (string, string) { return o.Key, o.Val },
+			informertest.LifeCycleOptions{Coalesce: opts.Policy == informer.Coalesce})
 		r, err := inf.AddHandler(v, opts)
 		if err != nil {
 			fail("AddHandler: %v", err)
@@ -294,7 +236,7 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		if r.out {
 			continue
 		}
-		for !r.v.converged(finalState) {
+		for !r.v.Converged(finalState) {
 			if wctx.Err() != nil {
 				break // the checks below say what is wrong
 			}
@@ -319,14 +261,12 @@ func runModel(t *testing.T, seed uint64, ops int) {
 	}
 	for _, r := range regs {
 		v := r.v
-		v.mu.Lock()
-		defer v.mu.Unlock() // deferred after Run's stop, so it runs first: a failing check never blocks a handler
-		if len(v.errs) > 0 {
-			fail("handler %s: %s", v.name, strings.Join(v.errs, "; "))
+		if errs := v.Errors(); len(errs) > 0 {
+			fail("handler %s: %s", v.name, strings.Join(errs, "; "))
 		}
-		for key, seen := range v.states {
-			h := history[key]
-			if !isSubsequence(seen, h) {
+		for _, key := range v.Keys() {
+			seen, h := v.States(key), history[key]
+			if !informertest.IsSubsequence(seen, h) {
 				fail("handler %s, key %s: saw %q, not a subsequence of %q", v.name, key, seen, h)
 			}
 			if r.out {
@@ -341,7 +281,7 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		}
 		if !r.out {
 			for key := range final {
-				if _, ok := v.states[key]; !ok {
+				if len(v.States(key)) == 0 {
 					fail("handler %s never heard of %s", v.name, key)
 				}
 			}

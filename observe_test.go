@@ -38,7 +38,7 @@ func TestInformer_StatsListsWatchesApplied(t *testing.T) {
 	src.Put(newObj("a", "g", "2"))
 	src.Delete("b")
 	src.Put(newObj("e", "g", "1"))
-	ev.waitLen(t, 7)
+	ev.WaitFor(t, 7)
 	st = f.inf.Stats()
 	if got := st.Applied; got != 7 {
 		t.Fatalf("Applied = %d, want 7 (3 listed + 4 changes)", got)
@@ -141,7 +141,7 @@ func TestHandler_MeasureLatency(t *testing.T) {
 	waitUntil(t, func() bool { return reg.Stats().Queued == 2 && reg.Stats().Delivered == 1 })
 	fc.Step(2 * time.Second)
 	close(g.release)
-	g.expect(t, "add a=1", "add b=1")
+	g.Expect(t, "add a=1", "add b=1")
 	lat := reg.Stats().Latency
 	bucket := slices.Index(lat.Bounds, 2.5)
 	if lat.Count != 2 || lat.Counts[0] != 1 || lat.Counts[bucket] != 1 || lat.Sum != 2 {

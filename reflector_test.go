@@ -92,7 +92,7 @@ func TestInformer_PL10_StalledHandlerIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a: add + 200 updates; b: add + 199 updates; c: add.
-	got := fast.waitLen(t, 402)
+	got := fast.WaitFor(t, 402)
 	if len(got) != 402 || got[len(got)-1] != "add c=last" {
 		t.Fatalf("fast handler: %d calls, last %q", len(got), got[len(got)-1])
 	}
@@ -101,12 +101,12 @@ func TestInformer_PL10_StalledHandlerIsolated(t *testing.T) {
 	}
 	release()
 	waitUntil(t, func() bool {
-		calls := stalled.get()
+		calls := stalled.Calls()
 		return len(calls) > 0 && calls[len(calls)-1] == "add c=last"
 	})
 	// Its calls depend on how the writes were batched, but it ends at every key's final
 	// state, in few calls (the overflow kept one entry per key).
-	calls := stalled.get()
+	calls := stalled.Calls()
 	final := map[string]string{}
 	for _, c := range calls {
 		key, val, _ := strings.Cut(strings.SplitN(c, " ", 2)[1], "=")
