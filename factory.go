@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // SharedInformer is what a Factory runs: any *Informer[K, V].
@@ -29,7 +31,7 @@ type Factory struct {
 	started   map[string]bool
 	ctx       context.Context // cancelled by Shutdown
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	running   errgroup.Group // the started informers' Run calls
 	shutdown  bool
 }
 
@@ -88,13 +90,14 @@ func (f *Factory) Start(ctx context.Context) {
 		f.started[id] = true
 		runCtx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(f.ctx, cancel)
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
+		f.running.Go(func() error {
 			defer stop()
 			defer cancel()
-			_ = inf.Run(runCtx)
-		}()
+			if err := inf.Run(runCtx); err != nil {
+				return fmt.Errorf("informer: factory: running %q: %w", id, err)
+			}
+			return nil
+		})
 	}
 }
 
@@ -191,10 +194,12 @@ func (e *notSyncedError) Unwrap() []error {
 
 // Shutdown stops every informer the factory started and waits until all their goroutines
 // have returned. Later registrations fail with ErrFactoryShutdown and Start does nothing.
-func (f *Factory) Shutdown() {
+// It returns the first error a Run returned (ErrAlreadyStarted for an informer that was
+// also run by hand), or nil.
+func (f *Factory) Shutdown() error {
 	f.mu.Lock()
 	f.shutdown = true
 	f.mu.Unlock()
 	f.cancel()
-	f.wg.Wait()
+	return f.running.Wait()
 }

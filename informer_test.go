@@ -750,3 +750,31 @@ func TestInformer_AddIndexersWhileRunning(t *testing.T) {
 		t.Fatalf("clash: %v", err)
 	}
 }
+
+// Shutdown returns the first error a Run returned: here, the factory's Run of an informer
+// the program had already run by hand.
+func TestFactory_ShutdownReturnsRunError(t *testing.T) {
+	src := newSource(memory.Options{})
+	f := informer.NewFactory()
+	inf, err := informer.InformerFor(f, "objs", func() (*informer.Informer[string, *obj], error) {
+		return informer.New[string, *obj](src, informer.Options[string, *obj]{Key: objKeyErr})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	err = f.Shutdown()
+	if !errors.Is(err, informer.ErrAlreadyStarted) || !strings.Contains(err.Error(), `"objs"`) {
+		t.Fatalf("Shutdown = %v, want ErrAlreadyStarted naming objs", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
