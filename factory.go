@@ -12,22 +12,22 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// SharedInformer is what a Factory runs: any *Informer[K, V].
-type SharedInformer interface {
+// sharedInformer is what a Factory runs: any *Informer[K, V].
+type sharedInformer interface {
 	Name() string
 	Run(ctx context.Context) error
 	HasSynced() bool
 	Synced() <-chan struct{}
 }
 
-var _ SharedInformer = (*Informer[string, int])(nil)
+var _ sharedInformer = (*Informer[string, int])(nil)
 
 // Factory shares one informer per source among many consumers, so that a
 // collection is listed and watched once however many parts of a program read it. Its
 // methods are safe for concurrent use. The zero value is not usable; call NewFactory.
 type Factory struct {
 	mu        sync.Mutex
-	informers map[string]SharedInformer
+	informers map[string]sharedInformer
 	started   map[string]bool
 	ctx       context.Context // cancelled by Shutdown
 	cancel    context.CancelFunc
@@ -39,7 +39,7 @@ type Factory struct {
 func NewFactory() *Factory {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Factory{
-		informers: make(map[string]SharedInformer),
+		informers: make(map[string]sharedInformer),
 		started:   make(map[string]bool),
 		ctx:       ctx,
 		cancel:    cancel,
@@ -120,7 +120,7 @@ func (f *Factory) WaitForCacheSync(ctx context.Context) error {
 }
 
 // Syncer is anything that reports when it has synced: an *Informer (its cache holds the
-// initial list), a *Registration (its handler has been called for it), or a SharedInformer.
+// initial list) or a *Registration (its handler has been called for it).
 type Syncer interface {
 	Synced() <-chan struct{}
 }
