@@ -122,6 +122,7 @@ func (f *Factory) WaitForCacheSync(ctx context.Context) error {
 // Syncer is anything that reports when it has synced: an *Informer (its cache holds the
 // initial list) or a *Registration (its handler has been called for it).
 type Syncer interface {
+	// Synced returns a channel closed once synced.
 	Synced() <-chan struct{}
 }
 
@@ -157,6 +158,7 @@ type notSyncedError struct {
 	ctxErr  error
 }
 
+// Error names each one that did not sync, with its last error.
 func (e *notSyncedError) Error() string {
 	var b strings.Builder
 	b.WriteString("informer: not synced:")

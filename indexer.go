@@ -369,7 +369,8 @@ type ObjectError struct {
 	// Op is what failed: "key", "index <name>" or "transform".
 	Op string
 	// Key is the object's key, when known; otherwise Object is the object itself.
-	Key    any
+	Key any
+	// Object is the object, when its key is not known.
 	Object any
 	// Err is the function's error, or the panic it raised.
 	Err error

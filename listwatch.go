@@ -119,6 +119,8 @@ func (t EventType) String() string {
 
 // Event is one change in a watch stream.
 type Event[V any] struct {
+	// Type says what happened: Added, Modified, Deleted or Bookmark. Any other value is
+	// bad input: the watch fails and the informer lists again.
 	Type EventType
 	// Object is the new state (Added, Modified) or the last state (Deleted). For Deleted, a
 	// source that does not know the last state must still return an object from which the
@@ -145,6 +147,7 @@ type RevisionComparer interface {
 // uses it instead of List when StreamingList reports true, and falls back to List if the
 // watch fails with ErrNotSupported.
 type StreamingLister interface {
+	// StreamingList reports whether the source serves streaming lists now.
 	StreamingList() bool
 }
 
@@ -154,6 +157,7 @@ type StreamingLister interface {
 // and its Stats with no wiring by the user. A source given to several informers should
 // report to each of them.
 type ErrorReporting interface {
+	// ReportErrorsTo adds report to the functions the source reports its errors to.
 	ReportErrorsTo(report func(error))
 }
 
@@ -200,7 +204,10 @@ type classError struct {
 	class error
 }
 
-func (e *classError) Error() string        { return e.msg }
+// Error returns the class's message.
+func (e *classError) Error() string { return e.msg }
+
+// Is reports whether target is the error's class.
 func (e *classError) Is(target error) bool { return target == e.class }
 
 // RetryAfter wraps err with the delay the source asked for (an HTTP Retry-After header).
@@ -214,9 +221,11 @@ type retryAfterError struct {
 	after time.Duration
 }
 
+// Error returns the wrapped error's message with the delay.
 func (e *retryAfterError) Error() string {
 	return fmt.Sprintf("%v (retry after %v)", e.err, e.after)
 }
+// Unwrap returns the wrapped error.
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfterOf returns the delay carried by an error made with RetryAfter, if any.
@@ -230,7 +239,9 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 
 // ListerWatcherFuncs adapts two functions into a ListerWatcher.
 type ListerWatcherFuncs[V any] struct {
-	ListFunc  func(ctx context.Context, opts ListOptions) (List[V], error)
+	// ListFunc serves List.
+	ListFunc func(ctx context.Context, opts ListOptions) (List[V], error)
+	// WatchFunc serves Watch.
 	WatchFunc func(ctx context.Context, opts WatchOptions) (Watch[V], error)
 }
 

@@ -32,8 +32,11 @@ type Handler[V any] interface {
 
 // HandlerFuncs adapts functions into a Handler. Nil functions are skipped.
 type HandlerFuncs[V any] struct {
-	AddFunc    func(obj V, initial bool)
+	// AddFunc serves OnAdd.
+	AddFunc func(obj V, initial bool)
+	// UpdateFunc serves OnUpdate.
 	UpdateFunc func(old, new V)
+	// DeleteFunc serves OnDelete.
 	DeleteFunc func(obj V, finalStateUnknown bool)
 }
 
