@@ -225,6 +225,7 @@ type retryAfterError struct {
 func (e *retryAfterError) Error() string {
 	return fmt.Sprintf("%v (retry after %v)", e.err, e.after)
 }
+
 // Unwrap returns the wrapped error.
 func (e *retryAfterError) Unwrap() error { return e.err }
 
