@@ -39,13 +39,14 @@ import (
 
 // Config is one service's configuration, stored as JSON under <prefix><name>.
 type Config struct {
-	Name     string   `json:"-"`
-	Team     string   `json:"team"`
-	Env      string   `json:"env"`
-	Replicas int      `json:"replicas"`
-	Features []string `json:"features,omitempty"`
+	Name     string   `json:"-"`                  // the key's suffix after the prefix, not stored
+	Team     string   `json:"team"`               // owning team (indexed)
+	Env      string   `json:"env"`                // environment, e.g. prod (indexed)
+	Replicas int      `json:"replicas"`           // desired replica count
+	Features []string `json:"features,omitempty"` // feature flags turned on
 }
 
+// String formats c on one line, as the example prints it.
 func (c *Config) String() string {
 	s := fmt.Sprintf("%s team=%s env=%s replicas=%d", c.Name, c.Team, c.Env, c.Replicas)
 	if len(c.Features) > 0 {
