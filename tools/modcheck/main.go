@@ -12,7 +12,7 @@
 //
 // Usage, from the repository root (the Makefile's `modules`, `pin` and `tidy`):
 //
-//	cd tools && GOWORK=off go run ./modcheck check   # every module's user graph
+//	cd tools && GOWORK=off go run ./modcheck check [dir…]  # every module's user graph (or those)
 //	cd tools && GOWORK=off go run ./modcheck pin     # pin the repository's modules to HEAD
 //	cd tools && GOWORK=off go run ./modcheck tidy    # go mod tidy in every module
 //
@@ -23,8 +23,10 @@
 //
 // the commands go mod tidy -diff, go build ./... and go vet ./..., runs every
 // module even when one fails, prints a summary and exits 1 naming the failing
-// modules. It also fails on a replace directive to a local directory and on
-// requirements of the repository's modules at anything but the one pin.
+// modules. It also fails on a replace directive to a local directory, on
+// requirements of the repository's modules at anything but the one pin, on a go.work
+// that does not wire them together, and on a go directive above what the module
+// needs (see goDirective).
 //
 // go.sum files hold no lines for the repository's own modules: their content
 // is the working tree, so their hashes change with every edit. tidy -diff
@@ -41,6 +43,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	gover "go/version"
 	"io"
 	"io/fs"
 	"os"
@@ -71,7 +74,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "check":
-		err = check(root)
+		err = check(root, os.Args[2:])
 	case "pin":
 		rev := "HEAD"
 		if len(os.Args) > 2 {
@@ -478,13 +481,21 @@ type step struct {
 	filter func(out []byte) (fail bool, shown []byte)
 }
 
-func check(root string) error {
+// check checks every module, or only those whose directories are listed in only
+// (relative to the repository root, as the summary prints them).
+func check(root string, only []string) error {
 	start := time.Now()
 	mods, environ, tmp, err := setup(root)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	if len(only) > 0 {
+		mods = slices.DeleteFunc(mods, func(m *mod) bool { return !slices.Contains(only, m.dir) })
+		if len(mods) == 0 {
+			return fmt.Errorf("no module in %v", only)
+		}
+	}
 	steps := []step{
 		{args: []string{"mod", "tidy", "-diff"}, filter: tidyDiff},
 		{args: []string{"build", "-o", os.DevNull, "./..."}},
@@ -526,6 +537,14 @@ func check(root string) error {
 				r.failed = append(r.failed, "go "+strings.Join(s.args, " "))
 			} else {
 				fmt.Printf("ok   go %s\n", strings.Join(s.args, " "))
+			}
+		}
+		if len(bytes.TrimSpace(pkgs)) > 0 {
+			if msg := goDirective(work, environ, m); msg != "" {
+				fmt.Printf("FAIL go directive\n%s", indent([]byte(msg)))
+				r.failed = append(r.failed, "go directive")
+			} else {
+				fmt.Printf("ok   go directive %s\n", m.file.Go.Version)
 			}
 		}
 		r.took = time.Since(t0)
@@ -708,4 +727,41 @@ func checkWork(root, v string, mods []*mod) error {
 		return errors.New(strings.Join(problems, "\n"))
 	}
 	return nil
+}
+
+// goDirective checks that a module's go directive is what the module needs: if it
+// is above the highest go directive of its dependencies (the floor) and the module
+// builds and vets with the floor (vet reports uses of the standard library newer than
+// the go directive), it is too high and users of older Go are refused for nothing.
+// It returns "" when the directive is right. It edits the copy in work.
+func goDirective(work string, environ []string, m *mod) string {
+	if m.file.Go == nil {
+		return "go.mod has no go directive"
+	}
+	declared := m.file.Go.Version
+	list := exec.Command("go", "list", "-m", "-f", "{{if not .Main}}{{.GoVersion}}{{end}}", "all")
+	list.Dir = work
+	list.Env = environ
+	out, err := list.Output()
+	if err != nil {
+		return fmt.Sprintf("go list -m all: %v", err)
+	}
+	floor := "1.0"
+	for _, v := range strings.Fields(string(out)) {
+		if gover.Compare("go"+v, "go"+floor) > 0 {
+			floor = v
+		}
+	}
+	if gover.Compare("go"+declared, "go"+floor) <= 0 {
+		return ""
+	}
+	for _, args := range [][]string{{"mod", "edit", "-go=" + floor}, {"build", "-o", os.DevNull, "./..."}, {"vet", "./..."}} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = work
+		cmd.Env = environ
+		if err := cmd.Run(); err != nil {
+			return "" // the module needs more than its dependencies do
+		}
+	}
+	return fmt.Sprintf("go %s is more than the module needs: its dependencies need go %s, and it builds and vets with that", declared, floor)
 }
