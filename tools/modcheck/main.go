@@ -12,7 +12,7 @@
 //
 // Usage, from the repository root (the Makefile's `modules`, `pin` and `tidy`):
 //
-//	cd tools && GOWORK=off go run ./modcheck check [dir…]  # every module's user graph (or those)
+//	cd tools && GOWORK=off go run ./modcheck check [dir…]  # every module's user graph (or those; "examples": the copied-out examples)
 //	cd tools && GOWORK=off go run ./modcheck pin     # pin the repository's modules to HEAD
 //	cd tools && GOWORK=off go run ./modcheck tidy    # go mod tidy in every module
 //
@@ -26,7 +26,9 @@
 // modules. It also fails on a replace directive to a local directory, on
 // requirements of the repository's modules at anything but the one pin, on a go.work
 // that does not wire them together, and on a go directive above what the module
-// needs (see goDirective).
+// needs (see goDirective). Then it copies each example of the root module
+// (examples/<name> without a go.mod of its own) out into a module of its own, as a
+// user would start from it, and builds it there (see copiedOut).
 //
 // go.sum files hold no lines for the repository's own modules: their content
 // is the working tree, so their hashes change with every edit. tidy -diff
@@ -490,10 +492,12 @@ func check(root string, only []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	pin0, _ := pinOf(mods)
+	all := mods
 	if len(only) > 0 {
-		mods = slices.DeleteFunc(mods, func(m *mod) bool { return !slices.Contains(only, m.dir) })
-		if len(mods) == 0 {
-			return fmt.Errorf("no module in %v", only)
+		mods = slices.DeleteFunc(slices.Clone(mods), func(m *mod) bool { return !slices.Contains(only, m.dir) })
+		if len(mods) == 0 && !slices.Contains(only, "examples") {
+			return fmt.Errorf("no module in %v (and no \"examples\", for the root module's examples copied out)", only)
 		}
 	}
 	steps := []step{
@@ -549,6 +553,19 @@ func check(root string, only []string) error {
 		}
 		r.took = time.Since(t0)
 		results = append(results, r)
+	}
+	if pinned := pin0; pinned != "" && (len(only) == 0 || slices.Contains(only, "examples")) {
+		for _, dir := range exampleDirs(all) {
+			t0 := time.Now()
+			name := dir + " (copied out)"
+			fmt.Printf("== %s\n", name)
+			r := result{dir: name}
+			if failed := copiedOut(root, tmp, dir, pinned, environ); failed != "" {
+				r.failed = append(r.failed, failed)
+			}
+			r.took = time.Since(t0)
+			results = append(results, r)
+		}
 	}
 	fmt.Println("\nmodules (GOWORK=off, the repository's modules from a proxy built from the working tree):")
 	var failing []string
@@ -764,4 +781,68 @@ func goDirective(work string, environ []string, m *mod) string {
 		}
 	}
 	return fmt.Sprintf("go %s is more than the module needs: its dependencies need go %s, and it builds and vets with that", declared, floor)
+}
+
+// exampleDirs are the directories under examples/ that belong to the root module
+// (the examples that have no go.mod of their own).
+func exampleDirs(mods []*mod) []string {
+	var dirs []string
+	for _, m := range mods {
+		if m.path != ownPrefix {
+			continue
+		}
+		for _, f := range m.files {
+			if strings.HasPrefix(f, "examples/") && strings.HasSuffix(f, ".go") && !slices.Contains(dirs, path.Dir(f)) {
+				dirs = append(dirs, path.Dir(f))
+			}
+		}
+	}
+	sort.Strings(dirs)
+	return dirs
+}
+
+// copiedOut checks that an example of the root module compiles when its directory is
+// copied out of the repository into a module of its own, as a user would start from
+// it: go mod init, go get the root module at the pin, go mod tidy, go build, go vet.
+// It returns the failing command, "" if none failed.
+func copiedOut(root, tmp, dir, pinned string, environ []string) string {
+	work := filepath.Join(tmp, "copied", filepath.FromSlash(dir))
+	entries, err := os.ReadDir(filepath.Join(root, dir))
+	if err != nil {
+		fmt.Printf("FAIL %v\n", err)
+		return "read"
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		fmt.Printf("FAIL %v\n", err)
+		return "copy"
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".go") {
+			data, err := os.ReadFile(filepath.Join(root, dir, e.Name()))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(work, e.Name()), data, 0o644)
+			}
+			if err != nil {
+				fmt.Printf("FAIL %v\n", err)
+				return "copy"
+			}
+		}
+	}
+	for _, args := range [][]string{
+		{"mod", "init", "example.com/" + path.Base(dir)},
+		{"get", ownPrefix + "@" + pinned},
+		{"mod", "tidy"},
+		{"build", "-o", os.DevNull, "./..."},
+		{"vet", "./..."},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = work
+		cmd.Env = environ
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Printf("FAIL go %s\n%s", strings.Join(args, " "), indent(out))
+			return "go " + strings.Join(args, " ")
+		}
+		fmt.Printf("ok   go %s\n", strings.Join(args, " "))
+	}
+	return ""
 }
