@@ -206,7 +206,9 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	case <-ctx.Done():
 		return fmt.Errorf("mirror did not sync: %w", ctx.Err())
 	}
-	say("synced %d configs at revision %s", inf.Len(), inf.LastSyncRevision())
+	// (Not inf.LastSyncRevision(): the informer records it once it has handed the list on,
+	// which may be just after the handler has been given it.)
+	say("synced %d configs", inf.Len())
 	query := func() error {
 		configs, err := inf.ByIndex("team", opts.team)
 		if err != nil {
@@ -231,6 +233,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 
 	// The scripted changes: each is written to etcd, then waited for, so that the output
 	// comes in order.
+	var last string // the revision of the last write, which the cache has reached
 	for _, step := range script {
 		var resp *clientv3.PutResponse
 		var rev int64
@@ -248,7 +251,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		}
 		// Read your own write: once the informer has reached the write's revision, the
 		// cache holds it.
-		if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
+		last = etcd.FormatRevision(rev)
+		if err := inf.WaitForRevision(ctx, last); err != nil {
 			return err
 		}
 		if step.broken {
@@ -263,7 +267,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	if err := query(); err != nil {
 		return err
 	}
-	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), inf.LastSyncRevision(), src.DecodeErrors())
+	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), last, src.DecodeErrors())
 	return nil
 }
 
