@@ -113,7 +113,7 @@ func run(kubeconfig, namespace, selector string) error {
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(ctx) }()
 	if inf.WaitForCacheSync(ctx) {
-		fmt.Printf("synced: %d ConfigMaps in %s at revision %s; watching (Ctrl-C to stop)\n", count(), namespace, inf.LastSyncRevision())
+		fmt.Printf("synced: %d ConfigMaps in %s; watching (Ctrl-C to stop)\n", count(), namespace)
 	}
 	return <-done
 }
