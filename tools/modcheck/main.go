@@ -42,6 +42,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,6 +76,19 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	if os.Args[1] != "pin" {
+		// Runs share the module cache, where the repository's modules are purged and
+		// served afresh: one run at a time per module cache.
+		out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+		if err != nil {
+			fatal(fmt.Errorf("go env GOMODCACHE: %w", err))
+		}
+		unlock, err := lock(filepath.Join(os.TempDir(), "informer-modcheck-"+shortHash(strings.TrimSpace(string(out)))+".lock"))
+		if err != nil {
+			fatal(err)
+		}
+		defer unlock()
+	}
 	switch os.Args[1] {
 	case "check":
 		err = check(root, os.Args[2:])
@@ -91,6 +106,12 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+}
+
+// shortHash names a directory or file after s.
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:6])
 }
 
 func fatal(err error) {
@@ -452,8 +473,13 @@ func setup(root string) (mods []*mod, environ []string, tmp string, err error) {
 	if err := checkWork(root, v, mods); err != nil {
 		return nil, nil, "", err
 	}
-	tmp, err = os.MkdirTemp("", "modcheck-")
-	if err != nil {
+	// One fixed directory per repository: the build cache keys packages by their
+	// directory, so the copies of the modules build from the cache when unchanged.
+	tmp = filepath.Join(os.TempDir(), "informer-modcheck-"+shortHash(root))
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, nil, "", err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return nil, nil, "", err
 	}
 	proxyDir := filepath.Join(tmp, "proxy")
