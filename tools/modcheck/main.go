@@ -121,11 +121,59 @@ func fatal(err error) {
 
 // repoRoot is the top of the git work tree (the directory holding go.work).
 func repoRoot() (string, error) {
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		return "", fmt.Errorf("git rev-parse --show-toplevel: %w (run modcheck inside the repository)", err)
+	if out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output(); err == nil {
+		return strings.TrimSpace(string(out)), nil
 	}
-	return strings.TrimSpace(string(out)), nil
+	// No git (a source archive): the directory above the one holding go.work.
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no git work tree and no go.work above %s: run modcheck inside the repository", dir)
+		}
+	}
+}
+
+// listFiles lists the repository's files, relative to root, with slashes: those git
+// tracks or would track (untracked files that .gitignore does not exclude), or, without
+// git, every file outside directories whose name starts with "." (.git, .cache).
+func listFiles(root string) ([]string, error) {
+	if out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output(); err == nil {
+		var files []string
+		for f := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+			if f == "" {
+				continue
+			}
+			if _, err := os.Lstat(filepath.Join(root, f)); err != nil {
+				continue // deleted in the working tree
+			}
+			files = append(files, f)
+		}
+		return files, nil
+	}
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	return files, err
 }
 
 // mod is one module of the repository.
@@ -139,19 +187,9 @@ type mod struct {
 // modules lists the repository's modules with their files: each file belongs to
 // the module of its nearest enclosing directory that holds a go.mod.
 func modules(root string) ([]*mod, error) {
-	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	files, err := listFiles(root)
 	if err != nil {
-		return nil, fmt.Errorf("git ls-files: %w", err)
-	}
-	var files []string
-	for f := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
-		if f == "" {
-			continue
-		}
-		if _, err := os.Lstat(filepath.Join(root, f)); err != nil {
-			continue // deleted in the working tree
-		}
-		files = append(files, f)
+		return nil, err
 	}
 	byDir := map[string]*mod{}
 	for _, f := range files {
