@@ -3,14 +3,43 @@ MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test bench lint soak fuzz example compare
+.PHONY: test modules pin tidy bench lint soak fuzz example compare
 
-## test: every module's tests with the race detector.
+## test: the e2e servers' build (`make e2e-servers`), the module check (`make modules`), then
+## every module's tests with the race detector.
+## Every module runs even when one fails; the summary names the failing ones and the exit
+## status is 1 if any failed.
 test:
-	@set -e; for m in $(MODULES); do \
-		echo "== $$m"; \
-		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); \
-	done
+	@failed=""; passed=0; start=$$(date +%s); \
+	echo "== e2e-servers (build the real etcd and kube-apiserver of source/kubernetes's e2e tests)"; \
+	if $(MAKE) --no-print-directory e2e-servers; then passed=$$((passed+1)); else failed="$$failed e2e-servers"; fi; \
+	echo "== modules (each module's user graph: make modules)"; \
+	if $(MAKE) --no-print-directory modules; then passed=$$((passed+1)); else failed="$$failed modules"; fi; \
+	for m in $(MODULES); do \
+		rel=$${m#$(CURDIR)}; rel=$${rel#/}; rel=$${rel:-.}; \
+		echo "== $$rel"; t0=$$(date +%s); \
+		if (cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); then passed=$$((passed+1)); \
+		else failed="$$failed $$rel"; fi; \
+		echo "-- $$rel: $$(( $$(date +%s) - t0 ))s"; \
+	done; \
+	echo; echo "make test: $$passed step(s) ok in $$(( $$(date +%s) - start ))s; failing:$${failed:- none}"; \
+	test -z "$$failed"
+
+## modules: build every module as its users get it (no go.work, no replace): go mod tidy -diff,
+## go build ./... and go vet ./... per module with GOWORK=off, the repository's own modules
+## served from a file-based module proxy built from the working tree (tools/modcheck).
+modules:
+	cd tools && GOWORK=off $(GO) test -count=1 ./... && GOWORK=off $(GO) run ./modcheck check
+
+## pin: require the repository's modules from one another at the pseudo-version of HEAD
+## (v0.0.0-<commit time>-<12 hex>) in every go.mod, and point go.work's replacements at it.
+## Run it after a commit whose root API the other modules need, and commit the result.
+pin:
+	cd tools && GOWORK=off $(GO) run ./modcheck pin
+
+## tidy: go mod tidy in every module, the repository's own modules from the local proxy.
+tidy:
+	cd tools && GOWORK=off $(GO) run ./modcheck tidy
 
 ## bench: the pipeline benchmarks of every module.
 bench:
@@ -50,4 +79,3 @@ example:
 .PHONY: e2e-servers
 e2e-servers:
 	source/kubernetes/e2e/servers.sh build
-test: e2e-servers

@@ -3,7 +3,7 @@ module github.com/informer-go/informer/bench
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-00010101000000-000000000000
+	github.com/informer-go/informer v0.0.0-20261123050157-6123558f0c70
 	gonum.org/v1/plot v0.15.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -45,5 +45,3 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/informer-go/informer => ../

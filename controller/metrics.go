@@ -74,6 +74,8 @@ type MetricsProvider interface {
 // once, with Options.Name: when Start returns after having started (every worker has
 // returned), or when Shutdown ends a controller that was never started.
 type StopObserver interface {
+	// ControllerStopped is called once, with the controller's Options.Name, when it has
+	// stopped.
 	ControllerStopped(controller string)
 }
 

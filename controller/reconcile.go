@@ -15,6 +15,8 @@ import (
 // shutdown and is cancelled when the drain is cut short. A panic is recovered and treated as
 // an error.
 type Reconciler[K comparable] interface {
+	// Reconcile brings the world in line with the desired state of key and reports how it
+	// went (see the type's comment).
 	Reconcile(ctx context.Context, key K) (Result, error)
 }
 

@@ -37,8 +37,11 @@ type Predicate[V any] interface {
 // PredicateFuncs adapts functions into a Predicate. A nil function lets every
 // notification of its kind through.
 type PredicateFuncs[V any] struct {
-	AddFunc    func(obj V) bool
+	// AddFunc filters OnAdd; nil lets every add through.
+	AddFunc func(obj V) bool
+	// UpdateFunc filters OnUpdate, resyncs included; nil lets every update through.
 	UpdateFunc func(old, new V) bool
+	// DeleteFunc filters OnDelete; nil lets every delete through.
 	DeleteFunc func(obj V) bool
 }
 

@@ -31,10 +31,10 @@ type after struct {
 	d    time.Duration
 }
 
-// TestAddAfter checks which items a fake-clock step releases, and in which order (W-2,
-// §17 delaying-queue details). The timer is armed inside AddAfter and re-armed before the
-// delay goroutine releases the queue lock, so a test can step right after AddAfter or Get
-// without waiting for the goroutine.
+// TestAddAfter checks which items a fake-clock step releases, and in which order (the
+// delaying queue: due items in due order, an earlier add of the same item wins). The timer is armed inside AddAfter and re-armed
+// before the delay goroutine releases the queue lock, so a test can step right after
+// AddAfter or Get without waiting for the goroutine.
 func TestAddAfter(t *testing.T) {
 	type step struct {
 		by   time.Duration

@@ -8,18 +8,22 @@ import (
 
 // Gauge is a value that goes up and down. prometheus.Gauge implements it.
 type Gauge interface {
+	// Inc adds one.
 	Inc()
+	// Dec subtracts one.
 	Dec()
 }
 
 // Counter is a value that only goes up. prometheus.Counter implements it.
 type Counter interface {
+	// Inc adds one.
 	Inc()
 }
 
 // Histogram records observations, in seconds. prometheus.Histogram and prometheus.Summary
 // implement it.
 type Histogram interface {
+	// Observe records one observation of seconds.
 	Observe(seconds float64)
 }
 
@@ -29,6 +33,7 @@ type Histogram interface {
 // ShutDown or ShutDownWithDrain (before the drain), outside its lock; values recorded
 // afterwards, while workers finish, may be dropped.
 type ShutDownObserver interface {
+	// QueueShutDown is called once, with the queue's Config.Name, when it shuts down.
 	QueueShutDown(name string)
 }
 

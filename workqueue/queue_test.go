@@ -88,7 +88,7 @@ func run(t *testing.T, q *Queue[string], script []string) {
 
 // TestSequences checks the exact order in which items come out of the queue: FIFO,
 // merging of duplicate adds, and the handling of an item added while it is processed
-// (SEMANTICS §17, workqueue core semantics).
+// (the workqueue's core semantics: fair, stingy, never two workers on one item).
 func TestSequences(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -22,7 +22,7 @@ func whens[T comparable](r RateLimiter[T], item T, n int) []time.Duration {
 }
 
 // TestExponentialRateLimiter checks When = base·2^failures, capped, and that no failure
-// count overflows (§17 rate limiters).
+// count overflows.
 func TestExponentialRateLimiter(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -71,7 +71,7 @@ func TestExponentialRateLimiter(t *testing.T) {
 }
 
 // TestRateLimiterForget checks that Forget resets one item's history and no other's, for
-// every per-item limiter (W-5).
+// every per-item limiter.
 func TestRateLimiterForget(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -159,7 +159,7 @@ func TestBucketRateLimiter(t *testing.T) {
 	}
 }
 
-// TestMaxOf checks the worst-case combination (§17 rate limiters).
+// TestMaxOf checks that the combination waits as long as its slowest limiter.
 func TestMaxOf(t *testing.T) {
 	exp := NewExponentialRateLimiter[string](ms, time.Hour)
 	fs := NewFastSlowRateLimiter[string](10*ms, time.Minute, 2)
@@ -183,7 +183,7 @@ func TestMaxOf(t *testing.T) {
 }
 
 // TestDefaultRateLimiter checks the default policy: exponential from 5 ms, MaxOf a
-// 10 qps bucket with burst 100 (W-4, §18.2). The queue's default runs on its clock.
+// 10 qps bucket with burst 100, as client-go's. The queue's default runs on its clock.
 func TestDefaultRateLimiter(t *testing.T) {
 	if d := DefaultRateLimiter[string]().When("a"); d != 5*ms {
 		t.Fatalf("DefaultRateLimiter().When = %v, want 5ms", d)
@@ -203,7 +203,7 @@ func TestDefaultRateLimiter(t *testing.T) {
 }
 
 // TestAddRateLimited drives the rate-limited queue through retries, Forget and success
-// (W-1, W-3, W-5, W-6).
+// (a retry waits its turn; Forget resets the wait; success forgets).
 func TestAddRateLimited(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	q := New(Config[string]{Clock: clk, RateLimiter: NewExponentialRateLimiter[string](time.Second, time.Hour)})
@@ -221,7 +221,7 @@ func TestAddRateLimited(t *testing.T) {
 		clk.Step(time.Nanosecond)
 		run(t, q, []string{"<a", "-a"})
 	}
-	// W-6: success, Forget: the next failure waits as a first one.
+	// Success, Forget: the next failure waits as a first one.
 	q.Forget("a")
 	if n := q.NumRequeues("a"); n != 0 {
 		t.Fatalf("NumRequeues after Forget = %d", n)

@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/configmirror
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0
-	github.com/informer-go/informer/source/etcd v0.0.0
+	github.com/informer-go/informer v0.0.0-20261123050157-6123558f0c70
+	github.com/informer-go/informer/source/etcd v0.0.0-20261123050157-6123558f0c70
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
@@ -68,9 +68,4 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-)
-
-replace (
-	github.com/informer-go/informer => ../..
-	github.com/informer-go/informer/source/etcd => ../../source/etcd
 )

@@ -39,13 +39,14 @@ import (
 
 // Config is one service's configuration, stored as JSON under <prefix><name>.
 type Config struct {
-	Name     string   `json:"-"`
-	Team     string   `json:"team"`
-	Env      string   `json:"env"`
-	Replicas int      `json:"replicas"`
-	Features []string `json:"features,omitempty"`
+	Name     string   `json:"-"`                  // the key's suffix after the prefix, not stored
+	Team     string   `json:"team"`               // owning team (indexed)
+	Env      string   `json:"env"`                // environment, e.g. prod (indexed)
+	Replicas int      `json:"replicas"`           // desired replica count
+	Features []string `json:"features,omitempty"` // feature flags turned on
 }
 
+// String formats c on one line, as the example prints it.
 func (c *Config) String() string {
 	s := fmt.Sprintf("%s team=%s env=%s replicas=%d", c.Name, c.Team, c.Env, c.Replicas)
 	if len(c.Features) > 0 {
@@ -205,7 +206,9 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	case <-ctx.Done():
 		return fmt.Errorf("mirror did not sync: %w", ctx.Err())
 	}
-	say("synced %d configs at revision %s", inf.Len(), inf.LastSyncRevision())
+	// (Not inf.LastSyncRevision(): the informer records it once it has handed the list on,
+	// which may be just after the handler has been given it.)
+	say("synced %d configs", inf.Len())
 	query := func() error {
 		configs, err := inf.ByIndex("team", opts.team)
 		if err != nil {
@@ -230,6 +233,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 
 	// The scripted changes: each is written to etcd, then waited for, so that the output
 	// comes in order.
+	var last string // the revision of the last write, which the cache has reached
 	for _, step := range script {
 		var resp *clientv3.PutResponse
 		var rev int64
@@ -247,7 +251,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		}
 		// Read your own write: once the informer has reached the write's revision, the
 		// cache holds it.
-		if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
+		last = etcd.FormatRevision(rev)
+		if err := inf.WaitForRevision(ctx, last); err != nil {
 			return err
 		}
 		if step.broken {
@@ -262,7 +267,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	if err := query(); err != nil {
 		return err
 	}
-	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), inf.LastSyncRevision(), src.DecodeErrors())
+	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), last, src.DecodeErrors())
 	return nil
 }
 

@@ -28,7 +28,7 @@ func TestEmbedded(t *testing.T) {
 		"  listed  payments team=billing env=prod replicas=3 features=3ds",
 		"  listed  search team=discovery env=prod replicas=4",
 		"  listed  search-canary team=discovery env=staging replicas=1",
-		"synced 4 configs at revision 5",
+		"synced 4 configs",
 		"? team billing: invoices(2) payments(3)",
 		"~ updated payments team=billing env=prod replicas=5 features=3ds,wallets (was payments team=billing env=prod replicas=3 features=3ds)",
 		"+ added   ledger team=billing env=staging replicas=1",
@@ -69,7 +69,7 @@ func TestEndpoints(t *testing.T) {
 	if err := run(context.Background(), &out, options{endpoints: []string{endpoint}, prefix: "/cfg/", team: "t", duration: 500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	want := "  listed  a team=t env=prod replicas=1\nsynced 1 configs at revision 2\n? team t: a(1)\n? team t: a(1)\n"
+	want := "  listed  a team=t env=prod replicas=1\nsynced 1 configs\n? team t: a(1)\n? team t: a(1)\n"
 	if out.String() != want {
 		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
 	}

@@ -24,16 +24,15 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/controller"
-	"github.com/informer-go/informer/examples/internal/metricsserver"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
 
 // App is the desired state the controller reconciles.
 type App struct {
-	Name     string
-	Image    string
-	Replicas int
+	Name     string // the key
+	Image    string // container image to run
+	Replicas int    // desired number of replicas
 }
 
 func main() {
@@ -171,7 +170,7 @@ func run(out io.Writer, metricsAddr string) error {
 			return err
 		}
 		opts.Metrics, opts.QueueMetrics = cm, cm.Queue()
-		url, stopServing, err := metricsserver.Serve(metricsAddr, reg)
+		url, stopServing, err := serveMetrics(metricsAddr, reg)
 		if err != nil {
 			return err
 		}

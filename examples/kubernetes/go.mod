@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0
-	github.com/informer-go/informer/source/kubernetes v0.0.0
+	github.com/informer-go/informer v0.0.0-20261123050157-6123558f0c70
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123050157-6123558f0c70
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )
@@ -56,9 +56,4 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-)
-
-replace (
-	github.com/informer-go/informer => ../..
-	github.com/informer-go/informer/source/kubernetes => ../../source/kubernetes
 )

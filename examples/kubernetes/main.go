@@ -25,11 +25,11 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
-	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/informer-go/informer"
-	"github.com/informer-go/informer/source/kubernetes"
+	kubesource "github.com/informer-go/informer/source/kubernetes"
 )
 
 func main() {
@@ -61,22 +61,22 @@ func run(kubeconfig, namespace, selector string) error {
 	if err != nil {
 		return err
 	}
-	clientset, err := k8s.NewForConfig(cfg)
+	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 
-	src, err := kubernetes.New[*corev1.ConfigMap](clientset.CoreV1().ConfigMaps(namespace), kubernetes.Options{LabelSelector: selector})
+	src, err := kubesource.New[*corev1.ConfigMap](clientset.CoreV1().ConfigMaps(namespace), kubesource.Options{LabelSelector: selector})
 	if err != nil {
 		return err
 	}
 	inf, err := informer.New(src, informer.Options[string, *corev1.ConfigMap]{
 		Name:      "configmaps",
-		Key:       kubernetes.Key[*corev1.ConfigMap],
-		Transform: kubernetes.StripManagedFields[*corev1.ConfigMap],
-		Revision:  kubernetes.ResourceVersion[*corev1.ConfigMap],
+		Key:       kubesource.Key[*corev1.ConfigMap],
+		Transform: kubesource.StripManagedFields[*corev1.ConfigMap],
+		Revision:  kubesource.ResourceVersion[*corev1.ConfigMap],
 		Indexers: informer.Indexers[*corev1.ConfigMap]{
-			kubernetes.NamespaceIndexName: kubernetes.NamespaceIndex[*corev1.ConfigMap](),
+			kubesource.NamespaceIndexName: kubesource.NamespaceIndex[*corev1.ConfigMap](),
 		},
 		ErrorHandler: func(err error) { slog.Warn("informer", "err", err) },
 	})
@@ -84,7 +84,7 @@ func run(kubeconfig, namespace, selector string) error {
 		return err
 	}
 	count := func() int {
-		cms, _ := inf.ByIndex(kubernetes.NamespaceIndexName, namespace)
+		cms, _ := inf.ByIndex(kubesource.NamespaceIndexName, namespace)
 		return len(cms)
 	}
 	_, err = inf.AddHandler(informer.HandlerFuncs[*corev1.ConfigMap]{
@@ -113,7 +113,7 @@ func run(kubeconfig, namespace, selector string) error {
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(ctx) }()
 	if inf.WaitForCacheSync(ctx) {
-		fmt.Printf("synced: %d ConfigMaps in %s at revision %s; watching (Ctrl-C to stop)\n", count(), namespace, inf.LastSyncRevision())
+		fmt.Printf("synced: %d ConfigMaps in %s; watching (Ctrl-C to stop)\n", count(), namespace)
 	}
 	return <-done
 }

@@ -20,17 +20,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
-	"github.com/informer-go/informer/examples/internal/metricsserver"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
 
 // Service is the object the example mirrors.
 type Service struct {
-	Name     string
-	Team     string
-	Env      string
-	Replicas int
+	Name     string // the key
+	Team     string // owning team (indexed)
+	Env      string // environment, e.g. prod (indexed)
+	Replicas int    // desired replica count
 }
 
 func main() {
@@ -128,7 +127,7 @@ func run(out *os.File, metricsAddr string) error {
 		if _, err := metrics.RegisterInformer(reg, inf); err != nil {
 			return err
 		}
-		url, stopServing, err := metricsserver.Serve(metricsAddr, reg)
+		url, stopServing, err := serveMetrics(metricsAddr, reg)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,7 @@ module github.com/informer-go/informer/source/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0
+	github.com/informer-go/informer v0.0.0-20261123050157-6123558f0c70
 	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -56,5 +56,3 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/informer-go/informer => ../..

@@ -25,7 +25,9 @@ import (
 // *corev1.ConfigMapList; it must be a pointer to a struct with an Items field holding the
 // objects by value, as every Kubernetes list type does.
 type Client[L metav1.ListInterface] interface {
+	// List returns one page of the resource (the Source sets Limit and Continue in opts).
 	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	// Watch streams the resource's changes from opts.ResourceVersion.
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 

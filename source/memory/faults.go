@@ -38,8 +38,11 @@ func (o Op) String() string {
 // Request is one List or Watch call as Requests records it: Op is OpList or OpWatch, and
 // the options of that kind are set (the other field is zero).
 type Request struct {
-	Op    Op
-	List  informer.ListOptions
+	// Op is the kind of call: OpList or OpWatch.
+	Op Op
+	// List holds the options of a List call (zero for a Watch).
+	List informer.ListOptions
+	// Watch holds the options of a Watch call (zero for a List).
 	Watch informer.WatchOptions
 }
 

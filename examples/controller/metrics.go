@@ -1,5 +1,4 @@
-// Package metricsserver serves a Prometheus registry for the examples' -metrics-addr flag.
-package metricsserver
+package main
 
 import (
 	"fmt"
@@ -11,9 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Serve serves g at /metrics on addr, which must be a loopback address (port 0 picks one),
-// until stop is called. It returns the URL to scrape.
-func Serve(addr string, g prometheus.Gatherer) (url string, stop func(), err error) {
+// serveMetrics serves g at /metrics on addr, which must be a loopback address (port 0
+// picks one), until stop is called. It returns the URL to scrape. It is the example's
+// own code (no helper package), so the directory compiles wherever it is copied.
+func serveMetrics(addr string, g prometheus.Gatherer) (url string, stop func(), err error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("-metrics-addr: %w", err)
@@ -23,7 +23,7 @@ func Serve(addr string, g prometheus.Gatherer) (url string, stop func(), err err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("-metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
