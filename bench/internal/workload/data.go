@@ -73,10 +73,10 @@ func list(n int, rev string) []corev1.ConfigMap {
 // Stream is a list followed by a sequence of watch events (70 % modify, 15 % add, 15 %
 // delete), built before anything is timed, in both informers' event types.
 type Stream struct {
-	Initial    []corev1.ConfigMap
-	InitialRev string
-	Objects    int // objects listed
-	Events     int
+	Initial    []corev1.ConfigMap // the list
+	InitialRev string             // the list's revision
+	Objects    int                // objects listed
+	Events     int                // watch events after the list
 
 	cg   []watch.Event
 	ours []informer.Event[*corev1.ConfigMap]

@@ -13,15 +13,15 @@ import (
 	"time"
 )
 
-// Sizes of the workloads, as issue #8 gives them.
+// Sizes of the workloads.
 type Sizes struct {
-	W1Objects, W1Events int // W1 and W4
-	W2Objects           int
-	W3Objects, W3Events int
-	W3Handlers          int
+	W1Objects, W1Events int     // W1 and W4: objects listed, then events
+	W2Objects           int     // objects cached in W2
+	W3Objects, W3Events int     // W3: objects listed, then events
+	W3Handlers          int     // handlers W3 fans out to
 	W3Rate              float64 // events/s the W3 source emits at
-	W4Readers           int
-	W5Objects           int
+	W4Readers           int     // goroutines reading an index during W4
+	W5Objects           int     // objects relisted in W5
 }
 
 // Full are the sizes of issue #8.
