@@ -679,6 +679,12 @@ func (inf *Informer[K, V]) WaitForCacheSync(ctx context.Context) bool {
 // received. The cache may not have applied it yet; see WaitForRevision.
 func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.lastSyncRevision() }
 
+// LastError returns the last error of the source (a failed list or watch, bad input) and
+// when it was reported, or nil and the zero time once the source has recovered (a list
+// applied, or a watch that delivered an event). A caller whose WaitForCacheSync returned
+// false uses it to say why the cache did not sync.
+func (inf *Informer[K, V]) LastError() (error, time.Time) { return inf.refl.lastError() }
+
 // ErrRevisionsUnordered is returned by WaitForRevision for a source that does not
 // implement RevisionComparer.
 var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not ordered")
@@ -780,6 +786,7 @@ type Stats struct {
 	Lists, ListErrors    atomic.Uint64 // list attempts (including streaming lists) and failures
 	Watches, WatchErrors atomic.Uint64 // watches opened and watches that failed
 	Relists              atomic.Uint64 // lists applied to the queue
+	ConsistentLists      atomic.Uint64 // consistent (quorum) lists asked of the source
 	Expirations          atomic.Uint64 // revisions found expired
 	Added, Modified      atomic.Uint64 // watch events received, by type
 	Deleted, Bookmarks   atomic.Uint64
