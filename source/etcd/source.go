@@ -165,13 +165,13 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		resp, err = s.get(ctx, from, ops...)
 	}
 	if err != nil {
-		return out, classify(ctx, "list", err)
+		return out, classify(ctx, s.at("list"), err)
 	}
 	rev := pinned
 	if rev == 0 {
 		rev = resp.Header.Revision
 		if rev < minRev {
-			return out, fmt.Errorf("%w: etcd list: revision %d is newer than the cluster's %d", informer.ErrExpired, minRev, rev)
+			return out, newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", s.at("list"), minRev, rev)
 		}
 	}
 
@@ -215,12 +215,12 @@ func (s *Source[V]) makeContinue(rev int64, next string) string {
 func (s *Source[V]) parseContinue(token string) (int64, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || len(b) < 10 || b[0] != continueVersion {
-		return 0, "", fmt.Errorf("%w: etcd list: malformed continue token %q", informer.ErrBadInput, token)
+		return 0, "", newError(informer.ErrBadInput, nil, "etcd list: malformed continue token %q", token)
 	}
 	rev := int64(binary.BigEndian.Uint64(b[1:9]))
 	key := string(b[9:])
 	if rev <= 0 || key < s.start || (s.end != "\x00" && key >= s.end) {
-		return 0, "", fmt.Errorf("%w: etcd list: continue token %q is not for prefix %q", informer.ErrBadInput, token, s.prefix)
+		return 0, "", newError(informer.ErrBadInput, nil, "etcd list: continue token %q is not for prefix %q", token, s.prefix)
 	}
 	return rev, key, nil
 }
@@ -255,7 +255,7 @@ func FormatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
 func ParseRevision(rev string) (int64, error) {
 	n, err := strconv.ParseInt(rev, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%w: %q is not an etcd revision", informer.ErrBadInput, rev)
+		return 0, newError(informer.ErrBadInput, nil, "revision %q is not an etcd revision (a decimal number >= 0)", rev)
 	}
 	return n, nil
 }
@@ -275,7 +275,7 @@ func (s *Source[V]) RequestProgress(ctx context.Context) error {
 		return errors.New("etcd: RequestProgress: no watch open")
 	}
 	if err := s.client.RequestProgress(metadata.NewOutgoingContext(ctx, md)); err != nil {
-		return classify(ctx, "request progress", err)
+		return classify(ctx, s.at("request progress"), err)
 	}
 	return nil
 }
