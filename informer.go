@@ -56,7 +56,8 @@ type Options[K comparable, V any] struct {
 	// Clock drives the resync timer, the backoff and the watch timeouts; default clock.Real.
 	Clock clock.Clock
 
-	// PageSize is the list page size; 0 means 500, negative means no paging.
+	// PageSize is the list page size; 0 means the source's own default (see PageSizer),
+	// else 500; negative means no paging.
 	PageSize int64
 	// MinWatchTimeout is the shortest watch duration requested; each watch asks for a
 	// random duration in [MinWatchTimeout, 2·MinWatchTimeout). Default 5 minutes.
@@ -146,7 +147,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	}
 	switch {
 	case opts.PageSize == 0:
-		opts.PageSize = 500
+		opts.PageSize = defaultPageSize(lw)
 	case opts.PageSize < 0:
 		opts.PageSize = 0
 	}

@@ -63,6 +63,26 @@ import (
 // 50 million objects.
 const MaxListPages = 100_000
 
+// PageSizer is implemented by a source that knows which page size it serves best, for
+// example because each page costs it more than the objects it holds (etcd counts the rest
+// of the range on every page). The informer uses DefaultPageSize when Options.PageSize is
+// 0: a positive value is the page size, a negative one means no paging, and 0 means the
+// informer's default of 500.
+type PageSizer interface {
+	DefaultPageSize() int64
+}
+
+// defaultPageSize is the list Limit of an informer whose Options.PageSize is 0: the
+// source's page size (PageSizer), else 500; 0 for no paging.
+func defaultPageSize[V any](lw ListerWatcher[V]) int64 {
+	if ps, ok := lw.(PageSizer); ok {
+		if n := ps.DefaultPageSize(); n != 0 {
+			return max(n, 0)
+		}
+	}
+	return 500
+}
+
 // Backoff configures the reflector's jittered exponential backoff between failed attempts.
 // The zero value means the defaults client-go uses: 800 ms doubling to 30 s, full jitter,
 // reset after 2 minutes without a failure. The backoff also starts again from Initial as
