@@ -435,7 +435,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		opts = ListOptions{Consistent: true}
 	}
 	items, rev, err := r.listAt(ctx, opts)
-	if !opts.Consistent && opts.Revision != "" && (errors.Is(err, ErrExpired) || errors.Is(err, errStaleList)) {
+	if !opts.Consistent && (errors.Is(err, ErrExpired) || errors.Is(err, errStaleList)) {
 		// The source cannot serve a list at least as new as the revision already seen.
 		if errors.Is(err, errStaleList) {
 			r.fail(r.opErr("list", err))

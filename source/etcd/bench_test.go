@@ -99,9 +99,9 @@ func BenchmarkInitialSync100k(b *testing.B) {
 			b.Fatalf("got %d keys", got)
 		}
 	}
-	sync := func(pageSize int64) func(b *testing.B) {
+	syncWith := func(pageSize, pageBytes int64) func(b *testing.B) {
 		return func(b *testing.B) {
-			src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{})
+			src, err := etcd.New(c, prefix, decodeCopy, etcd.Options{PageBytes: pageBytes})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -119,6 +119,7 @@ func BenchmarkInitialSync100k(b *testing.B) {
 			<-done
 		}
 	}
+	sync := func(pageSize int64) func(b *testing.B) { return syncWith(pageSize, 0) }
 	b.Run("clientv3-unpaged-get", func(b *testing.B) { loop(b, n, "keys/s", withPeakHeap(rawUnpaged)) })
 	b.Run("clientv3-paged-get-500", func(b *testing.B) { loop(b, n, "keys/s", rawPaged) })
 	b.Run("source-list-default-pages", func(b *testing.B) { loop(b, n, "keys/s", list) })

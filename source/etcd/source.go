@@ -51,17 +51,17 @@ type Options struct {
 	// PageBytes is the size a list page aims at, keys and values together: each page after
 	// the first holds about PageBytes of key-values (by the average size of the page before),
 	// and never more than the informer's ListOptions.Limit keys. It bounds the memory a
-	// page's response takes while the list is read. Zero means 4 MiB; negative means no
+	// page's response takes while the list is read. Zero means 8 MiB; negative means no
 	// bound beyond Limit.
 	PageBytes int64
 }
 
-// DefaultPageBytes is the default of Options.PageBytes: 4 MiB.
-const DefaultPageBytes = 4 << 20
+// DefaultPageBytes is the default of Options.PageBytes: 8 MiB.
+const DefaultPageBytes = 8 << 20
 
 // DefaultPageSize is the page size (in keys) the Source reports to informers whose
 // Options.PageSize is 0 (see Source.DefaultPageSize).
-const DefaultPageSize = 10_000
+const DefaultPageSize = 50_000
 
 // firstPageKeys is the most keys the first page of a list holds, before the size of the
 // prefix's key-values is known.
@@ -371,7 +371,7 @@ func (s *Source[V]) reportDecodeDeleted(key []byte, rev int64, err error) {
 }
 
 // DefaultPageSize implements informer.PageSizer: an informer whose Options.PageSize is 0
-// asks for pages of up to 10,000 keys (DefaultPageSize), not the informer's general
+// asks for pages of up to 50,000 keys (DefaultPageSize), not the informer's general
 // default of 500. etcd counts the rest of the range on every page it serves, so a list of
 // N keys in pages of P costs about N²/2P key visits on the server besides the keys
 // themselves: with pages of 500, 100,000 keys took six times as long as one unpaged Get.
