@@ -462,10 +462,10 @@ func (r *reflector[V]) list(ctx context.Context) error {
 	if d := r.cfg.clock.Since(start); d > 10*time.Second {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
+	r.recovered() // before the replace, so that a caller who sees the sync sees it too
 	if err := r.sink.replace(items, rev); err != nil {
 		return r.opErr("unable to sync list result", err)
 	}
-	r.recovered()
 	r.setLastSync(rev)
 	return nil
 }
@@ -662,11 +662,11 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			}
 			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 			r.cfg.stats.ListItems.Observe(float64(len(items)))
+			r.recovered()
 			if err := r.sink.replace(items, ev.Revision); err != nil {
 				w.Stop()
 				return nil, r.opErr("unable to sync list result", err)
 			}
-			r.recovered()
 			r.setLastSync(ev.Revision)
 			return w, nil
 		case ev.Type == Bookmark:

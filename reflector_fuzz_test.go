@@ -332,6 +332,7 @@ func TestReflector_ListRevisionMissingIsBadInput(t *testing.T) {
 			}}
 			inf, reported, h := runBadSource(t, lw)
 			expectRecovery(t, inf, reported, &lists, 2)
+			waitState(t, "handler called", func() bool { return len(h.get()) >= 2 })
 			if got := h.get(); !slices.Equal(got, []string{"add a=1", "add b=1"}) {
 				t.Fatalf("handler calls %q: the list without a revision was applied", got)
 			}
