@@ -47,7 +47,8 @@ type Options[K comparable, V any] struct {
 	Revision func(V) string
 	// ErrorHandler receives every error the informer reports: source failures, objects
 	// whose key, index or transform function failed, handler panics. It is called from the
-	// informer's goroutines and must not block. Errors are also logged at Debug level.
+	// informer's goroutines and must not block. Errors are also logged at Debug level, and
+	// failures of the source at Warn, at most once per kind per backoff step.
 	ErrorHandler func(error)
 	// Logger receives the informer's logs; default slog.Default().
 	Logger *slog.Logger

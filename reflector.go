@@ -591,7 +591,7 @@ func (r *reflector[V]) keepItems(items []V, page int) []V {
 	}
 	clear(items[len(kept):])
 	if nils > 0 {
-		r.cfg.report(r.opErr("list", fmt.Errorf("%w: %d nil items skipped in page %d (the first at index %d)", ErrBadInput, nils, page, first)))
+		r.fail(r.opErr("list", fmt.Errorf("%w: %d nil items skipped in page %d (the first at index %d)", ErrBadInput, nils, page, first)))
 	}
 	return kept
 }
@@ -658,7 +658,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 				return fail(err)
 			}
 			if nils > 0 {
-				r.cfg.report(r.opErr("streaming list", fmt.Errorf("%w: %d nil objects skipped", ErrBadInput, nils)))
+				r.fail(r.opErr("streaming list", fmt.Errorf("%w: %d nil objects skipped", ErrBadInput, nils)))
 			}
 			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 			r.cfg.stats.ListItems.Observe(float64(len(items)))
