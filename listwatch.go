@@ -37,7 +37,8 @@ type ListOptions struct {
 	// (a cache, say) unless Consistent is set.
 	Revision string
 	// Consistent asks for the newest state of the collection (a quorum read), not a
-	// possibly stale cached one. The reflector sets it after a revision expired.
+	// possibly stale cached one. The reflector sets it only when a list at a Revision
+	// answered ErrExpired (the source cannot serve that revision): see reflector.go.
 	Consistent bool
 	// Limit is the largest number of items the page may hold; 0 means no limit.
 	Limit int64
