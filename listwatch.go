@@ -38,7 +38,7 @@ type ListOptions struct {
 	Revision string
 	// Consistent asks for the newest state of the collection (a quorum read), not a
 	// possibly stale cached one. The reflector sets it only when a list at a Revision
-	// answered ErrExpired (the source cannot serve that revision): see reflector.go.
+	// answered ErrExpired or was older than Revision: the source cannot serve it.
 	Consistent bool
 	// Limit is the largest number of items the page may hold; 0 means no limit.
 	Limit int64
