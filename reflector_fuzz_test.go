@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/informer-go/informer/clock"
 )
 
 // This file drives the reflector with sources that misbehave: one test per kind of bad
@@ -593,4 +595,56 @@ func FuzzReflector(f *testing.F) {
 			time.Sleep(100 * time.Microsecond) // polling: nothing signals "handler caught up"
 		}
 	})
+}
+
+// warnLines counts the Warn records of a logger.
+type warnLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *warnLines) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *warnLines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "kind" {
+			h.lines = append(h.lines, a.Value.String())
+		}
+		return true
+	})
+	return nil
+}
+func (h *warnLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnLines) WithGroup(string) slog.Handler      { return h }
+
+// Source failures are logged at Warn at most once per kind (operation and error class)
+// per backoff step; every one is still reported and kept as the last error.
+func TestReflector_WarnRateLimitedPerKindAndStep(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	logs := &warnLines{}
+	var reported int
+	r := newReflector[string](ListerWatcherFuncs[string]{}, nil, reflectorConfig{
+		name:    "payments",
+		backoff: Backoff{Initial: time.Second, Jitter: -1}.withDefaults(),
+		clock:   fc,
+		logger:  slog.New(logs),
+		report:  func(error) { reported++ },
+	})
+	list := func() error { return r.opErr("list", ErrUnavailable) }
+	r.fail(list())
+	r.fail(list())                                   // same kind, same step: not logged
+	r.fail(r.opErr("watch", ErrUnavailable))         // another operation
+	r.fail(r.opErr("list", errors.New("forbidden"))) // another class
+	fc.Step(999 * time.Millisecond)
+	r.fail(list()) // still within the step
+	fc.Step(time.Millisecond)
+	r.fail(list()) // a step later
+	want := []string{"list: retryable", "watch: retryable", "list: other", "list: retryable"}
+	if !slices.Equal(logs.lines, want) || reported != 6 {
+		t.Fatalf("Warn lines %q (want %q), reported %d (want 6)", logs.lines, want, reported)
+	}
+	if err, at := r.lastError(); !errors.Is(err, ErrUnavailable) || !at.Equal(time.Unix(1, 0)) {
+		t.Fatalf("lastError %v at %v", err, at)
+	}
 }
