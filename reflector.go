@@ -32,8 +32,9 @@ import (
 //     so that an operator sees a storm of them coming. A revision the source refused once
 //     goes straight to a consistent list the next time.
 //
-// Every list is paged with Options.PageSize (Limit), the relists included, and bounded to
-// MaxListPages pages.
+// Every list is paged (ListOptions.Limit: Options.PageSize, or the source's own page size,
+// see PageSizer), the relists at a known revision included, which client-go leaves
+// unpaged: paging keeps each response bounded. A list is bounded to MaxListPages pages.
 //
 // When it waits. A failure waits a jittered exponential backoff (see Backoff) before the
 // next attempt, and the backoff grows only while failures repeat without progress: a
