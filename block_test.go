@@ -42,6 +42,7 @@ func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
 		Key:          func(o *obj) (string, error) { return o.Key, nil },
 		ErrorHandler: func(error) {},
 		Name:         "stalled",
+		MaxBatch:     1, // a notification a batch: the handler's queue must fill
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,8 @@ type Options[K comparable, V any] struct {
 	Revision func(V) string
 	// ErrorHandler receives every error the informer reports: source failures, objects
 	// whose key, index or transform function failed, handler panics. It is called from the
-	// informer's goroutines and must not block. Errors are also logged at Debug level.
+	// informer's goroutines and must not block. Errors are also logged at Debug level, and
+	// failures of the source at Warn, at most once per kind per backoff step.
 	ErrorHandler func(error)
 	// Logger receives the informer's logs; default slog.Default().
 	Logger *slog.Logger
@@ -57,7 +58,8 @@ type Options[K comparable, V any] struct {
 	// Clock drives the resync timer, the backoff and the watch timeouts; default clock.Real.
 	Clock clock.Clock
 
-	// PageSize is the list page size; 0 means 500, negative means no paging.
+	// PageSize is the list page size; 0 means the source's own default (see PageSizer),
+	// else 500; negative means no paging.
 	PageSize int64
 	// MinWatchTimeout is the shortest watch duration requested; each watch asks for a
 	// random duration in [MinWatchTimeout, 2·MinWatchTimeout). Default 5 minutes.
@@ -97,6 +99,9 @@ type Informer[K comparable, V any] struct {
 
 	synced   atomic.Bool
 	syncedCh chan struct{}
+
+	warnMu sync.Mutex
+	warned map[string]warned // by kind: see warnLimited
 
 	// read-your-writes: the newest watermark applied, and a channel closed when it moves
 	wmMu     sync.Mutex
@@ -139,7 +144,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	}
 	switch {
 	case opts.PageSize == 0:
-		opts.PageSize = 500
+		opts.PageSize = defaultPageSize(lw)
 	case opts.PageSize < 0:
 		opts.PageSize = 0
 	}
@@ -166,6 +171,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		store:    st,
 		syncedCh: make(chan struct{}),
 		done:     make(chan struct{}),
+		warned:   map[string]warned{},
 	}
 	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
 		p.Informer = opts.Name
@@ -191,7 +197,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		stats:           &inf.stats,
 	})
 	if opts.Transform != nil {
-		inf.refl.transform = inf.transform
+		inf.refl.setTransform(inf.transform)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
 		er.ReportErrorsTo(inf.ReportError)
@@ -259,7 +265,57 @@ func (inf *Informer[K, V]) report(err error) {
 	inf.logger.Debug("informer error", "err", err)
 	if inf.opts.ErrorHandler != nil {
 		inf.opts.ErrorHandler(err)
+		return
 	}
+	// With no handler an error must still show: the reflector logs source failures at
+	// Warn itself; every other kind is logged here, at most once per kind per warnEvery.
+	if !errors.As(err, new(*opError)) {
+		inf.warnLimited(err)
+	}
+}
+
+// warnEvery is the least time between two Warn lines of one kind of object error, with
+// no ErrorHandler set.
+const warnEvery = 10 * time.Second
+
+// warnLimited logs err at Warn unless an error of its kind was logged within warnEvery;
+// the line counts the errors of that kind not logged since.
+func (inf *Informer[K, V]) warnLimited(err error) {
+	kind := errorKind(err)
+	now := inf.opts.Clock.Now()
+	inf.warnMu.Lock()
+	w := inf.warned[kind]
+	if !w.at.IsZero() && now.Sub(w.at) < warnEvery {
+		w.suppressed++
+		inf.warned[kind] = w
+		inf.warnMu.Unlock()
+		return
+	}
+	inf.warned[kind] = warned{at: now}
+	inf.warnMu.Unlock()
+	inf.logger.Warn("informer error (set Options.ErrorHandler to handle these)", "kind", kind, "err", err, "suppressed", w.suppressed)
+}
+
+// warned is when a kind of error was last logged and how many were not logged since.
+type warned struct {
+	at         time.Time
+	suppressed int
+}
+
+// errorKind names the kind of a reported error, as Stats counts it.
+func errorKind(err error) string {
+	var oe *ObjectError
+	switch {
+	case errors.As(err, &oe):
+		return oe.Op
+	case errors.As(err, new(*HandlerPanicError)):
+		return "handler panic"
+	case errors.Is(err, ErrDecode):
+		return "decode"
+	case errors.Is(err, ErrBadInput):
+		return "bad input"
+	}
+	return "other"
 }
 
 // --- the sink the reflector writes to ---
@@ -454,6 +510,12 @@ func (inf *Informer[K, V]) WaitForCacheSync(ctx context.Context) bool {
 // received. The cache may not have applied it yet; see WaitForRevision.
 func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.lastSyncRevision() }
 
+// LastError returns the last error of the source (a failed list or watch, bad input) and
+// when it was reported, or nil and the zero time once the source has recovered (a list
+// applied, or a watch that delivered an event). A caller whose WaitForCacheSync returned
+// false uses it to say why the cache did not sync.
+func (inf *Informer[K, V]) LastError() (error, time.Time) { return inf.refl.lastError() }
+
 // ErrRevisionsUnordered is returned by WaitForRevision for a source that does not
 // implement RevisionComparer.
 var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not ordered")
@@ -601,6 +663,10 @@ type Stats struct {
 	WatchErrors uint64
 	// Relists counts lists applied to the cache, the first included.
 	Relists uint64
+	// ConsistentLists counts consistent (quorum) lists asked of the source: a relist asks
+	// for one only when the source cannot serve the last revision seen, so a rising count
+	// is a storm coming.
+	ConsistentLists uint64
 	// Expirations counts the times the source said a revision had expired.
 	Expirations uint64
 	// Added, Modified and Deleted count the watch events received, by type; Bookmarks the
@@ -641,6 +707,7 @@ type counters struct {
 	Lists, ListErrors    atomic.Uint64
 	Watches, WatchErrors atomic.Uint64
 	Relists              atomic.Uint64
+	ConsistentLists      atomic.Uint64
 	Expirations          atomic.Uint64
 	Added, Modified      atomic.Uint64
 	Deleted, Bookmarks   atomic.Uint64
@@ -663,7 +730,7 @@ func (s *counters) snapshot() Stats {
 	return Stats{
 		Lists: s.Lists.Load(), ListErrors: s.ListErrors.Load(),
 		Watches: s.Watches.Load(), WatchErrors: s.WatchErrors.Load(),
-		Relists: s.Relists.Load(), Expirations: s.Expirations.Load(),
+		Relists: s.Relists.Load(), ConsistentLists: s.ConsistentLists.Load(), Expirations: s.Expirations.Load(),
 		Added: s.Added.Load(), Modified: s.Modified.Load(), Deleted: s.Deleted.Load(), Bookmarks: s.Bookmarks.Load(),
 		Objects:   s.Objects.Load(),
 		KeyErrors: s.KeyErrors.Load(), IndexErrors: s.IndexErrors.Load(), TransformErrors: s.TransformErrors.Load(),

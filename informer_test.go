@@ -277,7 +277,7 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 	}
 }
 
-// An expired revision leads to a consistent relist; objects deleted
+// An expired revision leads to a relist at the last revision seen; objects deleted
 // meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
 func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
 	src := newSource(memory.Options{})
@@ -296,14 +296,14 @@ func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
 	src.Put(newObj("a", "g", "2"))
 	src.Compact(src.Revision())
 	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete?b=1")
-	var consistent bool
+	var relist *informer.ListOptions
 	for _, r := range src.Requests() {
-		if r.Op == memory.OpList && r.List.Consistent {
-			consistent = true
+		if r.Op == memory.OpList {
+			relist = &r.List
 		}
 	}
-	if !consistent {
-		t.Fatal("the relist after expiry must be consistent")
+	if relist == nil || relist.Consistent || relist.Revision != "2" {
+		t.Fatalf("relist after expiry %+v, want one at least as new as revision 2 (the last seen), not a consistent one", relist)
 	}
 	if f.inf.Stats().Expirations == 0 {
 		t.Fatal("expiration not counted")

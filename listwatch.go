@@ -37,7 +37,8 @@ type ListOptions struct {
 	// (a cache, say) unless Consistent is set.
 	Revision string
 	// Consistent asks for the newest state of the collection (a quorum read), not a
-	// possibly stale cached one. The reflector sets it after a revision expired.
+	// possibly stale cached one. The reflector sets it only when a list at a Revision
+	// answered ErrExpired or was older than Revision: the source cannot serve it.
 	Consistent bool
 	// Limit is the largest number of items the page may hold; 0 means no limit.
 	Limit int64
@@ -149,6 +150,16 @@ type RevisionComparer interface {
 type StreamingLister interface {
 	// StreamingList reports whether the source serves streaming lists now.
 	StreamingList() bool
+}
+
+// PageSizer is implemented by a source that knows which page size it serves best, for
+// example because each page costs it more than the objects it holds (etcd counts the rest
+// of the range on every page). The informer uses DefaultPageSize when Options.PageSize is
+// 0: a positive value is the page size, a negative one means no paging, and 0 means the
+// informer's default of 500.
+type PageSizer interface {
+	// DefaultPageSize returns the page size the source serves best.
+	DefaultPageSize() int64
 }
 
 // ErrorReporting is implemented by a source that finds errors without failing a call: an

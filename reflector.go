@@ -7,20 +7,85 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/informer-go/informer/clock"
 )
 
+// The reflector is the first stage of the pipeline: it lists the source, then watches it,
+// and writes what it reads to the informer's queue. Its rules, in one place:
+//
+// Which list it asks for. A list asks for the cheapest state that is still correct:
+//   - the first list asks for any state (ListOptions.Revision empty): a cache may answer;
+//   - every relist, after a watch failed or expired, asks for a state at least as new as
+//     the last revision the informer has seen (ListOptions.Revision = that revision), which
+//     a cache that has caught up with it (kube-apiserver's watch cache, httpsource.Server)
+//     can serve without a quorum read;
+//   - if a page after the first answers ErrExpired (its continue token expired), the same
+//     list is asked again without paging, so that no token can expire;
+//   - only if the first page answers ErrExpired (the source cannot serve that revision) or
+//     reports an older revision than the one asked for, the reflector asks for a consistent
+//     (quorum) list: ListOptions.Consistent. Stats.ConsistentLists counts those requests,
+//     so that an operator sees a storm of them coming. A revision the source refused once
+//     goes straight to a consistent list the next time.
+//
+// Every list is paged (ListOptions.Limit: Options.PageSize, or the source's own page size,
+// see PageSizer), the relists at a known revision included, which client-go leaves
+// unpaged: paging keeps each response bounded. A list is bounded to MaxListPages pages.
+//
+// When it waits. A failure waits a jittered exponential backoff (see Backoff) before the
+// next attempt, and the backoff grows only while failures repeat without progress: a
+// watch that delivers an event (a bookmark included) starts it again from Backoff.Initial.
+// An expired watch after progress is not a failure of the source (the source compacted
+// its history past a revision the informer had been following): the reflector relists
+// after a small jitter only (uniform in [0, Backoff.Initial/4)), so that informers that
+// expired together do not all relist at the same instant. An expiry with no progress since
+// the last list waits the backoff like any failure.
+//
+// How it fails. Whatever a source returns, the reflector does not panic: a nil watch, a
+// nil object, an empty or malformed revision from a source with ordered revisions, an
+// event of no known type, a continue token that repeats or cycles, more than MaxListPages
+// pages: each is an error matching ErrBadInput, reported to Options.ErrorHandler and
+// counted in Stats, and the reflector lists again after the backoff. A nil item of a list
+// is skipped and reported; the rest of the list is used.
+//
+// How it tells. Every source failure is reported (Options.ErrorHandler, Stats) and logged
+// at Warn level, at most one line per kind of failure (the operation and the error class)
+// per backoff step; the informer logs the detail of every error at Debug. The last source
+// error and its time are kept for Informer.LastError until the source recovers.
+
+// MaxListPages bounds the pages of one list. A list that has not ended after this many
+// pages (a source whose continue tokens never run out) fails with an error matching
+// ErrBadInput, as does a list whose continue token comes back (a repeat or a cycle, found
+// in O(1) memory however long the cycle). 100,000 pages of the default 500 objects are
+// 50 million objects.
+const MaxListPages = 100_000
+
+// defaultPageSize is the list Limit of an informer whose Options.PageSize is 0: the
+// source's page size (PageSizer), else 500; 0 for no paging.
+func defaultPageSize[V any](lw ListerWatcher[V]) int64 {
+	if ps, ok := lw.(PageSizer); ok {
+		if n := ps.DefaultPageSize(); n != 0 {
+			return max(n, 0)
+		}
+	}
+	return 500
+}
+
 // Backoff configures the reflector's jittered exponential backoff between failed attempts.
 // The zero value means the defaults client-go uses: 800 ms doubling to 30 s, full jitter,
-// reset after 2 minutes without a failure.
+// reset after 2 minutes without a failure. The backoff also starts again from Initial as
+// soon as a watch delivers an event: it grows only while failures repeat without progress.
 type Backoff struct {
 	Initial time.Duration // default 800 ms
 	Max     time.Duration // default 30 s
 	Factor  float64       // default 2
-	// Jitter adds up to Jitter×delay at random; default 1.0. A negative value disables it.
+	// Jitter adds up to Jitter×delay at random; default 1.0. A negative value disables it,
+	// and with it the jitter before a relist after an expired watch (which then relists at
+	// once).
 	Jitter float64
 	// Reset: a failure this long after the previous one starts again from Initial;
 	// default 2 min.
@@ -49,8 +114,9 @@ func (b Backoff) withDefaults() Backoff {
 	return b
 }
 
-// backoff is the sliding exponential backoff of R-1: each call to next returns the delay to
-// wait before the next attempt.
+// backoff is the sliding exponential backoff between failed attempts: each call to next
+// returns the delay to wait before the next attempt. It is used by the reflector's
+// goroutine only.
 type backoff struct {
 	cfg   Backoff
 	clock clock.Clock
@@ -71,6 +137,21 @@ func (b *backoff) next() time.Duration {
 		d += time.Duration(rand.Float64() * b.cfg.Jitter * float64(d))
 	}
 	return d
+}
+
+// reset makes the next delay Initial again: the source made progress.
+func (b *backoff) reset() { b.delay = 0 }
+
+// step is the current backoff step (at least Initial), the window of the Warn rate limit.
+func (b *backoff) step() time.Duration { return max(b.delay, b.cfg.Initial) }
+
+// prompt is the wait before a relist that follows progress: uniform in [0, Initial/4), or
+// nothing without jitter.
+func (b *backoff) prompt() time.Duration {
+	if b.cfg.Jitter <= 0 || b.cfg.Initial < 4 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(b.cfg.Initial / 4)))
 }
 
 // reflectorSink is where the reflector writes: the informer's queue.
@@ -95,7 +176,7 @@ type reflectorConfig struct {
 	stats           *counters
 }
 
-// reflector lists a source and then watches it, writing every change to the sink (§2).
+// reflector lists a source and then watches it, writing every change to the sink.
 type reflector[V any] struct {
 	cfg      reflectorConfig
 	lw       ListerWatcher[V]
@@ -103,30 +184,83 @@ type reflector[V any] struct {
 	sink     reflectorSink[V]
 	backoff  *backoff
 	noStream bool // the source said ErrNotSupported to a streaming list
+	nilable  bool // V is a pointer, interface, map, channel or function type
 	// transform, if set, is applied to every object as it arrives; false means the object
 	// failed (and was reported) and is dropped.
 	transform func(V) (V, bool)
 
+	// Used by the reflector's goroutine only.
+	unservable string               // a revision the source answered expired to a list at
+	progressed bool                 // a watch delivered an event since the last list
+	warned     map[string]time.Time // when each kind of failure was last logged at Warn
+
 	mu       sync.Mutex
-	lastSync string
-	expired  bool   // the next list must be a consistent one
+	lastSync string // the revision of the last list or event applied
+
+	lastErr atomic.Pointer[sourceError]
 }
 
-// errVeryShortWatch is returned for a watch that ended within a second with no event
-// (R-13h): the source is probably failing fast, so the reflector relists after a backoff.
+// sourceError is the last source error and when it was reported.
+type sourceError struct {
+	err error
+	at  time.Time
+}
+
+// opError is a failed operation of the reflector: it names the informer and the operation
+// once, then the source's error.
+type opError struct {
+	name, op string
+	err      error
+	retry    time.Duration // > 0: the operation is retried after this long
+}
+
+func (e *opError) Error() string {
+	if e.retry > 0 {
+		return fmt.Sprintf("informer %q: %s (retrying in %v): %v", e.name, e.op, e.retry, e.err)
+	}
+	return fmt.Sprintf("informer %q: %s: %v", e.name, e.op, e.err)
+}
+func (e *opError) Unwrap() error { return e.err }
+
+// errVeryShortWatch is returned for a watch that ended within a second with no event: the
+// source is probably failing fast, so the reflector relists after a backoff.
 var errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
 
+// errRelistPromptly ends a pass whose watch expired after progress: relist after a small
+// jitter, not a backoff.
+var errRelistPromptly = errors.New("relist promptly")
+
+// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
+var errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
+
 func newReflector[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
-	r := &reflector[V]{cfg: cfg, lw: lw, sink: sink}
+	r := &reflector[V]{cfg: cfg, lw: lw, sink: sink, warned: map[string]time.Time{}}
 	r.compare, _ = lw.(RevisionComparer)
 	r.backoff = &backoff{cfg: cfg.backoff, clock: cfg.clock}
 	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
 		r.noStream = true
 	}
+	switch reflect.TypeFor[V]().Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		r.nilable = true
+	}
 	return r
 }
 
-// lastSyncRevision returns the revision of the last list or watch event applied.
+// setTransform makes the reflector apply fn to every object as it arrives: see
+// Options.Transform. Call it before run.
+func (r *reflector[V]) setTransform(fn func(V) (V, bool)) { r.transform = fn }
+
+// isNil reports whether obj is a nil pointer, interface, map, channel or function.
+func (r *reflector[V]) isNil(obj V) bool {
+	if !r.nilable {
+		return false
+	}
+	x := any(obj)
+	return x == nil || reflect.ValueOf(x).IsNil()
+}
+
+// lastSyncRevision returns the revision of the last list or watch event applied.
 func (r *reflector[V]) lastSyncRevision() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -139,19 +273,80 @@ func (r *reflector[V]) setLastSync(rev string) {
 	r.mu.Unlock()
 }
 
-// run lists and watches until ctx is done: every return of listAndWatch, with or
-// without an error, is followed by a backoff and a fresh list.
+// lastError returns the last source error and when it was reported, or nil and the zero
+// time. It is cleared when the source recovers: a list is applied, or a watch delivers an
+// event.
+func (r *reflector[V]) lastError() (error, time.Time) {
+	if e := r.lastErr.Load(); e != nil {
+		return e.err, e.at
+	}
+	return nil, time.Time{}
+}
+
+// recovered clears the last source error.
+func (r *reflector[V]) recovered() {
+	if r.lastErr.Load() != nil {
+		r.lastErr.Store(nil)
+	}
+}
+
+// fail reports a source failure: to the error handler and Stats, as the last error, and
+// to the log at Warn at most once per kind of failure per backoff step.
+func (r *reflector[V]) fail(err error) {
+	now := r.cfg.clock.Now()
+	r.lastErr.Store(&sourceError{err: err, at: now})
+	r.cfg.report(err)
+	kind := failureKind(err)
+	if last, ok := r.warned[kind]; ok && now.Sub(last) < r.backoff.step() {
+		return
+	}
+	r.warned[kind] = now
+	r.cfg.logger.Warn("source failure", "kind", kind, "err", err)
+}
+
+// failureKind names a failure's operation and class, the key of the Warn rate limit.
+func failureKind(err error) string {
+	op := "source"
+	var oe *opError
+	if errors.As(err, &oe) {
+		op = oe.op
+	}
+	switch {
+	case errors.Is(err, ErrExpired):
+		return op + ": expired"
+	case errors.Is(err, ErrRetryable):
+		return op + ": retryable"
+	case errors.Is(err, ErrBadInput):
+		return op + ": bad input"
+	}
+	return op + ": other"
+}
+
+func (r *reflector[V]) opErr(op string, err error) error {
+	return &opError{name: r.cfg.name, op: op, err: err}
+}
+
+// run lists and watches until ctx is done: every return of listAndWatch is followed by a
+// wait (a backoff, or a small jitter after progress) and a fresh list.
 func (r *reflector[V]) run(ctx context.Context) {
 	r.cfg.logger.Debug("starting reflector")
 	defer r.cfg.logger.Debug("stopping reflector")
 	for ctx.Err() == nil {
 		err := r.listAndWatch(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.cfg.report(err)
+		if ctx.Err() != nil {
+			return
 		}
-		d := r.backoff.next()
-		if ra, ok := RetryAfterOf(err); ok && ra > d {
-			d = ra // the source asked for at least this long (a 429 or 503 on a list)
+		var d time.Duration
+		if errors.Is(err, errRelistPromptly) {
+			d = r.backoff.prompt()
+		} else {
+			if err != nil {
+				r.fail(err)
+			}
+			d = r.backoff.next()
+			if ra, ok := RetryAfterOf(err); ok && ra > d {
+				d = ra // the source asked for at least this long (a 429 or 503 on a list)
+			}
 		}
 		if !r.sleep(ctx, d) {
 			return
@@ -171,9 +366,10 @@ func (r *reflector[V]) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// listAndWatch is one pass of §2: list (or stream the list), start the resync timer, then
-// watch until the watch fails in a way that needs a relist.
+// listAndWatch is one pass: list (or stream the list), start the resync timer, then watch
+// until the watch fails in a way that needs a relist.
 func (r *reflector[V]) listAndWatch(ctx context.Context) error {
+	r.progressed = false
 	var w Watch[V]
 	if !r.noStream {
 		var err error
@@ -197,7 +393,7 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 		return nil
 	}
 
-	// The resync timer lives exactly as long as this pass (RS-2).
+	// The resync timer lives exactly as long as this pass.
 	passCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -226,82 +422,109 @@ func (r *reflector[V]) resyncLoop(ctx context.Context, period time.Duration) {
 	}
 }
 
-// relistOptions says which revision the next list asks for: the last synced one if
-// known, else any; after an expiry, a consistent read of the newest state.
-func (r *reflector[V]) relistOptions() ListOptions {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.expired {
-		return ListOptions{Consistent: true}
-	}
-	return ListOptions{Revision: r.lastSync}
-}
-
-func (r *reflector[V]) setExpired(v bool) {
-	r.mu.Lock()
-	r.expired = v
-	r.mu.Unlock()
-}
-
-// list reads every page at one revision and replaces the queue's contents (R-4..R-9).
+// list reads every page of one list and replaces the queue's contents. It asks for the
+// cheapest list that is correct; see the rules at the top of this file.
 func (r *reflector[V]) list(ctx context.Context) error {
 	start := r.cfg.clock.Now()
-	opts := r.relistOptions()
-	items, rev, err := r.listPages(ctx, opts)
-	if errors.Is(err, ErrExpired) && !opts.Consistent {
-		// retry at once with a consistent list.
-		r.setExpired(true)
-		r.cfg.stats.Expirations.Add(1)
-		items, rev, err = r.listPages(ctx, r.relistOptions())
+	opts := ListOptions{Revision: r.lastSyncRevision()}
+	if opts.Revision != "" && opts.Revision == r.unservable {
+		opts = ListOptions{Consistent: true}
+	}
+	items, rev, err := r.listAt(ctx, opts)
+	if !opts.Consistent && (errors.Is(err, ErrExpired) || errors.Is(err, errStaleList)) {
+		// The source cannot serve a list at least as new as the revision already seen.
+		if errors.Is(err, errStaleList) {
+			r.fail(r.opErr("list", err))
+		} else {
+			r.cfg.stats.Expirations.Add(1)
+			r.cfg.logger.Debug("list at the last revision expired; listing consistently", "revision", opts.Revision, "err", err)
+		}
+		r.unservable = opts.Revision
+		items, rev, err = r.listAt(ctx, ListOptions{Consistent: true})
 	}
 	r.cfg.stats.Lists.Add(1)
 	r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 	if err != nil {
 		r.cfg.stats.ListErrors.Add(1)
 		if ctx.Err() != nil {
-			return nil // a stop during a list is not an error
+			return nil // a stop during a list is not an error
 		}
 		if errors.Is(err, ErrExpired) {
-			r.setExpired(true)
+			r.cfg.stats.Expirations.Add(1)
 		}
-		return fmt.Errorf("informer %s: list: %w", r.cfg.name, err)
+		return r.opErr("list", err)
 	}
 	r.cfg.stats.ListItems.Observe(float64(len(items)))
 	if d := r.cfg.clock.Since(start); d > 10*time.Second {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
+	r.recovered() // before the replace, so that a caller who sees the sync sees it too
 	if err := r.sink.replace(items, rev); err != nil {
-		return fmt.Errorf("informer %s: unable to sync list result: %w", r.cfg.name, err)
+		return r.opErr("unable to sync list result", err)
 	}
-	r.setExpired(false)
 	r.setLastSync(rev)
 	return nil
 }
 
-func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions) ([]V, string, error) {
+// errStaleList is a first page older than the revision the list asked for.
+var errStaleList = fmt.Errorf("%w: the list is older than the revision it was asked to be at least as new as", ErrBadInput)
+
+// continueExpiredError is a page after the first that answered ErrExpired: the list's
+// continue token expired.
+type continueExpiredError struct{ err error }
+
+func (e *continueExpiredError) Error() string {
+	return fmt.Sprintf("continue token expired: %v", e.err)
+}
+func (e *continueExpiredError) Unwrap() error { return e.err }
+
+// listAt reads one list at opts, paged; if its continue token expires, it reads the same
+// list again unpaged.
+func (r *reflector[V]) listAt(ctx context.Context, opts ListOptions) ([]V, string, error) {
+	if opts.Consistent {
+		r.cfg.stats.ConsistentLists.Add(1)
+	}
+	items, rev, err := r.listPages(ctx, opts, r.cfg.pageSize)
+	var ce *continueExpiredError
+	if errors.As(err, &ce) {
+		r.cfg.stats.Expirations.Add(1)
+		r.cfg.logger.Debug("continue token expired; listing again unpaged", "err", err)
+		if opts.Consistent {
+			r.cfg.stats.ConsistentLists.Add(1)
+		}
+		items, rev, err = r.listPages(ctx, opts, 0)
+	}
+	return items, rev, err
+}
+
+// listPages reads every page of one list with the given page size (0: one request).
+func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit int64) ([]V, string, error) {
 	var items []V
 	rev := ""
-	opts.Limit = r.cfg.pageSize
+	opts.Limit = limit
+	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
+	// the last power of two is a cycle (a repeat is a cycle of length 1).
+	saved, power, steps := "", 1, 0
 	for page := 0; ; page++ {
+		if page == MaxListPages {
+			return nil, "", fmt.Errorf("%w: the list did not end after %d pages (MaxListPages)", ErrBadInput, MaxListPages)
+		}
 		l, err := r.lw.List(ctx, opts)
 		if err != nil {
-			return nil, "", err
-		}
-		if r.transform != nil {
-			kept := l.Items[:0]
-			for _, obj := range l.Items {
-				if obj, ok := r.transform(obj); ok {
-					kept = append(kept, obj)
-				}
+			if page > 0 && errors.Is(err, ErrExpired) {
+				return nil, "", &continueExpiredError{err: err}
 			}
-			clear(l.Items[len(kept):])
-			l.Items = kept
+			return nil, "", err
 		}
 		if page == 0 {
 			rev = l.Revision
+			if err := r.checkListRevision(rev, opts.Revision); err != nil {
+				return nil, "", err
+			}
 		} else if l.Revision != rev {
 			return nil, "", fmt.Errorf("%w: page %d of a list reports revision %q, the first page %q", ErrBadInput, page, l.Revision, rev)
 		}
+		l.Items = r.keepItems(l.Items, page)
 		if items == nil {
 			items = l.Items
 		} else {
@@ -310,11 +533,63 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions) ([]V, st
 		if l.Continue == "" {
 			return items, rev, nil
 		}
-		if opts.Continue == l.Continue {
-			return nil, "", fmt.Errorf("%w: list returned the same continue token twice", ErrBadInput)
+		if l.Continue == opts.Continue || l.Continue == saved {
+			return nil, "", fmt.Errorf("%w: list page %d returned a continue token already returned (the pages repeat)", ErrBadInput, page)
+		}
+		if steps++; steps == power {
+			saved, power, steps = l.Continue, power*2, 0
 		}
 		opts.Continue = l.Continue
 	}
+}
+
+// checkListRevision checks a list's revision when revisions are ordered: present, well
+// formed, and not older than asked (atLeast, when set).
+func (r *reflector[V]) checkListRevision(rev, atLeast string) error {
+	if r.compare == nil {
+		return nil
+	}
+	if rev == "" {
+		return fmt.Errorf("%w: the list reports no revision", ErrBadInput)
+	}
+	if _, err := r.compare.CompareRevisions(rev, rev); err != nil {
+		return fmt.Errorf("%w: list revision %q: %v", ErrBadInput, rev, err)
+	}
+	if atLeast == "" {
+		return nil
+	}
+	if c, err := r.compare.CompareRevisions(rev, atLeast); err == nil && c < 0 {
+		return fmt.Errorf("%w: list at revision %s, asked for at least %s", errStaleList, rev, atLeast)
+	}
+	return nil
+}
+
+// keepItems drops the nil items of a page (reported) and applies the transform.
+func (r *reflector[V]) keepItems(items []V, page int) []V {
+	if !r.nilable && r.transform == nil {
+		return items
+	}
+	kept, nils, first := items[:0], 0, -1
+	for i, obj := range items {
+		if r.isNil(obj) {
+			if nils++; first < 0 {
+				first = i
+			}
+			continue
+		}
+		if r.transform != nil {
+			var ok bool
+			if obj, ok = r.transform(obj); !ok {
+				continue
+			}
+		}
+		kept = append(kept, obj)
+	}
+	clear(items[len(kept):])
+	if nils > 0 {
+		r.fail(r.opErr("list", fmt.Errorf("%w: %d nil items skipped in page %d (the first at index %d)", ErrBadInput, nils, page, first)))
+	}
+	return kept
 }
 
 // streamList starts a watch that begins with the current state (a streaming list) and
@@ -325,31 +600,48 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
 	w, err := r.lw.Watch(ctx, opts)
 	r.cfg.stats.Lists.Add(1)
+	if err == nil && w == nil {
+		err = errNoWatch
+	}
 	if err != nil {
+		if w != nil {
+			w.Stop()
+		}
 		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 		r.cfg.stats.ListErrors.Add(1)
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("informer %s: streaming list: %w", r.cfg.name, err)
+		if errors.Is(err, ErrNotSupported) {
+			return nil, err
+		}
+		return nil, r.opErr("streaming list", err)
 	}
 	var items []V
+	nils := 0
+	fail := func(err error) (Watch[V], error) {
+		w.Stop()
+		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
+		r.cfg.stats.ListErrors.Add(1)
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, r.opErr("streaming list", err)
+	}
 	for {
 		ev, err := w.Next()
 		if err != nil {
-			w.Stop()
-			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-			r.cfg.stats.ListErrors.Add(1)
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: stream ended before the end of the initial events", io.ErrUnexpectedEOF)
 			}
-			if ctx.Err() != nil {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("informer %s: streaming list: %w", r.cfg.name, err)
+			return fail(err)
 		}
 		switch {
 		case ev.Type == Added:
+			if r.isNil(ev.Object) {
+				nils++
+				continue
+			}
 			obj, ok := ev.Object, true
 			if r.transform != nil {
 				obj, ok = r.transform(obj)
@@ -358,33 +650,38 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 				items = append(items, obj)
 			}
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
+			if err := r.checkListRevision(ev.Revision, ""); err != nil {
+				return fail(err)
+			}
+			if nils > 0 {
+				r.fail(r.opErr("streaming list", fmt.Errorf("%w: %d nil objects skipped", ErrBadInput, nils)))
+			}
 			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 			r.cfg.stats.ListItems.Observe(float64(len(items)))
+			r.recovered()
 			if err := r.sink.replace(items, ev.Revision); err != nil {
 				w.Stop()
-				return nil, fmt.Errorf("informer %s: unable to sync list result: %w", r.cfg.name, err)
+				return nil, r.opErr("unable to sync list result", err)
 			}
-			r.setExpired(false)
 			r.setLastSync(ev.Revision)
 			return w, nil
 		case ev.Type == Bookmark:
 		default:
-			w.Stop()
-			return nil, fmt.Errorf("informer %s: streaming list: %w: %v event before the end of the initial events", r.cfg.name, ErrBadInput, ev.Type)
+			return fail(fmt.Errorf("%w: %v event before the end of the initial events", ErrBadInput, ev.Type))
 		}
 	}
 }
 
-// watchTimeout is uniform in [min, 2·min) so that reconnects spread out.
+// watchTimeout is uniform in [min, 2·min) so that reconnects spread out.
 func (r *reflector[V]) watchTimeout() time.Duration {
 	m := r.cfg.minWatchTimeout
 	return m + time.Duration(rand.Int64N(int64(m)))
 }
 
-// watchLoop watches from the last synced revision over and over. A watch that
-// ends normally is reopened from where it stopped; a retryable failure backs off and
-// re-watches from the same revision without a relist; an expired revision or any
-// other failure returns, so that the caller relists.
+// watchLoop watches from the last synced revision over and over. A watch that ends
+// normally is reopened from where it stopped; a retryable failure backs off and re-watches
+// from the same revision without a relist; an expired revision or any other failure
+// returns, so that the caller relists.
 func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 	for {
 		if ctx.Err() != nil {
@@ -402,7 +699,14 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 				AllowBookmarks: true,
 			})
 			r.cfg.stats.Watches.Add(1)
+			if err == nil && w == nil {
+				err = errNoWatch
+			}
 			if err != nil {
+				if w != nil {
+					w.Stop()
+					w = nil
+				}
 				r.cfg.stats.WatchErrors.Add(1)
 				if retry, err := r.afterWatchError(ctx, err); !retry {
 					return err
@@ -425,30 +729,33 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 }
 
 // afterWatchError decides what a failed watch leads to. It reports whether to watch again
-// (after it has backed off); otherwise the error to return (nil for a quiet relist).
+// (after it has backed off); otherwise the error to return: nil for a quiet relist after a
+// backoff, errRelistPromptly for a relist after progress.
 func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, error) {
 	switch {
 	case ctx.Err() != nil:
 		return false, nil
 	case errors.Is(err, ErrExpired):
-		r.cfg.logger.Debug("watch revision expired; relisting", "err", err)
 		r.cfg.stats.Expirations.Add(1)
-		r.setExpired(true)
+		if r.progressed {
+			r.cfg.logger.Debug("watch revision expired after progress; relisting promptly", "err", err)
+			return false, errRelistPromptly
+		}
+		r.cfg.logger.Debug("watch revision expired with no progress since the list; relisting after a backoff", "err", err)
 		return false, nil
 	case errors.Is(err, ErrRetryable):
 		d := r.backoff.next()
 		if ra, ok := RetryAfterOf(err); ok && ra > d {
 			d = ra
 		}
-		r.cfg.logger.Debug("watch failed; retrying from the same revision", "err", err, "delay", d)
-		r.cfg.report(fmt.Errorf("informer %s: watch (retrying in %v): %w", r.cfg.name, d, err))
+		r.fail(&opError{name: r.cfg.name, op: "watch", err: err, retry: d.Round(time.Millisecond)})
 		return r.sleep(ctx, d), nil
 	}
-	return false, fmt.Errorf("informer %s: watch: %w", r.cfg.name, err)
+	return false, r.opErr("watch", err)
 }
 
-// handleWatch reads one watch until it ends. It returns nil when the stream ended
-// normally.
+// handleWatch reads one watch until it ends. It returns nil when the stream ended
+// normally.
 func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	start := r.cfg.clock.Now()
 	count := 0
@@ -457,7 +764,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		ev, err := w.Next()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return nil // a stop is not an error
 			}
 			if errors.Is(err, io.EOF) {
 				if count == 0 && r.cfg.clock.Since(start) < time.Second {
@@ -478,6 +785,9 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		}
 		switch ev.Type {
 		case Added, Modified, Deleted:
+			if r.isNil(ev.Object) {
+				return fmt.Errorf("%w: %v event at revision %q with a nil object", ErrBadInput, ev.Type, ev.Revision)
+			}
 			r.cfg.stats.countEvent(ev.Type)
 			if r.transform != nil {
 				obj, ok := r.transform(ev.Object)
@@ -490,7 +800,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 				if errors.Is(err, errFIFOClosed) {
 					return nil
 				}
-				// R-13f: an object the informer cannot take is reported, not fatal.
+				// An object the informer cannot take is reported, not fatal.
 				r.cfg.report(err)
 			}
 		case Bookmark:
@@ -504,6 +814,12 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		if ev.Revision != "" {
 			rev = ev.Revision
 			r.setLastSync(rev)
+		}
+		if count == 0 {
+			// Progress: the backoff starts again from Initial, the source has recovered.
+			r.progressed = true
+			r.backoff.reset()
+			r.recovered()
 		}
 		count++
 	}

@@ -3,6 +3,9 @@ package informer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,9 +17,9 @@ import (
 	"github.com/informer-go/informer/source/memory"
 )
 
-// R-1, R-8, O-8: a failed list is reported and retried after a backoff that doubles from
-// Initial (jitter off here, so the delays are exact on the fake clock).
-func TestReflector_R1_ListFailureBacksOffExactly(t *testing.T) {
+// A failed list is reported and retried after a backoff that doubles from Initial (jitter
+// off here, so the delays are exact on the fake clock).
+func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 	fc := clock.NewFake(time.Unix(0, 0))
 	src := newSource(memory.Options{Clock: fc})
 	src.Put(newObj("a", "g", "1"))
@@ -63,9 +66,9 @@ func TestReflector_R1_ListFailureBacksOffExactly(t *testing.T) {
 	}
 }
 
-// PL-10, PL-2: a stalled handler delays neither the cache nor the other handlers; its own
-// queue coalesces (the default policy) and it catches up with the newest states.
-func TestInformer_PL10_StalledHandlerIsolated(t *testing.T) {
+// A stalled handler delays neither the cache nor the other handlers; its own queue
+// coalesces (the default policy) and it catches up with the newest states.
+func TestInformer_StalledHandlerIsolated(t *testing.T) {
 	src := newSource(memory.Options{})
 	gate := make(chan struct{})
 	stalled := newEvents()
@@ -147,5 +150,337 @@ func TestReflector_ListRetryAfterHonoured(t *testing.T) {
 	defer scancel()
 	if !inf.WaitForCacheSync(sctx) {
 		t.Fatal("no sync after the Retry-After")
+	}
+}
+
+// listRequests returns the List requests src received, in order.
+func listRequests(src *memory.Source[string, *obj]) []informer.ListOptions {
+	var out []informer.ListOptions
+	for _, r := range src.Requests() {
+		if r.Op == memory.OpList {
+			out = append(out, r.List)
+		}
+	}
+	return out
+}
+
+// After a watch answered expired, the relist asks for a state at least as new as the last
+// revision seen (which a cache can serve), not for a consistent list.
+func TestReflector_RelistAfterExpiredWatchAsksLastRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	src.WaitForWatches(context.Background(), 1)
+	rev := src.Put(newObj("a", "g", "2"))
+	ev.Expect(t, "add*a=1", "update a=1→2")
+	src.DropWatches(fmt.Errorf("compacted: %w", informer.ErrExpired))
+	waitUntil(t, func() bool { return f.inf.Stats().Relists == 2 })
+	lists := listRequests(src)
+	want := []informer.ListOptions{{Limit: 500}, {Revision: strconv.FormatInt(rev, 10), Limit: 500}}
+	if !slices.Equal(lists, want) {
+		t.Fatalf("list requests %+v, want %+v", lists, want)
+	}
+	if n := f.inf.Stats().ConsistentLists; n != 0 {
+		t.Fatalf("ConsistentLists = %d, want 0", n)
+	}
+	assertCache(t, f)
+}
+
+// revisionLW wraps a memory source and lets a test answer some list requests itself.
+type revisionLW struct {
+	*memory.Source[string, *obj]
+	list func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error, bool)
+
+	mu    sync.Mutex
+	lists []informer.ListOptions // every List request, answered here or by the source
+}
+
+func (l *revisionLW) requests() []informer.ListOptions {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lists)
+}
+
+func (l *revisionLW) List(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+	l.mu.Lock()
+	l.lists = append(l.lists, opts)
+	l.mu.Unlock()
+	if page, err, ok := l.list(ctx, opts); ok {
+		return page, err
+	}
+	return l.Source.List(ctx, opts)
+}
+
+// The cheapest correct relist, step by step: a continue token that expires makes the same
+// list be asked again unpaged (at the same revision); a first page that answers expired
+// makes the reflector ask for a consistent list, counted in Stats.ConsistentLists; a
+// first page older than asked is bad input (reported) and answered the same way.
+func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
+	cases := []struct {
+		name      string
+		answer    func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool)
+		wantOpts  func(rev string) []informer.ListOptions // the relist's requests
+		consist   uint64
+		badInput  bool
+		wantError bool
+	}{
+		{
+			name: "expired continue token: same list unpaged",
+			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
+				if opts.Continue != "" {
+					return informer.List[*obj]{}, fmt.Errorf("token gone: %w", informer.ErrExpired), true
+				}
+				return informer.List[*obj]{}, nil, false
+			},
+			wantOpts: func(rev string) []informer.ListOptions {
+				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Revision: rev, Continue: "*", Limit: 2}, {Revision: rev}}
+			},
+		},
+		{
+			name: "revision not servable: consistent list",
+			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
+				if opts.Revision != "" {
+					return informer.List[*obj]{}, fmt.Errorf("too old for me: %w", informer.ErrExpired), true
+				}
+				return informer.List[*obj]{}, nil, false
+			},
+			wantOpts: func(rev string) []informer.ListOptions {
+				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Consistent: true, Limit: 2}, {Consistent: true, Continue: "*", Limit: 2}}
+			},
+			consist: 1,
+		},
+		{
+			name: "stale answer: bad input, consistent list",
+			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
+				if opts.Revision != "" {
+					return informer.List[*obj]{Items: []*obj{newObj("a", "g", "old")}, Revision: "1"}, nil, true
+				}
+				return informer.List[*obj]{}, nil, false
+			},
+			wantOpts: func(rev string) []informer.ListOptions {
+				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Consistent: true, Limit: 2}, {Consistent: true, Continue: "*", Limit: 2}}
+			},
+			consist:  1,
+			badInput: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource(memory.Options{})
+			for _, k := range []string{"a", "b", "c"} {
+				src.Put(newObj(k, "g", "1"))
+			}
+			relisting := make(chan struct{})
+			var once sync.Once
+			lw := &revisionLW{Source: src, list: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error, bool) {
+				select {
+				case <-relisting:
+					return tc.answer(opts, "")
+				default:
+					return informer.List[*obj]{}, nil, false
+				}
+			}}
+			var reported errs
+			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
+				Key:          func(o *obj) (string, error) { return o.Key, nil },
+				PageSize:     2,
+				Backoff:      fastBackoff,
+				ErrorHandler: reported.handle,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- inf.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			if !inf.WaitForCacheSync(ctx) {
+				t.Fatal("no sync")
+			}
+			src.WaitForWatches(ctx, 1)
+			rev := src.Put(newObj("d", "g", "1"))
+			waitUntil(t, func() bool { return inf.LastSyncRevision() == strconv.FormatInt(rev, 10) })
+			before := len(lw.requests())
+			once.Do(func() { close(relisting) })
+			src.DropWatches(informer.ErrExpired)
+			waitUntil(t, func() bool { return inf.Stats().Relists == 2 })
+			got := lw.requests()[before:]
+			for i := range got {
+				if got[i].Continue != "" {
+					got[i].Continue = "*"
+				}
+			}
+			want := tc.wantOpts(strconv.FormatInt(rev, 10))
+			if !slices.Equal(got, want) {
+				t.Fatalf("relist requests %+v, want %+v", got, want)
+			}
+			if n := inf.Stats().ConsistentLists; n != tc.consist {
+				t.Fatalf("ConsistentLists = %d, want %d", n, tc.consist)
+			}
+			if reported.any(informer.ErrBadInput) != tc.badInput {
+				t.Fatalf("reported %v, want bad input %v", reported.list, tc.badInput)
+			}
+			if got, want := len(inf.List()), src.Len(); got != want {
+				t.Fatalf("cache has %d objects, source %d", got, want)
+			}
+		})
+	}
+}
+
+// Repeated compactions: each round the watch is cut, two reconnects fail, the history is
+// compacted meanwhile, and the third reconnect answers expired. The backoff during each
+// cut starts again from Initial (1 s, 2 s, 4 s every round: the healthy watch between
+// faults reset it), and the relist after the expiry follows at once, with no backoff (it
+// came after progress): the catch-up, measured on the fake clock, is the same 7 s in
+// every round.
+func TestReflector_RepeatedCompactionsRecoverWithoutGrowth(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	src := newSource(memory.Options{}) // the source's watch timeouts on the wall clock
+	src.Put(newObj("a", "g", "0"))
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:     func(o *obj) (string, error) { return o.Key, nil },
+		Clock:   fc,
+		Backoff: informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("no sync")
+	}
+	watches := func() int { return countOps(src, memory.OpWatch) }
+	revStr := func(r int64) string { return strconv.FormatInt(r, 10) }
+	for round := range 7 {
+		src.WaitForWatches(ctx, 1)
+		rev := src.Put(newObj("a", "g", strconv.Itoa(round+1)))
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := inf.WaitForRevision(wctx, revStr(rev)); err != nil {
+			t.Fatalf("round %d: healthy watch: %v", round, err)
+		}
+		wcancel()
+		start := fc.Now()
+		src.FailNext(2, memory.OpWatch, informer.ErrUnavailable)
+		src.DropWatches(informer.ErrUnavailable)
+		src.Put(newObj("b", "g", strconv.Itoa(round)))
+		src.Compact(src.Revision())
+		for _, d := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+			n := watches()
+			fc.WaitForWaiters(1, ctx.Done())
+			fc.Step(d - time.Millisecond)
+			if watches() != n {
+				t.Fatalf("round %d: re-watched before the backoff of %v elapsed", round, d)
+			}
+			fc.Step(time.Millisecond)
+			waitUntil(t, func() bool { return watches() > n })
+		}
+		// The third reconnect answers expired: the relist follows with no wait on the clock.
+		wctx, wcancel = context.WithTimeout(ctx, 10*time.Second)
+		if err := inf.WaitForRevision(wctx, revStr(src.Revision())); err != nil {
+			t.Fatalf("round %d: no prompt relist after the expiry: %v (relists %d)", round, err, inf.Stats().Relists)
+		}
+		wcancel()
+		if took := fc.Since(start); took != 7*time.Second {
+			t.Fatalf("round %d: catch-up took %v on the clock, want 7s", round, took)
+		}
+		if o, _ := inf.Get("b"); o == nil || o.Val != strconv.Itoa(round) {
+			t.Fatalf("round %d: cache b = %+v", round, o)
+		}
+	}
+	if n := inf.Stats().Relists; n != 8 {
+		t.Fatalf("Relists = %d, want 8", n)
+	}
+	if n := inf.Stats().ConsistentLists; n != 0 {
+		t.Fatalf("ConsistentLists = %d, want 0: a relist at the last revision is enough", n)
+	}
+}
+
+// logRecords is a slog handler that keeps the records it is given.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecords) WithGroup(string) slog.Handler      { return h }
+
+// warnings returns the messages and errors of the Warn records.
+func (h *logRecords) warnings() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if r.Level != slog.LevelWarn {
+			continue
+		}
+		line := r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			line += " " + a.Key + "=" + a.Value.String()
+			return true
+		})
+		out = append(out, line)
+	}
+	return out
+}
+
+// A failing source is loud with no ErrorHandler: a Warn line per failure that names the
+// informer once (quoted) and the operation, LastError tells why the cache did not sync,
+// and it is cleared once the source recovers.
+func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
+	fc := clock.NewFake(time.Unix(100, 0))
+	src := newSource(memory.Options{Clock: fc})
+	src.Put(newObj("a", "g", "1"))
+	refused := fmt.Errorf("dial 127.0.0.1:1: %w", informer.ErrConnectionRefused)
+	src.FailNext(2, memory.OpList, refused)
+	logs := &logRecords{}
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:     func(o *obj) (string, error) { return o.Key, nil },
+		Name:    "payments",
+		Clock:   fc,
+		Logger:  slog.New(logs),
+		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	fc.WaitForWaiters(1, ctx.Done())
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	synced := inf.WaitForCacheSync(sctx)
+	scancel()
+	err, at := inf.LastError()
+	if synced || !errors.Is(err, informer.ErrConnectionRefused) || !at.Equal(time.Unix(100, 0)) {
+		t.Fatalf("synced %v, LastError %v at %v", synced, err, at)
+	}
+	want := `informer "payments": list: dial 127.0.0.1:1: connection refused`
+	if err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
+	}
+	if w := logs.warnings(); len(w) != 1 || !strings.Contains(w[0], want) || strings.Count(w[0], "payments") != 1 {
+		t.Fatalf("Warn lines %q, want one with %q", w, want)
+	}
+	fc.Step(time.Second)
+	waitUntil(t, func() bool { return countOps(src, memory.OpList) == 2 })
+	fc.WaitForWaiters(1, ctx.Done())
+	if w := logs.warnings(); len(w) != 2 {
+		t.Fatalf("Warn lines %q, want one per failure", w)
+	}
+	fc.Step(2 * time.Second)
+	sctx, scancel = context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !inf.WaitForCacheSync(sctx) {
+		t.Fatal("no sync")
+	}
+	if err, at := inf.LastError(); err != nil || !at.IsZero() {
+		t.Fatalf("LastError after the recovery: %v at %v", err, at)
 	}
 }

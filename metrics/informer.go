@@ -89,7 +89,7 @@ type informerCollector struct {
 	src Informer
 
 	lists, listErrors, relists, watches, watchErrors, expirations *prometheus.Desc
-	events, errs, applied                                         *prometheus.Desc
+	events, errs, applied, quorumLists                            *prometheus.Desc
 	objects, synced, lastRevision                                 *prometheus.Desc
 	listDuration, listItems, watchDuration                        *prometheus.Desc
 
@@ -106,6 +106,7 @@ func newInformerCollector(src Informer) *informerCollector {
 		lists:         d("informer_lists_total", "Lists started by the informer, streaming lists included."),
 		listErrors:    d("informer_list_errors_total", "Lists that failed."),
 		relists:       d("informer_relists_total", "Lists, the initial one included, whose result replaced the content of the informer's cache."),
+		quorumLists:   d("informer_consistent_lists_total", "Consistent (quorum) lists the informer asked of its source: relists the source could not serve at the last revision seen. A rising rate means a relist storm on the store."),
 		watches:       d("informer_watches_total", "Watches opened by the informer."),
 		watchErrors:   d("informer_watch_errors_total", "Watches that failed."),
 		expirations:   d("informer_expirations_total", "Times the informer found its revision expired."),
@@ -131,7 +132,7 @@ func newInformerCollector(src Informer) *informerCollector {
 // Describe sends the descriptions of every series the informer may have.
 func (c *informerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range [...]*prometheus.Desc{
-		c.lists, c.listErrors, c.relists, c.watches, c.watchErrors, c.expirations,
+		c.lists, c.listErrors, c.relists, c.quorumLists, c.watches, c.watchErrors, c.expirations,
 		c.events, c.errs, c.applied, c.objects, c.synced, c.lastRevision,
 		c.listDuration, c.listItems, c.watchDuration,
 		c.hQueued, c.hDelivered, c.hCoalesced, c.hBlocked, c.hPanics, c.hSynced, c.hLatency,
@@ -152,6 +153,7 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.lists, s.Lists)
 	counter(c.listErrors, s.ListErrors)
 	counter(c.relists, s.Relists)
+	counter(c.quorumLists, s.ConsistentLists)
 	counter(c.watches, s.Watches)
 	counter(c.watchErrors, s.WatchErrors)
 	counter(c.expirations, s.Expirations)

@@ -17,7 +17,9 @@
 //
 // # What the informer gets
 //
-// List reads the prefix with paged Gets sorted by key; every page after the first is read
+// List reads the prefix with paged Gets sorted by key (pages of up to 50,000 keys for an
+// informer left at its default page size, each within Options.PageBytes, 8 MiB, of
+// key-values; see Source.DefaultPageSize); every page after the first is read
 // at the first page's revision (etcd's MVCC keeps it), so the pages together are one
 // consistent state, and the list reports that revision. Watch streams the prefix's changes
 // after a revision with etcd's watch, opened with WithRequireLeader and WithPrevKV: a
@@ -54,6 +56,11 @@
 //
 // # Errors
 //
+// Every error names what failed and, for a request to etcd, the endpoints of the client
+// ("etcd list at 127.0.0.1:2379: unavailable: …"); it matches the informer's error class
+// with errors.Is without repeating the class's text, so that the informer's report reads
+// once: `informer "config": list: etcd list at 127.0.0.1:2379: unavailable: …`.
+//
 //   - A compacted revision (a list page or a watch older than etcd's history) is an error
 //     that matches informer.ErrExpired; the informer lists again.
 //   - No leader, an unreachable or overloaded cluster, a request that timed out
@@ -75,7 +82,8 @@
 // # Costs
 //
 // One Get per page (etcd counts the rest of the range on every page, so a list of n keys
-// in pages of p costs the server O(n²/p) index steps, as any paged etcd read does); pages
+// in pages of p costs the server O(n²/p) index steps, as any paged etcd read does: hence
+// the large default pages, bounded in bytes rather than keys); pages
 // after the first are serializable reads at the pinned revision, which any member can
 // serve without a round trip to the leader. One watch per informer on the client's shared
 // gRPC watch stream. The etcd client buffers watch responses that the informer has not

@@ -47,7 +47,25 @@ type Options struct {
 	// (which matches informer.ErrBadInput). It is called synchronously from List or from
 	// Watch.Next, so it must not block; the informer's ErrorHandler is a good choice.
 	OnDecodeError func(error)
+
+	// PageBytes is the size a list page aims at, keys and values together: each page after
+	// the first holds about PageBytes of key-values (by the average size of the page before),
+	// and never more than the informer's ListOptions.Limit keys. It bounds the memory a
+	// page's response takes while the list is read. Zero means 8 MiB; negative means no
+	// bound beyond Limit.
+	PageBytes int64
 }
+
+// DefaultPageBytes is the default of Options.PageBytes: 8 MiB.
+const DefaultPageBytes = 8 << 20
+
+// DefaultPageSize is the page size (in keys) the Source reports to informers whose
+// Options.PageSize is 0 (see Source.DefaultPageSize).
+const DefaultPageSize = 50_000
+
+// firstPageKeys is the most keys the first page of a list holds, before the size of the
+// prefix's key-values is known.
+const firstPageKeys = 32
 
 // Source is an informer.ListerWatcher[V] over every key under one etcd prefix. It also
 // implements informer.RevisionComparer, which enables Informer.WaitForRevision.
@@ -61,6 +79,7 @@ type Source[V any] struct {
 	decode     KVDecoder[V]
 	timeout    time.Duration
 	onError    func(error)
+	pageBytes  int64 // 0: no bound
 
 	decodeErrors atomic.Uint64
 
@@ -72,6 +91,7 @@ type Source[V any] struct {
 var (
 	_ informer.ListerWatcher[int] = (*Source[int])(nil)
 	_ informer.RevisionComparer   = (*Source[int])(nil)
+	_ informer.PageSizer          = (*Source[int])(nil)
 )
 
 // New returns a Source for every key that starts with prefix (all keys when prefix is
@@ -93,13 +113,20 @@ func NewKV[V any](client *clientv3.Client, prefix string, decode KVDecoder[V], o
 		return nil, errors.New("etcd: New: nil decoder")
 	}
 	s := &Source[V]{
-		client:  client,
-		prefix:  prefix,
-		start:   prefix,
-		end:     clientv3.GetPrefixRangeEnd(prefix),
-		decode:  decode,
-		timeout: opts.RequestTimeout,
-		onError: opts.OnDecodeError,
+		client:    client,
+		prefix:    prefix,
+		start:     prefix,
+		end:       clientv3.GetPrefixRangeEnd(prefix),
+		decode:    decode,
+		timeout:   opts.RequestTimeout,
+		onError:   opts.OnDecodeError,
+		pageBytes: opts.PageBytes,
+	}
+	switch {
+	case s.pageBytes == 0:
+		s.pageBytes = DefaultPageBytes
+	case s.pageBytes < 0:
+		s.pageBytes = 0
 	}
 	if prefix == "" {
 		s.start = "\x00"
@@ -125,17 +152,29 @@ func (s *Source[V]) DecodeErrors() uint64 { return s.decodeErrors.Load() }
 // least at opts.Revision, and a linearizable read otherwise. A linearizable read older
 // than opts.Revision means the revision is not from this cluster's history (a restore
 // from backup, say): List fails with an error that matches informer.ErrExpired, so that
-// the informer lists afresh. Later pages are read at the first page's revision;
-// opts.Limit (0: no limit) bounds each page. A compacted page revision is an error that
-// matches informer.ErrExpired.
+// the informer lists afresh. Later pages are read at the first page's revision. A
+// compacted page revision is an error that matches informer.ErrExpired.
+//
+// opts.Limit (0: no limit, one page) bounds each page's keys. Within it, the first page
+// holds at most 32 keys and every later one about Options.PageBytes of key-values (by
+// the mean size of the page before), so that a page's memory stays bounded however large
+// the values are; a page may hold fewer keys than Limit while more remain.
 func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	var out informer.List[V]
 	from := s.start
 	var pinned, minRev int64
+	limit := opts.Limit
+	if limit > 0 && s.pageBytes > 0 {
+		limit = min(limit, firstPageKeys)
+	}
 	var err error
 	if opts.Continue != "" {
-		if pinned, from, err = s.parseContinue(opts.Continue); err != nil {
+		var next int64
+		if pinned, next, from, err = s.parseContinue(opts.Continue); err != nil {
 			return out, err
+		}
+		if limit > 0 && next > 0 {
+			limit = min(opts.Limit, next)
 		}
 	} else if opts.Revision != "" {
 		if minRev, err = ParseRevision(opts.Revision); err != nil {
@@ -143,8 +182,8 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		}
 	}
 	ops := []clientv3.OpOption{clientv3.WithRange(s.end), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
-	if opts.Limit > 0 {
-		ops = append(ops, clientv3.WithLimit(opts.Limit))
+	if limit > 0 {
+		ops = append(ops, clientv3.WithLimit(limit))
 	}
 
 	var resp *clientv3.GetResponse
@@ -165,18 +204,20 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		resp, err = s.get(ctx, from, ops...)
 	}
 	if err != nil {
-		return out, classify(ctx, "list", err)
+		return out, classify(ctx, s.at("list"), err)
 	}
 	rev := pinned
 	if rev == 0 {
 		rev = resp.Header.Revision
 		if rev < minRev {
-			return out, fmt.Errorf("%w: etcd list: revision %d is newer than the cluster's %d", informer.ErrExpired, minRev, rev)
+			return out, newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", s.at("list"), minRev, rev)
 		}
 	}
 
 	out.Items = make([]V, 0, len(resp.Kvs))
+	size := 0
 	for _, kv := range resp.Kvs {
+		size += len(kv.Key) + len(kv.Value)
 		obj, err := s.decode(kv)
 		if err != nil {
 			s.reportDecode(kv.Key, kv.ModRevision, err)
@@ -186,7 +227,11 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	}
 	out.Revision = FormatRevision(rev)
 	if resp.More && len(resp.Kvs) > 0 {
-		out.Continue = s.makeContinue(rev, string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00")
+		next := int64(0) // the next page's limit in keys: PageBytes at this page's mean size
+		if s.pageBytes > 0 {
+			next = max(1, s.pageBytes*int64(len(resp.Kvs))/int64(max(size, 1)))
+		}
+		out.Continue = s.makeContinue(rev, next, string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00")
 	}
 	return out, nil
 }
@@ -202,27 +247,31 @@ func (s *Source[V]) get(ctx context.Context, key string, ops ...clientv3.OpOptio
 }
 
 // The continue token is base64url of a version byte, the pinned revision (8 bytes, big
-// endian) and the first key of the next page.
-const continueVersion = 1
+// endian), the next page's limit in keys (8 bytes, big endian; 0 for none) and the first
+// key of the next page.
+const continueVersion = 2
 
-func (s *Source[V]) makeContinue(rev int64, next string) string {
-	b := make([]byte, 9, 9+len(next))
+func (s *Source[V]) makeContinue(rev, limit int64, next string) string {
+	b := make([]byte, 17, 17+len(next))
 	b[0] = continueVersion
 	binary.BigEndian.PutUint64(b[1:], uint64(rev))
+	binary.BigEndian.PutUint64(b[9:], uint64(limit))
 	return base64.RawURLEncoding.EncodeToString(append(b, next...))
 }
 
-func (s *Source[V]) parseContinue(token string) (int64, string, error) {
+// parseContinue returns a continue token's pinned revision, next page limit and next key.
+func (s *Source[V]) parseContinue(token string) (int64, int64, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) < 10 || b[0] != continueVersion {
-		return 0, "", fmt.Errorf("%w: etcd list: malformed continue token %q", informer.ErrBadInput, token)
+	if err != nil || len(b) < 18 || b[0] != continueVersion {
+		return 0, 0, "", newError(informer.ErrBadInput, nil, "etcd list: malformed continue token %q", token)
 	}
 	rev := int64(binary.BigEndian.Uint64(b[1:9]))
-	key := string(b[9:])
-	if rev <= 0 || key < s.start || (s.end != "\x00" && key >= s.end) {
-		return 0, "", fmt.Errorf("%w: etcd list: continue token %q is not for prefix %q", informer.ErrBadInput, token, s.prefix)
+	limit := int64(binary.BigEndian.Uint64(b[9:17]))
+	key := string(b[17:])
+	if rev <= 0 || limit < 0 || key < s.start || (s.end != "\x00" && key >= s.end) {
+		return 0, 0, "", newError(informer.ErrBadInput, nil, "etcd list: continue token %q is not for prefix %q", token, s.prefix)
 	}
-	return rev, key, nil
+	return rev, limit, key, nil
 }
 
 // CompareRevisions compares two revisions of this Source: -1, 0 or +1 as a is older than,
@@ -255,7 +304,7 @@ func FormatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
 func ParseRevision(rev string) (int64, error) {
 	n, err := strconv.ParseInt(rev, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%w: %q is not an etcd revision", informer.ErrBadInput, rev)
+		return 0, newError(informer.ErrBadInput, nil, "revision %q is not an etcd revision (a decimal number >= 0)", rev)
 	}
 	return n, nil
 }
@@ -275,7 +324,7 @@ func (s *Source[V]) RequestProgress(ctx context.Context) error {
 		return errors.New("etcd: RequestProgress: no watch open")
 	}
 	if err := s.client.RequestProgress(metadata.NewOutgoingContext(ctx, md)); err != nil {
-		return classify(ctx, "request progress", err)
+		return classify(ctx, s.at("request progress"), err)
 	}
 	return nil
 }
@@ -320,3 +369,11 @@ func (s *Source[V]) reportDecodeDeleted(key []byte, rev int64, err error) {
 		s.onError(&DecodeError{Key: string(key), Revision: rev, Deleted: true, Err: err})
 	}
 }
+
+// DefaultPageSize implements informer.PageSizer: an informer whose Options.PageSize is 0
+// asks for pages of up to 50,000 keys (DefaultPageSize), not the informer's general
+// default of 500. etcd counts the rest of the range on every page it serves, so a list of
+// N keys in pages of P costs about N²/2P key visits on the server besides the keys
+// themselves: with pages of 500, 100,000 keys took six times as long as one unpaged Get.
+// Options.PageBytes keeps each page's memory bounded whatever the values' size.
+func (s *Source[V]) DefaultPageSize() int64 { return DefaultPageSize }

@@ -27,7 +27,7 @@ var errWatchStopped = errors.New("etcd: watch stopped")
 //
 // Each etcd event becomes one informer event whose Revision is the event's ModRevision.
 // The events of one etcd transaction share a revision R; all but the last of them are
-// reported with revision R-1, so that a revision means "every change up to here has been
+// reported with revision R − 1, so that a revision means "every change up to here has been
 // delivered" only once the whole transaction has been, and Informer.WaitForRevision(R)
 // cannot return half-way through a transaction. Progress notifications become Bookmark
 // events if opts.AllowBookmarks is set and are dropped otherwise; when the last events of
@@ -44,7 +44,7 @@ var errWatchStopped = errors.New("etcd: watch stopped")
 // (opts.SendInitialEvents) are not supported: the error matches informer.ErrNotSupported.
 func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
 	if opts.SendInitialEvents {
-		return nil, fmt.Errorf("etcd watch: streaming list: %w", informer.ErrNotSupported)
+		return nil, newError(informer.ErrNotSupported, nil, "etcd watch: streaming lists are not supported")
 	}
 	var after int64
 	if opts.Revision != "" {
@@ -72,13 +72,13 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	if opening != nil && !opening.Stop() {
 		cancel()
 		if ctx.Err() != nil {
-			return nil, classify(ctx, "watch", ctx.Err())
+			return nil, classify(ctx, s.at("watch"), ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: etcd watch: not established within %v", informer.ErrUnavailable, s.timeout)
+		return nil, newError(informer.ErrUnavailable, nil, "etcd %s: unavailable: the watch was not established within %v", s.at("watch"), s.timeout)
 	}
 	if ctx.Err() != nil {
 		cancel()
-		return nil, classify(ctx, "watch", ctx.Err())
+		return nil, classify(ctx, s.at("watch"), ctx.Err())
 	}
 
 	w := &watch[V]{src: s, parent: ctx, ctx: wctx, cancel: cancel, ch: ch, bookmarks: opts.AllowBookmarks}
@@ -163,7 +163,7 @@ func (w *watch[V]) closedErr() error {
 	case w.parent.Err() != nil:
 		return fmt.Errorf("etcd watch: %w", w.parent.Err())
 	}
-	return fmt.Errorf("%w: etcd watch: closed by the etcd client", informer.ErrUnavailable)
+	return newError(informer.ErrUnavailable, nil, "etcd %s: unavailable: the watch was closed by the etcd client", w.src.at("watch"))
 }
 
 // take turns one etcd watch response into buffered events, or sets the error that ends
@@ -172,10 +172,10 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 	w.buf, w.revs, w.next = w.buf[:0], w.revs[:0], 0
 	if err := resp.Err(); err != nil {
 		if errors.Is(err, rpctypes.ErrCompacted) {
-			w.fail(fmt.Errorf("%w: etcd watch: history compacted up to revision %d: %w", informer.ErrExpired, resp.CompactRevision, err))
+			w.fail(newError(informer.ErrExpired, err, "etcd watch: history compacted up to revision %d", resp.CompactRevision))
 			return
 		}
-		w.fail(classify(w.parent, "watch", err))
+		w.fail(classify(w.parent, w.src.at("watch"), err))
 		return
 	}
 	if resp.IsProgressNotify() {
@@ -211,8 +211,7 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 				// The delete cannot reach the informer; a relist turns it into a tombstone.
 				// The transaction is not complete, so its revision is not reached either.
 				w.finishRevisions(kv.ModRevision)
-				w.fail(fmt.Errorf("%w: etcd watch: the delete of %q at revision %d cannot be decoded; relisting: %w",
-					informer.ErrExpired, kv.Key, kv.ModRevision, err))
+				w.fail(newError(informer.ErrExpired, err, "etcd watch: the delete of %q at revision %d cannot be decoded; relisting", kv.Key, kv.ModRevision))
 				return
 			}
 			w.push(informer.Event[V]{Type: informer.Deleted, Object: obj}, kv.ModRevision)

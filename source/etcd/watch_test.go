@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,7 +136,7 @@ func readEvents(w informer.Watch[*item]) ([]string, error) {
 }
 
 // The events of one transaction share its revision R: all but the last are reported at
-// R-1, so that R is reached only when the whole transaction has been delivered. When the
+// R − 1, so that R is reached only when the whole transaction has been delivered. When the
 // last events of a response do not decode, a bookmark stands in for them.
 func TestWatchTransactionRevisions(t *testing.T) {
 	srv := startServer(t, serverOptions{})
@@ -355,5 +356,37 @@ func TestNewRejectsNil(t *testing.T) {
 	}
 	if _, err := etcd.New[*item](&clientv3.Client{}, "/x/", nil, etcd.Options{}); err == nil {
 		t.Error("nil decoder accepted")
+	}
+}
+
+// Pages are bounded in bytes as well as keys: after a first page of at most 32 keys, each
+// page holds about Options.PageBytes of key-values, however large Limit is.
+func TestListPagesBoundedByBytes(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const p = "/big/"
+	value := strings.Repeat("v", 10000)
+	for i := range 40 {
+		put(t, c, fmt.Sprintf("%s%02d", p, i), value)
+	}
+	src := newSource(t, c, p, etcd.Options{PageBytes: 30000})
+	opts := informer.ListOptions{Limit: etcd.DefaultPageSize}
+	var sizes []int
+	total := 0
+	for {
+		l, err := src.List(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(l.Items))
+		total += len(l.Items)
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	// 32 keys of 10,005 bytes, then 30,000 bytes a page: 2 keys.
+	if total != 40 || sizes[0] != 32 || len(sizes) != 5 || slices.Max(sizes[1:]) != 2 {
+		t.Fatalf("page sizes %v (%d keys), want 32 then pages of 2", sizes, total)
 	}
 }
