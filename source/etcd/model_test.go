@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -23,76 +23,20 @@ var (
 )
 
 // modelDeleted marks a delete in a key's history.
-const modelDeleted = "<deleted>"
+const modelDeleted = informertest.Deleted
 
-// modelView records what one handler saw, per key, as states (values); it checks on the
-// fly that every update's old object and every delete's object is the state it saw last,
-// and that no add comes on top of a live key.
+// modelView is one handler of the model: informertest's life-cycle checker, named.
 type modelView struct {
-	mu       sync.Mutex
-	name     string
-	coalesce bool // a Coalesce handler may get a delete carrying a state it never saw
-	states   map[string][]string
-	errs     []string
+	*informertest.LifeCycle[*item]
+	name string
 }
 
 func newModelView(name string, coalesce bool) *modelView {
-	return &modelView{name: name, coalesce: coalesce, states: map[string][]string{}}
-}
-
-func (v *modelView) see(key, state, expectPrev string, requirePrev bool, what string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := v.states[key]
-	prev, ok := "", len(s) > 0
-	if ok {
-		prev = s[len(s)-1]
+	return &modelView{
+		LifeCycle: informertest.NewLifeCycle(func(it *item) (string, string) { return it.Key, it.Value },
+			informertest.LifeCycleOptions{Coalesce: coalesce}),
+		name: name,
 	}
-	switch {
-	case requirePrev && (!ok || prev == modelDeleted):
-		v.errs = append(v.errs, fmt.Sprintf("%s %s=%s without a preceding add (seen %q)", what, key, state, s))
-	case requirePrev && prev != expectPrev && !(v.coalesce && what == "delete"):
-		v.errs = append(v.errs, fmt.Sprintf("%s %s: old %q but last seen %q", what, key, expectPrev, prev))
-	case !requirePrev && ok && prev != modelDeleted:
-		v.errs = append(v.errs, fmt.Sprintf("add %s=%s on top of %q (no delete between)", key, state, prev))
-	}
-	v.states[key] = append(s, state)
-}
-
-func (v *modelView) OnAdd(it *item, _ bool) { v.see(it.Key, it.Value, "", false, "add") }
-func (v *modelView) OnUpdate(old, new *item) {
-	v.see(new.Key, new.Value, old.Value, true, "update")
-}
-func (v *modelView) OnDelete(it *item, _ bool) {
-	v.see(it.Key, modelDeleted, it.Value, true, "delete")
-}
-
-// converged reports whether the view's last state of every key is the final one.
-func (v *modelView) converged(final map[string]string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for key, seen := range v.states {
-		last := seen[len(seen)-1]
-		if fv, ok := final[key]; (ok && last != fv) || (!ok && last != modelDeleted) {
-			return false
-		}
-	}
-	for key := range final {
-		if _, ok := v.states[key]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func modelIsSubsequence(seen, history []string) bool {
-	i := 0
-	for _, h := range history {
-		if i < len(seen) && seen[i] == h {
-			i++
-		}
-	}
-	return i == len(seen)
 }
 
 // TestEtcdModel runs seeded random scenarios of puts and deletes against a real embedded
@@ -298,7 +242,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, v := range views {
-		for !v.converged(final) && time.Now().Before(deadline) {
+		for !v.Converged(final) && time.Now().Before(deadline) {
 			time.Sleep(2 * time.Millisecond) // polling: nothing signals "handler caught up"
 		}
 	}
@@ -310,15 +254,12 @@ func runEtcdModel(t *testing.T, seed uint64) {
 		fail("cache differs from the model:\n%s", mapDiff(cache, final))
 	}
 	for _, v := range views {
-		v.mu.Lock()
-		errsV, states := v.errs, v.states
-		v.mu.Unlock()
-		if len(errsV) > 0 {
+		if errsV := v.Errors(); len(errsV) > 0 {
 			fail("handler %s: %s", v.name, strings.Join(errsV, "; "))
 		}
-		for key, seen := range states {
-			h := history[key]
-			if !modelIsSubsequence(seen, h) {
+		for _, key := range v.Keys() {
+			seen, h := v.States(key), history[key]
+			if !informertest.IsSubsequence(seen, h) {
 				fail("handler %s, key %s: saw %q, not a subsequence of %q", v.name, key, seen, h)
 			}
 			last := seen[len(seen)-1]
@@ -329,7 +270,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 			}
 		}
 		for key := range final {
-			if _, ok := states[key]; !ok {
+			if len(v.States(key)) == 0 {
 				fail("handler %s never heard of %s", v.name, key)
 			}
 		}

@@ -16,37 +16,13 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
-const modelDeleted = "<deleted>"
+const modelDeleted = informertest.Deleted
 
 var modelSeeds = flag.Int("model.seeds", 0, "number of seeds of TestModelHTTP (0: 6, or 2 with -short); make soak raises it")
-
-// modelView is a handler that checks the life cycle of every key and records the states
-// it saw, per key.
-type modelView struct {
-	mu     sync.Mutex
-	states map[string][]string
-	errs   []string
-}
-
-func (v *modelView) see(key, state string, isAdd bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := v.states[key]
-	live := len(s) > 0 && s[len(s)-1] != modelDeleted
-	if isAdd && live {
-		v.errs = append(v.errs, fmt.Sprintf("add %s=%s on top of %q", key, state, s[len(s)-1]))
-	}
-	if !isAdd && !live {
-		v.errs = append(v.errs, fmt.Sprintf("%s=%s without a preceding add", key, state))
-	}
-	v.states[key] = append(s, state)
-}
-func (v *modelView) OnAdd(o *obj, _ bool)    { v.see(o.Name, o.Val, true) }
-func (v *modelView) OnUpdate(_, o *obj)      { v.see(o.Name, o.Val, false) }
-func (v *modelView) OnDelete(o *obj, _ bool) { v.see(o.Name, modelDeleted, false) }
 
 // TestModelHTTP runs seeded random writes through memory source → upstream informer →
 // Server → (faults) → Client → downstream informer, with the server killed and restarted
@@ -133,7 +109,9 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	})
 	start()
 
-	v := &modelView{states: map[string][]string{}}
+	// The downstream handler checks every key's life cycle and keeps the states it saw
+	// (the default Coalesce policy: a delete may carry a state merged away).
+	v := informertest.NewLifeCycle(func(o *obj) (string, string) { return o.Name, o.Val }, informertest.LifeCycleOptions{Coalesce: true})
 	c := newTestClient(t, front.URL, ClientOptions[*obj]{})
 	d := &downstream{rec: newRecorder()}
 	inf, err := informer.New(c.Ordered(), informer.Options[string, *obj]{
@@ -200,25 +178,12 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	}
 	deadline := time.Now().Add(waitTimeout)
 	for {
-		ok := state(inf.List()) == state(u.src.Items())
-		v.mu.Lock()
-		for k, h := range v.states {
-			fv, live := final[k]
-			last := h[len(h)-1]
-			ok = ok && ((live && last == fv) || (!live && last == modelDeleted))
-		}
-		for k := range final {
-			_, seen := v.states[k]
-			ok = ok && seen
-		}
-		v.mu.Unlock()
+		ok := state(inf.List()) == state(u.src.Items()) && v.Converged(final)
 		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
-			v.mu.Lock()
-			defer v.mu.Unlock()
-			t.Fatalf("seed %d: no convergence: cache %q, source %q, handler %v", seed, state(inf.List()), state(u.src.Items()), v.states)
+			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, state(inf.List()), state(u.src.Items()))
 		}
 		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
 	}
@@ -233,24 +198,15 @@ func runModelHTTP(t *testing.T, seed uint64) {
 		t.Errorf("seed %d: %d mid-frame cuts, but only %d lists", seed, midFrameCuts, relists)
 	}
 	t.Logf("seed %d: %d cuts of live streams, %d mid-frame, %d watches failed", seed, liveCuts, midFrameCuts, inf.Stats().WatchErrors)
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if len(v.errs) > 0 {
-		t.Fatalf("seed %d: handler: %q", seed, v.errs)
+	if errs := v.Errors(); len(errs) > 0 {
+		t.Fatalf("seed %d: handler: %q", seed, errs)
 	}
-	for k, seen := range v.states {
+	for _, k := range v.Keys() {
 		// A relist (a frame cut in the middle ends the watch as bad input, and the client
 		// lists again) repeats each object's current state as an update, as documented
 		// for informers without Options.Revision: a state seen twice in a row is one.
-		seen = slices.Compact(slices.Clone(seen))
-		h := history[k]
-		i := 0
-		for _, s := range h {
-			if i < len(seen) && seen[i] == s {
-				i++
-			}
-		}
-		if i != len(seen) {
+		seen, h := slices.Compact(v.States(k)), history[k]
+		if !informertest.IsSubsequence(seen, h) {
 			t.Fatalf("seed %d, key %s: saw %q, not a subsequence of %q", seed, k, seen, h)
 		}
 	}
