@@ -53,7 +53,7 @@ var wqImpls = []struct {
 	name string
 	new  func() wqQueue
 }{
-	{"informer", func() wqQueue { return workqueue.New(workqueue.Config[string]{}) }},
+	{"informer", func() wqQueue { return workqueue.New(workqueue.Options[string]{}) }},
 	{"client-go", func() wqQueue {
 		return kworkqueue.NewTypedRateLimitingQueue(kworkqueue.DefaultTypedControllerRateLimiter[string]())
 	}},

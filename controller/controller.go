@@ -122,7 +122,7 @@ func New[K comparable](r Reconciler[K], opts Options[K]) (*Controller[K], error)
 		shutdownTimeout: opts.ShutdownTimeout,
 		clk:             opts.Clock,
 		log:             opts.Logger.With("controller", opts.Name),
-		queue: workqueue.New(workqueue.Config[K]{
+		queue: workqueue.New(workqueue.Options[K]{
 			Name:        opts.Name,
 			Clock:       opts.Clock,
 			RateLimiter: opts.RateLimiter,

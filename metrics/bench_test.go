@@ -245,7 +245,7 @@ func (nopQueueMetrics) NewLongestRunningProcessorSecondsFunc(string, func() floa
 func BenchmarkQueue(b *testing.B) {
 	for _, mode := range []string{"off", "nop", "prometheus"} {
 		b.Run("metrics="+mode, func(b *testing.B) {
-			cfg := workqueue.Config[int]{Name: "bench"}
+			cfg := workqueue.Options[int]{Name: "bench"}
 			switch mode {
 			case "nop":
 				cfg.Metrics = nopQueueMetrics{}

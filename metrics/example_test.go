@@ -102,7 +102,7 @@ func ExampleRegisterQueue() {
 	if err != nil {
 		panic(err)
 	}
-	q := workqueue.New(workqueue.Config[string]{Name: "jobs", Metrics: qm})
+	q := workqueue.New(workqueue.Options[string]{Name: "jobs", Metrics: qm})
 	q.Add("a")
 	q.Add("b")
 	q.Add("a") // merged with the queued "a": not an add

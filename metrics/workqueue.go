@@ -39,7 +39,7 @@ var queueBuckets = prometheus.ExponentialBuckets(10e-9, 10, 12)
 // package documentation) and returns the provider to set as the queue's Config.Metrics:
 //
 //	qm, err := metrics.RegisterQueue(reg, "pods")
-//	q := workqueue.New(workqueue.Config[string]{Name: "pods", Metrics: qm})
+//	q := workqueue.New(workqueue.Options[string]{Name: "pods", Metrics: qm})
 //	...
 //	q.ShutDown() // removes the series
 //

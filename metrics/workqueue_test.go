@@ -34,7 +34,7 @@ workqueue_depth{name="jobs"} 0
 `, "workqueue_depth", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
 
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	q := workqueue.New(workqueue.Config[string]{Name: "jobs", Clock: clk, Metrics: qm, RateLimiter: noDelay[string]{}})
+	q := workqueue.New(workqueue.Options[string]{Name: "jobs", Clock: clk, Metrics: qm, RateLimiter: noDelay[string]{}})
 	q.Add("a")
 	q.Add("b")
 	q.Add("a") // merged: not an add

@@ -20,7 +20,7 @@ var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 func newFakeQueue(t *testing.T) (*Queue[string], *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(epoch)
-	q := New(Config[string]{Clock: clk})
+	q := New(Options[string]{Clock: clk})
 	t.Cleanup(q.ShutDown)
 	return q, clk
 }
@@ -132,7 +132,7 @@ func TestAddAfter(t *testing.T) {
 // the delay goroutine.
 func TestAddAfterImmediateStartsNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := New(Config[string]{})
+	q := New(Options[string]{})
 	q.AddAfter("a", 0)
 	q.AddAfter("b", -time.Second)
 	if q.delay.timer != nil {
@@ -147,7 +147,7 @@ func TestAddAfterImmediateStartsNoGoroutine(t *testing.T) {
 func TestAddAfterShutDown(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	clk := clock.NewFake(epoch)
-	q := New(Config[string]{Clock: clk})
+	q := New(Options[string]{Clock: clk})
 	for i := range 100 {
 		q.AddAfter(string(rune('a'+i%26))+string(rune('a'+i/26)), time.Duration(i+1)*time.Second)
 	}
@@ -269,7 +269,7 @@ func TestAddAfterConcurrent(t *testing.T) {
 		each      = 500
 		workers   = 4
 	)
-	q := New(Config[int]{})
+	q := New(Options[int]{})
 	var (
 		seen    [producers * each]atomic.Int32
 		count   atomic.Int32

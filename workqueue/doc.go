@@ -39,7 +39,7 @@
 // Items are compared with ==, as map keys are: a NaN never equals itself, and an item of
 // interface type whose dynamic value is not comparable makes the call panic.
 //
-// Time comes from a clock.Clock (clock.Real unless Config.Clock says otherwise), so delays,
+// Time comes from a clock.Clock (clock.Real unless Options.Clock says otherwise), so delays,
 // the default token bucket and the metrics can be driven by a clock.Fake in tests.
 //
 // # Differences from client-go

@@ -14,7 +14,7 @@ import (
 // A controller's shape: event handlers Add keys, workers Get, process and call Done.
 // Duplicate adds of a key that is still waiting are merged.
 func Example() {
-	q := workqueue.New(workqueue.Config[string]{Name: "pods"})
+	q := workqueue.New(workqueue.Options[string]{Name: "pods"})
 
 	for _, key := range []string{"default/a", "default/b", "default/a", "kube-system/c"} {
 		q.Add(key)
@@ -41,7 +41,7 @@ func Example() {
 
 // A worker that retries failures with backoff and forgets a key once it succeeds.
 func ExampleQueue_AddRateLimited() {
-	q := workqueue.New(workqueue.Config[string]{
+	q := workqueue.New(workqueue.Options[string]{
 		// Retry at once twice, then every 10 ms. The default is exponential from 5 ms.
 		RateLimiter: workqueue.NewFastSlowRateLimiter[string](0, 10*time.Millisecond, 2),
 	})
@@ -82,7 +82,7 @@ func ExampleQueue_AddRateLimited() {
 // and a second AddAfter can only bring an item forward.
 func ExampleQueue_AddAfter() {
 	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	q := workqueue.New(workqueue.Config[string]{Clock: clk})
+	q := workqueue.New(workqueue.Options[string]{Clock: clk})
 	defer q.ShutDown()
 
 	q.AddAfter("in-3s", 3*time.Second)
@@ -110,7 +110,7 @@ func ExampleQueue_AddAfter() {
 // Stopping a controller: stop accepting work, let the workers finish what was accepted,
 // but give up after a deadline.
 func ExampleQueue_ShutDownWithDrain() {
-	q := workqueue.New(workqueue.Config[int]{})
+	q := workqueue.New(workqueue.Options[int]{})
 	for i := range 3 {
 		q.Add(i)
 	}

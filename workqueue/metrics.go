@@ -29,16 +29,16 @@ type Histogram interface {
 
 // ShutDownObserver may be implemented by a MetricsProvider that wants to know when the
 // queue shuts down, typically to remove the queue's series so that short-lived queues leave
-// none behind. The queue calls QueueShutDown once, with Config.Name, from the first
+// none behind. The queue calls QueueShutDown once, with Options.Name, from the first
 // ShutDown or ShutDownWithDrain (before the drain), outside its lock; values recorded
 // afterwards, while workers finish, may be dropped.
 type ShutDownObserver interface {
-	// QueueShutDown is called once, with the queue's Config.Name, when it shuts down.
+	// QueueShutDown is called once, with the queue's Options.Name, when it shuts down.
 	QueueShutDown(name string)
 }
 
 // MetricsProvider creates the metrics of a queue. New calls each method once, with the
-// queue's Config.Name. A constructor may return nil to leave that metric out.
+// queue's Options.Name. A constructor may return nil to leave that metric out.
 //
 // The queue updates Gauge, Counter and Histogram values from whichever goroutine made the
 // call, possibly concurrently and mostly while holding its lock, so they must be safe for

@@ -79,7 +79,7 @@ func (r *recorder) NewLongestRunningProcessorSecondsFunc(name string, f func() f
 func TestMetrics(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	rec := &recorder{}
-	q := New(Config[string]{Name: "q", Clock: clk, Metrics: rec, RateLimiter: &FastSlowRateLimiter[string]{}})
+	q := New(Options[string]{Name: "q", Clock: clk, Metrics: rec, RateLimiter: &FastSlowRateLimiter[string]{}})
 	t.Cleanup(q.ShutDown)
 	if want := slices.Repeat([]string{"q"}, 7); !slices.Equal(rec.names, want) {
 		t.Fatalf("constructors called with %v, want each once with the queue name", rec.names)
@@ -150,7 +150,7 @@ func (nilProvider) NewLongestRunningProcessorSecondsFunc(string, func() float64)
 
 // TestMetricsLeftOut checks that a provider may return nil metrics.
 func TestMetricsLeftOut(t *testing.T) {
-	q := New(Config[string]{Metrics: nilProvider{}, RateLimiter: &FastSlowRateLimiter[string]{}})
+	q := New(Options[string]{Metrics: nilProvider{}, RateLimiter: &FastSlowRateLimiter[string]{}})
 	t.Cleanup(q.ShutDown)
 	q.AddRateLimited("a")
 	run(t, q, []string{"+b", "<a", "+a", "-a", "<b", "-b", "<a", "-a"})
@@ -159,7 +159,7 @@ func TestMetricsLeftOut(t *testing.T) {
 // TestNoMetricsAllocatesNothing checks that without a provider the steady-state
 // Add/Get/Done cycle allocates nothing.
 func TestNoMetricsAllocatesNothing(t *testing.T) {
-	q := New(Config[int]{})
+	q := New(Options[int]{})
 	t.Cleanup(q.ShutDown)
 	cycle := func() {
 		for i := range 64 {
@@ -200,7 +200,7 @@ func TestShutDownObserver(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &shutDownRecorder{}
-			q := New(Config[string]{Name: "jobs", Metrics: r})
+			q := New(Options[string]{Name: "jobs", Metrics: r})
 			q.Add("a")
 			if a, _ := q.Get(); a != "a" {
 				t.Fatalf("Get = %q", a)

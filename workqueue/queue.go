@@ -9,9 +9,9 @@ import (
 	"github.com/informer-go/informer/clock"
 )
 
-// Config configures a Queue. The zero Config is valid and gives the same queue as the zero
+// Options configures a Queue. The zero Options is valid and gives the same queue as the zero
 // Queue: the real clock, DefaultRateLimiter and no metrics.
-type Config[T comparable] struct {
+type Options[T comparable] struct {
 	// Name identifies the queue to Metrics; it is passed to every constructor of the
 	// provider and is not used otherwise. It may be empty.
 	Name string
@@ -32,7 +32,7 @@ type Config[T comparable] struct {
 // Queue is a fair, stingy work queue of items of type T, with delayed and rate-limited adds.
 // See the package documentation for the guarantees.
 //
-// The zero Queue is ready to use, with the defaults described in Config. A Queue must not
+// The zero Queue is ready to use, with the defaults described in Options. A Queue must not
 // be copied after first use. All methods are safe for concurrent use.
 //
 // A Queue that has delayed an item runs one goroutine until ShutDown or ShutDownWithDrain
@@ -84,7 +84,7 @@ const (
 
 // New returns a Queue configured by cfg. It starts no goroutine. If cfg.Metrics is set,
 // New calls each of its constructors once, with cfg.Name.
-func New[T comparable](cfg Config[T]) *Queue[T] {
+func New[T comparable](cfg Options[T]) *Queue[T] {
 	q := &Queue[T]{clk: cfg.Clock, limiter: cfg.RateLimiter}
 	q.init()
 	if cfg.Metrics != nil {

@@ -110,7 +110,7 @@ func TestSequences(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q := New(Config[string]{})
+			q := New(Options[string]{})
 			t.Cleanup(q.ShutDown)
 			run(t, q, tt.script)
 		})
@@ -139,7 +139,7 @@ func TestZeroQueue(t *testing.T) {
 // TestShutDownReleasesBlockedGet checks that a Get blocked on an empty queue returns
 // shutdown once the queue is shut down.
 func TestShutDownReleasesBlockedGet(t *testing.T) {
-	q := New(Config[string]{})
+	q := New(Options[string]{})
 	const workers = 4
 	results := make(chan bool, workers)
 	for range workers {
@@ -169,7 +169,7 @@ func TestShutDownReleasesBlockedGet(t *testing.T) {
 
 // TestShutDownIgnoresAdds checks every way of adding after shutdown.
 func TestShutDownIgnoresAdds(t *testing.T) {
-	q := New(Config[string]{})
+	q := New(Options[string]{})
 	q.ShutDown()
 	q.Add("a")
 	q.AddAfter("b", 0)
@@ -194,7 +194,7 @@ func TestShutDownWithDrain(t *testing.T) {
 	defer cancel2()
 
 	t.Run("empty queue returns at once", func(t *testing.T) {
-		q := New(Config[string]{})
+		q := New(Options[string]{})
 		if err := q.ShutDownWithDrain(canceled); err != nil {
 			t.Fatalf("ShutDownWithDrain = %v, want nil", err)
 		}
@@ -204,7 +204,7 @@ func TestShutDownWithDrain(t *testing.T) {
 	})
 
 	t.Run("honours the context", func(t *testing.T) {
-		q := New(Config[string]{})
+		q := New(Options[string]{})
 		t.Cleanup(q.ShutDown)
 		run(t, q, []string{"+a", "<a"})
 		if err := q.ShutDownWithDrain(canceled); !errors.Is(err, context.Canceled) {
@@ -220,7 +220,7 @@ func TestShutDownWithDrain(t *testing.T) {
 	})
 
 	t.Run("waits for Done of in-flight and queued items", func(t *testing.T) {
-		q := New(Config[string]{})
+		q := New(Options[string]{})
 		// a is processed and added again, b is queued and not taken yet.
 		run(t, q, []string{"+a", "<a", "+a", "+b"})
 		drained := make(chan error, 1)
@@ -247,7 +247,7 @@ func TestShutDownWithDrain(t *testing.T) {
 	})
 
 	t.Run("concurrent drains all return", func(t *testing.T) {
-		q := New(Config[string]{})
+		q := New(Options[string]{})
 		run(t, q, []string{"+a", "<a"})
 		const n = 3
 		errs := make(chan error, n)
@@ -279,7 +279,7 @@ func TestConcurrentStingy(t *testing.T) {
 		keys      = 50
 		addsEach  = 5000
 	)
-	q := New(Config[int]{})
+	q := New(Options[int]{})
 
 	var (
 		adds     [keys]atomic.Int64 // incremented before each Add

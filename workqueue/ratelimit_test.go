@@ -206,7 +206,7 @@ func TestDefaultRateLimiter(t *testing.T) {
 // (a retry waits its turn; Forget resets the wait; success forgets).
 func TestAddRateLimited(t *testing.T) {
 	clk := clock.NewFake(epoch)
-	q := New(Config[string]{Clock: clk, RateLimiter: NewExponentialRateLimiter[string](time.Second, time.Hour)})
+	q := New(Options[string]{Clock: clk, RateLimiter: NewExponentialRateLimiter[string](time.Second, time.Hour)})
 	t.Cleanup(q.ShutDown)
 
 	// Three failures: the waits are 1 s, 2 s, 4 s.
