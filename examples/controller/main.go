@@ -22,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/controller"
 	"github.com/informer-go/informer/metrics"
@@ -185,21 +187,25 @@ func run(out io.Writer, metricsAddr string) error {
 		return err
 	}
 
+	// The informer and the controller run side by side; the first error of either stops
+	// both (errgroup cancels gctx) and is what Wait returns.
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	infDone := make(chan error, 1)
-	ctlDone := make(chan error, 1)
-	go func() { infDone <- apps.Run(runCtx) }()
-	go func() { ctlDone <- c.Start(runCtx) }()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return apps.Run(gctx) })
+	g.Go(func() error { return c.Start(gctx) })
+	defer func() { stop(); _ = g.Wait() }()
 
 	wait := func(milestone string) error {
 		select {
 		case <-w.milestone(milestone):
 			return nil
-		case <-ctx.Done():
+		case <-gctx.Done():
+			stop()
+			if err := g.Wait(); err != nil {
+				return fmt.Errorf("waiting for %q: %w", milestone, err)
+			}
 			return fmt.Errorf("waiting for %q: %w", milestone, ctx.Err())
-		case err := <-ctlDone:
-			return fmt.Errorf("controller stopped early: %v", err)
 		}
 	}
 
@@ -222,10 +228,7 @@ func run(out io.Writer, metricsAddr string) error {
 
 	say("== shutting down: the controller drains, then the informer stops")
 	stop()
-	if err := <-ctlDone; err != nil {
-		return err
-	}
-	if err := <-infDone; err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	say("== stopped")
