@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"golang.org/x/sync/errgroup"
 
 	"github.com/informer-go/informer"
