@@ -112,9 +112,11 @@ func run(kubeconfig, namespace, selector string) error {
 
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(ctx) }()
-	if inf.WaitForCacheSync(ctx) {
-		fmt.Printf("synced: %d ConfigMaps in %s; watching (Ctrl-C to stop)\n", count(), namespace)
+	// If the cluster cannot be reached, the error says why (the source's last error).
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		return fmt.Errorf("ConfigMaps in %s: %w", namespace, err)
 	}
+	fmt.Printf("synced: %d ConfigMaps in %s; watching (Ctrl-C to stop)\n", count(), namespace)
 	return <-done
 }
 

@@ -141,15 +141,11 @@ func run(out *os.File, metricsAddr string) error {
 	go func() { done <- inf.Run(runCtx) }()
 
 	say("== initial list")
-	if !inf.WaitForCacheSync(ctx) {
-		return fmt.Errorf("cache did not sync")
-	}
-	for _, r := range []*informer.Registration{logReg, totalsReg} {
-		select {
-		case <-r.Synced():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	// Wait for the cache and both handlers. If ctx ends first, the error names what did
+	// not sync and why: the source's last error (inf.LastError), such as a refused
+	// connection.
+	if err := informer.WaitForCacheSync(ctx, inf, logReg, totalsReg); err != nil {
+		return err
 	}
 
 	say("== live changes")
