@@ -886,3 +886,33 @@ func TestStopObserver(t *testing.T) {
 		t.Fatalf("ControllerStopped(%q), want idle", name)
 	}
 }
+
+// For with a nil key function keys by the informer's own key (Informer.Key), written once;
+// an informer without a Key method of the controller's key type is an error.
+func TestForDefaultsToTheInformersKey(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "a"})
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs", Key: func(o *obj) (string, error) { return "k/" + o.Name, nil }})
+	calls := newCalls()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.add(key)
+		return Result{}, nil
+	}), Options[string]{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, inf, nil); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := New(ReconcilerFunc[int](func(context.Context, int) (Result, error) { return Result{}, nil }), Options[int]{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For[int](c2, inf, nil); err == nil || !strings.Contains(err.Error(), "no Key method") {
+		t.Fatalf("For with a nil key on an informer of another key type: %v", err)
+	}
+	start(t, c)
+	if got := joined(calls.wait(t, 1)); got != "k/a" {
+		t.Fatalf("reconciled %s, want the informer's key k/a", got)
+	}
+}

@@ -65,7 +65,9 @@ func newSource() *memory.Source[string, *obj] { return memory.New(objKey, memory
 // runInformer builds an informer over lw and runs it until the test ends.
 func runInformer(t *testing.T, lw informer.ListerWatcher[*obj], opts informer.Options[string, *obj]) *informer.Informer[string, *obj] {
 	t.Helper()
-	opts.Key = objKeyErr
+	if opts.Key == nil {
+		opts.Key = objKeyErr
+	}
 	if opts.Logger == nil {
 		opts.Logger = discard()
 	}

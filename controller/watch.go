@@ -61,11 +61,19 @@ func (p PredicateFuncs[V]) Delete(obj V) bool { return p.DeleteFunc == nil || p.
 // that notification, with an error logged. It is what controller-runtime's builder For and
 // EnqueueRequestForObject do.
 //
+// key may be nil when inf has a Key method with the controller's key type, as an
+// *informer.Informer[K, V] does: the informer's own key is then used, so that the key
+// function is written once.
+//
 // For must be called before Start; it fails with ErrAlreadyStarted or ErrShutDown after.
 // The handler is registered on inf when Start runs, so inf may be started before or after c.
 func For[K comparable, V any](c *Controller[K], inf Informer[V], key informer.KeyFunc[K, V], preds ...Predicate[V]) error {
 	if key == nil {
-		return fmt.Errorf("controller %s: For: nil key function", c.name)
+		k, ok := inf.(interface{ Key(V) (K, error) })
+		if !ok {
+			return fmt.Errorf("controller %s: For: nil key function, and informer %s has no Key method of the controller's key type", c.name, inf.Name())
+		}
+		key = k.Key
 	}
 	return addWatch(c, inf, &handler[K, V]{c: c, key: key, preds: preds})
 }

@@ -182,7 +182,8 @@ func run(out io.Writer, metricsAddr string) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.For(c, apps, func(a *App) (string, error) { return a.Name, nil }); err != nil {
+	// A nil key function: the controller keys by the informer's own key (apps.Key).
+	if err := controller.For(c, apps, nil); err != nil {
 		return err
 	}
 
