@@ -147,7 +147,9 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		}
 		return c, nil
 	}
-	src, err := etcd.New(client, opts.prefix, decode, etcd.Options{OnDecodeError: report})
+	// Values that do not decode reach the informer's ErrorHandler and Stats.DecodeErrors:
+	// informer.New hands the source its error sink.
+	src, err := etcd.New(client, opts.prefix, decode, etcd.Options{})
 	if err != nil {
 		return err
 	}
@@ -267,7 +269,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	if err := query(); err != nil {
 		return err
 	}
-	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), last, src.DecodeErrors())
+	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), last, inf.Stats().DecodeErrors)
 	return nil
 }
 

@@ -9,7 +9,7 @@
 //			return c, nil
 //		}
 //		return c, json.Unmarshal(value, c)
-//	}, etcd.Options{OnDecodeError: report})
+//	}, etcd.Options{})
 //	inf, err := informer.New(src, informer.Options[string, *Config]{
 //		Key:          func(c *Config) (string, error) { return c.Name, nil },
 //		ErrorHandler: report,
@@ -72,12 +72,13 @@
 //   - Authentication and permission errors are returned as they are (not retryable
 //     classes); the informer reports them and lists again after a backoff.
 //   - A value the decoder rejects is reported as a *DecodeError (which matches
-//     informer.ErrDecode and informer.ErrBadInput) to Options.OnDecodeError, counted by
-//     DecodeErrors, and skipped: a list leaves the key out (the informer then treats it as
-//     absent), a watch leaves the cache's previous state of the key in place, and a later
-//     value that decodes is applied as usual. Pass the informer's ReportError as
-//     OnDecodeError so that these errors reach its error handler and are counted in its
-//     Stats (and the "decode" kind of its metrics).
+//     informer.ErrDecode and informer.ErrBadInput) to every informer built over the source
+//     (informer.New hands the source its error sink: the error reaches the informer's
+//     ErrorHandler, its log and Stats.DecodeErrors, and the "decode" kind of its metrics),
+//     to Options.OnDecodeError if set, counted by DecodeErrors, and skipped: a list leaves
+//     the key out (the informer then treats it as absent), a watch leaves the cache's
+//     previous state of the key in place, and a later value that decodes is applied as
+//     usual.
 //
 // # Costs
 //

@@ -43,9 +43,11 @@ type Options struct {
 	// negative value means no bound beyond the caller's context.
 	RequestTimeout time.Duration
 
-	// OnDecodeError, if set, receives every value the decoder rejected, as a *DecodeError
-	// (which matches informer.ErrBadInput). It is called synchronously from List or from
-	// Watch.Next, so it must not block; the informer's ErrorHandler is a good choice.
+	// OnDecodeError, if set, also receives every value the decoder rejected, as a
+	// *DecodeError (which matches informer.ErrDecode and informer.ErrBadInput). The
+	// informers built over the source receive them anyway (see ReportErrorsTo); this is for
+	// a program that wants them elsewhere too. It is called synchronously from List or from
+	// Watch.Next, so it must not block.
 	OnDecodeError func(error)
 
 	// PageBytes is the size a list page aims at, keys and values together: each page after
@@ -82,6 +84,7 @@ type Source[V any] struct {
 	pageBytes  int64 // 0: no bound
 
 	decodeErrors atomic.Uint64
+	sinks        atomic.Pointer[[]func(error)] // the informers' error sinks (ReportErrorsTo)
 
 	mu      sync.Mutex
 	watchMD metadata.MD // outgoing metadata of the open watches' gRPC stream
@@ -356,17 +359,40 @@ func (e *DecodeError) Error() string {
 // decoder's error.
 func (e *DecodeError) Unwrap() []error { return []error{informer.ErrDecode, e.Err} }
 
-func (s *Source[V]) reportDecode(key []byte, rev int64, err error) {
-	s.decodeErrors.Add(1)
-	if s.onError != nil {
-		s.onError(&DecodeError{Key: string(key), Revision: rev, Err: err})
+// ReportErrorsTo implements informer.ErrorReporting: informer.New calls it, so that the
+// values the decoder rejects reach every informer built over the source (its
+// ErrorHandler, log and Stats.DecodeErrors) as well as Options.OnDecodeError.
+func (s *Source[V]) ReportErrorsTo(report func(error)) {
+	for {
+		old := s.sinks.Load()
+		var next []func(error)
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, report)
+		if s.sinks.CompareAndSwap(old, &next) {
+			return
+		}
 	}
 }
 
+func (s *Source[V]) reportDecode(key []byte, rev int64, err error) {
+	s.report(&DecodeError{Key: string(key), Revision: rev, Err: err})
+}
+
 func (s *Source[V]) reportDecodeDeleted(key []byte, rev int64, err error) {
+	s.report(&DecodeError{Key: string(key), Revision: rev, Deleted: true, Err: err})
+}
+
+func (s *Source[V]) report(err *DecodeError) {
 	s.decodeErrors.Add(1)
 	if s.onError != nil {
-		s.onError(&DecodeError{Key: string(key), Revision: rev, Deleted: true, Err: err})
+		s.onError(err)
+	}
+	if sinks := s.sinks.Load(); sinks != nil {
+		for _, sink := range *sinks {
+			sink(err)
+		}
 	}
 }
 

@@ -463,9 +463,10 @@ func TestFactorySharedInformer(t *testing.T) {
 	}
 }
 
-// A value that does not decode is reported with its key (to the source's OnDecodeError
-// and so to the informer's error handler), counted and skipped; a later value that
-// decodes is applied, and a delete of such a key goes through.
+// A value that does not decode is reported with its key to the informer's error handler
+// (informer.New hands the source its error sink: no OnDecodeError needed), counted in the
+// source and in the informer's Stats, and skipped; a later value that decodes is applied,
+// and a delete of such a key goes through.
 func TestDecoderFailure(t *testing.T) {
 	srv := startServer(t, serverOptions{})
 	c := newClient(t, srv.Endpoint())
@@ -473,7 +474,7 @@ func TestDecoderFailure(t *testing.T) {
 	put(t, c, p+"a", "1")
 	put(t, c, p+"bad", "!1")
 	errs := newErrorLog()
-	src := newSource(t, c, p, etcd.Options{OnDecodeError: errs.report})
+	src := newSource(t, c, p, etcd.Options{})
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, errs)
 	n := rec.expectNext(t, 0, "add /dec/a=1 initial")
 	expectDecodeError(t, errs, p+"bad")
@@ -494,6 +495,9 @@ func TestDecoderFailure(t *testing.T) {
 	assertMirrors(t, inf, src, c, p)
 	if got := src.DecodeErrors(); got != 3 {
 		t.Errorf("DecodeErrors() = %d, want 3", got)
+	}
+	if got := inf.Stats().DecodeErrors; got != 3 {
+		t.Errorf("the informer's Stats.DecodeErrors = %d, want 3", got)
 	}
 	if got := len(rec.all()); got != n {
 		t.Errorf("handler calls: %q", rec.all())
