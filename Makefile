@@ -67,9 +67,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzListPages$$' -fuzztime=$(FUZZTIME) .
 	cd source/http && $(GO) test -run '^$$' -fuzz '^FuzzFrameDecoder$$' -fuzztime=$(FUZZTIME) .
 
-## compare: W1–W5 against client-go's SharedIndexInformer (bench module), 3 interleaved rounds (about 4 minutes); prints the table with ratios and writes bench/compare.png.
+## compare: W1–W5 against client-go's SharedIndexInformer (bench module), 3 interleaved rounds (about 4 minutes); prints the table with ratios and the machine's load, and writes bench/compare.png. COMPARE_FLAGS adds flags: -busy (a CPU burner per core beside both sides), -only W1,W2.
+COMPARE_FLAGS ?=
 compare:
-	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png
+	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png $(COMPARE_FLAGS)
 
 ## example: the quickstart.
 example:

@@ -16,6 +16,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -71,9 +73,16 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every workload once per side")
 	png := flag.String("png", "compare.png", "chart output (empty: none)")
 	only := flag.String("only", "W1,W2,W3,W4,W5", "workloads to run")
+	busy := flag.Bool("busy", false, "run a CPU-burning goroutine per core beside both sides, to measure a busy machine")
 	flag.Parse()
-	workload.DisableWatchList()
 	log.SetFlags(0)
+	log.Printf("load average before the runs: %s", loadAverage())
+	if *busy {
+		stop := burn(runtime.NumCPU())
+		defer stop()
+		log.Printf("busy mode: %d CPU-burning goroutines run beside both sides", runtime.NumCPU())
+	}
+	workload.DisableWatchList()
 
 	sz := workload.Full
 	t0 := time.Now()
@@ -122,8 +131,12 @@ func main() {
 		runtime.GC()
 	}
 
-	fmt.Printf("\n%d rounds, interleaved; %s, %d CPUs, %s; medians, ratio = median of per-round ours/client-go\n\n",
-		*rounds, cpuModel(), runtime.NumCPU(), runtime.Version())
+	machine := "load average before " + loadAverage()
+	if *busy {
+		machine = fmt.Sprintf("busy: %d CPU burners beside both sides; %s", runtime.NumCPU(), machine)
+	}
+	fmt.Printf("\n%d rounds, interleaved; %s, %d CPUs, %s; %s; medians, ratio = median of per-round ours/client-go\n\n",
+		*rounds, cpuModel(), runtime.NumCPU(), runtime.Version(), machine)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tfigure\tours\tclient-go\tours/client-go\tbetter\ttarget\t")
 	for _, r := range rows {
@@ -266,4 +279,43 @@ func chart(path string, results map[string]map[workload.Side][]workload.Figures)
 		return err
 	}
 	return f.Close()
+}
+
+// burn starts n goroutines that keep a core busy each, and returns a function that stops
+// them and waits. Both sides of every workload then share the machine with them.
+func burn(n int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			x := uint64(1)
+			for {
+				for range 1 << 16 {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				select {
+				case <-done:
+					burnSink.Store(x)
+					return
+				default:
+				}
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+var burnSink atomic.Uint64
+
+// loadAverage returns the 1, 5 and 15 minute load averages, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
