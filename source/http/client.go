@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -655,11 +656,12 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	}
 	if opts.Timeout > 0 {
 		w.limit = opts.Timeout + c.watchGrace
-		w.timer = time.AfterFunc(w.limit, w.expire)
 	} else {
 		w.limit, w.idle = c.watchIdle, true
-		w.timer = time.AfterFunc(w.limit, w.expire)
 	}
+	// Armed once w.timer is set: expire reads it.
+	w.timer = time.AfterFunc(math.MaxInt64, w.expire)
+	w.timer.Reset(w.limit)
 	return w, nil
 }
 
