@@ -145,6 +145,13 @@ type ClientOptions[V any] struct {
 	// informer watches again: a server that went silent, or drips bytes that never make a
 	// frame, cannot hold a watch open forever.
 	WatchGrace time.Duration
+	// EndWatchAtTimeout is for APIs whose watches take no timeout and never end by
+	// themselves (the etcd gateway): the Client then ends each watch itself once the
+	// requested timeout (informer.WatchOptions.Timeout) has passed, and Next returns io.EOF
+	// as if the server had ended it; the informer watches again from the last revision it
+	// got, so nothing is lost. False (the default): the server is asked to end the watch
+	// (timeoutSeconds) and given WatchGrace more.
+	EndWatchAtTimeout bool
 	// WatchIdleTimeout bounds, for a watch requested without a timeout, the time between
 	// two complete frames; 0 means DefaultWatchIdleTimeout (10 minutes). Beyond it Next
 	// fails with an error that matches informer.ErrRetryable.
@@ -198,7 +205,9 @@ func (f *Frame[V]) Decode(raw []byte) (V, error) { return f.items.decode(raw) }
 // Skip records that an object of the frame could not be decoded and was left out: once
 // the frame is accepted, a *DecodeError naming what (a key, say) and wrapping err goes to
 // ClientOptions.OnDecodeError and is counted by DecodeErrors. The cache keeps its previous
-// state of the object; a later change of it that decodes is applied as usual.
+// state of the object; a later change of it that decodes is applied as usual. If the
+// skipped object was the frame's last change, Add a Bookmark at its revision so that the
+// informer's revision still moves past it (Informer.WaitForRevision).
 func (f *Frame[V]) Skip(what string, err error) {
 	f.skipped = append(f.skipped, &DecodeError{Object: what, Err: err})
 }
@@ -207,8 +216,8 @@ func (f *Frame[V]) Skip(what string, err error) {
 // item, or an object of a watch frame that ClientOptions.DecodeFrame skipped. It matches
 // informer.ErrDecode (and so informer.ErrBadInput) and unwraps to the decoder's error.
 type DecodeError struct {
-	// URL is the URL of the request whose answer held the object.
-	URL string
+	// Request names the request whose answer held the object: "GET http://host/path?…".
+	Request string
 	// Object says which object: "list item 3 {\"name\":…" or what DecodeFrame named.
 	Object string
 	// Err is the decoder's error.
@@ -217,10 +226,10 @@ type DecodeError struct {
 
 // Error describes the failure.
 func (e *DecodeError) Error() string {
-	if e.URL == "" {
+	if e.Request == "" {
 		return fmt.Sprintf("httpsource: cannot decode %s: %v; skipped", e.Object, e.Err)
 	}
-	return fmt.Sprintf("httpsource %s: cannot decode %s: %v; skipped", e.URL, e.Object, e.Err)
+	return fmt.Sprintf("httpsource %s: cannot decode %s: %v; skipped", e.Request, e.Object, e.Err)
 }
 
 // Unwrap returns informer.ErrDecode and the decoder's error.
@@ -286,6 +295,7 @@ type Client[V any] struct {
 	headerTimeout time.Duration
 	listTimeout   time.Duration
 	watchGrace    time.Duration
+	endAtTimeout  bool
 	watchIdle     time.Duration
 	maxRetryAfter time.Duration
 
@@ -341,6 +351,7 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 		headerTimeout: orDefault(opts.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
 		listTimeout:   orDefault(opts.ListTimeout, DefaultListTimeout),
 		watchGrace:    orDefault(opts.WatchGrace, DefaultWatchGrace),
+		endAtTimeout:  opts.EndWatchAtTimeout,
 		watchIdle:     orDefault(opts.WatchIdleTimeout, DefaultWatchIdleTimeout),
 		maxRetryAfter: orDefault(opts.MaxRetryAfter, DefaultMaxRetryAfter),
 	}
@@ -549,7 +560,7 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		}
 		v, err := dec.decode(it)
 		if err != nil {
-			c.reportDecode(&DecodeError{URL: redact(req.URL), Object: fmt.Sprintf("list item %d %s", i, excerpt(it)), Err: err})
+			c.reportDecode(&DecodeError{Request: req.Method + " " + redact(req.URL), Object: fmt.Sprintf("list item %d %s", i, excerpt(it)), Err: err})
 			continue
 		}
 		items = append(items, v)
@@ -613,7 +624,8 @@ func (c *Client[V]) listTimeoutError(req *Request) error {
 // ERROR event with code 410; a classified *StatusError for other ERROR events; an error
 // matching informer.ErrRetryable for a connection that broke between two events, or for
 // a server that did not end the watch within opts.Timeout plus ClientOptions.WatchGrace
-// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout);
+// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout; with
+// ClientOptions.EndWatchAtTimeout, the Client ends the watch at opts.Timeout with io.EOF);
 // informer.ErrBadInput for a frame that cannot be used (see Client); ctx.Err() once ctx is
 // done; ErrWatchStopped after Stop. Stop and a cancelled ctx make a blocked Next return at
 // once: the request is cancelled and the connection closed.
@@ -654,9 +666,12 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	if w.frame != nil {
 		w.frame.Options = opts
 	}
-	if opts.Timeout > 0 {
+	switch {
+	case opts.Timeout > 0 && c.endAtTimeout:
+		w.limit = opts.Timeout
+	case opts.Timeout > 0:
 		w.limit = opts.Timeout + c.watchGrace
-	} else {
+	default:
 		w.limit, w.idle = c.watchIdle, true
 	}
 	// Armed once w.timer is set: expire reads it.
@@ -856,6 +871,9 @@ func transportError(ctx context.Context, what string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // what names the method and URL already
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return fmt.Errorf("httpsource %s: %w: %w", what, informer.ErrConnectionRefused, err)
 	}
@@ -1018,7 +1036,7 @@ func (w *watch[V]) nextCustom() (informer.Event[V], error) {
 		}
 		for _, err := range f.skipped {
 			de := err.(*DecodeError)
-			de.URL = w.what
+			de.Request = w.what
 			w.c.reportDecode(de)
 		}
 	}
@@ -1064,6 +1082,8 @@ func (w *watch[V]) readError(err error) error {
 		return ErrWatchStopped
 	case w.ctx.Err() != nil:
 		return w.ctx.Err()
+	case w.expired.Load() && !w.idle && w.c.endAtTimeout:
+		return io.EOF // the watch's time is up (ClientOptions.EndWatchAtTimeout)
 	case w.expired.Load() && w.idle:
 		return fmt.Errorf("httpsource %s: %w: no complete watch frame for %v (ClientOptions.WatchIdleTimeout): the server went silent; watching again", w.what, informer.ErrRetryable, w.limit)
 	case w.expired.Load():

@@ -54,7 +54,7 @@ func TestClientListSkipsUndecodableItems(t *testing.T) {
 	if !errors.As(got[0], &de) || !errors.Is(got[0], informer.ErrDecode) || !errors.Is(got[0], informer.ErrBadInput) {
 		t.Fatalf("%#v: want a *DecodeError matching ErrDecode and ErrBadInput", got[0])
 	}
-	if want := `httpsource ` + ts.URL + `?resourceVersion=0: cannot decode list item 1 "{\"name\":\"b\",\"val\":7}": json: cannot unmarshal number`; !strings.HasPrefix(de.Error(), want) {
+	if want := `httpsource GET ` + ts.URL + `?resourceVersion=0: cannot decode list item 1 "{\"name\":\"b\",\"val\":7}": json: cannot unmarshal number`; !strings.HasPrefix(de.Error(), want) {
 		t.Errorf("message %q, want it to start with %q", de.Error(), want)
 	}
 

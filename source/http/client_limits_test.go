@@ -255,6 +255,28 @@ func TestClientSilentServer(t *testing.T) {
 	}
 }
 
+// With EndWatchAtTimeout the client ends a watch the server never ends at the requested
+// timeout, cleanly: Next returns io.EOF after the events sent before.
+func TestClientEndWatchAtTimeout(t *testing.T) {
+	_, ts := newFake(t, []string{listBody("1")}, stream(ev("ADDED", "2", o("a", "1"))))
+	c := newTestClient(t, ts.URL, ClientOptions[*obj]{EndWatchAtTimeout: true, WatchGrace: time.Hour})
+	w, err := c.Watch(context.Background(), informer.WatchOptions{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if e, err := w.Next(); err != nil || e.Object.Name != "a" {
+		t.Fatalf("%+v %v", e, err)
+	}
+	start := time.Now()
+	if _, err := w.Next(); err != io.EOF {
+		t.Fatalf("%v, want io.EOF", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("ended after %v", d)
+	}
+}
+
 // An informer whose watch server goes silent after the headers reports it, watches again
 // and follows the next change: it does not sit synced on a stale cache.
 func TestClientSilentWatchRewatches(t *testing.T) {
