@@ -46,7 +46,9 @@ type Config struct {
 	Replicas int    `json:"replicas"`
 }
 
-func (c *Config) String() string { return fmt.Sprintf("%s team=%s replicas=%d", c.Name, c.Team, c.Replicas) }
+func (c *Config) String() string {
+	return fmt.Sprintf("%s team=%s replicas=%d", c.Name, c.Team, c.Replicas)
+}
 
 // decoder decodes the documents under prefix; a delete (nil value) gives the name alone.
 func decoder(prefix string) Decoder[*Config] {
