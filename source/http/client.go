@@ -579,7 +579,7 @@ func (c *Client[V]) readList(resp *http.Response) ([]byte, error) {
 	}
 	size := 512
 	if resp.ContentLength > 0 && !resp.Uncompressed {
-		size = int(resp.ContentLength) + 1
+		size = int(resp.ContentLength) + bytes.MinRead // ReadFrom wants MinRead free to see EOF
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, c.maxListBytes+1))
