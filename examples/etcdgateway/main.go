@@ -184,13 +184,14 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	case <-ctx.Done():
 		return fmt.Errorf("mirror did not sync: %w", ctx.Err())
 	}
-	say("synced %d configs at revision %s", inf.Len(), inf.LastSyncRevision())
+	say("synced %d configs", inf.Len())
 	if !embedded {
 		<-ctx.Done() // the handler prints changes until then
 		return nil
 	}
 
 	// The scripted changes, each waited for so that the output comes in order.
+	var rev string
 	for _, step := range script {
 		var ops []clientv3.Op
 		for _, w := range step.writes {
@@ -204,7 +205,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		if err != nil {
 			return err
 		}
-		if err := inf.WaitForRevision(ctx, fmt.Sprint(resp.Header.Revision)); err != nil {
+		rev = fmt.Sprint(resp.Header.Revision)
+		if err := inf.WaitForRevision(ctx, rev); err != nil {
 			return err
 		}
 		for range step.changes {
@@ -221,7 +223,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	}
 	slices.Sort(names)
 	say("mirrored %d configs at revision %s: %s; %d value(s) did not decode",
-		inf.Len(), inf.LastSyncRevision(), strings.Join(names, ", "), inf.Stats().DecodeErrors.Load())
+		inf.Len(), rev, strings.Join(names, ", "), inf.Stats().DecodeErrors.Load())
 	return nil
 }
 

@@ -38,7 +38,7 @@ func TestEmbedded(t *testing.T) {
 		"  listed  invoices team=billing replicas=2",
 		"  listed  payments team=billing replicas=3",
 		"  listed  search team=discovery replicas=4",
-		"synced 3 configs at revision 4",
+		"synced 3 configs",
 		"~ updated payments team=billing replicas=5 (was payments team=billing replicas=3)",
 		"+ added   ledger team=billing replicas=1",
 		"- deleted search",
