@@ -51,8 +51,10 @@ const (
 // makes the informer list again; 429 matches informer.ErrTooManyRequests, 503
 // informer.ErrUnavailable, and every other 5xx informer.ErrRetryable, which make it back off
 // and watch again from the same revision. Any other code (400, 401, 403, 404, …) matches no
-// class: the informer reports it, backs off and lists again. A Retry-After header (or
-// details.retryAfterSeconds) is attached with informer.RetryAfter around the StatusError.
+// class: the informer reports it, backs off and lists again. ClientOptions.Classify may
+// set another class (Class) for an API whose codes mean something else. A Retry-After
+// header (or details.retryAfterSeconds), capped by ClientOptions.MaxRetryAfter, is
+// attached with informer.RetryAfter around the StatusError.
 type StatusError struct {
 	// Code is the HTTP status code (from the response, or the Status object's code).
 	Code int `json:"code,omitempty"`
