@@ -1,15 +1,18 @@
 package httpsource
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,78 +21,71 @@ import (
 	"github.com/informer-go/informer"
 )
 
-// DefaultMaxFrameSize is the longest watch frame a Client accepts when
-// ClientOptions.MaxFrameSize is 0.
-const DefaultMaxFrameSize = 16 << 20
-
-// ClientOptions configures a Client. Every field is optional; each zero value is a
-// documented default.
-type ClientOptions[V any] struct {
-	// HTTPClient sends the requests; nil means http.DefaultClient. TLS, proxies, dial and
-	// header timeouts are configured there. Leave its Timeout at zero: it bounds a whole
-	// request, a watch included, and would cut every watch short.
-	HTTPClient *http.Client
-	// PrepareRequest is called on every request before it is sent: set authentication
-	// headers (a bearer token), tracing headers, extra query parameters. An error aborts
-	// the request and is returned as is (wrapped).
-	PrepareRequest func(*http.Request) error
-	// Decode turns one encoded object (a list item, a watch event's object) into a V. It
-	// may keep raw only if it copies it. Nil means encoding/json.Unmarshal into a new V.
-	Decode func(raw json.RawMessage) (V, error)
-	// Revision returns an object's revision. It is used for watch events whose frame
-	// carries none (see RawEvent.Revision); a server of this package always sends one, and
-	// a Kubernetes API server's objects carry metadata.resourceVersion, which the JSON
-	// codec reads, so it is rarely needed.
-	Revision func(V) string
-	// Codec splits list pages and watch frames; nil means JSON.
-	Codec Codec
-	// Framing cuts the watch stream into frames; nil means NDJSON.
-	Framing Framing
-	// StreamingList makes the client a streaming lister (informer.StreamingLister): the
-	// informer then starts with a watch that sends the initial state
-	// (sendInitialEvents=true), as a Kubernetes API server with WatchList does and as
-	// Server does. Leave it false for servers that do not support it.
-	StreamingList bool
-	// MaxFrameSize bounds one watch frame in bytes; 0 means DefaultMaxFrameSize. A longer
-	// frame ends the watch with an error that matches informer.ErrBadInput.
-	MaxFrameSize int
-}
-
-// Client is an informer.ListerWatcher[V] for a collection served over HTTP in the
-// Kubernetes list+watch protocol: by Server or Handler of this package, or by a
-// Kubernetes API server's REST endpoint. It is safe for concurrent use.
+// Client is an informer.ListerWatcher[V] for a collection served over HTTP as a list and
+// a stream of changes: by default in the Kubernetes list+watch protocol, served by Server
+// or Handler of this package, or by a Kubernetes API server's REST endpoint; with the
+// hooks of ClientOptions, any list+watch API (see the package documentation). It is safe
+// for concurrent use.
 //
 // A list is GET <base>?limit=…&continue=…&resourceVersion=…; a watch is
 // GET <base>?watch=1&resourceVersion=…&timeoutSeconds=…&allowWatchBookmarks=true, whose
 // body streams one event per frame. Query parameters already in the base URL (a label
 // selector, say) are kept on every request.
 //
-// Errors are classified for the informer (see StatusError): 410 → informer.ErrExpired; 429
-// → informer.ErrTooManyRequests with the Retry-After delay (informer.RetryAfterOf);
-// 503 → informer.ErrUnavailable; other 5xx and broken connections → informer.ErrRetryable;
-// a refused connection → informer.ErrConnectionRefused; 400, 401, 403, 404 → a
-// *StatusError of no class. Anything the server sends that cannot be used — a malformed
-// list or frame, an unknown event type, an object Decode rejects, a stream cut inside a
-// frame — matches informer.ErrBadInput: the watch ends, the informer lists again, and no
-// event is ever half-delivered.
+// Errors are classified for the informer (see StatusError, and ClientOptions.Classify to
+// change it): 410 → informer.ErrExpired; 429 → informer.ErrTooManyRequests with the
+// Retry-After delay (informer.RetryAfterOf); 503 → informer.ErrUnavailable; other 5xx,
+// broken connections and timeouts → informer.ErrRetryable; a refused connection →
+// informer.ErrConnectionRefused; 400, 401, 403, 404 → a *StatusError of no class.
+// Anything the server sends that cannot be used — a malformed list or frame, an unknown
+// event type, a stream cut inside a frame, a body over a limit — matches
+// informer.ErrBadInput: the call fails (a watch ends), the informer lists again, and no
+// event is ever half-delivered. A list item that cannot be decoded is the exception: it is
+// skipped and reported (see ClientOptions.OnDecodeError) and the rest of the page is used.
+//
+// A response, to a list or to a watch, is used only if its Content-Type is absent or is
+// the media type the request asked for in its Accept header (for JSON, application/json or
+// one of the names of newline-delimited JSON, with any parameters); anything else — an
+// HTML page from a proxy, say — is an error that matches informer.ErrBadInput.
+//
+// The Client follows a redirect only within the origin (scheme, host and port) of the
+// request: a redirect to another origin, or from https to http, fails the request, so
+// that credentials are never sent anywhere else.
 //
 // After an answer with a Retry-After delay (429, 503, or an ERROR event with
-// retryAfterSeconds) the client sends nothing to the server before the delay has passed: a
-// List or Watch called meanwhile waits (or returns ctx.Err()). The informer waits too, but
-// this keeps the promise even for callers that retry at once.
+// retryAfterSeconds) the client sends nothing to the server before the delay has passed,
+// capped by ClientOptions.MaxRetryAfter: a List or Watch called meanwhile waits (or
+// returns ctx.Err()). The informer waits too, but this keeps the promise even for callers
+// that retry at once.
 //
 // A Client does not compare revisions; see Ordered.
 type Client[V any] struct {
-	base     url.URL
-	query    url.Values
-	hc       *http.Client
-	prepare  func(*http.Request) error
-	decode   func(json.RawMessage) (V, error)
-	revision func(V) string
-	codec    Codec
-	framing  Framing
-	stream   bool
-	maxFrame int
+	base          url.URL
+	query         url.Values
+	hc            *http.Client
+	prepare       func(*http.Request) error
+	listRequest   func(*Request, informer.ListOptions) error
+	watchRequest  func(*Request, informer.WatchOptions) error
+	decode        func(json.RawMessage) (V, error)
+	decodeList    func([]byte, informer.ListOptions) (RawList, error)
+	decodeFrame   func(*Frame[V]) error
+	classify      func(*StatusError) error
+	onDecodeError func(error)
+	revision      func(V) string
+	codec         Codec
+	framing       Framing
+	stream        bool
+	maxFrame      int
+	maxListBytes  int64
+	maxListItems  int
+	headerTimeout time.Duration
+	listTimeout   time.Duration
+	watchGrace    time.Duration
+	endAtTimeout  bool
+	watchIdle     time.Duration
+	maxRetryAfter time.Duration
+
+	decodeErrors atomic.Uint64
 
 	mu        sync.Mutex
 	notBefore time.Time // no request before this time: the server asked to wait (Retry-After)
@@ -115,20 +111,35 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 		return nil, fmt.Errorf("httpsource: NewClient: query of %q: %w", baseURL, err)
 	}
 	u.RawQuery, u.Fragment = "", ""
-	c := &Client[V]{
-		base:     *u,
-		query:    q,
-		hc:       opts.HTTPClient,
-		prepare:  opts.PrepareRequest,
-		decode:   opts.Decode,
-		revision: opts.Revision,
-		codec:    opts.Codec,
-		framing:  opts.Framing,
-		stream:   opts.StreamingList,
-		maxFrame: opts.MaxFrameSize,
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
 	}
-	if c.hc == nil {
-		c.hc = http.DefaultClient
+	c := &Client[V]{
+		base:          *u,
+		query:         q,
+		hc:            sameOriginClient(hc),
+		prepare:       opts.PrepareRequest,
+		listRequest:   opts.ListRequest,
+		watchRequest:  opts.WatchRequest,
+		decode:        opts.Decode,
+		decodeList:    opts.DecodeList,
+		decodeFrame:   opts.DecodeFrame,
+		classify:      opts.Classify,
+		onDecodeError: opts.OnDecodeError,
+		revision:      opts.Revision,
+		codec:         opts.Codec,
+		framing:       opts.Framing,
+		stream:        opts.StreamingList,
+		maxFrame:      orDefault(opts.MaxFrameSize, DefaultMaxFrameSize),
+		maxListBytes:  orDefault(opts.MaxListBytes, DefaultMaxListBytes),
+		maxListItems:  orDefault(opts.MaxListItems, DefaultMaxListItems),
+		headerTimeout: orDefault(opts.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
+		listTimeout:   orDefault(opts.ListTimeout, DefaultListTimeout),
+		watchGrace:    orDefault(opts.WatchGrace, DefaultWatchGrace),
+		endAtTimeout:  opts.EndWatchAtTimeout,
+		watchIdle:     orDefault(opts.WatchIdleTimeout, DefaultWatchIdleTimeout),
+		maxRetryAfter: orDefault(opts.MaxRetryAfter, DefaultMaxRetryAfter),
 	}
 	if c.codec == nil {
 		c.codec = JSON
@@ -136,10 +147,61 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 	if c.framing == nil {
 		c.framing = NDJSON
 	}
-	if c.maxFrame <= 0 {
-		c.maxFrame = DefaultMaxFrameSize
-	}
 	return c, nil
+}
+
+// orDefault returns v, or def if v is zero or negative.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// sameOriginClient returns a copy of hc that follows a redirect only within the origin of
+// the first request, then as hc's own CheckRedirect (or net/http's default) says.
+func sameOriginClient(hc *http.Client) *http.Client {
+	c := *hc
+	check := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if from, to := origin(via[0].URL), origin(req.URL); from != to {
+			return fmt.Errorf("httpsource: refused a redirect from %s to another origin, %s: a Client follows redirects only within its origin", from, to)
+		}
+		if check != nil {
+			return check(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("httpsource: stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
+}
+
+// origin returns scheme://host:port of a URL, the port made explicit.
+func origin(u *url.URL) string {
+	scheme, port := strings.ToLower(u.Scheme), u.Port()
+	if port == "" {
+		switch scheme {
+		case "https":
+			port = "443"
+		case "http":
+			port = "80"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// DecodeErrors returns how many objects the Client skipped because they could not be
+// decoded (see ClientOptions.OnDecodeError).
+func (c *Client[V]) DecodeErrors() uint64 { return c.decodeErrors.Load() }
+
+// reportDecode counts and reports a skipped object.
+func (c *Client[V]) reportDecode(err *DecodeError) {
+	c.decodeErrors.Add(1)
+	if c.onDecodeError != nil {
+		c.onDecodeError(err)
+	}
 }
 
 // itemDecoder decodes the objects of one list or one watch, with ClientOptions.Decode or,
@@ -199,14 +261,21 @@ func (f *feed) Read(p []byte) (int, error) {
 // ClientOptions.StreamingList.
 func (c *Client[V]) StreamingList() bool { return c.stream }
 
-// List implements informer.ListerWatcher: one GET, one page. The whole body is read into
-// memory before it is decoded, so a page costs its size in memory; ask for pages
-// (ListOptions.Limit) to bound it.
+// List implements informer.ListerWatcher: one request, one page. The whole body is read
+// into memory before it is split, so a page costs its size in memory: ask for pages
+// (ListOptions.Limit) to bound it; ClientOptions.MaxListBytes and MaxListItems bound what
+// a server can make the Client hold, and ListTimeout how long it may take.
 //
 // The options map to the query as a Kubernetes API server expects: Continue → continue
 // (and nothing else but limit); Consistent → no resourceVersion (the newest state);
 // Revision → resourceVersion=R&resourceVersionMatch=NotOlderThan; neither →
-// resourceVersion=0 (any state, a cache is fine).
+// resourceVersion=0 (any state, a cache is fine). ClientOptions.ListRequest may reshape
+// the request.
+//
+// An item that cannot be decoded is left out of the page and reported as a *DecodeError
+// (ClientOptions.OnDecodeError); the informer then treats its key as absent. A later
+// change of it reaches the cache as any change does: its next watch event (an Added, since
+// the cache does not hold it) or the next list that decodes it.
 func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	q := c.params()
 	if opts.Limit > 0 {
@@ -222,35 +291,110 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	default:
 		q.Set(paramResourceVersion, "0")
 	}
-	resp, err := c.do(ctx, q, c.codec.ContentType())
+	req := c.request(q, c.codec.ContentType())
+	if c.listRequest != nil {
+		if err := c.listRequest(req, opts); err != nil {
+			return informer.List[V]{}, fmt.Errorf("httpsource: ListRequest: %w", err)
+		}
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var timedOut atomic.Bool
+	deadline := time.AfterFunc(c.listTimeout, func() { timedOut.Store(true); cancel() })
+	defer deadline.Stop()
+	resp, err := c.do(lctx, req)
 	if err != nil {
+		if timedOut.Load() && ctx.Err() == nil {
+			return informer.List[V]{}, c.listTimeoutError(req)
+		}
 		return informer.List[V]{}, err
 	}
-	body, err := io.ReadAll(resp.Body)
+	body, err := c.readList(resp)
 	resp.Body.Close()
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return informer.List[V]{}, ctx.Err()
+		case timedOut.Load():
+			return informer.List[V]{}, c.listTimeoutError(req)
+		case errors.Is(err, informer.ErrBadInput):
+			return informer.List[V]{}, err
 		}
-		return informer.List[V]{}, fmt.Errorf("httpsource: %w: list response cut: %w", informer.ErrRetryable, err)
+		return informer.List[V]{}, fmt.Errorf("httpsource %s %s: %w: list response cut: %w", req.Method, redact(req.URL), informer.ErrRetryable, err)
 	}
-	raw, err := c.codec.DecodeList(body)
+	raw, err := c.splitList(body, opts)
+	if tm := (tooManyItems{}); errors.As(err, &tm) {
+		return informer.List[V]{}, c.tooManyItems(req, tm.max)
+	}
 	if err != nil {
-		return informer.List[V]{}, fmt.Errorf("%w: %w", badInput("malformed list response (Content-Type %q)", resp.Header.Get("Content-Type")), err)
+		if isClassified(err) {
+			return informer.List[V]{}, fmt.Errorf("httpsource %s %s: %w", req.Method, redact(req.URL), err)
+		}
+		return informer.List[V]{}, fmt.Errorf("%w: %w", badInput("%s %s: malformed list response (Content-Type %q)", req.Method, redact(req.URL), resp.Header.Get("Content-Type")), err)
+	}
+	if len(raw.Items) > c.maxListItems {
+		return informer.List[V]{}, c.tooManyItems(req, c.maxListItems)
+	}
+	if raw.Revision == "" {
+		return informer.List[V]{}, badInput("%s %s: the list page has no revision", req.Method, redact(req.URL))
 	}
 	items := make([]V, 0, len(raw.Items))
 	dec := itemDecoder[V]{custom: c.decode}
 	for i, it := range raw.Items {
 		if string(it) == "null" {
-			return informer.List[V]{}, badInput("list item %d is null", i)
+			return informer.List[V]{}, badInput("%s %s: list item %d is null", req.Method, redact(req.URL), i)
 		}
 		v, err := dec.decode(it)
 		if err != nil {
-			return informer.List[V]{}, fmt.Errorf("httpsource: %w: list item %d: %w", informer.ErrDecode, i, err)
+			c.reportDecode(&DecodeError{Request: req.Method + " " + redact(req.URL), Object: fmt.Sprintf("list item %d %s", i, excerpt(it)), Err: err})
+			continue
 		}
 		items = append(items, v)
 	}
 	return informer.List[V]{Items: items, Revision: raw.Revision, Continue: raw.Continue}, nil
+}
+
+// readList reads a list body of at most maxListBytes bytes.
+func (c *Client[V]) readList(resp *http.Response) ([]byte, error) {
+	tooLong := func() error {
+		return badInput("%s %s: the list response is longer than %d bytes (ClientOptions.MaxListBytes): ask for smaller pages or raise the limit",
+			resp.Request.Method, redact(resp.Request.URL), c.maxListBytes)
+	}
+	if resp.ContentLength > c.maxListBytes && !resp.Uncompressed {
+		return nil, tooLong()
+	}
+	size := 512
+	if resp.ContentLength > 0 && !resp.Uncompressed {
+		size = int(resp.ContentLength) + bytes.MinRead // ReadFrom wants MinRead free to see EOF
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, c.maxListBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > c.maxListBytes {
+		return nil, tooLong()
+	}
+	return buf.Bytes(), nil
+}
+
+// splitList splits a list body with DecodeList or the codec.
+func (c *Client[V]) splitList(body []byte, opts informer.ListOptions) (RawList, error) {
+	switch {
+	case c.decodeList != nil:
+		return c.decodeList(body, opts)
+	case c.codec == JSON:
+		return decodeJSONList(body, c.maxListItems)
+	}
+	return c.codec.DecodeList(body)
+}
+
+func (c *Client[V]) tooManyItems(req *Request, max int) error {
+	return badInput("%s %s: the list page has more than %d items (ClientOptions.MaxListItems): ask for smaller pages or raise the limit", req.Method, redact(req.URL), max)
+}
+
+func (c *Client[V]) listTimeoutError(req *Request) error {
+	return fmt.Errorf("httpsource %s %s: %w: the list took longer than %v (ClientOptions.ListTimeout)", req.Method, redact(req.URL), informer.ErrRetryable, c.listTimeout)
 }
 
 // Watch implements informer.ListerWatcher: it sends the watch request and returns once the
@@ -258,12 +402,16 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 // timeoutSeconds (rounded up), for the server to end the watch cleanly; opts.Revision
 // as resourceVersion; opts.AllowBookmarks as allowWatchBookmarks=true;
 // opts.SendInitialEvents as sendInitialEvents=true (only with ClientOptions.StreamingList,
-// else the error matches informer.ErrNotSupported).
+// else the error matches informer.ErrNotSupported). ClientOptions.WatchRequest may reshape
+// the request.
 //
 // The watch holds one connection and no goroutine. Next returns, once the stream ends:
 // io.EOF when the server ended it cleanly; an error matching informer.ErrExpired for an
 // ERROR event with code 410; a classified *StatusError for other ERROR events; an error
-// matching informer.ErrRetryable for a connection that broke between two events;
+// matching informer.ErrRetryable for a connection that broke between two events, or for
+// a server that did not end the watch within opts.Timeout plus ClientOptions.WatchGrace
+// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout; with
+// ClientOptions.EndWatchAtTimeout, the Client ends the watch at opts.Timeout with io.EOF);
 // informer.ErrBadInput for a frame that cannot be used (see Client); ctx.Err() once ctx is
 // done; ErrWatchStopped after Stop. Stop and a cancelled ctx make a blocked Next return at
 // once: the request is cancelled and the connection closed.
@@ -287,23 +435,57 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		q.Set(paramRVMatch, rvMatchNotOlderThan)
 		q.Set(paramAllowBookmarks, "true")
 	}
-	accept := c.framing.Accept(c.codec.ContentType())
+	req := c.request(q, c.framing.Accept(c.codec.ContentType()))
+	if c.watchRequest != nil {
+		if err := c.watchRequest(req, opts); err != nil {
+			return nil, fmt.Errorf("httpsource: WatchRequest: %w", err)
+		}
+	}
 	wctx, cancel := context.WithCancel(ctx)
-	resp, err := c.do(wctx, q, accept)
+	resp, err := c.do(wctx, req)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	if got, want := mediaType(resp.Header.Get("Content-Type")), mediaType(accept); got != "" && got != want && !(want == "application/json" && isJSONStream(got)) {
-		resp.Body.Close()
-		cancel()
-		return nil, badInput("watch response has Content-Type %q, want %q", got, want)
+	w := c.newWatch(ctx, cancel, resp.Body)
+	w.opts, w.what = opts, req.Method+" "+redact(req.URL)
+	if w.frame != nil {
+		w.frame.Options = opts
 	}
-	return c.newWatch(ctx, cancel, resp.Body), nil
+	switch {
+	case opts.Timeout > 0 && c.endAtTimeout:
+		w.limit = opts.Timeout
+	case opts.Timeout > 0:
+		w.limit = opts.Timeout + c.watchGrace
+	default:
+		w.limit, w.idle = c.watchIdle, true
+	}
+	// Armed once w.timer is set: expire reads it.
+	w.timer = time.AfterFunc(math.MaxInt64, w.expire)
+	w.timer.Reset(w.limit)
+	return w, nil
 }
 
 func (c *Client[V]) newWatch(ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *watch[V] {
-	return &watch[V]{c: c, ctx: ctx, cancel: cancel, body: body, frames: c.framing.NewReader(body, c.maxFrame), items: itemDecoder[V]{custom: c.decode}}
+	w := &watch[V]{c: c, ctx: ctx, cancel: cancel, body: body, frames: c.framing.NewReader(body, c.maxFrame), items: itemDecoder[V]{custom: c.decode}}
+	if c.decodeFrame != nil {
+		w.frame = &Frame[V]{items: &w.items}
+	}
+	return w
+}
+
+// acceptable reports whether a response's Content-Type may be read as the media type
+// asked for: absent, the same, a name of newline-delimited JSON when JSON was asked for,
+// or anything when the request accepts anything.
+func acceptable(contentType, accept string) bool {
+	got, want := mediaType(contentType), mediaType(accept)
+	switch {
+	case got == "" || want == "" || want == "*/*" || got == want:
+		return true
+	case want == "application/json" || isJSONStream(want):
+		return isJSONStream(got) || strings.HasSuffix(got, "+json")
+	}
+	return false
 }
 
 // isJSONStream reports whether a media type is one of the names of newline-delimited JSON.
@@ -324,34 +506,118 @@ func (c *Client[V]) params() url.Values {
 	return q
 }
 
-// do sends a GET with the query and returns a 200 response, or a classified error.
-func (c *Client[V]) do(ctx context.Context, q url.Values, accept string) (*http.Response, error) {
+// request returns the default request: GET of the base URL with the query.
+func (c *Client[V]) request(q url.Values, accept string) *Request {
+	u := c.base
+	u.RawQuery = q.Encode()
+	h := make(http.Header, 2)
+	h.Set("Accept", accept)
+	return &Request{Method: http.MethodGet, URL: &u, Header: h}
+}
+
+// redact returns a URL for an error message, without its user information.
+func redact(u *url.URL) string {
+	if u == nil {
+		return "<nil URL>"
+	}
+	if u.User == nil {
+		return u.String()
+	}
+	v := *u
+	v.User = nil
+	return v.String()
+}
+
+// do sends a request and returns a 200 response whose Content-Type is acceptable, or a
+// classified error. The response headers must arrive within the header timeout.
+func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) {
 	if err := c.waitRetryAfter(ctx); err != nil {
 		return nil, err
 	}
-	u := c.base
-	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("httpsource: %w", err)
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
 	}
-	req.Header.Set("Accept", accept)
+	if r.URL == nil {
+		return nil, fmt.Errorf("httpsource: a request hook left no URL")
+	}
+	what := method + " " + redact(r.URL)
+	var body io.Reader
+	if r.Body != nil {
+		body = bytes.NewReader(r.Body)
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(hctx, method, r.URL.String(), body)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("httpsource %s: %w", what, err)
+	}
+	for k, v := range r.Header {
+		req.Header[k] = v
+	}
+	if r.Body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if c.prepare != nil {
 		if err := c.prepare(req); err != nil {
-			return nil, fmt.Errorf("httpsource: PrepareRequest: %w", err)
+			cancel()
+			return nil, fmt.Errorf("httpsource %s: PrepareRequest: %w", what, err)
 		}
 	}
+	timer := time.AfterFunc(c.headerTimeout, cancel)
 	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, transportError(ctx, err)
+	if !timer.Stop() && ctx.Err() == nil {
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, fmt.Errorf("httpsource %s: %w: no response headers within %v (ClientOptions.ResponseHeaderTimeout)", what, informer.ErrRetryable, c.headerTimeout)
 	}
+	if err != nil {
+		cancel()
+		return nil, transportError(ctx, what, err)
+	}
+	// The request's context lives on for the body; ctx's cancellation still reaches it.
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 	if resp.StatusCode != http.StatusOK {
-		err := statusFromResponse(resp)
+		err := c.statusError(resp, what)
 		resp.Body.Close()
 		c.noteRetryAfter(err)
 		return nil, err
 	}
+	if accept := req.Header.Get("Accept"); !acceptable(resp.Header.Get("Content-Type"), accept) {
+		resp.Body.Close()
+		return nil, badInput("%s: the response has Content-Type %q, want %q", what, mediaType(resp.Header.Get("Content-Type")), mediaType(accept))
+	}
 	return resp, nil
+}
+
+// cancelBody releases the request's context when the body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// statusError builds the classified error for a response whose status is not 200.
+func (c *Client[V]) statusError(resp *http.Response, what string) error {
+	se, d := statusFromResponse(resp, c.maxRetryAfter)
+	se.Request = what
+	c.applyClass(se)
+	return withRetryAfter(se, d)
+}
+
+// applyClass runs ClientOptions.Classify on a status.
+func (c *Client[V]) applyClass(se *StatusError) {
+	if c.classify != nil {
+		if class := c.classify(se); class != nil {
+			se.Class = class
+		}
+	}
 }
 
 // noteRetryAfter records the delay an error carries, if any: no request before it passes.
@@ -360,7 +626,7 @@ func (c *Client[V]) noteRetryAfter(err error) {
 	if !ok || d <= 0 {
 		return
 	}
-	t := time.Now().Add(d)
+	t := time.Now().Add(min(d, c.maxRetryAfter))
 	c.mu.Lock()
 	if t.After(c.notBefore) {
 		c.notBefore = t
@@ -387,17 +653,20 @@ func (c *Client[V]) waitRetryAfter(ctx context.Context) error {
 }
 
 // transportError classifies an error from sending a request.
-func transportError(ctx context.Context, err error) error {
+func transportError(ctx context.Context, what string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // what names the method and URL already
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("httpsource: %w: %w", informer.ErrConnectionRefused, err)
+		return fmt.Errorf("httpsource %s: %w: %w", what, informer.ErrConnectionRefused, err)
 	}
 	if isNetworkError(err) {
-		return fmt.Errorf("httpsource: %w: %w", informer.ErrRetryable, err)
+		return fmt.Errorf("httpsource %s: %w: %w", what, informer.ErrRetryable, err)
 	}
-	return fmt.Errorf("httpsource: %w", err)
+	return fmt.Errorf("httpsource %s: %w", what, err)
 }
 
 // isNetworkError reports whether err is a failure of the connection rather than of the
@@ -411,129 +680,10 @@ func isNetworkError(err error) bool {
 		(errors.As(err, &ne) && ne.Timeout())
 }
 
-// ErrWatchStopped is returned by a watch's Next after Stop.
-var ErrWatchStopped = errors.New("httpsource: watch stopped")
-
-// watch is one open watch response.
-type watch[V any] struct {
-	c       *Client[V]
-	ctx     context.Context // the caller's, to tell its cancellation from ours
-	cancel  context.CancelFunc
-	body    io.ReadCloser
-	frames  FrameReader
-	items   itemDecoder[V]
-	stopped atomic.Bool
-	release sync.Once
-	err     error // once set, Next returns it; Next's goroutine only
-}
-
-// Next implements informer.Watch; see Client.Watch.
-func (w *watch[V]) Next() (informer.Event[V], error) {
-	if w.err != nil {
-		return informer.Event[V]{}, w.err
-	}
-	ev, err := w.next()
-	if err != nil {
-		w.err = err
-		w.close()
-	}
-	return ev, err
-}
-
-func (w *watch[V]) next() (informer.Event[V], error) {
-	frame, err := w.frames.ReadFrame()
-	if err != nil {
-		return informer.Event[V]{}, w.readError(err)
-	}
-	raw, err := w.c.codec.DecodeEvent(frame)
-	if err != nil {
-		return informer.Event[V]{}, fmt.Errorf("%w: %w", badInput("malformed watch frame %s", excerpt(frame)), err)
-	}
-	var typ informer.EventType
-	switch raw.Type {
-	case typeAdded:
-		typ = informer.Added
-	case typeModified:
-		typ = informer.Modified
-	case typeDeleted:
-		typ = informer.Deleted
-	case typeBookmark:
-		if raw.Revision == "" {
-			return informer.Event[V]{}, badInput("BOOKMARK event without a resourceVersion")
-		}
-		return informer.Event[V]{Type: informer.Bookmark, Revision: raw.Revision, EndOfInitialEvents: raw.EndOfInitialEvents}, nil
-	case typeError:
-		err := statusEventError(raw.Status)
-		w.c.noteRetryAfter(err)
-		return informer.Event[V]{}, err
-	default:
-		return informer.Event[V]{}, badInput("unknown watch event type %q", raw.Type)
-	}
-	if raw.Object == nil {
-		return informer.Event[V]{}, badInput("%s event without an object", raw.Type)
-	}
-	obj, err := w.items.decode(raw.Object)
-	if err != nil {
-		return informer.Event[V]{}, fmt.Errorf("httpsource: %w: the object of a %s event: %w", informer.ErrDecode, raw.Type, err)
-	}
-	rev := raw.Revision
-	if rev == "" && w.c.revision != nil {
-		rev = w.c.revision(obj)
-	}
-	return informer.Event[V]{Type: typ, Object: obj, Revision: rev}, nil
-}
-
-// readError classifies an error from reading the stream.
-func (w *watch[V]) readError(err error) error {
-	switch {
-	case w.stopped.Load():
-		return ErrWatchStopped
-	case w.ctx.Err() != nil:
-		return w.ctx.Err()
-	case err == io.EOF:
-		return io.EOF
-	case errors.Is(err, informer.ErrBadInput):
-		return err
-	}
-	return fmt.Errorf("httpsource: %w: watch connection lost: %w", informer.ErrRetryable, err)
-}
-
-// statusEventError is the error of an ERROR event.
-func statusEventError(se *StatusError) error {
-	if se == nil {
-		se = &StatusError{}
-	}
-	if se.Code == 0 && se.Reason == "" && se.Message == "" {
-		se.Message = "ERROR event without a status"
-	}
-	var d time.Duration
-	if se.Details != nil && se.Details.RetryAfterSeconds > 0 {
-		d = time.Duration(se.Details.RetryAfterSeconds) * time.Second
-	}
-	return withRetryAfter(se, d)
-}
-
-// excerpt quotes the start of a frame for an error message.
-func excerpt(frame []byte) string {
-	const n = 120
-	if len(frame) > n {
-		return strconv.Quote(string(frame[:n])) + "…"
-	}
-	return strconv.Quote(string(frame))
-}
-
-// Stop implements informer.Watch: it cancels the request and closes the connection, so
-// that a Next blocked in a read returns at once with ErrWatchStopped.
-func (w *watch[V]) Stop() {
-	w.stopped.Store(true)
-	w.close()
-}
-
-func (w *watch[V]) close() {
-	w.release.Do(func() {
-		w.cancel()
-		w.body.Close()
-	})
+// isClassified reports whether err matches one of the informer's error classes.
+func isClassified(err error) bool {
+	return errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrRetryable) ||
+		errors.Is(err, informer.ErrBadInput) || errors.Is(err, informer.ErrNotSupported)
 }
 
 // OrderedClient is a Client whose server's revisions are decimal integers that grow with

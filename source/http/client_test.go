@@ -218,6 +218,7 @@ func TestClientHonoursRetryAfter(t *testing.T) {
 			stream()(w, r)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, listBody("1", o("a", "1")))
 	}))
 	t.Cleanup(func() {

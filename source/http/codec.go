@@ -68,7 +68,11 @@ type jsonCodec struct{}
 func (jsonCodec) ContentType() string { return "application/json" }
 
 // DecodeList implements Codec.
-func (jsonCodec) DecodeList(body []byte) (RawList, error) {
+func (jsonCodec) DecodeList(body []byte) (RawList, error) { return decodeJSONList(body, 0) }
+
+// decodeJSONList splits a JSON list; a page with more than maxItems items (if > 0) is an
+// error, found before the rest of the items are split.
+func decodeJSONList(body []byte, maxItems int) (RawList, error) {
 	var l RawList
 	s := scanner{b: body}
 	haveRV := false
@@ -82,7 +86,7 @@ func (jsonCodec) DecodeList(body []byte) (RawList, error) {
 		case string(k) == "metadata" && s.i < len(s.b) && s.b[s.i] == '{':
 			haveRV, err = s.listMeta(&l)
 		case string(k) == "items" && s.i < len(s.b) && s.b[s.i] == '[':
-			l.Items, err = s.items(l.Items[:0])
+			l.Items, err = s.items(l.Items[:0], maxItems)
 		case string(k) == "items" && s.i < len(s.b) && s.b[s.i] == 'n':
 			l.Items, err = nil, s.literal("null")
 		case string(k) == "metadata":
@@ -136,8 +140,9 @@ func (s *scanner) listMeta(l *RawList) (bool, error) {
 	return haveRV, err
 }
 
-// items reads an array of values and appends each one's bytes.
-func (s *scanner) items(dst []json.RawMessage) ([]json.RawMessage, error) {
+// items reads an array of values and appends each one's bytes; more than maxItems (if
+// > 0) is an error.
+func (s *scanner) items(dst []json.RawMessage, maxItems int) ([]json.RawMessage, error) {
 	more, err := s.open('[', ']')
 	if dst == nil {
 		dst = make([]json.RawMessage, 0, 16)
@@ -147,6 +152,9 @@ func (s *scanner) items(dst []json.RawMessage) ([]json.RawMessage, error) {
 		start := s.i
 		if err = s.skipLoose(); err != nil {
 			break
+		}
+		if maxItems > 0 && len(dst) >= maxItems {
+			return nil, errTooManyItems(maxItems)
 		}
 		dst = append(dst, s.b[start:s.i:s.i])
 		more, err = s.next(']')
@@ -259,3 +267,10 @@ func (s *scanner) eventType() (string, error) {
 		return string(t), nil
 	}
 }
+
+// tooManyItems is the error of a list page with more items than the limit.
+type tooManyItems struct{ max int }
+
+func (e tooManyItems) Error() string { return fmt.Sprintf("more than %d items", e.max) }
+
+func errTooManyItems(max int) error { return tooManyItems{max} }

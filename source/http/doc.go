@@ -1,6 +1,7 @@
 // Package httpsource carries an informer's collection over HTTP, in both directions: a
 // Client is an informer.ListerWatcher for a collection served over HTTP list + chunked
-// watch, and a Server serves any informer's collection the same way, so that many
+// watch — the Kubernetes shape by default, any list+watch API through its extension
+// points — and a Server serves any informer's collection the same way, so that many
 // processes can mirror one source through one upstream watch (the fan-out tier). Handler
 // serves a bare ListerWatcher, request for request. The protocol is the Kubernetes API's
 // JSON list/watch shape, so a Client can also mirror a kube-apiserver REST endpoint
@@ -34,11 +35,85 @@
 //	503, other 5xx        transient: back off, watch again from the same revision
 //	400, 401, 403, 404    the request is wrong or refused: reported, backed off, relisted
 //
-// Client sorts these (and connection failures) into the informer's error classes; see
-// StatusError. Anything malformed that a server sends — a bad list, a frame cut short, a
-// line that is not JSON, an unknown event type, an object the decoder rejects — ends the
-// watch with an error that matches informer.ErrBadInput; the informer reports it and lists
-// again, so the cache converges and never holds half an event.
+// Client sorts these (and connection failures and timeouts) into the informer's error
+// classes; see StatusError. Anything malformed that a server sends — a bad list, a frame
+// cut short, a line that is not JSON, an unknown event type, a body over a limit — fails
+// the call (ends the watch) with an error that matches informer.ErrBadInput; the informer
+// reports it and lists again, so the cache converges and never holds half an event. An
+// object that cannot be decoded is the one thing a Client skips rather than fails on, in a
+// list (see "Undecodable objects" below).
+//
+// One rule holds for the Content-Type of lists and watches alike: a response is read if
+// it has no Content-Type or has the media type the request asked for in its Accept header
+// — for JSON, application/json or one of the names of newline-delimited JSON
+// (application/x-ndjson, …) or a +json type, parameters ignored; for Server-Sent Events,
+// text/event-stream. Anything else (an HTML page from a proxy, text/plain) is
+// informer.ErrBadInput, whatever the body holds.
+//
+// # Mirroring another list+watch API
+//
+// The Kubernetes shape is what a Client speaks with no configuration. Five extension
+// points of ClientOptions adapt it to any API that can list a collection at a revision
+// and stream the changes after one. The worked example is etcd's own JSON gateway, which
+// lists with POST /v3/kv/range and watches with POST /v3/watch; examples/etcdgateway in
+// this repository is the complete adapter (about 300 lines, no etcd client library), and
+// its test converges to the same state as source/etcd through a compaction, an etcd
+// restart and a value that is not JSON.
+//
+//  1. The requests: ListRequest and WatchRequest receive the request the Client would
+//     send (a Request: method, URL, headers, body) with the informer's ListOptions or
+//     WatchOptions, and reshape it. The gateway's are POSTs of a JSON body:
+//     {"key":…,"range_end":…,"limit":500,"revision":R} for a page and
+//     {"create_request":{"key":…,"start_revision":R+1,"progress_notify":true}} for a watch.
+//     A same-origin redirect resends the body. PrepareRequest stays for what every
+//     request needs (an Authorization header).
+//
+//  2. The page: DecodeList splits a list body with the options of the request that
+//     fetched it, so the revision and continue token can come from the request's side. A
+//     gateway page reports the store's current revision, not the one the list is pinned
+//     to; the adapter keeps the pinned revision in the continue token it makes
+//     ("<revision>/<next key>") and reports it on every later page. Nothing is shared
+//     between calls, so concurrent lists are safe. The items it returns go to Decode one
+//     by one.
+//
+//  3. The frames: DecodeFrame turns one watch frame into zero or more events with
+//     Frame.Add — all the changes of an etcd transaction in one gateway line, a Bookmark
+//     for a progress notification, nothing for the "created" line — or returns an error
+//     that ends the watch: a *StatusError (classified by Classify), an error that matches
+//     an informer class, or anything else, which is bad input. The frame is parsed once,
+//     by the hook; Frame.Decode offers the Client's item decoder for embedded objects.
+//
+//  4. The classes: Classify sees every failure the server reports — a non-200 response,
+//     with its body in StatusError.Body, and an in-stream error — and returns its informer
+//     class. The gateway answers a compacted revision with 400 {"code":11,…"compacted"}
+//     and cancels a compacted watch in the stream; both become informer.ErrExpired, so the
+//     informer lists again at once instead of backing off. The gateway's watches take no
+//     timeout, so the adapter also sets EndWatchAtTimeout: the Client ends each watch
+//     itself, cleanly, at the informer's timeout.
+//
+//  5. Undecodable objects: an item that Decode rejects is left out of its page and
+//     reported as a *DecodeError (matching informer.ErrDecode) to OnDecodeError — pass
+//     the informer's ReportError, so it reaches the error handler and
+//     Stats.DecodeErrors — and the rest of the page is used; DecodeFrame does the same
+//     for a watch with Frame.Skip, leaving the cache's previous state of the object. A
+//     later fix reaches the cache as any change does: its next watch event (an Added if
+//     the list left it out), or the next list. Left out of a list, the object is absent
+//     from the cache, as source/etcd leaves it.
+//
+// # Limits
+//
+// A Client bounds what a server can make it hold and how long it can make it wait; each
+// bound is an option of ClientOptions with a documented default: MaxListBytes (256 MiB,
+// after decompression), MaxListItems (1,000,000 per page), MaxFrameSize (16 MiB),
+// ResponseHeaderTimeout (1 minute, connecting included, whatever HTTPClient is given),
+// ListTimeout (5 minutes for a whole page), WatchGrace (30 seconds past the requested
+// watch timeout), WatchIdleTimeout (10 minutes between frames of a watch requested
+// without a timeout) and MaxRetryAfter (5 minutes). A server that goes silent, sends
+// headers and nothing more, or drips bytes that never make a frame produces a retryable
+// error and a new watch, not a stale cache reported as synced. A Client follows
+// redirects only within the origin of its request (scheme, host and port): a redirect
+// elsewhere, or from https to http, fails, so credentials are never sent to another
+// origin.
 //
 // # Costs
 //

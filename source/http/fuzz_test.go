@@ -15,7 +15,8 @@ import (
 // body (and to the list decoder, as a list body). Nothing may panic; every error is
 // io.EOF or matches informer.ErrBadInput; no frame exceeds the limit; and whatever the
 // codec accepts, encoding/json reads the same way (differential check), while whatever
-// encoding/json reads as a well-formed event the codec accepts.
+// encoding/json reads as a well-formed event the codec accepts; and a list page is split
+// the same way under an item limit, or refused above it.
 //
 // The seed corpus is in testdata/fuzz/FuzzFrameDecoder and runs with every go test; run
 // go test -fuzz=FuzzFrameDecoder ./source/http/ to search further.
@@ -101,6 +102,17 @@ func checkEvent(t *testing.T, frame []byte) {
 // checkList compares the list decoder with encoding/json.
 func checkList(t *testing.T, body []byte) {
 	l, err := JSON.DecodeList(body)
+	// The item limit: the same page below it, an error above it.
+	const maxItems = 3
+	capped, cerr := decodeJSONList(body, maxItems)
+	switch {
+	case err == nil && len(l.Items) > maxItems:
+		if tm := (tooManyItems{}); !errors.As(cerr, &tm) {
+			t.Fatalf("%q: %d items over a limit of %d: %v", body, len(l.Items), maxItems, cerr)
+		}
+	case (err == nil) != (cerr == nil) || len(capped.Items) != len(l.Items) || capped.Revision != l.Revision:
+		t.Fatalf("%q: with an item limit %+v, %v; without %+v, %v", body, capped, cerr, l, err)
+	}
 	if err != nil {
 		return
 	}

@@ -51,8 +51,10 @@ const (
 // makes the informer list again; 429 matches informer.ErrTooManyRequests, 503
 // informer.ErrUnavailable, and every other 5xx informer.ErrRetryable, which make it back off
 // and watch again from the same revision. Any other code (400, 401, 403, 404, …) matches no
-// class: the informer reports it, backs off and lists again. A Retry-After header (or
-// details.retryAfterSeconds) is attached with informer.RetryAfter around the StatusError.
+// class: the informer reports it, backs off and lists again. ClientOptions.Classify may
+// set another class (Class) for an API whose codes mean something else. A Retry-After
+// header (or details.retryAfterSeconds), capped by ClientOptions.MaxRetryAfter, is
+// attached with informer.RetryAfter around the StatusError.
 type StatusError struct {
 	// Code is the HTTP status code (from the response, or the Status object's code).
 	Code int `json:"code,omitempty"`
@@ -63,6 +65,16 @@ type StatusError struct {
 	Message string `json:"message,omitempty"`
 	// Details carries the server's retry hint, if any.
 	Details *StatusDetails `json:"details,omitempty"`
+
+	// Body is the body of a non-200 response as a Client read it (at most 64 KiB), for
+	// ClientOptions.Classify to read an API's own error shape; nil for an in-stream error.
+	Body []byte `json:"-"`
+	// Class, when set (by ClientOptions.Classify), is the informer error class the status
+	// matches, in place of the one its code gives.
+	Class error `json:"-"`
+	// Request names the request that failed ("GET http://host/path?query"), when a Client
+	// made the error; it starts the message.
+	Request string `json:"-"`
 }
 
 // StatusDetails is the part of a Kubernetes Status's details this package reads.
@@ -71,10 +83,15 @@ type StatusDetails struct {
 	RetryAfterSeconds int `json:"retryAfterSeconds,omitempty"`
 }
 
-// Error returns "httpsource: <code> <reason>: <message>".
+// Error returns "httpsource <request>: server said <code> <reason>: <message>".
 func (e *StatusError) Error() string {
 	var b strings.Builder
-	b.WriteString("httpsource: server said ")
+	b.WriteString("httpsource")
+	if e.Request != "" {
+		b.WriteByte(' ')
+		b.WriteString(e.Request)
+	}
+	b.WriteString(": server said ")
 	b.WriteString(strconv.Itoa(e.Code))
 	if e.Reason != "" {
 		b.WriteByte(' ')
@@ -95,6 +112,9 @@ func (e *StatusError) Is(target error) bool {
 
 // class returns the informer error class of the status, nil for none.
 func (e *StatusError) class() error {
+	if e.Class != nil {
+		return e.Class
+	}
 	switch {
 	case e.Code == http.StatusGone || (e.Code == 0 && (e.Reason == "Expired" || e.Reason == "Gone")):
 		return informer.ErrExpired
@@ -116,9 +136,10 @@ func withRetryAfter(err error, d time.Duration) error {
 	return err
 }
 
-// statusFromResponse builds the error for a response whose status is not 200. It reads at
-// most 64 KiB of the body and uses it as a Status object if it is one, else as the message.
-func statusFromResponse(resp *http.Response) error {
+// statusFromResponse reads the status of a response whose status is not 200, and its
+// retry delay capped at maxRetryAfter. It reads at most 64 KiB of the body and uses it as
+// a Status object if it is one, else as the message.
+func statusFromResponse(resp *http.Response, maxRetryAfter time.Duration) (*StatusError, time.Duration) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	se := &StatusError{}
 	if json.Unmarshal(body, se) != nil || (se.Code == 0 && se.Reason == "" && se.Message == "") {
@@ -128,11 +149,12 @@ func statusFromResponse(resp *http.Response) error {
 	if se.Reason == "" {
 		se.Reason = reasonFor(resp.StatusCode)
 	}
+	se.Body = body
 	d, _ := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if d == 0 && se.Details != nil && se.Details.RetryAfterSeconds > 0 {
 		d = time.Duration(se.Details.RetryAfterSeconds) * time.Second
 	}
-	return withRetryAfter(se, d)
+	return se, min(d, maxRetryAfter)
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.

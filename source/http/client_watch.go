@@ -1,0 +1,251 @@
+package httpsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/informer-go/informer"
+)
+
+// ErrWatchStopped is returned by a watch's Next after Stop.
+var ErrWatchStopped = errors.New("httpsource: watch stopped")
+
+// watch is one open watch response.
+type watch[V any] struct {
+	c       *Client[V]
+	ctx     context.Context // the caller's, to tell its cancellation from ours
+	cancel  context.CancelFunc
+	body    io.ReadCloser
+	frames  FrameReader
+	items   itemDecoder[V]
+	opts    informer.WatchOptions
+	what    string // method and URL, for errors
+	stopped atomic.Bool
+	release sync.Once
+	err     error // once set, Next returns it; Next's goroutine only
+
+	frame *Frame[V] // with ClientOptions.DecodeFrame: the frame being delivered
+	pos   int       // the next of frame.events to deliver
+
+	timer   *time.Timer   // ends a watch the server does not end (nil in benchmarks)
+	limit   time.Duration // the timer's duration
+	idle    bool          // the timer restarts at every frame
+	expired atomic.Bool   // the timer fired
+}
+
+// expire ends a watch that outlived its limit.
+func (w *watch[V]) expire() {
+	w.expired.Store(true)
+	w.close()
+}
+
+// Next implements informer.Watch; see Client.Watch.
+func (w *watch[V]) Next() (informer.Event[V], error) {
+	if w.err != nil {
+		return informer.Event[V]{}, w.err
+	}
+	var ev informer.Event[V]
+	var err error
+	if w.frame != nil {
+		ev, err = w.nextCustom()
+	} else {
+		ev, err = w.next()
+	}
+	if err != nil {
+		w.err = err
+		w.close()
+	}
+	return ev, err
+}
+
+// readFrame reads the next frame and restarts an idle timer.
+func (w *watch[V]) readFrame() ([]byte, error) {
+	frame, err := w.frames.ReadFrame()
+	if err != nil {
+		return nil, w.readError(err)
+	}
+	if w.idle && !w.timer.Reset(w.limit) {
+		// The timer fired while the frame was read: the watch is being closed.
+		w.expired.Store(true)
+		return nil, w.readError(io.ErrUnexpectedEOF)
+	}
+	return frame, nil
+}
+
+func (w *watch[V]) next() (informer.Event[V], error) {
+	frame, err := w.readFrame()
+	if err != nil {
+		return informer.Event[V]{}, err
+	}
+	raw, err := w.c.codec.DecodeEvent(frame)
+	if err != nil {
+		return informer.Event[V]{}, fmt.Errorf("%w: %w", badInput("malformed watch frame %s", excerpt(frame)), err)
+	}
+	var typ informer.EventType
+	switch raw.Type {
+	case typeAdded:
+		typ = informer.Added
+	case typeModified:
+		typ = informer.Modified
+	case typeDeleted:
+		typ = informer.Deleted
+	case typeBookmark:
+		if raw.Revision == "" {
+			return informer.Event[V]{}, badInput("BOOKMARK event without a resourceVersion")
+		}
+		return informer.Event[V]{Type: informer.Bookmark, Revision: raw.Revision, EndOfInitialEvents: raw.EndOfInitialEvents}, nil
+	case typeError:
+		return informer.Event[V]{}, w.streamError(raw.Status)
+	default:
+		return informer.Event[V]{}, badInput("unknown watch event type %q", raw.Type)
+	}
+	if raw.Object == nil {
+		return informer.Event[V]{}, badInput("%s event without an object", raw.Type)
+	}
+	obj, err := w.items.decode(raw.Object)
+	if err != nil {
+		return informer.Event[V]{}, fmt.Errorf("httpsource: %w: the object of a %s event: %w", informer.ErrDecode, raw.Type, err)
+	}
+	rev := raw.Revision
+	if rev == "" && w.c.revision != nil {
+		rev = w.c.revision(obj)
+	}
+	return informer.Event[V]{Type: typ, Object: obj, Revision: rev}, nil
+}
+
+// nextCustom delivers the events of frames decoded by ClientOptions.DecodeFrame.
+func (w *watch[V]) nextCustom() (informer.Event[V], error) {
+	f := w.frame
+	for w.pos >= len(f.events) {
+		clear(f.events)
+		f.events, f.skipped, w.pos = f.events[:0], f.skipped[:0], 0
+		data, err := w.readFrame()
+		if err != nil {
+			return informer.Event[V]{}, err
+		}
+		f.Data = data
+		err = w.c.decodeFrame(f)
+		f.Data = nil
+		if err != nil {
+			var se *StatusError
+			switch {
+			case errors.As(err, &se):
+				return informer.Event[V]{}, w.streamError(se)
+			case isClassified(err):
+				return informer.Event[V]{}, fmt.Errorf("httpsource %s: %w", w.what, err)
+			}
+			return informer.Event[V]{}, fmt.Errorf("%w: %w", badInput("%s: watch frame %s", w.what, excerpt(data)), err)
+		}
+		for i := range f.events {
+			if err := w.check(&f.events[i]); err != nil {
+				return informer.Event[V]{}, err
+			}
+		}
+		for _, err := range f.skipped {
+			de := err.(*DecodeError)
+			de.Request = w.what
+			w.c.reportDecode(de)
+		}
+	}
+	ev := f.events[w.pos]
+	f.events[w.pos] = informer.Event[V]{} // the cache owns it now
+	w.pos++
+	return ev, nil
+}
+
+// check validates an event added by DecodeFrame and fills in its revision.
+func (w *watch[V]) check(ev *informer.Event[V]) error {
+	switch ev.Type {
+	case informer.Bookmark:
+		if ev.Revision == "" {
+			return badInput("%s: DecodeFrame added a Bookmark without a revision", w.what)
+		}
+	case informer.Added, informer.Modified, informer.Deleted:
+		if ev.Revision == "" && w.c.revision != nil {
+			ev.Revision = w.c.revision(ev.Object)
+		}
+	default:
+		return badInput("%s: DecodeFrame added an event of type %v", w.what, ev.Type)
+	}
+	return nil
+}
+
+// streamError is the error of an in-stream failure: an ERROR event, or a *StatusError
+// returned by DecodeFrame.
+func (w *watch[V]) streamError(se *StatusError) error {
+	err := statusEventError(se, w.c.maxRetryAfter)
+	if se != nil {
+		se.Request = w.what
+		w.c.applyClass(se)
+	}
+	w.c.noteRetryAfter(err)
+	return err
+}
+
+// readError classifies an error from reading the stream.
+func (w *watch[V]) readError(err error) error {
+	switch {
+	case w.stopped.Load():
+		return ErrWatchStopped
+	case w.ctx.Err() != nil:
+		return w.ctx.Err()
+	case w.expired.Load() && !w.idle && w.c.endAtTimeout:
+		return io.EOF // the watch's time is up (ClientOptions.EndWatchAtTimeout)
+	case w.expired.Load() && w.idle:
+		return fmt.Errorf("httpsource %s: %w: no complete watch frame for %v (ClientOptions.WatchIdleTimeout): the server went silent; watching again", w.what, informer.ErrRetryable, w.limit)
+	case w.expired.Load():
+		return fmt.Errorf("httpsource %s: %w: the server did not end the watch within its timeout plus %v (ClientOptions.WatchGrace); watching again", w.what, informer.ErrRetryable, w.c.watchGrace)
+	case err == io.EOF:
+		return io.EOF
+	case errors.Is(err, informer.ErrBadInput):
+		return err
+	}
+	return fmt.Errorf("httpsource %s: %w: watch connection lost: %w", w.what, informer.ErrRetryable, err)
+}
+
+// statusEventError is the error of an ERROR event.
+func statusEventError(se *StatusError, maxRetryAfter time.Duration) error {
+	if se == nil {
+		se = &StatusError{}
+	}
+	if se.Code == 0 && se.Reason == "" && se.Message == "" {
+		se.Message = "ERROR event without a status"
+	}
+	var d time.Duration
+	if se.Details != nil && se.Details.RetryAfterSeconds > 0 {
+		d = min(time.Duration(se.Details.RetryAfterSeconds)*time.Second, maxRetryAfter)
+	}
+	return withRetryAfter(se, d)
+}
+
+// excerpt quotes the start of a frame for an error message.
+func excerpt(frame []byte) string {
+	const n = 120
+	if len(frame) > n {
+		return strconv.Quote(string(frame[:n])) + "…"
+	}
+	return strconv.Quote(string(frame))
+}
+
+// Stop implements informer.Watch: it cancels the request and closes the connection, so
+// that a Next blocked in a read returns at once with ErrWatchStopped.
+func (w *watch[V]) Stop() {
+	w.stopped.Store(true)
+	w.close()
+}
+
+func (w *watch[V]) close() {
+	w.release.Do(func() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.cancel()
+		w.body.Close()
+	})
+}
