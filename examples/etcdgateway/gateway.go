@@ -26,9 +26,6 @@ type Decoder[V any] func(key, value []byte) (V, error)
 type GatewayOptions struct {
 	// HTTPClient sends the requests; nil means http.DefaultClient.
 	HTTPClient *http.Client
-	// OnDecodeError receives every value the decoder rejected (see
-	// httpsource.ClientOptions.OnDecodeError); pass the informer's ReportError.
-	OnDecodeError func(error)
 }
 
 // NewGatewayClient returns a Client that mirrors every key under prefix through the JSON
@@ -53,7 +50,6 @@ func NewGatewayClient[V any](endpoint, prefix string, decode Decoder[V], opts Ga
 		// 4. 400 {"code":11,…compacted} and a compacted watch are expired revisions.
 		Classify: classify,
 		// 5. A value that does not decode is skipped and reported.
-		OnDecodeError: opts.OnDecodeError,
 		// The gateway takes no watch timeout: the client ends each watch at the
 		// informer's timeout, and the informer watches again from where it was.
 		EndWatchAtTimeout: true,

@@ -129,16 +129,14 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		defer cancel()
 	}
 
-	// The mirror: the gateway client and an informer over it.
-	var inf *informer.Informer[string, *Config]
+	// The mirror: the gateway client and an informer over it. Values that do not decode
+	// reach the informer's ErrorHandler: informer.New hands the client its error sink.
 	report := func(err error) { say("! %v", err) }
-	src, err := NewGatewayClient(opts.endpoint, opts.prefix, decoder(opts.prefix), GatewayOptions{
-		OnDecodeError: func(err error) { inf.ReportError(err) },
-	})
+	src, err := NewGatewayClient(opts.endpoint, opts.prefix, decoder(opts.prefix), GatewayOptions{})
 	if err != nil {
 		return err
 	}
-	inf, err = informer.New(src, informer.Options[string, *Config]{
+	inf, err := informer.New(src, informer.Options[string, *Config]{
 		Name:         "configs",
 		Key:          func(c *Config) (string, error) { return c.Name, nil },
 		ErrorHandler: report,
@@ -223,7 +221,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	}
 	slices.Sort(names)
 	say("mirrored %d configs at revision %s: %s; %d value(s) did not decode",
-		inf.Len(), rev, strings.Join(names, ", "), inf.Stats().DecodeErrors.Load())
+		inf.Len(), rev, strings.Join(names, ", "), inf.Stats().DecodeErrors)
 	return nil
 }
 

@@ -93,11 +93,11 @@ func (m *mirror) state() string {
 }
 
 // startMirror runs an informer over the source that newSource makes; the source's decode
-// errors go to the informer's ReportError.
-func startMirror(t *testing.T, name string, newSource func(onDecodeError func(error)) (informer.ListerWatcher[*Config], error)) *mirror {
+// errors reach the informer through the error sink informer.New hands it.
+func startMirror(t *testing.T, name string, newSource func() (informer.ListerWatcher[*Config], error)) *mirror {
 	t.Helper()
 	m := &mirror{name: name}
-	lw, err := newSource(func(err error) { m.inf.ReportError(err) })
+	lw, err := newSource()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,11 +179,11 @@ func TestGatewayConvergesWithSourceEtcd(t *testing.T) {
 		txn(client, put(fmt.Sprintf("svc-%d", i), fmt.Sprintf(`{"team":"t%d","replicas":%d}`, i%2, i)))
 	}
 
-	gw := startMirror(t, "gateway", func(report func(error)) (informer.ListerWatcher[*Config], error) {
-		return NewGatewayClient("http://"+clientAddr, prefix, decode, GatewayOptions{OnDecodeError: report})
+	gw := startMirror(t, "gateway", func() (informer.ListerWatcher[*Config], error) {
+		return NewGatewayClient("http://"+clientAddr, prefix, decode, GatewayOptions{})
 	})
-	et := startMirror(t, "etcd", func(report func(error)) (informer.ListerWatcher[*Config], error) {
-		return etcd.New(client, prefix, etcd.Decoder[*Config](decode), etcd.Options{OnDecodeError: report})
+	et := startMirror(t, "etcd", func() (informer.ListerWatcher[*Config], error) {
+		return etcd.New(client, prefix, etcd.Decoder[*Config](decode), etcd.Options{})
 	})
 	mirrors := []*mirror{gw, et}
 	// reach waits until both mirrors have got to rev, then checks they hold want.
@@ -256,7 +256,7 @@ func TestGatewayConvergesWithSourceEtcd(t *testing.T) {
 	}
 	converge("after the restart and the compaction")
 	for _, m := range mirrors {
-		if m.inf.Stats().Expirations.Load() == 0 {
+		if m.inf.Stats().Expirations == 0 {
 			t.Errorf("%s: no expired watch counted; errors %v", m.name, m.errors())
 		}
 	}
@@ -268,10 +268,10 @@ func TestGatewayConvergesWithSourceEtcd(t *testing.T) {
 		t.Errorf("etcd state %s", etcdState())
 	}
 	for _, m := range mirrors {
-		if n := m.inf.Stats().DecodeErrors.Load(); n < 2 {
+		if n := m.inf.Stats().DecodeErrors; n < 2 {
 			t.Errorf("%s: %d decode errors counted, want at least 2 (a watch, a list)", m.name, n)
 		}
-		t.Logf("%s: %d lists, %d watches, %d expirations; errors:", m.name, m.inf.Stats().Lists.Load(), m.inf.Stats().Watches.Load(), m.inf.Stats().Expirations.Load())
+		t.Logf("%s: %d lists, %d watches, %d expirations; errors:", m.name, m.inf.Stats().Lists, m.inf.Stats().Watches, m.inf.Stats().Expirations)
 		for _, err := range m.errors() {
 			t.Logf("  %v", err)
 		}

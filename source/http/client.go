@@ -86,6 +86,7 @@ type Client[V any] struct {
 	maxRetryAfter time.Duration
 
 	decodeErrors atomic.Uint64
+	sinks        atomic.Pointer[[]func(error)] // the informers' error sinks (ReportErrorsTo)
 
 	mu        sync.Mutex
 	notBefore time.Time // no request before this time: the server asked to wait (Retry-After)
@@ -196,11 +197,33 @@ func origin(u *url.URL) string {
 // decoded (see ClientOptions.OnDecodeError).
 func (c *Client[V]) DecodeErrors() uint64 { return c.decodeErrors.Load() }
 
+// ReportErrorsTo implements informer.ErrorReporting: informer.New calls it, so that the
+// objects the Client skips reach every informer built over it (its ErrorHandler, log and
+// Stats.DecodeErrors) as well as ClientOptions.OnDecodeError.
+func (c *Client[V]) ReportErrorsTo(report func(error)) {
+	for {
+		old := c.sinks.Load()
+		var next []func(error)
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, report)
+		if c.sinks.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
 // reportDecode counts and reports a skipped object.
 func (c *Client[V]) reportDecode(err *DecodeError) {
 	c.decodeErrors.Add(1)
 	if c.onDecodeError != nil {
 		c.onDecodeError(err)
+	}
+	if sinks := c.sinks.Load(); sinks != nil {
+		for _, sink := range *sinks {
+			sink(err)
+		}
 	}
 }
 

@@ -60,14 +60,13 @@ func TestClientListSkipsUndecodableItems(t *testing.T) {
 
 }
 
-// A list through an informer: the undecodable item is counted in Stats.DecodeErrors, the
-// rest is cached, and the item's later fix arrives through the watch as an Added event.
+// A list through an informer: the undecodable item reaches the informer's error handler
+// with no wiring and is counted in Stats.DecodeErrors, the rest is cached, and the item's later fix arrives through the watch as an Added event.
 func TestClientUndecodableItemFixedLater(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("5", o("a", "1"), `{"name":"b","val":7}`)},
 		stream(ev("MODIFIED", "6", o("b", "fixed"))))
 	rec := newRecorder()
-	var inf *informer.Informer[string, *obj]
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{OnDecodeError: func(err error) { inf.ReportError(err) }})
+	c := newTestClient(t, ts.URL, ClientOptions[*obj]{}) // informer.New hands c its error sink
 	inf, err := informer.New(c, informer.Options[string, *obj]{Key: objKey, Backoff: testBackoff, ErrorHandler: rec.onError})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +76,7 @@ func TestClientUndecodableItemFixedLater(t *testing.T) {
 	}
 	run(t, inf)
 	converge(t, &downstream{inf: inf, rec: rec}, func() string { return "a=1 b=fixed" })
-	if n := inf.Stats().DecodeErrors.Load(); n != 1 {
+	if n := inf.Stats().DecodeErrors; n != 1 {
 		t.Errorf("Stats.DecodeErrors %d, want 1", n)
 	}
 	if !rec.hasError(informer.ErrDecode) {

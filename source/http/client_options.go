@@ -87,11 +87,11 @@ type ClientOptions[V any] struct {
 	// keep the default classification (see StatusError). The StatusError holds the status
 	// code, the body as read (StatusError.Body) and what could be read from it.
 	Classify func(se *StatusError) error
-	// OnDecodeError, if set, receives every object the Client skipped because Decode (or
-	// DecodeFrame, through Frame.Skip) rejected it, as a *DecodeError, which matches
-	// informer.ErrDecode and informer.ErrBadInput. Pass the informer's ReportError so that
-	// these errors reach its error handler and its Stats.DecodeErrors. DecodeErrors counts
-	// them either way.
+	// OnDecodeError, if set, also receives every object the Client skipped because Decode
+	// (or DecodeFrame, through Frame.Skip) rejected it, as a *DecodeError, which matches
+	// informer.ErrDecode and informer.ErrBadInput. The informers built over the Client get
+	// them anyway (informer.New hands the Client its error sink: see ReportErrorsTo); this
+	// is for a program that wants them elsewhere too. DecodeErrors counts them either way.
 	OnDecodeError func(error)
 	// Revision returns an object's revision. It is used for watch events whose frame
 	// carries none (see RawEvent.Revision); a server of this package always sends one, and

@@ -92,11 +92,11 @@
 //     itself, cleanly, at the informer's timeout.
 //
 //  5. Undecodable objects: an item that Decode rejects is left out of its page and
-//     reported as a *DecodeError (matching informer.ErrDecode) to OnDecodeError — pass
-//     the informer's ReportError, so it reaches the error handler and
-//     Stats.DecodeErrors — and the rest of the page is used; DecodeFrame does the same
-//     for a watch with Frame.Skip, leaving the cache's previous state of the object. A
-//     later fix reaches the cache as any change does: its next watch event (an Added if
+//     reported as a *DecodeError (matching informer.ErrDecode) to every informer built
+//     over the Client — its error handler and Stats.DecodeErrors, with no wiring: see
+//     Client.ReportErrorsTo — and to OnDecodeError if set, and the rest of the page is
+//     used; DecodeFrame does the same for a watch with Frame.Skip, leaving the cache's
+//     previous state of the object. A later fix reaches the cache as any change does: its next watch event (an Added if
 //     the list left it out), or the next list. Left out of a list, the object is absent
 //     from the cache, as source/etcd leaves it.
 //
