@@ -110,6 +110,7 @@ type reflector[V any] struct {
 	mu       sync.Mutex
 	lastSync string
 	expired  bool   // the next list must be a consistent one
+	resume   bool   // warm restart: the next pass watches from lastSync without a list
 }
 
 // errVeryShortWatch is returned for a watch that ended within a second with no event
@@ -174,6 +175,9 @@ func (r *reflector[V]) sleep(ctx context.Context, d time.Duration) bool {
 // listAndWatch is one pass of §2: list (or stream the list), start the resync timer, then
 // watch until the watch fails in a way that needs a relist.
 func (r *reflector[V]) listAndWatch(ctx context.Context) error {
+	if r.takeResume() {
+		return r.resumeWatch(ctx) // warm restart: the cache holds the state at lastSync
+	}
 	var w Watch[V]
 	if !r.noStream {
 		var err error
@@ -507,4 +511,38 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		}
 		count++
 	}
+}
+
+// --- warm restart (Options.Persist) ---
+
+// resumeFrom makes the next pass of listAndWatch watch from rev, the revision of a state
+// the informer restored, instead of listing. If the source says rev expired, the pass
+// after it lists (consistently), as after any expiry.
+func (r *reflector[V]) resumeFrom(rev string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastSync = rev
+	r.resume = true
+}
+
+// resumeWatch is the pass of listAndWatch that resumes a restored state: the resync timer
+// and the watch, without a list.
+func (r *reflector[V]) resumeWatch(ctx context.Context) error {
+	passCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	if period := r.sink.resyncPeriod(); period > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.resyncLoop(passCtx, period) }()
+	}
+	return r.watchLoop(ctx, nil)
+}
+
+// takeResume reports whether this pass resumes a restored state, once.
+func (r *reflector[V]) takeResume() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	resume := r.resume
+	r.resume = false
+	return resume
 }
