@@ -304,7 +304,8 @@ func readFile[V any](ctx context.Context, path string, codec Codec[V], check fun
 	if h.count > uint64(end-pos) {
 		return nil, corrupt("%d objects cannot fit in the file", h.count)
 	}
-	var buf []byte
+	dec := newDecoder(codec, add)
+	defer dec.close()
 	for i := range h.count {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return nil, fmt.Errorf("persist: %s: %w", path, ctx.Err())
@@ -317,19 +318,16 @@ func readFile[V any](ctx context.Context, path string, codec Codec[V], check fun
 		if n > uint64(end-pos) {
 			return nil, corrupt("record %d of %d: length %d past the end", i, h.count, n)
 		}
-		if uint64(cap(buf)) < n {
-			buf = make([]byte, n, max(n, 4096))
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
+		if _, err := io.ReadFull(br, dec.next(int(n))); err != nil {
 			return nil, corrupt("record %d of %d: %v", i, h.count, err)
 		}
 		pos += int64(n)
-		obj, err := safeDecode(codec, buf)
-		if err != nil {
-			return nil, corrupt("record %d of %d: %s cannot decode it: %v", i, h.count, codec.Name(), err)
+		if err := dec.err(); err != nil {
+			return nil, corrupt("%v", err)
 		}
-		add(obj)
+	}
+	if err := dec.flush(); err != nil {
+		return nil, corrupt("%v", err)
 	}
 	if pos != end {
 		return nil, corrupt("%d bytes between the last record and the trailer", end-pos)
