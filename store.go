@@ -283,13 +283,11 @@ func (s *store[K, V]) load(keys []K, objs []V, rev string, report func(error), n
 	set := s.set.Load()
 	var vals []string
 	var ends []int32
-	// Scattered inserts, as in applyBatch: sorted ones leave B-tree nodes half full.
-	n := len(keys)
-	stride := 1
-	if n >= scatterAbove {
-		stride = coprimeStride(n)
-	}
-	for k, i := 0, 0; k < n; k, i = k+1, (i+stride)%n {
+	// In the snapshot's order, which is key order: each insert walks the path the last one
+	// took, which stays in the CPU's caches. Scattered inserts (as applyBatch does) fill
+	// nodes better but miss the caches on every level: measured on 200,000 objects, the
+	// load took 4.3 µs per object scattered and 0.5 µs sorted.
+	for i := range keys {
 		var oe *ObjectError
 		vals, ends, oe = set.compute(vals[:0], ends[:0], objs[i])
 		if oe != nil {
