@@ -13,7 +13,8 @@
 //   - A snapshot is one revision: it is written only when the cache is exactly the source's
 //     state at the cache's revision (nothing queued and not yet applied, nothing applied
 //     beyond it), from an immutable informer.Snapshot, so it is never newer or older than
-//     the revision it records (TestWarmRestartMemory).
+//     the revision it records (TestSavedStateIsOneRevision checks every save under a
+//     stream of writes against the source's history).
 //   - Never a torn file: Save writes a temporary file, fsyncs it, renames it over the
 //     snapshot and fsyncs the directory; a process killed at any byte of the write, or
 //     between the steps, leaves either the previous snapshot or the new one, whole
@@ -32,7 +33,13 @@
 //     only of what changed while the process was down; if the saved revision expired,
 //     the informer lists and delivers only the differences: updates for changed objects,
 //     adds for new ones, deletes with finalStateUnknown for missing ones, never a second
-//     round of initial adds (TestWarmRestartMemory, TestWarmRestartAfterCompaction).
+//     round of initial adds (TestWarmRestartMemory, TestWarmRestartAfterCompaction,
+//     TestWarmRestartAfterCompactionWithRevision, TestWarmRestartSourceReset for a
+//     snapshot newer than the source; over a real etcd, TestWarmRestartEtcd and
+//     TestWarmRestartEtcdCompacted in source/etcd; examples/configmirror's
+//     TestEmbeddedWarmRestart).
+//   - Changes are saved: every Interval while the informer runs, when the cache changed,
+//     and once more when it stops (TestPeriodicSave).
 //
 // # Costs and format
 //

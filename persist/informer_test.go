@@ -3,6 +3,7 @@ package persist_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -333,4 +334,117 @@ func TestPeriodicSave(t *testing.T) {
 		rev, err := f.Load(context.Background(), desc, func(*item) { n++ })
 		return err == nil && rev == want && n == 2
 	}, "no snapshot of revision %s with 2 objects", want)
+}
+
+// A snapshot whose revision the source has never reached (the source was reset, or it
+// is another source): the source says the revision expired, and the relist delivers the
+// differences.
+func TestWarmRestartSourceReset(t *testing.T) {
+	f := newFile(t, t.TempDir())
+	firstLife(t, newSource(), f)
+	src := newSource() // a new source, at revision 2 where the snapshot is at 3
+	src.Put(&item{Name: "a", Group: "g1", Value: "1"})
+	src.Put(&item{Name: "e", Group: "g1", Value: "1"})
+	l := start(t, src, f, nil)
+	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add e=1", "delete?b=1", "delete?c=1")
+	catchUp(t, l, src)
+	if got := l.inf.Keys(); !slices.Equal(got, []string{"a", "e"}) {
+		t.Fatalf("cache keys %v", got)
+	}
+}
+
+// checkingFile is a File whose Save checks that the state it is given is exactly the
+// source's state at the state's revision, by the history the test recorded.
+type checkingFile struct {
+	*persist.File[string, *item]
+	t       *testing.T
+	mu      sync.Mutex
+	history map[int64]map[string]string // revision → the state at it (key → value)
+	saves   int
+}
+
+func (c *checkingFile) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[string, *item]) error {
+	rev, err := strconv.ParseInt(state.Revision(), 10, 64)
+	if err != nil {
+		c.t.Errorf("saved revision %q: %v", state.Revision(), err)
+	}
+	c.mu.Lock()
+	want, ok := c.history[rev]
+	c.saves++
+	c.mu.Unlock()
+	if !ok {
+		c.t.Errorf("saved revision %d is not one the test wrote", rev)
+	}
+	got := map[string]string{}
+	for k, v := range state.All() {
+		got[k] = v.Value
+	}
+	if len(got) != len(want) {
+		c.t.Errorf("saved state at revision %d has %d objects, the source had %d", rev, len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			c.t.Errorf("saved state at revision %d: %s=%q, the source had %q", rev, k, got[k], v)
+		}
+	}
+	return c.File.Save(ctx, desc, state)
+}
+
+// Under a stream of writes, every state the informer saves is exactly the source's state
+// at the state's revision: never a state with changes of a later revision, or without
+// some of an earlier one.
+func TestSavedStateIsOneRevision(t *testing.T) {
+	src := newSource()
+	f, err := persist.New[string, *item](t.TempDir(), persist.Options[*item]{Schema: "v1", Interval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf := &checkingFile{File: f, t: t, history: map[int64]map[string]string{0: {}}}
+	state := map[string]string{}
+	// change records the state the next revision will have, then makes it: a save may
+	// come as soon as the source has it.
+	change := func(k, v string) {
+		if v == "" {
+			delete(state, k)
+		} else {
+			state[k] = v
+		}
+		cf.mu.Lock()
+		cf.history[src.Revision()+1] = maps.Clone(state)
+		cf.mu.Unlock()
+		if v == "" {
+			src.Delete(k)
+		} else {
+			src.Put(&item{Name: k, Value: v})
+		}
+	}
+	l := start(t, src, cf, func(o *informer.Options[string, *item]) { o.MaxBatch = 3 })
+	const writes = 3000
+	for i := range writes {
+		k := "k" + strconv.Itoa(i*7919%50)
+		if _, ok := state[k]; ok && i%5 == 4 {
+			change(k, "")
+		} else {
+			change(k, strconv.Itoa(i))
+		}
+		if i%100 == 99 { // let a save happen while the writes go on
+			cf.mu.Lock()
+			before := cf.saves
+			cf.mu.Unlock()
+			informertest.Eventually(t, informertest.DefaultTimeout, func() bool {
+				change("tick", strconv.Itoa(i)) // keeps the queue busy
+				cf.mu.Lock()
+				defer cf.mu.Unlock()
+				return cf.saves > before
+			}, "no save after write %d", i)
+		}
+	}
+	catchUp(t, l, src)
+	l.stop()
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	if cf.saves < 2 {
+		t.Fatalf("%d saves; want periodic saves and the final one", cf.saves)
+	}
+	t.Logf("%d saves checked", cf.saves)
 }
