@@ -85,8 +85,11 @@ type Options[K comparable, V any] struct {
 	// finalStateUnknown for each one gone. Which objects changed is decided by
 	// Options.Revision when set, otherwise by Persister.Equal (package persist compares the
 	// encoded bytes); unchanged ones are resyncs, which reach only handlers due for one.
-	// A state the Persister refuses (corrupt, or saved with another schema, codec or index
-	// set) is reported to the ErrorHandler and the informer lists, as on a first start.
+	// Objects are saved as cached (after Transform) and restored as saved: not transformed
+	// again; an object whose key or index function fails on restore is reported and left
+	// out, like a listed one. A state the Persister refuses (corrupt, or saved with
+	// another schema, codec or index set) is reported to the ErrorHandler and the
+	// informer lists, as on a first start.
 	//
 	// While running, the informer saves the cache every Persister.Interval, when it
 	// changed and is exactly the source's state at a revision, and once more after Run's

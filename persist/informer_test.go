@@ -448,3 +448,30 @@ func TestSavedStateIsOneRevision(t *testing.T) {
 	}
 	t.Logf("%d saves checked", cf.saves)
 }
+
+// An index function that fails for a restored object: the object is reported and left
+// out of the restored cache, like a listed one; a later change of it is an add.
+func TestRestoreIndexError(t *testing.T) {
+	src := newSource()
+	f := newFile(t, t.TempDir())
+	firstLife(t, src, f)
+	changeWhileDown(src)
+	l := start(t, src, f, func(o *informer.Options[string, *item]) {
+		o.Indexers["group"] = informer.IndexBy(func(it *item) (string, error) {
+			if it.Name == "b" && it.Value == "1" {
+				return "", errors.New("b=1 has no group")
+			}
+			return it.Group, nil
+		})
+	})
+	l.rec.Expect(t, "add*a=1", "add*c=1", "add b=2", "delete c=1", "add d=1")
+	catchUp(t, l, src)
+	checkCache(t, l)
+	var oe *informer.ObjectError
+	if errs := l.errors(); len(errs) != 1 || !errors.As(errs[0], &oe) || oe.Key != "b" {
+		t.Fatalf("errors %v, want one ObjectError for b", errs)
+	}
+	if st := l.inf.Stats(); st.IndexErrors != 1 {
+		t.Fatalf("Stats.IndexErrors %d, want 1", st.IndexErrors)
+	}
+}
