@@ -797,6 +797,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 	}
 	if err != nil {
 		if ctx.Err() == nil {
+			inf.logger.Warn("persisted cache not used: listing", "err", err)
 			inf.report(fmt.Errorf("informer %q: persisted cache not used, listing instead: %w", inf.opts.Name, err))
 		}
 		return

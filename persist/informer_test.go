@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/persist"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -473,5 +475,53 @@ func TestRestoreIndexError(t *testing.T) {
 	}
 	if st := l.inf.Stats(); st.IndexErrors != 1 {
 		t.Fatalf("Stats.IndexErrors %d, want 1", st.IndexErrors)
+	}
+}
+
+// The same over source/http (Handler and Client on loopback): a resumed watch, and after
+// a compaction (410 Gone) a relist with differences only.
+func TestWarmRestartHTTP(t *testing.T) {
+	for _, compact := range []bool{false, true} {
+		t.Run(map[bool]string{false: "resumed", true: "compacted"}[compact], func(t *testing.T) {
+			src := newSource()
+			srv := httptest.NewServer(httpsource.NewHandler[*item](src, httpsource.HandlerOptions[*item]{}))
+			t.Cleanup(srv.Close)
+			client, err := httpsource.NewClient[*item](srv.URL, httpsource.ClientOptions[*item]{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newFile(t, t.TempDir())
+			src.Put(&item{Name: "a", Group: "g1", Value: "1"})
+			src.Put(&item{Name: "b", Group: "g1", Value: "1"})
+			src.Put(&item{Name: "c", Group: "g2", Value: "1"})
+			l := start(t, client, f, nil)
+			l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1")
+			l.stop()
+			changeWhileDown(src)
+			want := []string{"add*a=1", "add*b=1", "add*c=1", "update b=1→2", "delete c=1", "add d=1"}
+			if compact {
+				src.Compact(src.Revision())
+				want = []string{"add*a=1", "add*b=1", "add*c=1", "update b=1→2", "add d=1", "delete?c=1"}
+			}
+			l = start(t, client, f, nil)
+			l.rec.Expect(t, want...)
+			src.Put(&item{Name: "e", Group: "g1", Value: "1"}) // a barrier
+			l.rec.Expect(t, append(want, "add e=1")...)
+			checkCacheWith(t, l, "e=1/g1")
+			if st := l.inf.Stats(); (st.Lists == 0) == compact {
+				t.Fatalf("%d lists after a warm start (compacted: %v)", st.Lists, compact)
+			}
+		})
+	}
+}
+
+func checkCacheWith(t *testing.T, l *life, extra string) {
+	t.Helper()
+	var got []string
+	for k, v := range l.inf.All() {
+		got = append(got, k+"="+v.Value+"/"+v.Group)
+	}
+	if want := []string{"a=1/g1", "b=2/g2", "d=1/g1", extra}; !slices.Equal(got, want) {
+		t.Fatalf("cache %v, want %v", got, want)
 	}
 }
