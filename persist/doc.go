@@ -35,10 +35,10 @@
 //     adds for new ones, deletes with finalStateUnknown for missing ones, never a second
 //     round of initial adds (TestWarmRestartMemory, TestWarmRestartAfterCompaction,
 //     TestWarmRestartAfterCompactionWithRevision, TestWarmRestartSourceReset for a
-//     snapshot newer than the source; over source/http, TestWarmRestartHTTP; over a
-//     real etcd, TestWarmRestartEtcd and
-//     TestWarmRestartEtcdCompacted in source/etcd; examples/configmirror's
-//     TestEmbeddedWarmRestart).
+//     snapshot newer than the source, TestRestoreIndexError for an object an index
+//     function rejects; over source/http, TestWarmRestartHTTP; over a real etcd,
+//     TestWarmRestartEtcd and TestWarmRestartEtcdCompacted in source/etcd;
+//     examples/configmirror's TestEmbeddedWarmRestart).
 //   - Changes are saved: every Interval while the informer runs, when the cache changed,
 //     and once more when it stops (TestPeriodicSave).
 //
