@@ -275,8 +275,9 @@ func (w *writeBatch[K, V]) noteFor(key K, d *delta[V], old V, existed bool) noti
 // load fills the empty store with a restored state in one write (a warm restart's bulk
 // load, under one lock, with no delta queued per object) and appends a notification per
 // stored object to notes: initial adds, in key order. keys[i] is the key of objs[i]; keys
-// need not be sorted, and of duplicate keys one object is kept. An object an index function fails
-// for is reported and not stored. The state is then exactly the source's at rev.
+// need not be sorted (sorted is fastest), and of duplicate keys the last wins. An object
+// an index function fails for is reported and not stored. The state is then exactly the
+// source's at rev.
 func (s *store[K, V]) load(keys []K, objs []V, rev string, report func(error), notes []notification[K, V]) []notification[K, V] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -297,8 +298,8 @@ func (s *store[K, V]) load(keys []K, objs []V, rev string, report func(error), n
 		}
 		e := entry[K, V]{key: keys[i], obj: objs[i]}
 		if prev, dup := s.items.ReplaceOrInsert(e); dup {
-			// Rare (a snapshot holds each key once): put the first back and let the general
-			// path move its index entries.
+			// Rare (a snapshot holds each key once): put the earlier object back and let
+			// the general path replace it, index entries included.
 			s.items.ReplaceOrInsert(prev)
 			s.upsertLocked(e.key, e.obj, indexHint[V]{set: set, vals: vals, ends: ends})
 			continue
