@@ -397,3 +397,12 @@ func (f *deltaFIFO[K, V]) close() {
 	f.closed = true
 	f.cond.Broadcast()
 }
+
+// markRestored records that the cache holds a restored state at rev, as if a first list
+// had been applied: the next replace is a relist, whose adds are not initial.
+func (f *deltaFIFO[K, V]) markRestored(rev string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.populated = true
+	f.lastRev = rev
+}

@@ -203,6 +203,7 @@ type store[K comparable, V any] struct {
 	set     atomic.Pointer[indexSet[V]] // the functions of indexes, for any goroutine
 	gen     atomic.Uint64               // bumped after every write batch
 	rev     string                      // revision the state reflects, set with the batch
+	exact   bool                        // the state is exactly the source's at rev: nothing applied beyond it
 	epoch   uint64                      // bumped by every new snapshot; see bucket.epoch
 
 	snap       atomic.Pointer[Snapshot[K, V]]
@@ -535,6 +536,9 @@ func (s *store[K, V]) publishLocked(rev string) {
 	if rev != "" {
 		s.rev = rev
 	}
+	// A batch without a revision left changes queued: the state holds some changes newer
+	// than rev, but not all of them.
+	s.exact = rev != ""
 	s.gen.Add(1)
 }
 
@@ -559,6 +563,7 @@ func (s *store[K, V]) snapshotLocked() *Snapshot[K, V] {
 		compare:  s.compare,
 		gen:      gen,
 		revision: s.rev,
+		exact:    s.exact,
 		items:    s.items.Clone(),
 		indexes:  make(map[string]snapIndex[K, V], len(s.indexes)),
 	}
@@ -577,6 +582,7 @@ type Snapshot[K comparable, V any] struct {
 	compare  func(a, b K) int
 	gen      uint64
 	revision string
+	exact    bool // the state is exactly the source's at revision (see store.exact)
 	items    *btree.BTreeG[entry[K, V]]
 	indexes  map[string]snapIndex[K, V]
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,27 @@ type Options[K comparable, V any] struct {
 	MaxPending int
 	// MaxBatch is the most keys applied to the cache in one batch; 0 means 1024.
 	MaxBatch int
+
+	// Persist, when set, makes restarts warm (package persist implements it with a
+	// snapshot file). Run first loads the saved state: if there is one and the Persister
+	// accepts it, the cache is filled with it in one write, handlers receive each object as
+	// an initial add (as after a list), the informer is synced and Restored, and the watch
+	// resumes from the saved revision: no list. If the source says that revision expired,
+	// the informer lists consistently and delivers only the differences: an update for
+	// each object that changed, an add (not initial) for each new one, a delete with
+	// finalStateUnknown for each one gone. Which objects changed is decided by
+	// Options.Revision when set, otherwise by Persister.Equal (package persist compares the
+	// encoded bytes); unchanged ones are resyncs, which reach only handlers due for one.
+	// Objects are saved as cached (after Transform) and restored as saved: not transformed
+	// again; an object whose key or index function fails on restore is reported and left
+	// out, like a listed one. A state the Persister refuses (corrupt, or saved with
+	// another schema, codec or index set) is reported to the ErrorHandler and the
+	// informer lists, as on a first start.
+	//
+	// While running, the informer saves the cache every Persister.Interval, when it
+	// changed and is exactly the source's state at a revision, and once more after Run's
+	// context is done (Run returns after that save). Default nil: no persistence.
+	Persist Persister[K, V]
 }
 
 // Informer keeps a local, indexed copy of a ListerWatcher's collection and tells its
@@ -99,6 +121,8 @@ type Informer[K comparable, V any] struct {
 
 	synced   atomic.Bool
 	syncedCh chan struct{}
+	restored atomic.Bool // the cache holds a restored state that no list has replaced yet
+	savedGen uint64      // the store generation last saved (Options.Persist)
 
 	warnMu sync.Mutex
 	warned map[string]warned // by kind: see warnLimited
@@ -180,6 +204,8 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	inf.writer.report = inf.report
 	if opts.Revision != nil {
 		inf.writer.sameRevision = func(a, b V) bool { return opts.Revision(a) == opts.Revision(b) }
+	} else if opts.Persist != nil {
+		inf.writer.sameRevision = opts.Persist.Equal
 	}
 	inf.stats.ListDuration = histogram.New(histogram.DurationBuckets...)
 	inf.stats.ListItems = histogram.New(histogram.ItemBuckets...)
@@ -222,15 +248,25 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 		return ErrAlreadyStarted
 	}
 	inf.proc.start()
+	if inf.opts.Persist != nil {
+		inf.restore(ctx)
+	}
 
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); inf.processLoop() }()
 	go func() { defer wg.Done(); inf.refl.run(ctx) }()
+	if inf.opts.Persist != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); inf.persistLoop(ctx) }()
+	}
 	<-ctx.Done()
 	inf.fifo.close()
 	inf.proc.abortWaits()
 	wg.Wait()
+	if inf.opts.Persist != nil {
+		inf.save(context.WithoutCancel(ctx)) // the pipeline has stopped: the last state
+	}
 
 	// The handlers stop strictly after the pipeline that feeds them.
 	inf.stopped.Store(true)
@@ -367,6 +403,7 @@ func (inf *Informer[K, V]) replace(items []V, rev string) error {
 	}
 	clear(items[len(objs):])
 	inf.stats.Relists.Add(1)
+	inf.restored.Store(false)
 	return inf.fifo.replace(keys, objs, rev)
 }
 
@@ -490,13 +527,26 @@ func (inf *Informer[K, V]) RemoveHandler(reg *Registration) bool { return inf.pr
 
 // HasSynced reports whether the initial list is in the cache. Handlers may still be
 // delivering it; use Registration.HasSynced for that.
+//
+// After a warm restart (Options.Persist) the restored state counts as the initial list:
+// HasSynced is true as soon as it is in the cache, before the resumed watch has caught
+// up with the source. Like a list served from a source's cache, it is a whole,
+// consistent state, just older; Restored says the informer serves one. A caller that
+// needs the changes made while it was down uses WaitForRevision with a revision it read
+// from the source.
 func (inf *Informer[K, V]) HasSynced() bool { return inf.synced.Load() }
+
+// Restored reports whether the cache holds a state loaded by Options.Persist that no list
+// has replaced: the watch resumed from the saved revision and is bringing it up to date.
+// It turns false once a list (after an expired revision, say) replaces the state.
+func (inf *Informer[K, V]) Restored() bool { return inf.restored.Load() }
 
 // Synced returns a channel closed once HasSynced is true.
 func (inf *Informer[K, V]) Synced() <-chan struct{} { return inf.syncedCh }
 
-// WaitForCacheSync blocks until the initial list is in the cache, or ctx is done. It
-// waits on a channel, never polls. It reports whether the cache synced.
+// WaitForCacheSync blocks until the initial list (or a restored state, see HasSynced) is
+// in the cache, or ctx is done. It waits on a channel, never polls. It reports whether the
+// cache synced.
 func (inf *Informer[K, V]) WaitForCacheSync(ctx context.Context) bool {
 	select {
 	case <-inf.syncedCh:
@@ -775,4 +825,106 @@ func (s *counters) countError(err error) {
 	default:
 		s.OtherErrors.Add(1)
 	}
+}
+
+// --- warm restart (Options.Persist) ---
+
+// persistedCache describes this informer's cache to its Persister.
+func (inf *Informer[K, V]) persistedCache() PersistedCache {
+	names := make([]string, 0, len(inf.opts.Indexers))
+	for name := range inf.opts.Indexers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return PersistedCache{Informer: inf.opts.Name, Indexes: names}
+}
+
+// restore loads the saved state, if the Persister has one it accepts, into the cache in
+// one write, tells the handlers of each object as initial adds, marks the informer synced
+// and makes the reflector watch from the state's revision. Otherwise the informer starts
+// cold. It runs before the pipeline starts.
+func (inf *Informer[K, V]) restore(ctx context.Context) {
+	var keys []K
+	var objs []V
+	rev, err := inf.opts.Persist.Load(ctx, inf.persistedCache(), func(obj V) {
+		k, err := inf.key(obj)
+		if err != nil {
+			inf.report(err)
+			return
+		}
+		keys = append(keys, k)
+		objs = append(objs, obj)
+	})
+	switch {
+	case errors.Is(err, ErrNoPersistedState):
+		inf.logger.Info("no persisted cache: listing", "reason", err)
+		return
+	case err == nil && rev == "":
+		err = errors.New("the saved state has no revision")
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			inf.logger.Warn("persisted cache not used: listing", "err", err)
+			inf.report(fmt.Errorf("informer %q: persisted cache not used, listing instead: %w", inf.opts.Name, err))
+		}
+		return
+	}
+	// A Block handler stalled on the initial adds must not hold a stop.
+	stop := context.AfterFunc(ctx, inf.proc.abortWaits)
+	defer stop()
+	inf.proc.deliver(func(notes []notification[K, V]) []notification[K, V] {
+		notes = inf.store.load(keys, objs, rev, inf.report, notes)
+		inf.stats.Objects.Store(int64(len(notes)))
+		inf.fifo.markRestored(rev)
+		inf.restored.Store(true)
+		inf.synced.Store(true)
+		close(inf.syncedCh)
+		return notes
+	}, true)
+	inf.savedGen = inf.store.gen.Load() // what was loaded need not be written again
+	inf.advance(watermark{rev: rev, inclusive: true})
+	inf.refl.resumeFrom(rev)
+	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))
+}
+
+// persistLoop saves the cache every Persister.Interval until ctx is done.
+func (inf *Informer[K, V]) persistLoop(ctx context.Context) {
+	d := inf.opts.Persist.Interval()
+	if d <= 0 {
+		return
+	}
+	t := inf.opts.Clock.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		inf.save(ctx)
+		t.Reset(d)
+	}
+}
+
+// save saves the cache if it changed since the last save and is exactly the source's
+// state at its revision (no change of a later revision applied, none of an earlier one
+// still queued); otherwise it leaves the saved state as it is. Called from one goroutine
+// at a time.
+func (inf *Informer[K, V]) save(ctx context.Context) {
+	if !inf.synced.Load() {
+		return
+	}
+	sn := inf.store.snapshot()
+	if sn.gen == inf.savedGen {
+		return
+	}
+	if !sn.exact || sn.revision == "" {
+		inf.logger.Debug("cache not saved: changes are still queued", "revision", sn.revision)
+		return
+	}
+	if err := inf.opts.Persist.Save(ctx, inf.persistedCache(), sn); err != nil {
+		inf.report(fmt.Errorf("informer %q: saving the cache: %w", inf.opts.Name, err))
+		return
+	}
+	inf.savedGen = sn.gen
 }

@@ -196,6 +196,7 @@ type reflector[V any] struct {
 
 	mu       sync.Mutex
 	lastSync string // the revision of the last list or event applied
+	resume   bool   // warm restart: the next pass watches from lastSync without a list
 
 	lastErr atomic.Pointer[sourceError]
 }
@@ -369,6 +370,9 @@ func (r *reflector[V]) sleep(ctx context.Context, d time.Duration) bool {
 // listAndWatch is one pass: list (or stream the list), start the resync timer, then watch
 // until the watch fails in a way that needs a relist.
 func (r *reflector[V]) listAndWatch(ctx context.Context) error {
+	if r.takeResume() {
+		return r.resumeWatch(ctx) // warm restart: the cache holds the state at lastSync
+	}
 	r.progressed = false
 	var w Watch[V]
 	if !r.noStream {
@@ -823,4 +827,40 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		}
 		count++
 	}
+}
+
+// --- warm restart (Options.Persist) ---
+
+// resumeFrom makes the next pass of listAndWatch watch from rev, the revision of a state
+// the informer restored, instead of listing. If the source says rev expired (a snapshot
+// older than the source's history), the reflector relists promptly, as after an expiry
+// that followed progress: the restored state counts as progress.
+func (r *reflector[V]) resumeFrom(rev string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastSync = rev
+	r.resume = true
+}
+
+// resumeWatch is the pass of listAndWatch that resumes a restored state: the resync timer
+// and the watch, without a list.
+func (r *reflector[V]) resumeWatch(ctx context.Context) error {
+	passCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	if period := r.sink.resyncPeriod(); period > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.resyncLoop(passCtx, period) }()
+	}
+	r.progressed = true // an expired snapshot revision is expected: relist promptly
+	return r.watchLoop(ctx, nil)
+}
+
+// takeResume reports whether this pass resumes a restored state, once.
+func (r *reflector[V]) takeResume() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	resume := r.resume
+	r.resume = false
+	return resume
 }

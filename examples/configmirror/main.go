@@ -12,6 +12,14 @@
 // is interrupted:
 //
 //	go run ./examples/configmirror --endpoints 127.0.0.1:2379 --prefix /config/ --team billing
+//
+// With --state-dir the mirror keeps its cache in a snapshot file there (package persist)
+// and restarts warm: it loads the file and resumes the watch from the saved revision
+// instead of listing. The embedded run then also stops its mirror after the script,
+// changes etcd while it is down, and starts a second mirror that restores the cache and
+// hears only those changes; against a real cluster, run it twice:
+//
+//	go run ./examples/configmirror --state-dir /tmp/configmirror
 package main
 
 import (
@@ -21,6 +29,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
@@ -34,6 +43,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -63,6 +73,7 @@ type options struct {
 	duration  time.Duration
 	username  string
 	password  string
+	stateDir  string // non-empty: persist the cache there and restart warm
 }
 
 func main() {
@@ -73,6 +84,7 @@ func main() {
 	flag.DurationVar(&opts.duration, "duration", 0, "with --endpoints: stop after this long (0: run until interrupted)")
 	flag.StringVar(&opts.username, "user", "", "with --endpoints: etcd user name")
 	flag.StringVar(&opts.password, "password", "", "with --endpoints: etcd password")
+	flag.StringVar(&opts.stateDir, "state-dir", "", "keep the cache in this directory and restart warm from it (no list)")
 	flag.Parse()
 	if *endpoints != "" {
 		opts.endpoints = strings.Split(*endpoints, ",")
@@ -153,17 +165,13 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	if err != nil {
 		return err
 	}
-	inf, err := informer.New(src, informer.Options[string, *Config]{
-		Name: "configs",
-		Key:  func(c *Config) (string, error) { return c.Name, nil },
-		Indexers: informer.Indexers[*Config]{
-			"team": informer.IndexBy(func(c *Config) (string, error) { return c.Team, nil }),
-			"env":  informer.IndexBy(func(c *Config) (string, error) { return c.Env, nil }),
-		},
-		ErrorHandler: report,
-	})
-	if err != nil {
-		return err
+	var store informer.Persister[string, *Config]
+	if opts.stateDir != "" {
+		f, err := persist.New[string, *Config](opts.stateDir, persist.Options[*Config]{Schema: "configmirror-1", Codec: configCodec})
+		if err != nil {
+			return err
+		}
+		store = f
 	}
 	changes := make(chan struct{}, 64) // one per printed change, for the scripted run
 	changed := func() {
@@ -172,36 +180,63 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		default:
 		}
 	}
-	reg, err := inf.AddHandler(informer.HandlerFuncs[*Config]{
-		AddFunc: func(c *Config, initial bool) {
-			if initial {
-				say("  listed  %v", c)
-				return
-			}
-			say("+ added   %v", c)
-			changed()
-		},
-		UpdateFunc: func(old, new *Config) {
-			say("~ updated %v (was %v)", new, old)
-			changed()
-		},
-		DeleteFunc: func(c *Config, finalStateUnknown bool) {
-			if finalStateUnknown {
-				say("- deleted %s (while disconnected; last known %v)", c.Name, c)
-			} else {
-				say("- deleted %s", c.Name)
-			}
-			changed()
-		},
-	}, informer.HandlerOptions{Name: "printer"})
+	// mirror starts an informer over the prefix with a printing handler; stop stops it
+	// (and saves its cache, with --state-dir).
+	mirror := func() (inf *informer.Informer[string, *Config], reg *informer.Registration, stop func(), err error) {
+		inf, err = informer.New(src, informer.Options[string, *Config]{
+			Name: "configs",
+			Key:  func(c *Config) (string, error) { return c.Name, nil },
+			Indexers: informer.Indexers[*Config]{
+				"team": informer.IndexBy(func(c *Config) (string, error) { return c.Team, nil }),
+				"env":  informer.IndexBy(func(c *Config) (string, error) { return c.Env, nil }),
+			},
+			ErrorHandler: report,
+			Persist:      store,
+			Logger:       slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		reg, err = inf.AddHandler(informer.HandlerFuncs[*Config]{
+			AddFunc: func(c *Config, initial bool) {
+				switch {
+				case initial && inf.Restored():
+					say("  restored %v", c)
+				case initial:
+					say("  listed  %v", c)
+				default:
+					say("+ added   %v", c)
+					changed()
+				}
+			},
+			UpdateFunc: func(old, new *Config) {
+				say("~ updated %v (was %v)", new, old)
+				changed()
+			},
+			DeleteFunc: func(c *Config, finalStateUnknown bool) {
+				if finalStateUnknown {
+					say("- deleted %s (while disconnected; last known %v)", c.Name, c)
+				} else {
+					say("- deleted %s", c.Name)
+				}
+				changed()
+			},
+		}, informer.HandlerOptions{Name: "printer"})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = inf.Run(runCtx) }()
+		var once sync.Once
+		stop = func() { once.Do(func() { cancel(); <-done }) }
+		return inf, reg, stop, nil
+	}
+	inf, reg, stopMirror, err := mirror()
 	if err != nil {
 		return err
 	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { stopMirror() }()
 
 	select {
 	case <-reg.Synced(): // the handler has printed the initial list
@@ -210,7 +245,11 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	}
 	// (Not inf.LastSyncRevision(): the informer records it once it has handed the list on,
 	// which may be just after the handler has been given it.)
-	say("synced %d configs", inf.Len())
+	if inf.Restored() {
+		say("restored %d configs: resuming the watch, no list", inf.Len())
+	} else {
+		say("synced %d configs", inf.Len())
+	}
 	query := func() error {
 		configs, err := inf.ByIndex("team", opts.team)
 		if err != nil {
@@ -270,7 +309,87 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		return err
 	}
 	say("mirrored %d configs at revision %s; %d document(s) did not decode", inf.Len(), last, inf.Stats().DecodeErrors)
+	if opts.stateDir == "" {
+		return nil
+	}
+
+	// A warm restart: stop the mirror (it saves its cache), change etcd while it is down,
+	// start a new mirror from the saved cache: it restores the configs and hears only the
+	// changes, from a watch resumed at the saved revision.
+	stopMirror()
+	say("stopped the mirror; its cache is saved in %s", opts.stateDir)
+	var rev int64
+	for _, step := range whileDown {
+		if step.doc == "" {
+			d, err := client.Delete(ctx, opts.prefix+step.name)
+			if err != nil {
+				return err
+			}
+			rev = d.Header.Revision
+		} else {
+			p, err := client.Put(ctx, opts.prefix+step.name, step.doc)
+			if err != nil {
+				return err
+			}
+			rev = p.Header.Revision
+		}
+	}
+	inf, reg, stopMirror, err = mirror()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-reg.Synced():
+	case <-ctx.Done():
+		return fmt.Errorf("mirror did not sync: %w", ctx.Err())
+	}
+	if inf.Restored() {
+		say("restarted warm: %d configs restored, resuming the watch", inf.Len())
+	}
+	if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {
+		return err
+	}
+	for range whileDown {
+		select {
+		case <-changes:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := query(); err != nil {
+		return err
+	}
+	say("mirrored %d configs at revision %d after %d list(s)", inf.Len(), rev, inf.Stats().Lists)
 	return nil
+}
+
+// whileDown is what the embedded run with --state-dir changes while its mirror is down.
+var whileDown = []struct{ name, doc string }{
+	{name: "search", doc: `{"team":"discovery","env":"prod","replicas":6}`},
+	{name: "ledger"},
+	{name: "checkout", doc: `{"team":"billing","env":"prod","replicas":2}`},
+}
+
+// configCodec persists a Config with its name, which its JSON leaves out.
+var configCodec = persist.CodecFuncs[*Config]{
+	CodecName: "configmirror-json",
+	EncodeFunc: func(c *Config) ([]byte, error) {
+		return json.Marshal(struct {
+			Name string `json:"name"`
+			*Config
+		}{c.Name, c})
+	},
+	DecodeFunc: func(data []byte) (*Config, error) {
+		var v struct {
+			Name string `json:"name"`
+			Config
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, err
+		}
+		v.Config.Name = v.Name
+		return &v.Config, nil
+	},
 }
 
 // sampleConfigs are written to the embedded etcd before the mirror starts.

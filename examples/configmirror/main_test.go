@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,36 @@ func TestEndpoints(t *testing.T) {
 	want := "  listed  a team=t env=prod replicas=1\nsynced 1 configs\n? team t: a(1)\n? team t: a(1)\n"
 	if out.String() != want {
 		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// With --state-dir the embedded run restarts its mirror warm: the second mirror restores
+// the cache and hears only the changes made while it was down, without a list.
+func TestEmbeddedWarmRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, &out, options{prefix: "/config/", team: "billing", stateDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "stopped the mirror") })
+	if i < 0 {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	want := []string{
+		"  restored invoices team=billing env=prod replicas=3",
+		"  restored ledger team=billing env=staging replicas=1",
+		"  restored payments team=billing env=prod replicas=5 features=3ds,wallets",
+		"  restored search team=discovery env=prod replicas=4",
+		"restarted warm: 4 configs restored, resuming the watch",
+		"~ updated search team=discovery env=prod replicas=6 (was search team=discovery env=prod replicas=4)",
+		"- deleted ledger",
+		"+ added   checkout team=billing env=prod replicas=2",
+		"? team billing: checkout(2) invoices(3) payments(5)",
+		"mirrored 4 configs at revision 13 after 0 list(s)",
+	}
+	if got := lines[i+1:]; !slices.Equal(got, want) {
+		t.Fatalf("after the restart:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -1,0 +1,373 @@
+package persist
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/informer-go/informer"
+)
+
+// The file format, little-endian throughout:
+//
+//	magic        8 bytes  "INFSNAP\x00"
+//	format       uint32   formatVersion
+//	header size  uint32   at most maxHeader
+//	header                schema, codec, informer (each a uvarint length and bytes),
+//	                      the number of index names and each name (likewise),
+//	                      revision (likewise), object count (uvarint)
+//	records               count times: a uvarint length and the codec's bytes
+//	trailer      8 bytes  "INFSEND\x00"
+//	checksum     uint32   CRC-32C of every byte before it
+//
+// Records are read in one sequential pass with a reused buffer; the checksum covers the
+// header, so a torn or damaged header is refused like a damaged record.
+
+const (
+	formatVersion = 1
+	maxHeader     = 1 << 20
+	tempSuffix    = ".tmp-"
+	bufferSize    = 1 << 20
+)
+
+var (
+	magic        = [8]byte{'I', 'N', 'F', 'S', 'N', 'A', 'P', 0}
+	trailerMagic = [8]byte{'I', 'N', 'F', 'S', 'E', 'N', 'D', 0}
+	castagnoli   = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// header is the snapshot's description.
+type header struct {
+	schema, codec, informer string
+	indexes                 []string
+	revision                string
+	count                   uint64
+}
+
+func (h *header) encode() []byte {
+	var b []byte
+	str := func(s string) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
+	str(h.schema)
+	str(h.codec)
+	str(h.informer)
+	b = binary.AppendUvarint(b, uint64(len(h.indexes)))
+	for _, s := range h.indexes {
+		str(s)
+	}
+	str(h.revision)
+	b = binary.AppendUvarint(b, h.count)
+	return b
+}
+
+func decodeHeader(b []byte) (*header, error) {
+	bad := fmt.Errorf("%w: malformed header", ErrCorrupt)
+	num := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	str := func() (string, bool) {
+		n, ok := num()
+		if !ok || n > uint64(len(b)) {
+			return "", false
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, true
+	}
+	h := &header{}
+	var ok bool
+	if h.schema, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.codec, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.informer, ok = str(); !ok {
+		return nil, bad
+	}
+	n, ok := num()
+	if !ok || n > uint64(len(b)) {
+		return nil, bad
+	}
+	for range n {
+		s, ok := str()
+		if !ok {
+			return nil, bad
+		}
+		h.indexes = append(h.indexes, s)
+	}
+	if h.revision, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.count, ok = num(); !ok || len(b) != 0 {
+		return nil, bad
+	}
+	return h, nil
+}
+
+// crashHook, set by the crash tests only, is called as the snapshot is written: with the
+// number of bytes written so far after every write to the temporary file (a write that
+// crosses crashOffset is split there), and with -1 and the step after each later step.
+var (
+	crashOffset int64 = -1
+	crashHook   func(written int64, step string)
+)
+
+// fileWriter counts and hashes what reaches the file.
+type fileWriter struct {
+	f       *os.File
+	crc     hash.Hash32
+	written int64
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if crashHook != nil && crashOffset >= w.written && crashOffset < w.written+int64(len(p)) {
+		n, err := w.write(p[:crashOffset-w.written])
+		crashHook(w.written, "write")
+		if err != nil {
+			return n, err
+		}
+		m, err := w.write(p[n:])
+		return n + m, err
+	}
+	return w.write(p)
+}
+
+func (w *fileWriter) write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.crc.Write(p[:n])
+	w.written += int64(n)
+	return n, err
+}
+
+func step(name string) {
+	if crashHook != nil {
+		crashHook(-1, name)
+	}
+}
+
+// writeFile writes a snapshot at path atomically: temporary file, fsync, rename, fsync
+// of the directory.
+func writeFile[V any](ctx context.Context, path string, h *header, objects func(yield func(any, V) bool), codec Codec[V]) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+tempSuffix+"*")
+	if err != nil {
+		return fmt.Errorf("persist: saving %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	fw := &fileWriter{f: f, crc: crc32.New(castagnoli)}
+	bw := bufio.NewWriterSize(fw, bufferSize)
+	hb := h.encode()
+	var fixed [16]byte
+	copy(fixed[:8], magic[:])
+	binary.LittleEndian.PutUint32(fixed[8:], formatVersion)
+	binary.LittleEndian.PutUint32(fixed[12:], uint32(len(hb)))
+	bw.Write(fixed[:])
+	bw.Write(hb)
+	var lenBuf [binary.MaxVarintLen64]byte
+	var n uint64
+	for k, obj := range objects {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return fmt.Errorf("persist: saving %s: %w", path, ctx.Err())
+		}
+		b, err := safeEncode(codec, obj)
+		if err != nil {
+			return fmt.Errorf("persist: saving %s: encoding the object with key %v: %w", path, k, err)
+		}
+		bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(b)))])
+		bw.Write(b)
+		n++
+	}
+	if n != h.count {
+		return fmt.Errorf("persist: saving %s: the state changed while it was written (%d objects, %d expected)", path, n, h.count)
+	}
+	bw.Write(trailerMagic[:])
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("persist: saving %s: %w", path, err)
+	}
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], fw.crc.Sum32())
+	if _, err := fw.Write(sum[:]); err != nil {
+		return fmt.Errorf("persist: saving %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("persist: saving %s: fsync: %w", path, err)
+	}
+	step("synced")
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("persist: saving %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("persist: saving %s: %w", path, err)
+	}
+	step("renamed")
+	if d, err := os.Open(dir); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("persist: saving %s: fsync of the directory: %w", path, err)
+		}
+	}
+	step("done")
+	return nil
+}
+
+// fileReader hashes every byte of the file before the checksum as it is read.
+type fileReader struct {
+	f      *os.File
+	crc    uint32
+	offset int64
+	hashTo int64 // the offset of the checksum
+}
+
+func (r *fileReader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	if h := min(int64(n), r.hashTo-r.offset); h > 0 {
+		r.crc = crc32.Update(r.crc, castagnoli, p[:h])
+	}
+	r.offset += int64(n)
+	return n, err
+}
+
+// readFile reads the snapshot at path: check accepts or refuses the header before any
+// record is read; add receives each object.
+func readFile[V any](ctx context.Context, path string, codec Codec[V], check func(*header) error, add func(V)) (*header, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("persist: %s: %w", path, informer.ErrNoPersistedState)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("persist: %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("persist: %s: %w", path, err)
+	}
+	size := st.Size()
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("persist: %s (%d bytes): %w: %s", path, size, ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if size < 16+8+4 {
+		return nil, corrupt("shorter than an empty snapshot")
+	}
+	fr := &fileReader{f: f, hashTo: size - 4}
+	br := bufio.NewReaderSize(fr, bufferSize)
+	var fixed [16]byte
+	if _, err := io.ReadFull(br, fixed[:]); err != nil {
+		return nil, corrupt("reading the header: %v", err)
+	}
+	if [8]byte(fixed[:8]) != magic {
+		return nil, corrupt("not a snapshot file (bad magic)")
+	}
+	if v := binary.LittleEndian.Uint32(fixed[8:]); v != formatVersion {
+		return nil, fmt.Errorf("persist: %s: %w: file format %d, this version reads %d", path, ErrIncompatible, v, formatVersion)
+	}
+	hsize := int64(binary.LittleEndian.Uint32(fixed[12:]))
+	if hsize > maxHeader || 16+hsize+12 > size {
+		return nil, corrupt("header size %d out of bounds", hsize)
+	}
+	hb := make([]byte, hsize)
+	if _, err := io.ReadFull(br, hb); err != nil {
+		return nil, corrupt("reading the header: %v", err)
+	}
+	h, err := decodeHeader(hb)
+	if err != nil {
+		return nil, corrupt("%v", err)
+	}
+	// The header is checked before the checksum (at the end) is known: a damaged header
+	// that happens to decode may be refused as incompatible rather than corrupt; either
+	// way it is refused.
+	if err := check(h); err != nil {
+		return nil, fmt.Errorf("persist: %s: %w", path, err)
+	}
+	pos := 16 + hsize
+	end := size - 12 // the trailer
+	if h.count > uint64(end-pos) {
+		return nil, corrupt("%d objects cannot fit in the file", h.count)
+	}
+	dec := newDecoder(codec, add)
+	defer dec.close()
+	for i := range h.count {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("persist: %s: %w", path, ctx.Err())
+		}
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return nil, corrupt("record %d of %d: %v", i, h.count, err)
+		}
+		pos += int64(uvarintLen(n))
+		if n > uint64(end-pos) {
+			return nil, corrupt("record %d of %d: length %d past the end", i, h.count, n)
+		}
+		if _, err := io.ReadFull(br, dec.next(int(n))); err != nil {
+			return nil, corrupt("record %d of %d: %v", i, h.count, err)
+		}
+		pos += int64(n)
+		if err := dec.err(); err != nil {
+			return nil, corrupt("%v", err)
+		}
+	}
+	if err := dec.flush(); err != nil {
+		return nil, corrupt("%v", err)
+	}
+	if pos != end {
+		return nil, corrupt("%d bytes between the last record and the trailer", end-pos)
+	}
+	var tail [12]byte
+	if _, err := io.ReadFull(br, tail[:]); err != nil {
+		return nil, corrupt("reading the trailer: %v", err)
+	}
+	if [8]byte(tail[:8]) != trailerMagic {
+		return nil, corrupt("bad trailer")
+	}
+	if want, got := binary.LittleEndian.Uint32(tail[8:]), fr.crc; want != got {
+		return nil, corrupt("checksum mismatch: the file says %08x, its content gives %08x", want, got)
+	}
+	return h, nil
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func safeEncode[V any](c Codec[V], obj V) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("codec %s panicked: %v", c.Name(), r)
+		}
+	}()
+	return c.Encode(obj)
+}
+
+func safeDecode[V any](c Codec[V], data []byte) (v V, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("codec %s panicked: %v", c.Name(), r)
+		}
+	}()
+	return c.Decode(data)
+}

@@ -1,0 +1,224 @@
+package persist
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/informer-go/informer"
+)
+
+// Codec turns objects into bytes and back. Decode must not keep data: the buffer is reused
+// for the next record. A panic in either is turned into an error.
+type Codec[V any] interface {
+	// Name identifies the encoding in the snapshot's header ("json", "proto-v2", …): a
+	// snapshot written with another name is refused.
+	Name() string
+	// Encode returns obj's bytes.
+	Encode(obj V) ([]byte, error)
+	// Decode returns the object data encodes.
+	Decode(data []byte) (V, error)
+}
+
+// CodecFuncs makes a Codec of any Encode/Decode pair.
+type CodecFuncs[V any] struct {
+	// CodecName is what Name returns.
+	CodecName string
+	// EncodeFunc serves Encode.
+	EncodeFunc func(obj V) ([]byte, error)
+	// DecodeFunc serves Decode.
+	DecodeFunc func(data []byte) (V, error)
+}
+
+// Name returns CodecName.
+func (c CodecFuncs[V]) Name() string { return c.CodecName }
+
+// Encode calls EncodeFunc.
+func (c CodecFuncs[V]) Encode(obj V) ([]byte, error) { return c.EncodeFunc(obj) }
+
+// Decode calls DecodeFunc.
+func (c CodecFuncs[V]) Decode(data []byte) (V, error) { return c.DecodeFunc(data) }
+
+// JSON returns the default codec, named "json": encoding/json's Marshal and Unmarshal.
+// It stores what encoding/json sees (exported fields).
+func JSON[V any]() Codec[V] {
+	return CodecFuncs[V]{
+		CodecName:  "json",
+		EncodeFunc: func(obj V) ([]byte, error) { return json.Marshal(obj) },
+		DecodeFunc: func(data []byte) (V, error) {
+			var v V
+			err := json.Unmarshal(data, &v)
+			return v, err
+		},
+	}
+}
+
+// Options configures a File. The zero value is valid: JSON, a save every minute, schema "".
+type Options[V any] struct {
+	// Schema is your version of what the objects mean: bump it when the key function, the
+	// Transform or the object type changes in a way an old snapshot must not be loaded
+	// with. A snapshot written with another Schema is refused (ErrIncompatible). Default "".
+	Schema string
+	// Codec encodes the objects; default JSON.
+	Codec Codec[V]
+	// Interval is how often a running informer saves its cache (when it changed); 0 means
+	// one minute, negative means only when the informer stops. A save reads an immutable
+	// snapshot and never blocks the informer; it costs one encode per object and one
+	// sequential write of the file.
+	Interval time.Duration
+	// FileName is the snapshot's name in the directory; default the informer's name
+	// (Options.Name) with ".snapshot" appended, with characters other than letters,
+	// digits, '-', '_' and '.' replaced by '_'.
+	FileName string
+}
+
+// File keeps an informer's cache in a snapshot file of a directory: it implements
+// informer.Persister. One File serves one informer; two processes must not share a
+// directory and file name. It is safe for concurrent use.
+type File[K comparable, V any] struct {
+	dir  string
+	opts Options[V]
+}
+
+var _ informer.Persister[string, int] = (*File[string, int])(nil)
+
+// New returns a File that keeps its snapshot in dir, creating dir (mode 0700) if needed.
+func New[K comparable, V any](dir string, opts Options[V]) (*File[K, V], error) {
+	if dir == "" {
+		return nil, errors.New("persist: New: empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("persist: New: %w", err)
+	}
+	if opts.Codec == nil {
+		opts.Codec = JSON[V]()
+	}
+	switch {
+	case opts.Interval == 0:
+		opts.Interval = time.Minute
+	case opts.Interval < 0:
+		opts.Interval = 0
+	}
+	return &File[K, V]{dir: dir, opts: opts}, nil
+}
+
+// Errors of Load. Each is wrapped with the file's path and what was found.
+var (
+	// ErrCorrupt means the file is not a whole snapshot: truncated, a checksum mismatch,
+	// a malformed header or record, an object the codec cannot decode.
+	ErrCorrupt = errors.New("snapshot corrupt")
+	// ErrIncompatible means the snapshot is whole but was written for another
+	// configuration: another Schema, codec, informer name or index set.
+	ErrIncompatible = errors.New("snapshot written by another configuration")
+)
+
+// Path returns the snapshot's path for the informer described by desc.
+func (f *File[K, V]) Path(desc informer.PersistedCache) string {
+	name := f.opts.FileName
+	if name == "" {
+		name = sanitize(desc.Informer) + ".snapshot"
+	}
+	return filepath.Join(f.dir, name)
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// Interval returns Options.Interval (0: only at stop).
+func (f *File[K, V]) Interval() time.Duration { return f.opts.Interval }
+
+// Equal reports whether a and b encode to the same bytes (an object that fails to encode
+// is never equal). It costs two encodes.
+func (f *File[K, V]) Equal(a, b V) bool {
+	ea, err := safeEncode(f.opts.Codec, a)
+	if err != nil {
+		return false
+	}
+	eb, err := safeEncode(f.opts.Codec, b)
+	return err == nil && bytes.Equal(ea, eb)
+}
+
+// Load reads the snapshot in one sequential pass, calling add with each object in key
+// order, and returns its revision. It verifies the checksum at the end: add may have been
+// called before an error, and the caller must then discard what it got (the informer
+// does). No file: an error matching informer.ErrNoPersistedState. Leftover temporary
+// files of an interrupted Save are removed.
+func (f *File[K, V]) Load(ctx context.Context, desc informer.PersistedCache, add func(obj V)) (string, error) {
+	path := f.Path(desc)
+	f.removeTemps(path)
+	h, err := readFile(ctx, path, f.opts.Codec, func(h *header) error { return f.check(h, desc) }, add)
+	if err != nil {
+		return "", err
+	}
+	return h.revision, nil
+}
+
+// check refuses a header written for another configuration.
+func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
+	switch {
+	case h.schema != f.opts.Schema:
+		return fmt.Errorf("%w: schema %q, want %q (bump Options.Schema only when old snapshots must be refused)", ErrIncompatible, h.schema, f.opts.Schema)
+	case h.codec != f.opts.Codec.Name():
+		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, f.opts.Codec.Name())
+	case h.informer != desc.Informer:
+		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, desc.Informer)
+	case !equalStrings(h.indexes, desc.Indexes):
+		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
+	}
+	return nil
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Save writes state to a temporary file in the directory, fsyncs it, renames it over the
+// snapshot and fsyncs the directory: a crash at any point leaves either the previous
+// snapshot or the new one, whole. An object that fails to encode fails the Save (the
+// previous snapshot stays). It costs one encode per object and one sequential write.
+func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[K, V]) error {
+	h := &header{
+		schema:   f.opts.Schema,
+		codec:    f.opts.Codec.Name(),
+		informer: desc.Informer,
+		indexes:  desc.Indexes,
+		revision: state.Revision(),
+		count:    uint64(state.Len()),
+	}
+	return writeFile(ctx, f.Path(desc), h, func(yield func(any, V) bool) {
+		for k, v := range state.All() {
+			if !yield(k, v) {
+				return
+			}
+		}
+	}, f.opts.Codec)
+}
+
+// removeTemps removes the temporary files an interrupted Save left.
+func (f *File[K, V]) removeTemps(path string) {
+	matches, _ := filepath.Glob(path + tempSuffix + "*")
+	for _, m := range matches {
+		os.Remove(m)
+	}
+}
