@@ -876,9 +876,10 @@ type connKey struct{}
 // Handler: it records each connection in its context, so that a watch or a list can cap
 // the connection's kernel send buffer (ServeOptions.SendBuffer) and a stalled client's
 // connection is reset (SO_LINGER 0) rather than closed, which frees its unsent data at
-// once. Without it, a stalled HTTP/1 connection is still reset (through Hijack), but send
-// buffers keep the kernel's sizing, which can grow to megabytes per connection and makes a
-// slow reader's progress visible only every third of that. If the server has its own
+// once. Without it a stalled client's connection is closed gracefully, its unsent data
+// held by the kernel until the client reads it or the kernel gives up, and send buffers
+// keep the kernel's sizing, which can grow to megabytes per connection and makes a slow
+// reader's progress visible only every third of that. If the server has its own
 // ConnContext, call this one from it.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
@@ -910,11 +911,16 @@ type streamWriter struct {
 	armed   bool     // a write deadline was set
 }
 
-// begin caps the connection's send buffer, when the connection is known.
+// begin caps the connection's send buffer and arms its reset, when the connection is
+// known: until end, any close of it (net/http closes a connection whose write failed) is
+// abortive.
 func (sw *streamWriter) begin(sendBuffer int) {
 	sw.conn, _ = sw.r.Context().Value(connKey{}).(net.Conn)
-	if tc := tcpConn(sw.conn); tc != nil && sendBuffer > 0 {
-		_ = tc.SetWriteBuffer(sendBuffer)
+	if tc := tcpConn(sw.conn); tc != nil {
+		if sendBuffer > 0 {
+			_ = tc.SetWriteBuffer(sendBuffer)
+		}
+		_ = tc.SetLinger(0)
 	}
 }
 
@@ -934,29 +940,24 @@ func (sw *streamWriter) write(b []byte, flush bool) error {
 	return nil
 }
 
-// end clears the write deadline: the connection may serve other requests.
+// end clears the write deadline and disarms the reset: the response is complete, and
+// the connection may serve other requests or close gracefully.
 func (sw *streamWriter) end() {
 	if sw.armed {
 		_ = sw.rc.SetWriteDeadline(time.Time{})
 	}
+	if tc := tcpConn(sw.conn); tc != nil {
+		_ = tc.SetLinger(-1)
+	}
 }
 
-// abort resets the connection of a stalled client: with SO_LINGER 0, closing it discards
-// what the kernel still holds for it and sends RST. The connection comes from
-// ConnContext, or else from Hijack (HTTP/1); on HTTP/2 the stream is just ended.
+// abort closes the connection of a stalled client. net/http has already closed it when a
+// write failed; with ConnContext, begin made that close a reset (SO_LINGER 0), which
+// discards what the kernel still held for the client and sends RST.
 func (sw *streamWriter) abort() {
-	c := sw.conn
-	if c == nil {
-		hc, _, err := sw.rc.Hijack()
-		if err != nil {
-			return
-		}
-		c = hc
+	if sw.conn != nil {
+		_ = sw.conn.Close()
 	}
-	if tc := tcpConn(c); tc != nil {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
 }
 
 // appendEvent appends the frame of an Added, Modified or Deleted event and reports
