@@ -56,6 +56,7 @@ func dialAs(t testing.TB, addr, query, token string, readBuffer int) *rawConn {
 	if _, err := fmt.Fprintf(conn, "GET /?%s HTTP/1.1\r\nHost: %s\r\n%s\r\n", query, addr, auth); err != nil {
 		t.Fatal(err)
 	}
+	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
 	rc := &rawConn{conn: conn}
 	if rc.resp, err = http.ReadResponse(bufio.NewReaderSize(conn, 4096), nil); err != nil {
 		t.Fatal(err)
@@ -362,6 +363,77 @@ func TestServerSlowReaderKept(t *testing.T) {
 	ts := startServer(t, srv)
 	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true&allowWatchBookmarks=true", "", 16<<10)
 	paced(t, rc, 400<<10, objects) // 400 KiB/s: about 2.5 s
+	if n := srv.Stats().Evicted.Load(); n != 0 {
+		t.Errorf("Stats.Evicted = %d: a steady reader was evicted", n)
+	}
+}
+
+// bigBuffers gives every accepted connection a send buffer of 4 MiB, as the kernel's
+// autotuning does to a connection that was fast for a while.
+type bigBuffers struct{ net.Listener }
+
+func (l bigBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 20)
+	}
+	return c, err
+}
+
+// A steady reader behind a send buffer of megabytes is kept: one write may wait for
+// seconds, until a third of that buffer has drained, but the client's TCP stack accepts
+// data all along, and that progress is what keeps it (ConnContext, Linux).
+func TestServerSlowReaderProgress(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the send queue is read on Linux only")
+	}
+	const objects = 48 // of 256 KiB: 12 MiB, beyond the 8 MiB the kernel gives a 4 MiB SO_SNDBUF
+	up := newUpstream(t, memory.Options{})
+	val := strings.Repeat("v", 256<<10)
+	for i := range objects {
+		put(up.src, fmt.Sprintf("k%02d", i), val)
+	}
+	reported := make(chan error, 1)
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		WriteTimeout: 500 * time.Millisecond, SendBuffer: -1,
+		ErrorHandler: func(err error) {
+			select {
+			case reported <- err:
+			default:
+			}
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Listener = bigBuffers{ts.Listener}
+	ts.Config.ConnContext = ConnContext
+	ts.Start()
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true", "", 64<<10)
+	// 3 MiB at 1 MiB/s, in reads of 16 KiB: the server's writes block throughout.
+	const chunk, total = 16 << 10, 3 << 20
+	tick := time.NewTicker(time.Second * chunk / (1 << 20))
+	defer tick.Stop()
+	buf := make([]byte, chunk)
+	for read := 0; read < total; {
+		<-tick.C
+		n, err := io.ReadFull(rc.r, buf)
+		read += n
+		if err != nil {
+			t.Fatalf("after %d KiB: %v", read>>10, err)
+		}
+	}
+	select {
+	case err := <-reported:
+		t.Errorf("a steady reader at 1 MiB/s was reported: %v", err)
+	default:
+	}
 	if n := srv.Stats().Evicted.Load(); n != 0 {
 		t.Errorf("Stats.Evicted = %d: a steady reader was evicted", n)
 	}

@@ -93,14 +93,16 @@ type ServeOptions struct {
 	// it, so that reconnections spread out and a revoked credential stops receiving within
 	// it. 0 means DefaultMaxWatchDuration; negative means no bound.
 	MaxWatchDuration time.Duration
-	// WriteTimeout is how long a response (a watch, or a list being sent) may have data
-	// waiting to be sent without any write completing. A client past it is disconnected
-	// abortively (its connection is reset, so that the kernel drops the unsent data at
-	// once), counted in Stats.Evicted and reported to ErrorHandler. A client that reads,
-	// however slowly, completes writes: with ConnContext installed, each connection's send
-	// buffer is capped at SendBuffer, and a write completes whenever the client has read
-	// about a third of it. 0 means DefaultWriteTimeout; negative means no timeout, which
-	// lets a stalled client hold its goroutine until it goes away.
+	// WriteTimeout is how long a response (a watch, or a list being sent) may wait for its
+	// client without progress. Progress is a completed write or, with ConnContext
+	// installed (on Linux), any change of the connection's kernel send queue, that is any
+	// data the client's TCP stack accepted: a client that reads, however slowly, keeps
+	// its connection; one that reads nothing for WriteTimeout is disconnected — reset
+	// (with ConnContext), so that the kernel drops its unsent data at once — counted in
+	// Stats.Evicted and reported to ErrorHandler. A watcher that falls further behind
+	// than the history is sent an ERROR event (410) and disconnected, however fast it
+	// reads. 0 means DefaultWriteTimeout; negative means no timeout, which lets a stalled
+	// client hold its goroutine until it goes away.
 	WriteTimeout time.Duration
 	// SendBuffer caps the kernel send buffer (SO_SNDBUF) of a connection when it serves a
 	// watch or a list, so that a stalled client holds little kernel memory and a slow one
@@ -900,15 +902,24 @@ func tcpConn(c net.Conn) *net.TCPConn {
 	return nil
 }
 
-// streamWriter writes a streamed response (a watch, a list), each write bounded by the
-// write timeout.
+// streamWriter writes a streamed response (a watch, a list). A write may wait up to the
+// write timeout without progress: with the connection known (ConnContext, on Linux) a
+// write that is still blocked has its deadline moved on whenever the kernel's send queue
+// of the connection changes, that is whenever the client's TCP stack accepts data, so a
+// client that reads, however slowly, is never cut off for the size of its buffers.
 type streamWriter struct {
 	w       http.ResponseWriter
 	r       *http.Request
 	rc      *http.ResponseController
 	timeout time.Duration
-	conn    net.Conn // from ConnContext; nil without it
-	armed   bool     // a write deadline was set
+	conn    net.Conn     // from ConnContext; nil without it
+	tcp     *net.TCPConn // under conn; nil if none
+	armed   bool         // a write deadline was set
+
+	mu      sync.Mutex  // guards the progress watch against end
+	timer   *time.Timer // checks the send queue while a write waits
+	writing bool
+	queued  int // the send queue at the last check
 }
 
 // begin caps the connection's send buffer and arms its reset, when the connection is
@@ -916,11 +927,11 @@ type streamWriter struct {
 // abortive.
 func (sw *streamWriter) begin(sendBuffer int) {
 	sw.conn, _ = sw.r.Context().Value(connKey{}).(net.Conn)
-	if tc := tcpConn(sw.conn); tc != nil {
+	if sw.tcp = tcpConn(sw.conn); sw.tcp != nil {
 		if sendBuffer > 0 {
-			_ = tc.SetWriteBuffer(sendBuffer)
+			_ = sw.tcp.SetWriteBuffer(sendBuffer)
 		}
-		_ = tc.SetLinger(0)
+		_ = sw.tcp.SetLinger(0)
 	}
 }
 
@@ -928,6 +939,8 @@ func (sw *streamWriter) write(b []byte, flush bool) error {
 	if sw.timeout > 0 {
 		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
 		sw.armed = true
+		sw.watchProgress(true)
+		defer sw.watchProgress(false)
 	}
 	if len(b) > 0 {
 		if _, err := sw.w.Write(b); err != nil {
@@ -940,14 +953,53 @@ func (sw *streamWriter) write(b []byte, flush bool) error {
 	return nil
 }
 
+// watchProgress starts or stops the checks of the send queue around one write.
+func (sw *streamWriter) watchProgress(on bool) {
+	if sw.tcp == nil {
+		return
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.writing = on
+	if !on {
+		sw.timer.Stop()
+		return
+	}
+	q, ok := sendQueue(sw.tcp)
+	if !ok {
+		sw.writing = false
+		return
+	}
+	sw.queued = q
+	if sw.timer == nil {
+		sw.timer = time.AfterFunc(sw.timeout/4, sw.checkProgress)
+	} else {
+		sw.timer.Reset(sw.timeout / 4)
+	}
+}
+
+// checkProgress moves the deadline of a waiting write on if the send queue changed.
+func (sw *streamWriter) checkProgress() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if !sw.writing {
+		return
+	}
+	if q, ok := sendQueue(sw.tcp); ok && q != sw.queued {
+		sw.queued = q
+		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	}
+	sw.timer.Reset(sw.timeout / 4)
+}
+
 // end clears the write deadline and disarms the reset: the response is complete, and
 // the connection may serve other requests or close gracefully.
 func (sw *streamWriter) end() {
 	if sw.armed {
 		_ = sw.rc.SetWriteDeadline(time.Time{})
 	}
-	if tc := tcpConn(sw.conn); tc != nil {
-		_ = tc.SetLinger(-1)
+	if sw.tcp != nil {
+		_ = sw.tcp.SetLinger(-1)
 	}
 }
 
