@@ -163,8 +163,8 @@ type Stats struct {
 }
 
 // watchBufferSize is the size of a watcher's write buffer: frames are assembled there and
-// written when it fills or the watcher has caught up with the source. It is the only
-// memory a watcher holds besides its connection.
+// written when it fills or the watcher has caught up with the source. An idle watcher
+// holds none: buffers are pooled.
 const watchBufferSize = 32 << 10
 
 // maxTimeoutSeconds bounds timeoutSeconds (about 68 years).
@@ -787,11 +787,18 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		return
 	}
 
-	out := make([]byte, 0, watchBufferSize)
+	// The write buffer is taken from a pool when there is something to send and given
+	// back once it is sent, so that an idle watcher holds none.
+	var buf watchBuffer
+	var out []byte
+	defer func() { buf.put(out) }()
 	scratch := make([]byte, 0, 64)
 	inInitial := opts.SendInitialEvents
 	for {
 		ev, err := wat.Next()
+		if out == nil {
+			out = buf.get()
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 				se := c.statusOf(err)
@@ -845,8 +852,44 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 				return
 			}
 			out = out[:0]
+			if flush {
+				buf.put(out)
+				out = nil
+			}
 		}
 	}
+}
+
+// watchBuffers holds the write buffers of watchers that have nothing to send.
+var watchBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, watchBufferSize)
+	return &b
+}}
+
+// watchBuffer is a watcher's write buffer, taken from watchBuffers while it is used.
+type watchBuffer struct {
+	held *[]byte
+}
+
+// get returns an empty buffer.
+func (w *watchBuffer) get() []byte {
+	if w.held == nil {
+		w.held = watchBuffers.Get().(*[]byte)
+	}
+	return (*w.held)[:0]
+}
+
+// put gives the buffer back; out is what it became (it may have grown for a large
+// object, and is then dropped).
+func (w *watchBuffer) put(out []byte) {
+	if w.held == nil {
+		return
+	}
+	if cap(out) <= 2*watchBufferSize {
+		*w.held = out[:0]
+	}
+	watchBuffers.Put(w.held)
+	w.held = nil
 }
 
 // watchLifetime draws how long one watch is served: a random duration in
