@@ -969,6 +969,9 @@ type streamWriter struct {
 // known: until end, any close of it (net/http closes a connection whose write failed) is
 // abortive.
 func (sw *streamWriter) begin(sendBuffer int) {
+	if sw.r.ProtoMajor != 1 {
+		return // HTTP/2: the connection carries other streams; a stalled stream is reset alone
+	}
 	sw.conn, _ = sw.r.Context().Value(connKey{}).(net.Conn)
 	if sw.tcp = tcpConn(sw.conn); sw.tcp != nil {
 		if sendBuffer > 0 {
