@@ -658,8 +658,14 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 			}
 			out = out[:0]
 		}
-		if ctx.Err() != nil {
-			return // the client went away, or shutdown
+		if ctx.Err() != nil { // the client went away, timeoutSeconds passed, or shutdown
+			if started {
+				panic(http.ErrAbortHandler) // cut the body short: never end a partial list cleanly
+			}
+			if r.Context().Err() == nil {
+				c.sourceError(w, ctx.Err())
+			}
+			return
 		}
 	}
 	out = append(out, "]}\n"...)
