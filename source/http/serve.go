@@ -662,7 +662,11 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 			if started {
 				panic(http.ErrAbortHandler) // cut the body short: never end a partial list cleanly
 			}
-			if r.Context().Err() == nil {
+			switch {
+			case r.Context().Err() != nil: // the client went away
+			case c.stopCtx.Err() != nil:
+				writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+			default:
 				c.sourceError(w, ctx.Err())
 			}
 			return
