@@ -231,7 +231,6 @@ type page[V any] struct {
 	rev   string
 	cont  string // "" on the last page
 	items iter.Seq[V]
-	done  func() // called once the page is sent (or failed); may be nil
 }
 
 // slots counts requests in progress, in all and per client, under core.mu.
@@ -610,9 +609,6 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 		}
 		return
 	}
-	if pg.done != nil {
-		defer pg.done()
-	}
 	out := make([]byte, 0, watchBufferSize+4096)
 	out = append(out, `{"metadata":{"resourceVersion":`...)
 	out = appendQuoted(out, []byte(pg.rev))
@@ -649,6 +645,19 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 		}
 		i++
 		if len(out) >= watchBufferSize {
+			if ctx.Err() != nil { // the client went away, timeoutSeconds passed, or shutdown
+				if started {
+					panic(http.ErrAbortHandler) // cut the body short: never end a partial list cleanly
+				}
+				switch {
+				case r.Context().Err() != nil: // the client went away
+				case c.stopCtx.Err() != nil:
+					writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+				default:
+					c.sourceError(w, ctx.Err())
+				}
+				return
+			}
 			if !started {
 				start()
 			}
@@ -657,19 +666,6 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				return
 			}
 			out = out[:0]
-		}
-		if ctx.Err() != nil { // the client went away, timeoutSeconds passed, or shutdown
-			if started {
-				panic(http.ErrAbortHandler) // cut the body short: never end a partial list cleanly
-			}
-			switch {
-			case r.Context().Err() != nil: // the client went away
-			case c.stopCtx.Err() != nil:
-				writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
-			default:
-				c.sourceError(w, ctx.Err())
-			}
-			return
 		}
 	}
 	out = append(out, "]}\n"...)
