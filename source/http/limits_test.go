@@ -223,8 +223,27 @@ func TestServerPagedListsPerClient(t *testing.T) {
 	if code, b := next("alice", alice[len(alice)-1]); code != 200 || !strings.Contains(b, `"name":"b"`) {
 		t.Errorf("alice's newest list: %d %s", code, b)
 	}
-	// A retried page is served again; a page further back is not.
-	_, _ = srv, hc
+	// A page asked for again (a client retrying it) is served again; once the last page
+	// is served, the list is finished.
+	dave := first("dave")
+	code, b := next("dave", dave)
+	_, t2, _ := strings.Cut(b, `"continue":"`)
+	t2 = t2[:max(strings.IndexByte(t2, '"'), 0)]
+	if code != 200 || !strings.Contains(b, `"name":"b"`) || t2 == "" {
+		t.Fatalf("dave's second page: %d %s", code, b)
+	}
+	if code, b := next("dave", dave); code != 200 || !strings.Contains(b, `"name":"b"`) || !strings.Contains(b, t2) {
+		t.Errorf("dave's second page again: %d %s", code, b)
+	}
+	if code, b := next("dave", t2); code != 200 || !strings.Contains(b, `"name":"c"`) || strings.Contains(b, `"continue"`) {
+		t.Errorf("dave's last page: %d %s", code, b)
+	}
+	if code, _ := next("dave", t2); code != 410 {
+		t.Errorf("a finished list's token: %d, want 410", code)
+	}
+	if n := srv.Stats().Lists.Load(); n != 209 {
+		t.Errorf("Stats.Lists = %d, want 209", n)
+	}
 }
 
 // A watch ends, cleanly, within MaxWatchDuration whatever timeoutSeconds asked; the client
