@@ -503,7 +503,10 @@ func TestServerHistoryBytes(t *testing.T) {
 	for i := range n {
 		put(up.src, "a", fmt.Sprint(i)+big)
 	}
-	eventually(t, "the server to take the changes", func() bool { return srv.src.Revision() == n+1 })
+	// The log compacts right after it appends: wait for both.
+	eventually(t, "the server to take the changes and drop the old ones", func() bool {
+		return srv.src.Revision() == n+1 && srv.src.Revision()-srv.src.CompactedRevision() <= 10
+	})
 	kept := srv.src.Revision() - srv.src.CompactedRevision()
 	if kept < 9 || kept > 10 {
 		t.Errorf("the server keeps %d versions of 100 KiB, want the 9 or 10 that fit in 1 MiB", kept)
