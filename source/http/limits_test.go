@@ -374,7 +374,7 @@ func TestServerSlowReaderKept(t *testing.T) {
 		put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
 	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
-		WriteTimeout: 500 * time.Millisecond, SendBuffer: 64 << 10, ErrorHandler: func(error) {},
+		WriteTimeout: time.Second, SendBuffer: 64 << 10, ErrorHandler: func(error) {},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -414,7 +414,7 @@ func TestServerSlowReaderProgress(t *testing.T) {
 	}
 	reported := make(chan error, 1)
 	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
-		WriteTimeout: 500 * time.Millisecond, SendBuffer: -1,
+		WriteTimeout: time.Second, SendBuffer: -1,
 		ErrorHandler: func(err error) {
 			select {
 			case reported <- err:
