@@ -1017,12 +1017,7 @@ func (sw *streamWriter) watchProgress(on bool) {
 		sw.timer.Stop()
 		return
 	}
-	q, ok := sendQueue(sw.tcp)
-	if !ok {
-		sw.writing = false
-		return
-	}
-	sw.queued = q
+	sw.queued = -1 // read at the first check, not here: most writes complete at once
 	if sw.timer == nil {
 		sw.timer = time.AfterFunc(sw.timeout/4, sw.checkProgress)
 	} else {
@@ -1037,10 +1032,14 @@ func (sw *streamWriter) checkProgress() {
 	if !sw.writing {
 		return
 	}
-	if q, ok := sendQueue(sw.tcp); ok && q != sw.queued {
-		sw.queued = q
+	q, ok := sendQueue(sw.tcp)
+	if !ok {
+		return // no way to see progress: the write deadline decides
+	}
+	if sw.queued >= 0 && q != sw.queued {
 		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
 	}
+	sw.queued = q
 	sw.timer.Reset(sw.timeout / 4)
 }
 
