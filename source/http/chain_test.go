@@ -442,6 +442,9 @@ func TestHandlerChain(t *testing.T) {
 	put(src, "a", "2")
 	src.Delete("b")
 	converge(t, d, want)
+	// The reflector records the revision after it has queued the event that the cache
+	// converged on: wait for the revision itself.
+	eventually(t, "the client's revision to reach 5", func() bool { return d.inf.LastSyncRevision() == "5" })
 	if got := d.inf.LastSyncRevision(); got != "5" {
 		t.Errorf("client revision %q, want the source's own revision 5", got)
 	}

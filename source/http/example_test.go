@@ -2,11 +2,15 @@ package httpsource_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/informer-go/informer"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -162,4 +166,66 @@ func ExampleNewHandler() {
 	// Output:
 	// revision 3: 2 items, more: true
 	// revision 3: 1 items, more: false
+}
+
+// A Server set up to face clients it does not trust: the http.Server's own timeouts,
+// ConnContext, TLS with optional client certificates (mTLS), and an AuthorizeClient hook
+// that names each client, so that the per-client limits apply to it rather than to its
+// address. Every limit keeps its documented default (see the README's table).
+func ExampleServer_hardened() {
+	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
+	upstream, err := informer.New(src, informer.Options[string, *Config]{Key: configKey})
+	if err != nil {
+		panic(err)
+	}
+	tokens := map[string]string{"s3cr3t-token": "billing"} // bearer token → client name
+	srv, err := httpsource.NewServer(upstream, configKey, httpsource.ServerOptions[*Config]{
+		ServeOptions: httpsource.ServeOptions{
+			AuthorizeClient: func(r *http.Request) (string, error) {
+				// A verified client certificate names the client…
+				if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+					return "cert:" + r.TLS.VerifiedChains[0][0].Subject.CommonName, nil
+				}
+				// …else a bearer token. The error's text is logged, never sent: the
+				// client reads "unauthorized", with a WWW-Authenticate: Bearer header.
+				tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				name, known := tokens[tok]
+				if !ok || !known {
+					return "", fmt.Errorf("no known token from %s: %w", r.RemoteAddr, httpsource.ErrUnauthorized)
+				}
+				return "token:" + name, nil
+			},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	clientCAs := x509.NewCertPool() // the CA that signs client certificates
+	hs := &http.Server{
+		Addr:    ":8443",
+		Handler: srv,
+		// Without it, a client that sends its headers a byte at a time holds a
+		// connection and a goroutine for as long as it likes.
+		ReadHeaderTimeout: 10 * time.Second,
+		// Keep-alive connections between requests.
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		// ReadTimeout and WriteTimeout may stay 0: the Server sets its own write deadline
+		// before every write of a watch or a list (ServeOptions.WriteTimeout), which
+		// replaces http.Server.WriteTimeout for them, so a long watch is not cut. Set them
+		// for the other handlers of the server if it has any.
+		//
+		// ConnContext lets the Server cap each connection's send buffer and reset the
+		// connection of a client that stalls, freeing its unsent data at once.
+		ConnContext: httpsource.ConnContext,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			ClientCAs:  clientCAs,
+			// Certificates are checked when given; clients without one use a token.
+			// tls.RequireAndVerifyClientCert makes mTLS mandatory.
+			ClientAuth: tls.VerifyClientCertIfGiven,
+		},
+	}
+	_ = hs // go hs.ListenAndServeTLS("server.crt", "server.key"); at the end,
+	// srv.Shutdown(ctx) (which ends the watches) and then hs.Shutdown(ctx).
 }

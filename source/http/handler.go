@@ -21,7 +21,8 @@ type HandlerOptions[V any] struct {
 // passing each request through: a list request is one List call (the source's pages and
 // continue tokens, as they are), a watch request one Watch call for as long as the watch
 // lasts, with the source's revisions on the wire as they are. It adds authorization,
-// validation, the watcher limit, write timeouts and graceful shutdown, but no caching and
+// validation, the limits on watches and lists (in all and per client), the watch
+// lifetime, eviction of stalled clients and graceful shutdown, but no caching and
 // no fan-out: every watcher is a watch on the source, and every event is encoded once per
 // watcher. To serve many watchers from one upstream watch, put an informer in front and
 // use Server.

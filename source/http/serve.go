@@ -2,15 +2,20 @@ package httpsource
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,8 +30,24 @@ const (
 	// DefaultMaxWatchers is the limit on concurrent watches when ServeOptions.MaxWatchers
 	// is 0.
 	DefaultMaxWatchers = 10000
-	// DefaultWriteTimeout bounds each write of a watch when ServeOptions.WriteTimeout is 0.
+	// DefaultMaxWatchersPerClient is the limit on one client's concurrent watches when
+	// ServeOptions.MaxWatchersPerClient is 0.
+	DefaultMaxWatchersPerClient = 1000
+	// DefaultMaxLists is the limit on list responses in progress at once when
+	// ServeOptions.MaxLists is 0.
+	DefaultMaxLists = 64
+	// DefaultMaxListsPerClient is the limit on one client's list responses in progress at
+	// once when ServeOptions.MaxListsPerClient is 0.
+	DefaultMaxListsPerClient = 8
+	// DefaultMaxWatchDuration bounds how long one watch is served when
+	// ServeOptions.MaxWatchDuration is 0.
+	DefaultMaxWatchDuration = 30 * time.Minute
+	// DefaultWriteTimeout is how long a response may go without a completed write when
+	// ServeOptions.WriteTimeout is 0.
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultSendBuffer caps the kernel send buffer of a connection that carries a watch or
+	// a list when ServeOptions.SendBuffer is 0 (it takes effect only with ConnContext).
+	DefaultSendBuffer = 256 << 10
 	// DefaultRetryAfter is the Retry-After of 429 and 503 answers when
 	// ServeOptions.RetryAfter is 0.
 	DefaultRetryAfter = time.Second
@@ -36,26 +57,68 @@ const (
 // default.
 type ServeOptions struct {
 	// Authorize is called first on every request. A nil error lets the request through; an
-	// error matching ErrUnauthorized is answered 401, any other error 403, each with a
-	// Status body whose message is the error's text. Nil lets every request through.
+	// error matching ErrUnauthorized is answered 401 (with a WWW-Authenticate header), any
+	// other error 403, each with a Status body. The body says only "unauthorized" or
+	// "forbidden": the error's own text goes to the debug log, never to the caller, unless
+	// the error was made with ClientMessage, whose message is shown. Nil lets every request
+	// through. The caller is identified by its remote IP address for the per-client limits;
+	// use AuthorizeClient to name it.
 	Authorize func(*http.Request) error
+	// AuthorizeClient is Authorize that also names the caller: the identity its per-client
+	// limits (MaxWatchersPerClient, MaxListsPerClient, a Server's paged-list snapshots) are
+	// counted under. An empty name means the remote IP address. When set, Authorize is
+	// not called.
+	AuthorizeClient func(*http.Request) (client string, err error)
+	// Challenge is the WWW-Authenticate header of a 401 answer. Empty means "Bearer".
+	Challenge string
 	// MaxWatchers bounds the watches open at once; a watch beyond it is answered 429 with
 	// a Retry-After header, which a Client turns into a wait before it watches again
 	// (without a relist). 0 means DefaultMaxWatchers; negative means no limit.
 	MaxWatchers int
-	// WriteTimeout bounds every write to a watcher. A watcher that does not read for that
-	// long (a stalled client: its connection's buffers are full) is disconnected without a
-	// final event, counted in Stats.Evicted and reported to ErrorHandler. 0 means DefaultWriteTimeout; negative
-	// means no timeout, which lets a stalled client hold its goroutine until it goes away.
+	// MaxWatchersPerClient bounds the watches one client (see AuthorizeClient) has open at
+	// once, so that one client cannot take every slot of MaxWatchers: beyond it the client
+	// is answered 429 while others are still served. 0 means DefaultMaxWatchersPerClient;
+	// negative means no limit.
+	MaxWatchersPerClient int
+	// MaxLists bounds the list responses in progress at once (a list holds its page, or a
+	// Server's snapshot, until the client has read it); a list beyond it is answered 429
+	// with a Retry-After header. 0 means DefaultMaxLists; negative means no limit.
+	MaxLists int
+	// MaxListsPerClient bounds one client's list responses in progress at once; beyond it
+	// that client is answered 429. 0 means DefaultMaxListsPerClient; negative means no limit.
+	MaxListsPerClient int
+	// MaxWatchDuration bounds how long a watch is served, whatever timeoutSeconds asked:
+	// each watch ends cleanly (as at its timeout; the client watches again from where it
+	// was, and is authorized again) after a random duration between half of it and all of
+	// it, so that reconnections spread out and a revoked credential stops receiving within
+	// it. 0 means DefaultMaxWatchDuration; negative means no bound.
+	MaxWatchDuration time.Duration
+	// WriteTimeout is how long a response (a watch, or a list being sent) may wait for its
+	// client without progress. Progress is a completed write or, with ConnContext
+	// installed (on Linux), any change of the connection's kernel send queue, that is any
+	// data the client's TCP stack accepted: a client that reads, however slowly, keeps
+	// its connection; one that reads nothing for WriteTimeout is disconnected — reset
+	// (with ConnContext), so that the kernel drops its unsent data at once — counted in
+	// Stats.Evicted and reported to ErrorHandler. A watcher that falls further behind
+	// than the history is sent an ERROR event (410) and disconnected, however fast it
+	// reads. 0 means DefaultWriteTimeout; negative means no timeout, which lets a stalled
+	// client hold its goroutine until it goes away.
 	WriteTimeout time.Duration
-	// RetryAfter is the delay advertised by 429 (too many watchers) and 503 (not synced yet,
-	// shutting down) answers, rounded up to whole seconds. 0 means DefaultRetryAfter.
+	// SendBuffer caps the kernel send buffer (SO_SNDBUF) of a connection when it serves a
+	// watch or a list, so that a stalled client holds little kernel memory and a slow one
+	// shows its progress often. It needs ConnContext installed on the http.Server. 0 means
+	// DefaultSendBuffer; negative leaves the kernel's own sizing.
+	SendBuffer int
+	// RetryAfter is the delay advertised by 429 (too many watchers or lists) and 503 (not
+	// synced yet, shutting down) answers, rounded up to whole seconds. 0 means
+	// DefaultRetryAfter.
 	RetryAfter time.Duration
 	// Logger receives debug logs of failures; nil means slog.Default().
 	Logger *slog.Logger
 	// ErrorHandler receives failures the server cannot send to anyone: objects that fail to
-	// encode, events of an unknown type from the source, watchers disconnected because they
-	// stalled (WriteTimeout). It must not block. Nil means they are only logged.
+	// encode or are too large, events of an unknown type from the source, clients
+	// disconnected because they stalled (WriteTimeout). It must not block. Nil means they
+	// are only logged.
 	ErrorHandler func(error)
 }
 
@@ -69,22 +132,39 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
+// ClientMessage returns an error for Authorize to return that refuses the request as err
+// does (ErrUnauthorized: 401, anything else: 403) and shows the caller message in the
+// answer; the text of any other error from Authorize is never shown to the caller.
+func ClientMessage(err error, message string) error {
+	return &clientMessage{err: err, message: message}
+}
+
+type clientMessage struct {
+	err     error
+	message string
+}
+
+func (e *clientMessage) Error() string { return e.message + ": " + e.err.Error() }
+func (e *clientMessage) Unwrap() error { return e.err }
+
 // Stats are the counters of a Server or Handler, updated atomically; read them at any
 // time.
 type Stats struct {
-	Lists        atomic.Uint64 // list requests served (200)
-	Watches      atomic.Uint64 // watches started (200)
-	OpenWatches  atomic.Int64  // watches open now
-	Rejected     atomic.Uint64 // watches refused by MaxWatchers (429)
-	Evicted      atomic.Uint64 // watchers disconnected: fell behind the history (ERROR 410) or stalled (WriteTimeout)
-	BadRequests  atomic.Uint64 // requests refused with 400, 405 or 406
-	Denied       atomic.Uint64 // requests refused by Authorize (401, 403)
-	EncodeErrors atomic.Uint64 // objects that could not be encoded
+	Lists         atomic.Uint64 // list requests served (200)
+	Watches       atomic.Uint64 // watches started (200)
+	OpenWatches   atomic.Int64  // watches open now
+	Rejected      atomic.Uint64 // watches refused by MaxWatchers or MaxWatchersPerClient (429)
+	ListsRejected atomic.Uint64 // lists refused by MaxLists or MaxListsPerClient (429)
+	Evicted       atomic.Uint64 // clients disconnected: a watcher fell behind the history (ERROR 410) or a watcher or list reader stalled (WriteTimeout)
+	BadRequests   atomic.Uint64 // requests refused with 400, 405 or 406
+	Denied        atomic.Uint64 // requests refused by Authorize (401, 403)
+	EncodeErrors  atomic.Uint64 // objects that could not be encoded
+	TooLarge      atomic.Uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
 }
 
 // watchBufferSize is the size of a watcher's write buffer: frames are assembled there and
-// written when it fills or the watcher has caught up with the source. It is the only
-// memory a watcher holds besides its connection.
+// written when it fills or the watcher has caught up with the source. An idle watcher
+// holds none: buffers are pooled.
 const watchBufferSize = 32 << 10
 
 // maxTimeoutSeconds bounds timeoutSeconds (about 68 years).
@@ -114,6 +194,8 @@ type core[V any] struct {
 	appendObject func(dst []byte, v V) ([]byte, error)
 	revs         revisionMap
 	ready        func() bool // nil: always ready
+	// list, when set, answers list requests instead of lw.List (a Server's snapshots).
+	list func(client string, req request) (page[V], error)
 	// replayOnEmpty makes a watch without resourceVersion (or "0") start with the current
 	// state, as Kubernetes does; it needs a source that supports SendInitialEvents.
 	replayOnEmpty bool
@@ -121,32 +203,87 @@ type core[V any] struct {
 	// than 500: the source is known to fail only on malformed input.
 	plainIsBad bool
 
-	authorize    func(*http.Request) error
-	maxWatchers  int
-	writeTimeout time.Duration
-	retryAfter   time.Duration
-	logger       *slog.Logger
-	errorHandler func(error)
-	stats        Stats
+	authorize         func(*http.Request) (string, error)
+	challenge         string
+	maxWatchers       int
+	maxClientWatchers int
+	maxLists          int
+	maxClientLists    int
+	maxWatchDuration  time.Duration
+	writeTimeout      time.Duration
+	sendBuffer        int
+	retryAfter        time.Duration
+	logger            *slog.Logger
+	errorHandler      func(error)
+	stats             Stats
 
 	mu       sync.Mutex
 	closed   bool
-	watchers int
+	watchers slots
+	lists    slots
 	requests sync.WaitGroup
 	stopCtx  context.Context
 	stop     context.CancelFunc
 }
 
+// page is one list response: the wire revision and continue token, and the items.
+type page[V any] struct {
+	rev   string
+	cont  string // "" on the last page
+	items iter.Seq[V]
+}
+
+// slots counts requests in progress, in all and per client, under core.mu.
+type slots struct {
+	total     int
+	perClient map[string]int
+}
+
+// take reserves a slot for client unless a limit (negative: none) is reached; it reports
+// which limit refused it.
+func (s *slots) take(client string, limit, clientLimit int) (ok bool, which string) {
+	switch {
+	case limit > 0 && s.total >= limit:
+		return false, fmt.Sprintf("the server's limit is %d", limit)
+	case clientLimit > 0 && s.perClient[client] >= clientLimit:
+		return false, fmt.Sprintf("the limit per client is %d", clientLimit)
+	}
+	if s.perClient == nil {
+		s.perClient = make(map[string]int)
+	}
+	s.total++
+	s.perClient[client]++
+	return true, ""
+}
+
+func (s *slots) release(client string) {
+	s.total--
+	if n := s.perClient[client] - 1; n > 0 {
+		s.perClient[client] = n
+	} else {
+		delete(s.perClient, client)
+	}
+}
+
 func (c *core[V]) init(o ServeOptions) {
-	c.authorize = o.Authorize
-	c.maxWatchers = o.MaxWatchers
-	if c.maxWatchers == 0 {
-		c.maxWatchers = DefaultMaxWatchers
+	c.authorize = o.AuthorizeClient
+	if c.authorize == nil && o.Authorize != nil {
+		c.authorize = func(r *http.Request) (string, error) { return "", o.Authorize(r) }
 	}
-	c.writeTimeout = o.WriteTimeout
-	if c.writeTimeout == 0 {
-		c.writeTimeout = DefaultWriteTimeout
+	c.challenge = cmp.Or(o.Challenge, "Bearer")
+	def := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
 	}
+	c.maxWatchers = def(o.MaxWatchers, DefaultMaxWatchers)
+	c.maxClientWatchers = def(o.MaxWatchersPerClient, DefaultMaxWatchersPerClient)
+	c.maxLists = def(o.MaxLists, DefaultMaxLists)
+	c.maxClientLists = def(o.MaxListsPerClient, DefaultMaxListsPerClient)
+	c.sendBuffer = def(o.SendBuffer, DefaultSendBuffer)
+	c.maxWatchDuration = cmp.Or(o.MaxWatchDuration, DefaultMaxWatchDuration)
+	c.writeTimeout = cmp.Or(o.WriteTimeout, DefaultWriteTimeout)
 	c.retryAfter = o.RetryAfter
 	if c.retryAfter <= 0 {
 		c.retryAfter = DefaultRetryAfter
@@ -292,16 +429,16 @@ func negotiate(accepts []string) (sse, ok bool) {
 
 // ServeHTTP serves one request: auth, validation, then a list or a watch.
 func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var client string
 	if c.authorize != nil {
-		if err := c.authorize(r); err != nil {
-			code := http.StatusForbidden
-			if errors.Is(err, ErrUnauthorized) {
-				code = http.StatusUnauthorized
-			}
-			c.stats.Denied.Add(1)
-			writeStatus(w, &StatusError{Code: code, Reason: reasonFor(code), Message: err.Error()}, 0)
+		var err error
+		if client, err = c.authorize(r); err != nil {
+			c.refuse(w, r, err)
 			return
 		}
+	}
+	if client == "" {
+		client = remoteHost(r.RemoteAddr)
 	}
 	if r.Method != http.MethodGet {
 		c.stats.BadRequests.Add(1)
@@ -329,10 +466,42 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.watch {
-		c.serveWatch(w, r, req)
+		c.serveWatch(w, r, req, client)
 	} else {
-		c.serveList(w, r, req)
+		c.serveList(w, r, req, client)
 	}
+}
+
+// refuse answers a request Authorize refused: 401 with a challenge, or 403. The error's
+// text stays in the log unless it carries a ClientMessage.
+func (c *core[V]) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	code, message := http.StatusForbidden, "forbidden"
+	if errors.Is(err, ErrUnauthorized) {
+		code, message = http.StatusUnauthorized, "unauthorized"
+		w.Header().Set("WWW-Authenticate", c.challenge)
+	}
+	var cm *clientMessage
+	if errors.As(err, &cm) {
+		message = cm.message
+	}
+	c.stats.Denied.Add(1)
+	c.logger.Debug("httpsource: request refused", "remote", r.RemoteAddr, "code", code, "err", err)
+	writeStatus(w, &StatusError{Code: code, Reason: reasonFor(code), Message: message}, 0)
+}
+
+// remoteHost is the client identity of a request that Authorize did not name: the
+// remote address without its port.
+func remoteHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
+// tooMany answers 429 for a request beyond a limit.
+func (c *core[V]) tooMany(w http.ResponseWriter, what, which string) {
+	writeStatus(w, &StatusError{Code: http.StatusTooManyRequests, Reason: "TooManyRequests",
+		Message: fmt.Sprintf("too many %s (%s)", what, which)}, c.retryAfter)
 }
 
 // requestContext is the request's context, also cancelled by shutdown and, if timeout
@@ -400,10 +569,119 @@ func writeStatus(w http.ResponseWriter, se *StatusError, retryAfter time.Duratio
 	_, _ = w.Write(body)
 }
 
-// serveList answers one page.
-func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request) {
+// serveList answers one page, streamed in chunks of watchBufferSize: a list holds its
+// page (a Server: its snapshot) and one chunk, never the whole encoded body, however
+// slowly the client reads.
+func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request, client string) {
+	c.mu.Lock()
+	ok, which := c.lists.take(client, c.maxLists, c.maxClientLists)
+	c.mu.Unlock()
+	if !ok {
+		c.stats.ListsRejected.Add(1)
+		c.tooMany(w, "lists in progress", which)
+		return
+	}
+	defer func() {
+		c.mu.Lock()
+		c.lists.release(client)
+		c.mu.Unlock()
+	}()
 	ctx, done := c.requestContext(r, req.timeout)
 	defer done()
+	var pg page[V]
+	var err error
+	if c.list != nil {
+		pg, err = c.list(client, req)
+	} else {
+		pg, err = c.sourceList(ctx, req)
+	}
+	if err != nil {
+		var re *requestError
+		switch {
+		case errors.As(err, &re):
+			c.answerRequestError(w, re.err)
+		case r.Context().Err() != nil:
+			// the client went away
+		case c.stopCtx.Err() != nil:
+			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		default:
+			c.sourceError(w, err)
+		}
+		return
+	}
+	out := make([]byte, 0, watchBufferSize+4096)
+	out = append(out, `{"metadata":{"resourceVersion":`...)
+	out = appendQuoted(out, []byte(pg.rev))
+	if pg.cont != "" {
+		out = append(out, `,"continue":`...)
+		out = appendQuoted(out, []byte(pg.cont))
+	}
+	out = append(out, `},"items":[`...)
+	sw := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
+	started := false
+	start := func() {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		c.stats.Lists.Add(1)
+		sw.begin(c.sendBuffer)
+		w.WriteHeader(http.StatusOK)
+		started = true
+	}
+	i := 0
+	for item := range pg.items {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if out, err = c.appendObject(out, item); err != nil {
+			c.stats.EncodeErrors.Add(1)
+			err = fmt.Errorf("httpsource: list: encoding item %d: %w", i, err)
+			c.report(err)
+			if !started {
+				writeStatus(w, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()}, 0)
+				return
+			}
+			// Part of the body is sent: cut it short, so that the client sees a broken list.
+			panic(http.ErrAbortHandler)
+		}
+		i++
+		if len(out) >= watchBufferSize {
+			if ctx.Err() != nil { // the client went away, timeoutSeconds passed, or shutdown
+				if started {
+					panic(http.ErrAbortHandler) // cut the body short: never end a partial list cleanly
+				}
+				switch {
+				case r.Context().Err() != nil: // the client went away
+				case c.stopCtx.Err() != nil:
+					writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+				default:
+					c.sourceError(w, ctx.Err())
+				}
+				return
+			}
+			if !started {
+				start()
+			}
+			if err := sw.write(out, false); err != nil {
+				c.writeFailed(r, &sw, "list reader", err)
+				return
+			}
+			out = out[:0]
+		}
+	}
+	out = append(out, "]}\n"...)
+	if !started {
+		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+		start()
+	}
+	if err := sw.write(out, false); err != nil {
+		c.writeFailed(r, &sw, "list reader", err)
+		return
+	}
+	sw.end()
+}
+
+// sourceList reads one page from the source (Handler).
+func (c *core[V]) sourceList(ctx context.Context, req request) (page[V], error) {
 	opts := informer.ListOptions{Limit: req.limit}
 	var err error
 	switch {
@@ -415,51 +693,26 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request)
 		opts.Revision, err = c.revs.listRevision(req.rv)
 	}
 	if err != nil {
-		c.answerRequestError(w, err)
-		return
+		return page[V]{}, &requestError{err}
 	}
-	page, err := c.lw.List(ctx, opts)
+	l, err := c.lw.List(ctx, opts)
 	if err != nil {
-		switch {
-		case r.Context().Err() != nil:
-			return // the client went away
-		case c.stopCtx.Err() != nil:
-			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
-		default:
-			c.sourceError(w, err)
-		}
-		return
+		return page[V]{}, err
 	}
-	body := make([]byte, 0, 64+len(page.Items)*64)
-	body = append(body, `{"metadata":{"resourceVersion":`...)
-	scratch := make([]byte, 0, 64)
-	rev, _ := c.revs.appendWire(scratch, page.Revision)
-	body = appendQuoted(body, rev)
-	if page.Continue != "" {
-		body = append(body, `,"continue":`...)
-		body = appendQuoted(body, c.revs.appendContinue(scratch[:0], page.Continue))
+	rev, _ := c.revs.appendWire(nil, l.Revision)
+	pg := page[V]{rev: string(rev), items: slices.Values(l.Items)}
+	if l.Continue != "" {
+		pg.cont = string(c.revs.appendContinue(nil, l.Continue))
 	}
-	body = append(body, `},"items":[`...)
-	for i, item := range page.Items {
-		if i > 0 {
-			body = append(body, ',')
-		}
-		if body, err = c.appendObject(body, item); err != nil {
-			c.stats.EncodeErrors.Add(1)
-			err = fmt.Errorf("httpsource: list: encoding item %d: %w", i, err)
-			c.report(err)
-			writeStatus(w, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()}, 0)
-			return
-		}
-	}
-	body = append(body, "]}\n"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	c.stats.Lists.Add(1)
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	return pg, nil
 }
+
+// requestError is an error in a request's revision or token: answered by
+// answerRequestError.
+type requestError struct{ err error }
+
+func (e *requestError) Error() string { return e.err.Error() }
+func (e *requestError) Unwrap() error { return e.err }
 
 // answerRequestError answers an error from translating a revision or token: ErrExpired
 // → 410, anything else → 400.
@@ -474,24 +727,23 @@ func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
 
 // serveWatch streams a watch until the source ends it, the client goes away, the watcher
 // falls behind, or the server shuts down.
-func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request) {
+func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request, client string) {
 	c.mu.Lock()
-	if c.maxWatchers > 0 && c.watchers >= c.maxWatchers {
-		c.mu.Unlock()
+	ok, which := c.watchers.take(client, c.maxWatchers, c.maxClientWatchers)
+	c.mu.Unlock()
+	if !ok {
 		c.stats.Rejected.Add(1)
-		writeStatus(w, &StatusError{Code: http.StatusTooManyRequests, Reason: "TooManyRequests",
-			Message: fmt.Sprintf("too many watchers (limit %d)", c.maxWatchers)}, c.retryAfter)
+		c.tooMany(w, "watchers", which)
 		return
 	}
-	c.watchers++
-	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		c.watchers--
+		c.watchers.release(client)
 		c.mu.Unlock()
 	}()
 
-	ctx, done := c.requestContext(r, 0) // the source ends the watch at opts.Timeout
+	// The source ends the watch at opts.Timeout; the server ends it at its own bound.
+	ctx, done := c.requestContext(r, c.watchLifetime())
 	defer done()
 	opts := informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
 	replay := false // initial events the client did not ask for by name (Kubernetes' watch without resourceVersion)
@@ -521,10 +773,8 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	defer wat.Stop()
 
-	rc := http.NewResponseController(w)
-	if c.writeTimeout > 0 {
-		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve other requests
-	}
+	ww := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
+	defer ww.end()
 	h := w.Header()
 	if req.sse {
 		h.Set("Content-Type", "text/event-stream")
@@ -536,18 +786,25 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
 	defer c.stats.OpenWatches.Add(-1)
+	ww.begin(c.sendBuffer)
 	w.WriteHeader(http.StatusOK)
-	ww := watchWriter{w: w, rc: rc, timeout: c.writeTimeout}
-	if err := ww.flush(); err != nil {
-		c.watchEnded(r, err)
+	if err := ww.write(nil, true); err != nil {
+		c.writeFailed(r, &ww, "watcher", err)
 		return
 	}
 
-	out := make([]byte, 0, watchBufferSize)
+	// The write buffer is taken from a pool when there is something to send and given
+	// back once it is sent, so that an idle watcher holds none.
+	var buf watchBuffer
+	var out []byte
+	defer func() { buf.put(out) }()
 	scratch := make([]byte, 0, 64)
 	inInitial := opts.SendInitialEvents
 	for {
 		ev, err := wat.Next()
+		if out == nil {
+			out = buf.get()
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 				se := c.statusOf(err)
@@ -597,52 +854,213 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		}
 		if flush || len(out) >= watchBufferSize {
 			if err := ww.write(out, flush); err != nil {
-				c.watchEnded(r, err)
+				c.writeFailed(r, &ww, "watcher", err)
 				return
 			}
 			out = out[:0]
+			if flush {
+				buf.put(out)
+				out = nil
+			}
 		}
 	}
 }
 
-// watchEnded accounts for a watch whose connection failed: a watcher that stalled past
-// the write timeout is counted and reported; a client that went away is not news.
-func (c *core[V]) watchEnded(r *http.Request, err error) {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		c.stats.Evicted.Add(1)
-		c.report(fmt.Errorf("httpsource: watcher %s stalled: disconnected after %v without reading: %w", r.RemoteAddr, c.writeTimeout, err))
+// watchBuffers holds the write buffers of watchers that have nothing to send.
+var watchBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, watchBufferSize)
+	return &b
+}}
+
+// watchBuffer is a watcher's write buffer, taken from watchBuffers while it is used.
+type watchBuffer struct {
+	held *[]byte
+}
+
+// get returns an empty buffer.
+func (w *watchBuffer) get() []byte {
+	if w.held == nil {
+		w.held = watchBuffers.Get().(*[]byte)
 	}
+	return (*w.held)[:0]
 }
 
-// watchWriter writes a watch's frames, each write bounded by the write timeout.
-type watchWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-}
-
-func (ww *watchWriter) deadline() {
-	if ww.timeout > 0 {
-		_ = ww.rc.SetWriteDeadline(time.Now().Add(ww.timeout))
+// put gives the buffer back; out is what it became (it may have grown for a large
+// object, and is then dropped).
+func (w *watchBuffer) put(out []byte) {
+	if w.held == nil {
+		return
 	}
+	if cap(out) <= 2*watchBufferSize {
+		*w.held = out[:0]
+	}
+	watchBuffers.Put(w.held)
+	w.held = nil
 }
 
-func (ww *watchWriter) write(b []byte, flush bool) error {
-	ww.deadline()
-	if len(b) > 0 {
-		if _, err := ww.w.Write(b); err != nil {
-			return err
+// watchLifetime draws how long one watch is served: a random duration in
+// [MaxWatchDuration/2, MaxWatchDuration], or 0 (no bound).
+func (c *core[V]) watchLifetime() time.Duration {
+	if c.maxWatchDuration <= 0 {
+		return 0
+	}
+	half := c.maxWatchDuration / 2
+	return half + rand.N(c.maxWatchDuration-half+1)
+}
+
+// writeFailed accounts for a response whose connection failed: a client that stalled
+// past the write timeout is counted, reported and reset; a client that went away is not
+// news.
+func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err error) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	c.stats.Evicted.Add(1)
+	c.report(fmt.Errorf("httpsource: %s %s stalled: disconnected after %v without a completed write: %w", who, r.RemoteAddr, c.writeTimeout, err))
+	sw.abort()
+}
+
+// connKey is the context key under which ConnContext stores a request's connection.
+type connKey struct{}
+
+// ConnContext is an http.Server ConnContext function for a server that mounts a Server or
+// Handler: it records each connection in its context, so that a watch or a list can cap
+// the connection's kernel send buffer (ServeOptions.SendBuffer) and a stalled client's
+// connection is reset (SO_LINGER 0) rather than closed, which frees its unsent data at
+// once. Without it a stalled client's connection is closed gracefully, its unsent data
+// held by the kernel until the client reads it or the kernel gives up, and send buffers
+// keep the kernel's sizing, which can grow to megabytes per connection and makes a slow
+// reader's progress visible only every third of that. If the server has its own
+// ConnContext, call this one from it.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// tcpConn returns the TCP connection under c (unwrapping TLS), or nil.
+func tcpConn(c net.Conn) *net.TCPConn {
+	for c != nil {
+		switch t := c.(type) {
+		case *net.TCPConn:
+			return t
+		case interface{ NetConn() net.Conn }:
+			c = t.NetConn()
+		default:
+			return nil
 		}
-	}
-	if flush {
-		return ww.rc.Flush()
 	}
 	return nil
 }
 
-func (ww *watchWriter) flush() error {
-	ww.deadline()
-	return ww.rc.Flush()
+// streamWriter writes a streamed response (a watch, a list). A write may wait up to the
+// write timeout without progress: with the connection known (ConnContext, on Linux) a
+// write that is still blocked has its deadline moved on whenever the kernel's send queue
+// of the connection changes, that is whenever the client's TCP stack accepts data, so a
+// client that reads, however slowly, is never cut off for the size of its buffers.
+type streamWriter struct {
+	w       http.ResponseWriter
+	r       *http.Request
+	rc      *http.ResponseController
+	timeout time.Duration
+	conn    net.Conn     // from ConnContext; nil without it
+	tcp     *net.TCPConn // under conn; nil if none
+	armed   bool         // a write deadline was set
+
+	mu      sync.Mutex  // guards the progress watch against end
+	timer   *time.Timer // checks the send queue while a write waits
+	writing bool
+	queued  int // the send queue at the last check
+}
+
+// begin caps the connection's send buffer and arms its reset, when the connection is
+// known: until end, any close of it (net/http closes a connection whose write failed) is
+// abortive.
+func (sw *streamWriter) begin(sendBuffer int) {
+	if sw.r.ProtoMajor != 1 {
+		return // HTTP/2: the connection carries other streams; a stalled stream is reset alone
+	}
+	sw.conn, _ = sw.r.Context().Value(connKey{}).(net.Conn)
+	if sw.tcp = tcpConn(sw.conn); sw.tcp != nil {
+		if sendBuffer > 0 {
+			_ = sw.tcp.SetWriteBuffer(sendBuffer)
+		}
+		_ = sw.tcp.SetLinger(0)
+	}
+}
+
+func (sw *streamWriter) write(b []byte, flush bool) error {
+	if sw.timeout > 0 {
+		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+		sw.armed = true
+		sw.watchProgress(true)
+		defer sw.watchProgress(false)
+	}
+	if len(b) > 0 {
+		if _, err := sw.w.Write(b); err != nil {
+			return err
+		}
+	}
+	if flush {
+		return sw.rc.Flush()
+	}
+	return nil
+}
+
+// watchProgress starts or stops the checks of the send queue around one write.
+func (sw *streamWriter) watchProgress(on bool) {
+	if sw.tcp == nil {
+		return
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.writing = on
+	if !on {
+		sw.timer.Stop()
+		return
+	}
+	sw.queued = -1 // read at the first check, not here: most writes complete at once
+	if sw.timer == nil {
+		sw.timer = time.AfterFunc(sw.timeout/4, sw.checkProgress)
+	} else {
+		sw.timer.Reset(sw.timeout / 4)
+	}
+}
+
+// checkProgress moves the deadline of a waiting write on if the send queue changed.
+func (sw *streamWriter) checkProgress() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if !sw.writing {
+		return
+	}
+	q, ok := sendQueue(sw.tcp)
+	if !ok {
+		return // no way to see progress: the write deadline decides
+	}
+	if sw.queued >= 0 && q != sw.queued {
+		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	}
+	sw.queued = q
+	sw.timer.Reset(sw.timeout / 4)
+}
+
+// end clears the write deadline and disarms the reset: the response is complete, and
+// the connection may serve other requests or close gracefully.
+func (sw *streamWriter) end() {
+	if sw.armed {
+		_ = sw.rc.SetWriteDeadline(time.Time{})
+	}
+	if sw.tcp != nil {
+		_ = sw.tcp.SetLinger(-1)
+	}
+}
+
+// abort closes the connection of a stalled client. net/http has already closed it when a
+// write failed; with ConnContext, begin made that close a reset (SO_LINGER 0), which
+// discards what the kernel still held for the client and sends RST.
+func (sw *streamWriter) abort() {
+	if sw.conn != nil {
+		_ = sw.conn.Close()
+	}
 }
 
 // appendEvent appends the frame of an Added, Modified or Deleted event and reports

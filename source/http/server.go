@@ -7,11 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/btree"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
@@ -23,10 +28,28 @@ const (
 	// DefaultHistoryLimit is the number of changes a Server keeps for watchers to resume
 	// from when ServerOptions.HistoryLimit is 0.
 	DefaultHistoryLimit = 10000
+	// DefaultHistoryBytes bounds the encoded size of the changes a Server keeps when
+	// ServerOptions.HistoryBytes is 0.
+	DefaultHistoryBytes = 64 << 20
+	// DefaultMaxObjectSize is the largest encoded object a Server serves when
+	// ServerOptions.MaxObjectSize is 0: the largest that fits, with its event's envelope,
+	// in a frame of DefaultMaxFrameSize, the limit of a Client, so that a Client with
+	// default options can always sync from a Server with default options.
+	DefaultMaxObjectSize = DefaultMaxFrameSize - maxEnvelope
+	// DefaultPagedLists bounds the snapshots a Server keeps for paged lists in progress
+	// when ServerOptions.PagedLists is 0.
+	DefaultPagedLists = 1024
+	// DefaultPagedListsPerClient bounds the snapshots one client's paged lists keep when
+	// ServerOptions.PagedListsPerClient is 0.
+	DefaultPagedListsPerClient = 16
 	// DefaultBookmarkInterval is the bookmark period of a Server when
 	// ServerOptions.BookmarkInterval is 0.
 	DefaultBookmarkInterval = time.Minute
 )
+
+// maxEnvelope is the most a watch frame adds around its object:
+// data: {"type":"MODIFIED","resourceVersion":"<19 digits>","object":…}, a blank line.
+const maxEnvelope = 1 << 10
 
 // ServerOptions configures a Server. Every zero value is a documented default.
 type ServerOptions[V any] struct {
@@ -36,12 +59,33 @@ type ServerOptions[V any] struct {
 	// to encode is reported (ErrorHandler, Stats.EncodeErrors) and not served, so clients
 	// keep its previous state.
 	Encode func(V) ([]byte, error)
+	// MaxObjectSize is the largest encoded object the server serves. A larger one is
+	// refused like an object that fails to encode (reported, counted in Stats.TooLarge, not
+	// served: clients keep its previous state), so that every frame fits a client's frame
+	// limit. 0 means DefaultMaxObjectSize; a Client's MaxFrameSize must be at least this
+	// plus 1 KiB.
+	MaxObjectSize int
 	// HistoryLimit is how many changes the server keeps. A watcher may resume from any
 	// revision within them; an older revision is answered 410 and the client lists again.
 	// A watcher whose next change has dropped out of the history while it was behind is
 	// sent an ERROR event (410) and disconnected. 0 means DefaultHistoryLimit; it must not
 	// be negative.
 	HistoryLimit int
+	// HistoryBytes bounds the encoded size of the changes kept, as HistoryLimit bounds their
+	// number: the oldest go first when either is exceeded (the newest change is always
+	// kept). 0 means DefaultHistoryBytes; negative means no bound in bytes.
+	HistoryBytes int64
+	// PagedLists bounds the snapshots kept for paged lists in progress (a list with limit
+	// whose later pages are still to come): a snapshot costs little until the state
+	// changes, then up to one old version per object changed since. Beyond it the
+	// snapshot of the client that holds the most goes (its oldest), so that a client
+	// keeping within PagedListsPerClient never loses one to another client. A snapshot also
+	// goes when its last page is served or when its revision leaves the history; its
+	// continue token is then answered 410. 0 means DefaultPagedLists.
+	PagedLists int
+	// PagedListsPerClient bounds the snapshots of one client's paged lists; a client that
+	// starts one more loses its own oldest. 0 means DefaultPagedListsPerClient.
+	PagedListsPerClient int
 	// BookmarkInterval is how often an idle watcher that asked for bookmarks
 	// (allowWatchBookmarks=true) is sent one at the newest revision, so that it can
 	// resume from there. 0 means DefaultBookmarkInterval; negative means no bookmarks.
@@ -62,9 +106,12 @@ type ServerOptions[V any] struct {
 // in-memory revisioned log (source/memory) with a bounded history, and serves from that
 // log: lists are consistent, paginated snapshots with continue tokens; watches resume from
 // any revision within the history. Every watcher reads the one shared log, so a watcher
-// costs a goroutine, a connection and a 32 KiB write buffer, whatever the rate of changes;
-// the memory of the server is the state plus HistoryLimit encoded changes. Encoding is done
-// once per change, not once per watcher.
+// costs a goroutine and a connection, about 17.5 KB of heap and stack while idle
+// (BenchmarkWatcherCost), plus a pooled 32 KiB write buffer while it has something to
+// send, whatever the rate of changes; the
+// memory of the server is the state, the history (bounded by HistoryLimit and
+// HistoryBytes) and the snapshots of paged lists in progress (PagedLists). Encoding is
+// done once per change, not once per watcher.
 //
 // Revisions are the server's own: decimal integers starting at the Unix time in
 // nanoseconds when the server was created and growing by one per change, so that they are
@@ -82,6 +129,7 @@ type Server[K cmp.Ordered, V any] struct {
 	reg    *informer.Registration
 	revs   *offsetRevisions
 	mirror *mirror[K, V]
+	pins   pinTable[K]
 }
 
 // record is what the server's log holds for an object: its key and its encoded form.
@@ -114,6 +162,14 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	case bookmarks < 0:
 		bookmarks = 0
 	}
+	maxObject := opts.MaxObjectSize
+	if maxObject <= 0 {
+		maxObject = DefaultMaxObjectSize
+	}
+	historyBytes := opts.HistoryBytes
+	if historyBytes == 0 {
+		historyBytes = DefaultHistoryBytes
+	}
 	encode := opts.Encode
 	if encode == nil {
 		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
@@ -129,10 +185,20 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		}),
 		revs: &offsetRevisions{base: base, tag: strconv.FormatInt(base, 36)},
 	}
-	s.mirror = &mirror[K, V]{src: s.src, key: key, encode: encode, head: &s.revs.head, report: func(err error) {
-		s.core.stats.EncodeErrors.Add(1)
-		s.core.report(err)
-	}}
+	s.mirror = &mirror[K, V]{
+		src: s.src, key: key, encode: encode, head: &s.revs.head,
+		tree:      btree.NewG(32, func(a, b *record[K]) bool { return cmp.Less(a.key, b.key) }),
+		maxObject: maxObject, historyBytes: historyBytes,
+		report: func(err error) { s.core.report(err) },
+		stats:  &s.core.stats,
+	}
+	s.pins = pinTable[K]{
+		limit:     cmp.Or(max(opts.PagedLists, 0), DefaultPagedLists),
+		perClient: cmp.Or(max(opts.PagedListsPerClient, 0), DefaultPagedListsPerClient),
+		byID:      make(map[uint64]*pin[K]),
+		byClient:  make(map[string][]*pin[K]),
+	}
+	s.core.list = s.list
 	s.core.lw = s.src
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
 	s.core.revs = s.revs
@@ -185,14 +251,33 @@ func (s *Server[K, V]) HasSynced() bool { return s.reg.HasSynced() }
 // Synced returns a channel closed once HasSynced is true.
 func (s *Server[K, V]) Synced() <-chan struct{} { return s.reg.Synced() }
 
-// mirror is the informer handler that copies changes into the server's log.
+// mirror is the informer handler that copies changes into the server's log and its
+// state tree (which lists read from).
 type mirror[K cmp.Ordered, V any] struct {
-	src    *memory.Source[K, *record[K]]
-	key    informer.KeyFunc[K, V]
-	encode func(V) ([]byte, error)
-	head   *atomic.Int64 // the log revision of the newest change
-	report func(error)
+	src          *memory.Source[K, *record[K]]
+	key          informer.KeyFunc[K, V]
+	encode       func(V) ([]byte, error)
+	head         *atomic.Int64 // the log revision of the newest change
+	maxObject    int
+	historyBytes int64
+	report       func(error)
+	stats        *Stats
+
+	mu    sync.Mutex                // the tree and head change together; lists clone both
+	tree  *btree.BTreeG[*record[K]] // the served state, by key
+	log   []logged                  // size of each change in the history, oldest first from first
+	first int                       // log[:first] is dropped
+	held  int64                     // sum of the sizes kept
 }
+
+// logged is the size of one change kept in the history.
+type logged struct {
+	rev  int64
+	size int64
+}
+
+// recordOverhead is what a change costs in the history besides its encoding.
+const recordOverhead = 128
 
 func (m *mirror[K, V]) OnAdd(obj V, _ bool)    { m.put(obj) }
 func (m *mirror[K, V]) OnUpdate(_, obj V)      { m.put(obj) }
@@ -203,6 +288,7 @@ func (m *mirror[K, V]) OnDelete(obj V, _ bool) { m.delete(obj) }
 func (m *mirror[K, V]) put(obj V) {
 	k, err := m.key(obj)
 	if err != nil {
+		m.stats.EncodeErrors.Add(1)
 		m.report(fmt.Errorf("httpsource: server: key of an object: %w", err))
 		return
 	}
@@ -211,24 +297,78 @@ func (m *mirror[K, V]) put(obj V) {
 		b, err = compactJSON(b)
 	}
 	if err != nil {
+		m.stats.EncodeErrors.Add(1)
 		m.report(fmt.Errorf("httpsource: server: encoding object %v (not served; clients keep its previous state): %w", k, err))
 		return
 	}
-	if old, ok := m.src.Get(k); ok && bytes.Equal(old.json, b) {
+	if len(b) > m.maxObject {
+		m.stats.TooLarge.Add(1)
+		m.report(fmt.Errorf("httpsource: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
 		return
 	}
-	m.head.Store(m.src.Put(&record[K]{key: k, json: b}))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.tree.Get(&record[K]{key: k}); ok && bytes.Equal(old.json, b) {
+		return
+	}
+	r := &record[K]{key: k, json: b}
+	rev := m.src.Put(r)
+	m.tree.ReplaceOrInsert(r)
+	m.logged(rev, int64(len(b)))
 }
 
 func (m *mirror[K, V]) delete(obj V) {
 	k, err := m.key(obj)
 	if err != nil {
+		m.stats.EncodeErrors.Add(1)
 		m.report(fmt.Errorf("httpsource: server: key of a deleted object: %w", err))
 		return
 	}
-	if rev, ok := m.src.Delete(k); ok {
-		m.head.Store(rev)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.tree.Delete(&record[K]{key: k})
+	if !ok {
+		return
 	}
+	if rev, ok := m.src.Delete(k); ok {
+		m.logged(rev, int64(len(old.json)))
+	}
+}
+
+// logged accounts for the change at rev and compacts the history down to historyBytes.
+func (m *mirror[K, V]) logged(rev, size int64) {
+	m.head.Store(rev)
+	if m.historyBytes < 0 {
+		return
+	}
+	compacted := m.src.CompactedRevision() // HistoryLimit's compaction
+	for m.first < len(m.log) && m.log[m.first].rev <= compacted {
+		m.held -= m.log[m.first].size
+		m.first++
+	}
+	m.log = append(m.log, logged{rev: rev, size: size + recordOverhead})
+	m.held += size + recordOverhead
+	last := int64(-1)
+	for m.held > m.historyBytes && len(m.log)-m.first > 1 {
+		m.held -= m.log[m.first].size
+		last = m.log[m.first].rev
+		m.first++
+	}
+	if last > compacted {
+		m.src.Compact(last)
+	}
+	if m.first > 1024 && m.first > len(m.log)/2 {
+		m.log = m.log[:copy(m.log, m.log[m.first:])]
+		m.first = 0
+	}
+}
+
+// snapshot returns the current state and its log revision; the tree is a copy-on-write
+// clone, O(1).
+func (m *mirror[K, V]) snapshot() (*btree.BTreeG[*record[K]], int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tree.Clone(), m.head.Load()
 }
 
 // offsetRevisions maps the log's revisions (0, 1, 2, …) to the wire (base, base+1, …).
@@ -295,4 +435,196 @@ func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
 	dst = append(dst, o.tag...)
 	dst = append(dst, '.')
 	return append(dst, tok...)
+}
+
+// list answers a list request from a snapshot of the state: a first page clones the
+// state tree (O(1)); a paged list keeps its clone, under the client's name, for its later
+// pages.
+func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error) {
+	if req.cont != "" {
+		return s.nextPage(req)
+	}
+	tree, rev := s.mirror.snapshot()
+	if req.rv != "" && req.rv != "0" {
+		at, err := s.revs.listRevision(req.rv)
+		if err != nil {
+			return page[*record[K]]{}, &requestError{err}
+		}
+		if n, _ := strconv.ParseInt(at, 10, 64); at != "" && n > rev {
+			return page[*record[K]]{}, &requestError{fmt.Errorf("resourceVersion %s is newer than the server's newest revision %s: %w", req.rv, s.wire(rev), informer.ErrExpired)}
+		}
+	}
+	pg := page[*record[K]]{rev: s.wire(rev)}
+	if req.limit <= 0 || int64(tree.Len()) <= req.limit {
+		pg.items = func(yield func(*record[K]) bool) { tree.Ascend(btree.ItemIteratorG[*record[K]](yield)) }
+		return pg, nil
+	}
+	p := &pin[K]{tree: tree, rev: rev, client: client}
+	items := p.take(req.limit)
+	s.pins.add(p)
+	pg.cont = s.token(p)
+	pg.items = slices.Values(items)
+	return pg, nil
+}
+
+// nextPage serves a later page of a paged list from its snapshot.
+func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
+	tok, err := s.revs.continueToken(req.cont)
+	if err != nil {
+		return page[*record[K]]{}, &requestError{err}
+	}
+	idPart, seqPart, ok := strings.Cut(tok, ".")
+	id, err1 := strconv.ParseUint(idPart, 36, 64)
+	seq, err2 := strconv.ParseInt(seqPart, 36, 64)
+	if !ok || err1 != nil || err2 != nil || seq < 1 {
+		return page[*record[K]]{}, &requestError{fmt.Errorf("malformed continue token %q", req.cont)}
+	}
+	p, err := s.pins.get(id, s.src.CompactedRevision())
+	if err != nil {
+		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q: %w", req.cont, err)}
+	}
+	limit := req.limit
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch seq {
+	case p.seq: // the next page
+	case p.seq - 1: // the last page again (the client retries it)
+		p.after, p.started, p.seq = p.prevAfter, p.prevStarted, p.seq-1
+	default:
+		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q is not the next page of its list: %w", req.cont, informer.ErrExpired)}
+	}
+	items := p.take(limit)
+	pg := page[*record[K]]{rev: s.wire(p.rev), items: slices.Values(items)}
+	if p.more {
+		pg.cont = s.token(p)
+	} else {
+		s.pins.remove(p)
+	}
+	return pg, nil
+}
+
+func (s *Server[K, V]) wire(rev int64) string { return strconv.FormatInt(s.revs.base+rev, 10) }
+
+// token is the continue token of p's next page: the server's tag, the list's id and the
+// page's number.
+func (s *Server[K, V]) token(p *pin[K]) string {
+	b := strconv.AppendUint(nil, p.id, 36)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, p.seq, 36)
+	return string(s.revs.appendContinue(nil, string(b)))
+}
+
+// pin is the snapshot a paged list reads its later pages from.
+type pin[K cmp.Ordered] struct {
+	id     uint64
+	client string
+	tree   *btree.BTreeG[*record[K]]
+	rev    int64
+
+	mu          sync.Mutex
+	seq         int64 // the number of the next page
+	after       K     // the last key served
+	started     bool  // a page was served (after is set)
+	prevAfter   K     // after and started before the last page, to serve it again
+	prevStarted bool
+	more        bool // keys remain after after
+}
+
+// take returns the next limit records of the list and advances it.
+func (p *pin[K]) take(limit int64) []*record[K] {
+	items := make([]*record[K], 0, min(limit, int64(p.tree.Len()), 4096))
+	p.more = false
+	visit := func(r *record[K]) bool {
+		if p.started && !cmp.Less(p.after, r.key) {
+			return true
+		}
+		if int64(len(items)) == limit {
+			p.more = true
+			return false
+		}
+		items = append(items, r)
+		return true
+	}
+	if p.started {
+		p.tree.AscendGreaterOrEqual(&record[K]{key: p.after}, visit)
+	} else {
+		p.tree.Ascend(visit)
+	}
+	p.prevAfter, p.prevStarted = p.after, p.started
+	if len(items) > 0 {
+		p.after, p.started = items[len(items)-1].key, true
+	}
+	p.seq++
+	return items
+}
+
+// pinTable holds the snapshots of paged lists, per client.
+type pinTable[K cmp.Ordered] struct {
+	limit, perClient int
+
+	mu       sync.Mutex
+	lastID   uint64
+	byID     map[uint64]*pin[K]
+	byClient map[string][]*pin[K] // oldest first
+}
+
+// add keeps p; the client's own oldest goes if it holds perClient, else the oldest of the
+// client holding the most if the table holds limit.
+func (t *pinTable[K]) add(p *pin[K]) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lastID++
+	p.id = t.lastID
+	if own := t.byClient[p.client]; len(own) >= t.perClient {
+		t.removeLocked(own[0])
+	}
+	if len(t.byID) >= t.limit {
+		var most []*pin[K]
+		for _, ps := range t.byClient {
+			if len(ps) > len(most) || (len(ps) == len(most) && ps[0].id < most[0].id) {
+				most = ps
+			}
+		}
+		t.removeLocked(most[0])
+	}
+	t.byID[p.id] = p
+	t.byClient[p.client] = append(t.byClient[p.client], p)
+}
+
+// get returns the snapshot of list id, unless it is gone or its revision has left the
+// history (then the error matches informer.ErrExpired).
+func (t *pinTable[K]) get(id uint64, compacted int64) (*pin[K], error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.byID[id]
+	switch {
+	case p == nil:
+		return nil, fmt.Errorf("the list is finished, or its snapshot was dropped (too many paged lists in progress): %w", informer.ErrExpired)
+	case p.rev < compacted:
+		t.removeLocked(p)
+		return nil, fmt.Errorf("the list's revision has left the server's history: %w", informer.ErrExpired)
+	}
+	return p, nil
+}
+
+func (t *pinTable[K]) remove(p *pin[K]) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.removeLocked(p)
+}
+
+func (t *pinTable[K]) removeLocked(p *pin[K]) {
+	if t.byID[p.id] != p {
+		return
+	}
+	delete(t.byID, p.id)
+	own := slices.DeleteFunc(t.byClient[p.client], func(q *pin[K]) bool { return q == p })
+	if len(own) == 0 {
+		delete(t.byClient, p.client)
+	} else {
+		t.byClient[p.client] = own
+	}
 }
