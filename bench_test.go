@@ -174,7 +174,7 @@ func BenchmarkPipeline(b *testing.B) {
 		done := make(chan error)
 		b.StartTimer()
 		go func() { done <- inf.Run(ctx) }()
-		inf.WaitForCacheSync(ctx)
+		_ = informer.WaitForCacheSync(ctx, inf)
 		for _, h := range handlers {
 			h.wait(time.Minute)
 			h.expect(benchInitial + benchEvents)
@@ -234,7 +234,7 @@ func BenchmarkGet(b *testing.B) {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	inf.WaitForCacheSync(ctx)
+	_ = informer.WaitForCacheSync(ctx, inf)
 	keys := make([]string, len(initial))
 	for i, o := range initial {
 		keys[i] = benchKey(o)

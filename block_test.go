@@ -69,7 +69,7 @@ func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	if !inf.WaitForCacheSync(ctx) {
+	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	// Fill the stalled handler's queue: the informer then waits for room.

@@ -32,7 +32,7 @@
 //		DeleteFunc: func(c *Config, unknown bool) { fmt.Println("delete", c.Name) },
 //	}, informer.HandlerOptions{})
 //	go inf.Run(ctx)
-//	inf.WaitForCacheSync(ctx)
+//	if err := informer.WaitForCacheSync(ctx, inf); err != nil { ... } // says why
 //	payments, _ := inf.ByIndex("team", "payments")
 //
 // # The contract

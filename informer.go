@@ -541,20 +541,10 @@ func (inf *Informer[K, V]) HasSynced() bool { return inf.synced.Load() }
 // It turns false once a list (after an expired revision, say) replaces the state.
 func (inf *Informer[K, V]) Restored() bool { return inf.restored.Load() }
 
-// Synced returns a channel closed once HasSynced is true.
+// Synced returns a channel closed once HasSynced is true. To wait for it with a deadline,
+// and for several informers and registrations at once, use the package's
+// WaitForCacheSync, whose error says why a cache did not sync.
 func (inf *Informer[K, V]) Synced() <-chan struct{} { return inf.syncedCh }
-
-// WaitForCacheSync blocks until the initial list (or a restored state, see HasSynced) is
-// in the cache, or ctx is done. It waits on a channel, never polls. It reports whether the
-// cache synced.
-func (inf *Informer[K, V]) WaitForCacheSync(ctx context.Context) bool {
-	select {
-	case <-inf.syncedCh:
-		return true
-	case <-ctx.Done():
-		return inf.synced.Load()
-	}
-}
 
 // LastSyncRevision returns the revision of the last list or watch event the reflector
 // received. The cache may not have applied it yet; see WaitForRevision.
@@ -562,8 +552,8 @@ func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.lastSyncR
 
 // LastError returns the last error of the source (a failed list or watch, bad input) and
 // when it was reported, or nil and the zero time once the source has recovered (a list
-// applied, or a watch that delivered an event). A caller whose WaitForCacheSync returned
-// false uses it to say why the cache did not sync.
+// applied, or a watch that delivered an event). WaitForCacheSync's error includes it, to
+// say why a cache did not sync.
 func (inf *Informer[K, V]) LastError() (error, time.Time) { return inf.refl.lastError() }
 
 // ErrRevisionsUnordered is returned by WaitForRevision for a source that does not

@@ -127,7 +127,7 @@ func start(t *testing.T, src *memory.Source[string, *obj], opts informer.Options
 	t.Cleanup(f.stop)
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
-	if !inf.WaitForCacheSync(sctx) {
+	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
 	return f
@@ -613,7 +613,7 @@ func TestInformer_PerHandlerResync(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	inf.WaitForCacheSync(ctx)
+	_ = informer.WaitForCacheSync(ctx, inf)
 	fast.Expect(t, "add*a=1")
 	slow.Expect(t, "add*a=1")
 	// Timers armed: the watch timeout and the resync timer (period lowered to the shortest handler's, 2s).

@@ -153,7 +153,7 @@ func FuzzListPages(f *testing.F) {
 		done := make(chan error, 1)
 		go func() { done <- inf.Run(ctx) }()
 		defer func() { cancel(); <-done }()
-		if !inf.WaitForCacheSync(ctx) {
+		if WaitForCacheSync(ctx, inf) != nil {
 			t.Fatal("no sync")
 		}
 		if !malformed {

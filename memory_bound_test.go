@@ -75,7 +75,7 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	if !inf.WaitForCacheSync(ctx) {
+	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	rev0 := src.Revision()
@@ -187,7 +187,7 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	if !inf.WaitForCacheSync(ctx) {
+	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	for i := range events {

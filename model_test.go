@@ -164,7 +164,7 @@ func runModel(t *testing.T, seed uint64, ops int) {
 
 	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
 	defer scancel()
-	if !inf.WaitForCacheSync(sctx) {
+	if informer.WaitForCacheSync(sctx, inf) != nil {
 		fail("no sync")
 	}
 	// HasSynced: the initial list is in the cache (no write happened yet).

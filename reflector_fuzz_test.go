@@ -280,7 +280,7 @@ func TestReflector_NilListItemsSkipped(t *testing.T) {
 	inf, reported, h := runBadSource(t, lw)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if !inf.WaitForCacheSync(ctx) {
+	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	waitState(t, "handler called", func() bool { return len(h.get()) == 2 })

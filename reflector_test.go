@@ -58,7 +58,7 @@ func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 	fc.Step(time.Millisecond)
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
-	if !inf.WaitForCacheSync(sctx) || lists() != 3 {
+	if informer.WaitForCacheSync(sctx, inf) != nil || lists() != 3 {
 		t.Fatalf("synced=%v after %d lists", inf.HasSynced(), lists())
 	}
 	if n := inf.Stats().ListErrors; n != 2 {
@@ -148,7 +148,7 @@ func TestReflector_ListRetryAfterHonoured(t *testing.T) {
 	fc.Step(time.Second)
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
-	if !inf.WaitForCacheSync(sctx) {
+	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("no sync after the Retry-After")
 	}
 }
@@ -295,7 +295,7 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			done := make(chan error)
 			go func() { done <- inf.Run(ctx) }()
 			defer func() { cancel(); <-done }()
-			if !inf.WaitForCacheSync(ctx) {
+			if informer.WaitForCacheSync(ctx, inf) != nil {
 				t.Fatal("no sync")
 			}
 			src.WaitForWatches(ctx, 1)
@@ -347,7 +347,7 @@ func TestReflector_RepeatedCompactionsRecoverWithoutGrowth(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if !inf.WaitForCacheSync(ctx) {
+	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	watches := func() int { return countOps(src, memory.OpWatch) }
@@ -455,7 +455,7 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 
 	fc.WaitForWaiters(1, ctx.Done())
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
-	synced := inf.WaitForCacheSync(sctx)
+	synced := informer.WaitForCacheSync(sctx, inf) == nil
 	scancel()
 	err, at := inf.LastError()
 	if synced || !errors.Is(err, informer.ErrConnectionRefused) || !at.Equal(time.Unix(100, 0)) {
@@ -477,7 +477,7 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 	fc.Step(2 * time.Second)
 	sctx, scancel = context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
-	if !inf.WaitForCacheSync(sctx) {
+	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	if err, at := inf.LastError(); err != nil || !at.IsZero() {

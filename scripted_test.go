@@ -73,7 +73,7 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if !inf.WaitForCacheSync(ctx) {
+	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	src.events <- Event[string]{Type: Modified, Object: "a=2", Revision: "3"}
@@ -131,7 +131,7 @@ func TestReflector_MalformedPageRelists(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if !inf.WaitForCacheSync(ctx) {
+	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
 	if got := inf.List(); !slices.Equal(got, []string{"a=2", "b=2"}) {

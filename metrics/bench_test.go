@@ -162,7 +162,7 @@ func benchPipeline(b *testing.B, initial []*pipeObj, ops []pipeOp, withMetrics b
 		runtime.GC()
 		b.StartTimer()
 		go func() { done <- inf.Run(ctx) }()
-		inf.WaitForCacheSync(ctx)
+		_ = informer.WaitForCacheSync(ctx, inf)
 		for _, h := range handlers {
 			h.wait(b)
 			h.expect(pipeInitial + pipeEvents)

@@ -93,7 +93,7 @@ func start(t *testing.T, src informer.ListerWatcher[*item], f informer.Persister
 	t.Cleanup(l.stop)
 	wctx, wcancel := context.WithTimeout(context.Background(), informertest.DefaultTimeout)
 	defer wcancel()
-	if !inf.WaitForCacheSync(wctx) {
+	if informer.WaitForCacheSync(wctx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
 	return l

@@ -112,7 +112,7 @@ func BenchmarkInitialSync100k(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { defer close(done); _ = inf.Run(ctx) }()
-			if !inf.WaitForCacheSync(ctx) || inf.Len() != n {
+			if informer.WaitForCacheSync(ctx, inf) != nil || inf.Len() != n {
 				b.Fatalf("synced %d keys", inf.Len())
 			}
 			cancel()

@@ -84,8 +84,7 @@ func ExampleNew() {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	inf.WaitForCacheSync(ctx)
-
+	_ = informer.WaitForCacheSync(ctx, inf)
 	billing, _ := inf.ByIndex("team", "billing")
 	for _, s := range billing {
 		fmt.Printf("billing runs %s ×%d\n", s.Name, s.Replicas)

@@ -423,7 +423,7 @@ func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informe
 	t.Cleanup(func() { cancel(); <-done })
 	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSync()
-	if !inf.WaitForCacheSync(syncCtx) {
+	if informer.WaitForCacheSync(syncCtx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
 	return inf, rec

@@ -153,7 +153,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	t.Cleanup(func() { cancel(); <-done })
 	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
 	defer scancel()
-	if !inf.WaitForCacheSync(sctx) {
+	if informer.WaitForCacheSync(sctx, inf) != nil {
 		fail("informer did not sync")
 	}
 	// HasSynced: the initial list is in the cache (no write happened since).

@@ -57,7 +57,7 @@ func warmLife(t *testing.T, src informer.ListerWatcher[*item], f *persist.File[s
 	t.Cleanup(stop)
 	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSync()
-	if !inf.WaitForCacheSync(syncCtx) {
+	if informer.WaitForCacheSync(syncCtx, inf) != nil {
 		t.Fatal("the informer did not sync")
 	}
 	return inf, rec, stop
@@ -272,7 +272,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = inf.Run(ctx) }()
-		if !inf.WaitForCacheSync(ctx) {
+		if informer.WaitForCacheSync(ctx, inf) != nil {
 			b.Fatal("no sync")
 		}
 		cancel()

@@ -167,7 +167,7 @@ func TestUnreachableErrorNamesEndpoints(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
 	defer scancel()
-	if inf.WaitForCacheSync(sctx) {
+	if informer.WaitForCacheSync(sctx, inf) == nil {
 		t.Fatal("synced with nothing to sync from")
 	}
 	lastErr, at := inf.LastError()

@@ -19,18 +19,6 @@ import (
 	"github.com/informer-go/informer"
 )
 
-// eventually polls cond until it holds, failing the test after waitTimeout.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // serveFunc starts a loopback server with h.
 func serveFunc(t testing.TB, h http.HandlerFunc) *httptest.Server {
 	ts := httptest.NewServer(h)

@@ -43,7 +43,7 @@ func Example() {
 	}
 	upCtx, stopUpstream := context.WithCancel(context.Background())
 	start(upCtx, upstream)
-	srv, err := httpsource.NewServer(upstream, configKey, httpsource.ServerOptions[*Config]{})
+	srv, err := httpsource.NewServer(upstream, nil, httpsource.ServerOptions[*Config]{}) // nil: upstream.Key
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +67,7 @@ func Example() {
 			UpdateFunc: func(_, c *Config) { updated <- c },
 		}, informer.HandlerOptions{})
 		start(ctx, mirror)
-		mirror.WaitForCacheSync(ctx)
+		_ = informer.WaitForCacheSync(ctx, mirror)
 		mirrors = append(mirrors, mirror)
 	}
 	for i, m := range mirrors {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -341,4 +342,11 @@ func body(t testing.TB, resp *http.Response) string {
 // rev returns the wire revision of a log revision of s.
 func rev(s *Server[string, *obj], logRev int64) string {
 	return fmt.Sprint(s.revs.base + logRev)
+}
+
+// eventually polls cond until it holds, failing the test after waitTimeout: for state that
+// no channel announces.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	informertest.Eventually(t, waitTimeout, cond, "waiting for %s", what)
 }

@@ -21,21 +21,6 @@ import (
 	"github.com/informer-go/informer/source/memory"
 )
 
-// eventually polls cond every millisecond until it holds, or fails the test after
-// waitTimeout: for state that no channel announces.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // dialAs sends a GET of query on a bare TCP connection, as the client named by token
 // ("Bearer <token>"; none if empty), and reads the response's header only: the body is
 // left for the test to read, or not.

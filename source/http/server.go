@@ -139,14 +139,15 @@ type record[K any] struct {
 }
 
 // NewServer returns a server of inf's collection. key must return the key the informer
-// uses (informer.Options.Key). The server's handler is added to inf at once; the informer
-// may already be running. Call Shutdown to remove it.
+// uses; nil means the informer's own (inf.Key), so that the key function is written once.
+// The server's handler is added to inf at once; the informer may already be running. Call
+// Shutdown to remove it.
 func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.KeyFunc[K, V], opts ServerOptions[V]) (*Server[K, V], error) {
 	if inf == nil {
 		return nil, errors.New("httpsource: NewServer: nil informer")
 	}
 	if key == nil {
-		return nil, errors.New("httpsource: NewServer: nil key function")
+		key = inf.Key
 	}
 	history := opts.HistoryLimit
 	switch {

@@ -44,7 +44,7 @@ func ExampleNew() {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if !inf.WaitForCacheSync(ctx) {
+	if informer.WaitForCacheSync(ctx, inf) != nil {
 		log.Fatal("not synced")
 	}
 
@@ -84,8 +84,7 @@ func ExampleNewDynamic() {
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	inf.WaitForCacheSync(ctx)
-
+	_ = informer.WaitForCacheSync(ctx, inf)
 	obj, ok := inf.Get("shop/gear")
 	fmt.Println(obj.GetKind(), obj.GetName(), ok)
 	// Output:

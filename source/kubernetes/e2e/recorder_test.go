@@ -89,7 +89,7 @@ func run[K comparable, V any](t *testing.T, inf *informer.Informer[K, V]) {
 	})
 	syncCtx, syncCancel := context.WithTimeout(ctx, 60*time.Second)
 	defer syncCancel()
-	if !inf.WaitForCacheSync(syncCtx) {
+	if informer.WaitForCacheSync(syncCtx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
 }
