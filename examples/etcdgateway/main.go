@@ -41,11 +41,12 @@ import (
 
 // Config is one service's configuration, stored as JSON under <prefix><name>.
 type Config struct {
-	Name     string `json:"-"`
-	Team     string `json:"team"`
-	Replicas int    `json:"replicas"`
+	Name     string `json:"-"`        // from the key, after the prefix
+	Team     string `json:"team"`     // the owning team (an index)
+	Replicas int    `json:"replicas"` // how many instances run
 }
 
+// String renders the config on one line.
 func (c *Config) String() string {
 	return fmt.Sprintf("%s team=%s replicas=%d", c.Name, c.Team, c.Replicas)
 }
