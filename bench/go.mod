@@ -3,7 +3,7 @@ module github.com/informer-go/informer/bench
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261123050157-6123558f0c70
+	github.com/informer-go/informer v0.0.0-20261123114828-148ccd9d126a
 	gonum.org/v1/plot v0.15.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -32,6 +32,7 @@ require (
 	golang.org/x/image v0.24.0 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.40.0 // indirect

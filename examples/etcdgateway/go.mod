@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/etcdgateway
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0
-	github.com/informer-go/informer/source/etcd v0.0.0
+	github.com/informer-go/informer v0.0.0-20261123114828-148ccd9d126a
+	github.com/informer-go/informer/source/etcd v0.0.0-20261123114828-148ccd9d126a
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
@@ -58,6 +58,7 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
@@ -68,9 +69,4 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-)
-
-replace (
-	github.com/informer-go/informer => ../..
-	github.com/informer-go/informer/source/etcd => ../../source/etcd
 )

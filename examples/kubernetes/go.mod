@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261123050157-6123558f0c70
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123050157-6123558f0c70
+	github.com/informer-go/informer v0.0.0-20261123114828-148ccd9d126a
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123114828-148ccd9d126a
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )
@@ -41,6 +41,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.40.0 // indirect

@@ -322,7 +322,9 @@ func pinWork(root, v string, mods []*mod) error {
 	for _, m := range requiredMods(mods) {
 		args = append(args, "-replace="+m.path+"@"+v+"=./"+strings.TrimPrefix(m.dir, "."))
 	}
-	cmd := exec.Command("go", args...)
+	// The file named: make runs the tool with GOWORK=off, under which go work edit finds
+	// no go.work by itself.
+	cmd := exec.Command("go", append(args, "go.work")...)
 	cmd.Dir = root
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
