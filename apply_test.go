@@ -89,7 +89,7 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 	for _, d := range script {
 		// The reflector queues watch events (added, updated, observed deletes) with values.
 		if precompute && (d.typ == deltaAdded || d.typ == deltaUpdated || d.typ == deltaDeleted && !d.unknown) {
-			var h indexHint[string]
+			var h storeHint[string]
 			if inf.store.prepare(&h, d.obj) {
 				if err := f.addPrepared(d.typ, d.key, d.obj, "", &h); err != nil {
 					t.Fatal(err)
@@ -138,7 +138,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	inf := applyTestInformer(t)
 	f := inf.fifo
 	queue := func(obj string) {
-		var h indexHint[string]
+		var h storeHint[string]
 		if !inf.store.prepare(&h, obj) {
 			t.Fatalf("prepare %q failed", obj)
 		}

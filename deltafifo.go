@@ -147,7 +147,7 @@ func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
 }
 
 // addPrepared is add with what the store prepared for obj (nil: nothing), queued with it.
-func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, hint *indexHint[V]) error {
+func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, hint *storeHint[V]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {

@@ -398,7 +398,7 @@ func (e *ObjectError) Unwrap() error { return e.Err }
 
 // upsertLocked stores obj under key and updates every index. If an index function fails
 // for obj nothing changes and the error is returned. pre, when valid, are obj's values.
-func (s *store[K, V]) upsertLocked(key K, obj V, hint indexHint[V]) (old V, existed bool, err error) {
+func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, existed bool, err error) {
 	vals, bounds := hint.vals, hint.ends
 	if !s.current(hint) {
 		// Compute every new value first, so that a failure leaves the store untouched.
@@ -503,7 +503,7 @@ func (s *store[K, V]) purge(ix *storeIndex[K, V], key K, keep []string) {
 
 // deleteLocked removes key and its index entries.
 func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
-	return s.deleteHinted(key, indexHint[V]{})
+	return s.deleteHinted(key, storeHint[V]{})
 }
 
 // deleteHinted is deleteLocked with the index values of the object a delete event
@@ -511,7 +511,7 @@ func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
 // that of the event's object is where it is found unless the object changed since it was
 // stored; only then is the index function called on the stored object (which, written
 // long ago, is likely out of the processor's caches).
-func (s *store[K, V]) deleteHinted(key K, hint indexHint[V]) (old V, existed bool) {
+func (s *store[K, V]) deleteHinted(key K, hint storeHint[V]) (old V, existed bool) {
 	prev, existed := s.items.Delete(entry[K, V]{key: key})
 	if !existed {
 		return old, false
@@ -541,6 +541,10 @@ func (s *store[K, V]) publishLocked(rev string) {
 	s.exact = rev != ""
 	s.gen.Add(1)
 }
+
+// generation counts the store's write batches: a reader that saw the same generation saw
+// the same state.
+func (s *store[K, V]) generation() uint64 { return s.gen.Load() }
 
 // snapshot returns the current state. It is O(1) when nothing changed since the last
 // snapshot; otherwise it waits for the writer's current batch and clones the trees.

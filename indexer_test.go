@@ -48,7 +48,7 @@ func mustUpsert(t *testing.T, s *store[string, *pod], p *pod) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, _, err := s.upsertLocked(p.name, p, indexHint[*pod]{}); err != nil {
+	if _, _, err := s.upsertLocked(p.name, p, storeHint[*pod]{}); err != nil {
 		t.Fatal(err)
 	}
 	s.publishLocked("")
@@ -165,7 +165,7 @@ func TestIndexer_IndexErrorSkipsObject(t *testing.T) {
 	mustUpsert(t, s, &pod{name: "p", ns: "a"})
 	for _, ns := range []string{"bad", "panic"} {
 		s.mu.Lock()
-		_, _, err := s.upsertLocked("p", &pod{name: "p", ns: ns}, indexHint[*pod]{})
+		_, _, err := s.upsertLocked("p", &pod{name: "p", ns: ns}, storeHint[*pod]{})
 		s.mu.Unlock()
 		var oe *ObjectError
 		if !errors.As(err, &oe) || oe.Key != "p" {

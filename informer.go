@@ -116,7 +116,7 @@ type Informer[K comparable, V any] struct {
 	started atomic.Bool
 	stopped atomic.Bool
 
-	evHint indexHint[V]     // the reflector goroutine's buffer for an event's hint
+	evHint storeHint[V]     // the reflector goroutine's buffer for an event's hint
 	writer writeBatch[K, V] // the processing goroutine's state for applying batches
 
 	synced   atomic.Bool
@@ -871,7 +871,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		close(inf.syncedCh)
 		return notes
 	}, true)
-	inf.savedGen = inf.store.gen.Load() // what was loaded need not be written again
+	inf.savedGen = inf.store.generation() // what was loaded need not be written again
 	inf.advance(watermark{rev: rev, inclusive: true})
 	inf.refl.resumeFrom(rev)
 	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))

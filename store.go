@@ -4,14 +4,14 @@ import "slices"
 
 // This file is the cache's write path: how a batch of deltas popped from the queue becomes
 // a new state of the store and the notifications that tell handlers of it. The delta queue
-// only carries what the store prepared for each object (an indexHint); everything about
+// only carries what the store prepared for each object (an storeHint); everything about
 // indexes stays in this file and indexer.go.
 
-// indexHint is an object's index values computed before its write, off the writer's
-// goroutine (store.prepare): valid while the store's index functions are the ones it was
-// computed with. A delete uses the values of the event's object to find the key's buckets
+// storeHint is what the store prepares for an object before its write, off the writer's
+// goroutine (store.prepare): the object's index values, valid while the store's index
+// functions are the ones they were computed with. A delete uses the values of the event's object to find the key's buckets
 // without computing them from the stored object.
-type indexHint[V any] struct {
+type storeHint[V any] struct {
 	set  *indexSet[V]
 	vals []string
 	ends []int32
@@ -20,7 +20,7 @@ type indexHint[V any] struct {
 // prepare computes obj's index values into h, reusing its buffers, and reports whether
 // every index function succeeded. On a failure h holds nothing valid: the writer computes
 // the values again and reports the error with the object's key.
-func (s *store[K, V]) prepare(h *indexHint[V], obj V) bool {
+func (s *store[K, V]) prepare(h *storeHint[V], obj V) bool {
 	set := s.set.Load()
 	clear(h.vals)
 	var oe *ObjectError
@@ -34,20 +34,20 @@ func (s *store[K, V]) prepare(h *indexHint[V], obj V) bool {
 }
 
 // current reports whether h holds values computed with the store's index functions.
-func (s *store[K, V]) current(h indexHint[V]) bool {
+func (s *store[K, V]) current(h storeHint[V]) bool {
 	return h.set != nil && h.set == s.set.Load()
 }
 
 // queuedHint is the hint a key's delta list keeps while queued: the values of its newest
 // prepared delta. The queue records into it and reads it back only through its methods.
 type queuedHint[V any] struct {
-	indexHint[V]
+	storeHint[V]
 	mixed bool // some deltas were prepared with other index functions (indexes were added)
 	of    int  // the values are of delta of-1; 0: of none
 }
 
 // record keeps h as the hint of delta number i (from 0) of its list.
-func (q *queuedHint[V]) record(h *indexHint[V], i int) {
+func (q *queuedHint[V]) record(h *storeHint[V], i int) {
 	q.mixed = q.mixed || q.of != 0 && q.set != h.set
 	q.set = h.set
 	q.vals = append(q.vals[:0], h.vals...)
@@ -56,11 +56,11 @@ func (q *queuedHint[V]) record(h *indexHint[V], i int) {
 }
 
 // forDelta returns the hint of delta i, if q holds it.
-func (q *queuedHint[V]) forDelta(i int) indexHint[V] {
+func (q *queuedHint[V]) forDelta(i int) storeHint[V] {
 	if q == nil || q.of != i+1 {
-		return indexHint[V]{}
+		return storeHint[V]{}
 	}
-	return q.indexHint
+	return q.storeHint
 }
 
 // reset empties q for reuse and reports whether it is small enough to keep.
@@ -76,7 +76,7 @@ type hintChunks[V any] struct {
 	free []*queuedHint[V]
 }
 
-func (c *hintChunks[V]) get(h *indexHint[V]) *queuedHint[V] {
+func (c *hintChunks[V]) get(h *storeHint[V]) *queuedHint[V] {
 	if len(c.free) == 0 {
 		nv, ne := len(h.vals), len(h.ends)
 		chunk := make([]queuedHint[V], listChunk)
@@ -301,7 +301,7 @@ func (s *store[K, V]) load(keys []K, objs []V, rev string, report func(error), n
 			// Rare (a snapshot holds each key once): put the earlier object back and let
 			// the general path replace it, index entries included.
 			s.items.ReplaceOrInsert(prev)
-			s.upsertLocked(e.key, e.obj, indexHint[V]{set: set, vals: vals, ends: ends})
+			s.upsertLocked(e.key, e.obj, storeHint[V]{set: set, vals: vals, ends: ends})
 			continue
 		}
 		var start int32
