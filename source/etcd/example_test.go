@@ -67,7 +67,7 @@ func ExampleNew() {
 	}
 
 	report := func(err error) { fmt.Println("error:", err) }
-	src, err := etcd.New(client, "/services/", decodeService, etcd.Options{OnDecodeError: report})
+	src, err := etcd.New(client, "/services/", decodeService, etcd.Options{}) // decode errors reach the informer
 	if err != nil {
 		panic(err)
 	}

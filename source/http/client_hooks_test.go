@@ -330,7 +330,7 @@ func TestClientRequestHooksAndListOptions(t *testing.T) {
 
 	// A hook's error aborts the call and keeps its class.
 	_, err := c.List(context.Background(), informer.ListOptions{Continue: "junk"})
-	wantError(t, err, `httpsource: ListRequest: informer: bad input from source: malformed continue token "junk"`, informer.ErrBadInput)
+	wantError(t, err, `httpsource: ListRequest: bad input from source: malformed continue token "junk"`, informer.ErrBadInput)
 
 	// The watch request.
 	store.setLines(`{"progress":true,"rev":"10"}`)
