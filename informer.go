@@ -463,13 +463,16 @@ func (inf *Informer[K, V]) processLoop() {
 			inf.stats.Objects.Store(int64(objects))
 			inf.stats.Applied.Add(uint64(applied))
 			inf.fifo.finishBatch(batch)
+			return notes
+		}, synced, func() {
+			// Once the handlers have the batch queued: after WaitForRevision or a sync,
+			// every notification up to there is on its way to every handler.
 			inf.advance(wm)
 			if synced {
 				inf.synced.Store(true)
 				close(inf.syncedCh)
 			}
-			return notes
-		}, synced)
+		})
 	}
 }
 
@@ -561,9 +564,10 @@ func (inf *Informer[K, V]) LastError() (error, time.Time) { return inf.refl.last
 var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not ordered")
 
 // WaitForRevision blocks until every change up to rev is visible in the cache (and so to
-// every read made after it returns), or ctx is done. Use it for read-your-writes: write to
-// the source, take the revision of the write, wait for it, read the cache. It needs a
-// source that implements RevisionComparer.
+// every read made after it returns), or ctx is done. By then the notifications of those
+// changes are queued to every handler (not necessarily delivered). Use it for
+// read-your-writes: write to the source, take the revision of the write, wait for it, read
+// the cache. It needs a source that implements RevisionComparer.
 func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) error {
 	if inf.cmpRev == nil {
 		return fmt.Errorf("informer %q: WaitForRevision: %w", inf.opts.Name, ErrRevisionsUnordered)
@@ -870,7 +874,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.synced.Store(true)
 		close(inf.syncedCh)
 		return notes
-	}, true)
+	}, true, nil)
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
 	inf.advance(watermark{rev: rev, inclusive: true})
 	inf.refl.resumeFrom(rev)

@@ -236,7 +236,10 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		if r.out {
 			continue
 		}
-		for !r.v.Converged(finalState) {
+		// Converged alone can hold for a moment while a handler is behind (an earlier
+		// delete is the final state too): wait until its queue is empty as well. After
+		// WaitForRevision every notification is queued.
+		for !r.v.Converged(finalState) || r.r.Stats().Queued != 0 {
 			if wctx.Err() != nil {
 				break // the checks below say what is wrong
 			}

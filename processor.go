@@ -735,11 +735,13 @@ func (p *processor[K, V]) handlers() []*Registration {
 
 // deliver writes a batch and hands its notifications to every listener. write is called
 // under the lock with an empty buffer, applies the batch to the cache and returns the
-// buffer filled with the batch's notifications; synced adds the synced marker after them.
-// Listeners share the notifications; resyncs (sync set) go only to listeners due for one,
-// and those not due share a filtered copy. Once the lock is released, deliver waits while a
-// Block listener's queue is full, so that the source is read no faster than it drains.
-func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], synced bool) {
+// buffer filled with the batch's notifications; synced adds the synced marker after them;
+// queued, if not nil, is called under the lock once every listener has them (so that what
+// it publishes, a revision reached, implies the notifications are queued). Listeners share
+// the notifications; resyncs (sync set) go only to listeners due for one, and those not due
+// share a filtered copy. Once the lock is released, deliver waits while a Block listener's
+// queue is full, so that the source is read no faster than it drains.
+func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], synced bool, queued func()) {
 	p.mu.Lock()
 	b := p.batches.get()
 	b.notes = write(b.notes)
@@ -773,6 +775,9 @@ func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notific
 		for _, l := range p.listeners {
 			l.enqueue(marker, true)
 		}
+	}
+	if queued != nil {
+		queued()
 	}
 	blocking := p.blocking[:0]
 	for _, l := range p.listeners {
