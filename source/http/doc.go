@@ -31,7 +31,7 @@
 // Failures are answered with a Status body and a status code that says what to do:
 //
 //	410 Gone              the revision or continue token expired: list again
-//	429 Too Many Requests too many watchers: wait Retry-After, watch again (no relist)
+//	429 Too Many Requests too many watchers or lists (in all, or of this client): wait Retry-After, then retry (a watch from the same revision, no relist)
 //	503, other 5xx        transient: back off, watch again from the same revision
 //	400, 401, 403, 404    the request is wrong or refused: reported, backed off, relisted
 //
