@@ -171,8 +171,8 @@ func (e *notSyncedError) Error() string {
 		} else {
 			fmt.Fprintf(&b, " %T", s)
 		}
-		if le, ok := s.(interface{ LastError() (error, time.Time) }); ok {
-			if err, at := le.LastError(); err != nil {
+		if le, ok := s.(interface{ LastError() (time.Time, error) }); ok {
+			if at, err := le.LastError(); err != nil {
 				fmt.Fprintf(&b, " (last error %v ago: %v)", time.Since(at).Round(time.Millisecond), err)
 			}
 		}
@@ -185,8 +185,8 @@ func (e *notSyncedError) Error() string {
 func (e *notSyncedError) Unwrap() []error {
 	errs := []error{e.ctxErr}
 	for _, s := range e.missing {
-		if le, ok := s.(interface{ LastError() (error, time.Time) }); ok {
-			if err, _ := le.LastError(); err != nil {
+		if le, ok := s.(interface{ LastError() (time.Time, error) }); ok {
+			if _, err := le.LastError(); err != nil {
 				errs = append(errs, err)
 			}
 		}

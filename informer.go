@@ -553,11 +553,11 @@ func (inf *Informer[K, V]) Synced() <-chan struct{} { return inf.syncedCh }
 // received. The cache may not have applied it yet; see WaitForRevision.
 func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.lastSyncRevision() }
 
-// LastError returns the last error of the source (a failed list or watch, bad input) and
-// when it was reported, or nil and the zero time once the source has recovered (a list
-// applied, or a watch that delivered an event). WaitForCacheSync's error includes it, to
+// LastError returns when the last error of the source (a failed list or watch, bad input)
+// was reported and the error, or the zero time and nil once the source has recovered (a
+// list applied, or a watch that delivered an event). WaitForCacheSync's error includes it, to
 // say why a cache did not sync.
-func (inf *Informer[K, V]) LastError() (error, time.Time) { return inf.refl.lastError() }
+func (inf *Informer[K, V]) LastError() (at time.Time, err error) { return inf.refl.lastError() }
 
 // ErrRevisionsUnordered is returned by WaitForRevision for a source that does not
 // implement RevisionComparer.

@@ -274,14 +274,14 @@ func (r *reflector[V]) setLastSync(rev string) {
 	r.mu.Unlock()
 }
 
-// lastError returns the last source error and when it was reported, or nil and the zero
-// time. It is cleared when the source recovers: a list is applied, or a watch delivers an
+// lastError returns when the last source error was reported and the error, or the zero
+// time and nil. It is cleared when the source recovers: a list is applied, or a watch delivers an
 // event.
-func (r *reflector[V]) lastError() (error, time.Time) {
+func (r *reflector[V]) lastError() (at time.Time, err error) {
 	if e := r.lastErr.Load(); e != nil {
-		return e.err, e.at
+		return e.at, e.err
 	}
-	return nil, time.Time{}
+	return time.Time{}, nil
 }
 
 // recovered clears the last source error.

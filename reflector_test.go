@@ -457,7 +457,7 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	synced := informer.WaitForCacheSync(sctx, inf) == nil
 	scancel()
-	err, at := inf.LastError()
+	at, err := inf.LastError()
 	if synced || !errors.Is(err, informer.ErrConnectionRefused) || !at.Equal(time.Unix(100, 0)) {
 		t.Fatalf("synced %v, LastError %v at %v", synced, err, at)
 	}
@@ -480,7 +480,7 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("no sync")
 	}
-	if err, at := inf.LastError(); err != nil || !at.IsZero() {
+	if at, err := inf.LastError(); err != nil || !at.IsZero() {
 		t.Fatalf("LastError after the recovery: %v at %v", err, at)
 	}
 }

@@ -170,7 +170,7 @@ func TestUnreachableErrorNamesEndpoints(t *testing.T) {
 	if informer.WaitForCacheSync(sctx, inf) == nil {
 		t.Fatal("synced with nothing to sync from")
 	}
-	lastErr, at := inf.LastError()
+	at, lastErr := inf.LastError()
 	if lastErr == nil || at.IsZero() {
 		t.Fatal("no LastError")
 	}
