@@ -70,7 +70,8 @@ func TestRepeatedCompactionsRecoverBounded(t *testing.T) {
 	px := startProxy(t, srv.Endpoint())
 	viaProxy := newClient(t, px.Addr())
 	const p = "/rounds/"
-	lastRev := put(t, direct, p+"a", "0")
+	put(t, direct, p+"a", "0")
+	var lastRev int64
 	src, err := etcd.NewKV(viaProxy, p, decodeKV, etcd.Options{RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
