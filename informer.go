@@ -297,8 +297,9 @@ func (inf *Informer[K, V]) report(err error) {
 	if oe := (*ObjectError)(nil); errors.As(err, &oe) && oe.Informer == "" {
 		oe.Informer = inf.opts.Name
 	}
-	inf.stats.countError(err)
-	inf.logger.Debug("informer error", "err", err)
+	kind := errorKind(err)
+	inf.stats.countError(kind)
+	inf.logger.Debug("informer error", "kind", kind, "err", err)
 	if inf.opts.ErrorHandler != nil {
 		inf.opts.ErrorHandler(err)
 		return
@@ -306,7 +307,7 @@ func (inf *Informer[K, V]) report(err error) {
 	// With no handler an error must still show: the reflector logs source failures at
 	// Warn itself; every other kind is logged here, at most once per kind per warnEvery.
 	if !errors.As(err, new(*opError)) {
-		inf.warnLimited(err)
+		inf.warnLimited(kind, err)
 	}
 }
 
@@ -314,10 +315,9 @@ func (inf *Informer[K, V]) report(err error) {
 // no ErrorHandler set.
 const warnEvery = 10 * time.Second
 
-// warnLimited logs err at Warn unless an error of its kind was logged within warnEvery;
-// the line counts the errors of that kind not logged since.
-func (inf *Informer[K, V]) warnLimited(err error) {
-	kind := errorKind(err)
+// warnLimited logs err, of the given kind, at Warn unless an error of that kind was
+// logged within warnEvery; the line counts the errors of that kind not logged since.
+func (inf *Informer[K, V]) warnLimited(kind string, err error) {
 	now := inf.opts.Clock.Now()
 	inf.warnMu.Lock()
 	w := inf.warned[kind]
@@ -338,18 +338,24 @@ type warned struct {
 	suppressed int
 }
 
-// errorKind names the kind of a reported error, as Stats counts it.
+// errorKind sorts a reported error into the kinds Stats counts and the metrics' error
+// counter labels: "key", "index", "transform", "decode", "source", "handler_panic" or
+// "other". It is the one place that classifies reported errors.
 func errorKind(err error) string {
 	var oe *ObjectError
 	switch {
 	case errors.As(err, &oe):
-		return oe.Op
+		switch oe.Op {
+		case "key", "transform":
+			return oe.Op
+		}
+		return "index"
 	case errors.As(err, new(*HandlerPanicError)):
-		return "handler panic"
+		return "handler_panic"
 	case errors.Is(err, ErrDecode):
 		return "decode"
 	case errors.Is(err, ErrBadInput):
-		return "bad input"
+		return "source"
 	}
 	return "other"
 }
@@ -798,23 +804,20 @@ func (s *counters) countEvent(t EventType) {
 	}
 }
 
-func (s *counters) countError(err error) {
-	var oe *ObjectError
-	switch {
-	case errors.As(err, &oe):
-		switch {
-		case oe.Op == "key":
-			s.KeyErrors.Add(1)
-		case oe.Op == "transform":
-			s.TransformErrors.Add(1)
-		default:
-			s.IndexErrors.Add(1)
-		}
-	case errors.As(err, new(*HandlerPanicError)):
+// countError counts a reported error of the given kind (see errorKind).
+func (s *counters) countError(kind string) {
+	switch kind {
+	case "key":
+		s.KeyErrors.Add(1)
+	case "transform":
+		s.TransformErrors.Add(1)
+	case "index":
+		s.IndexErrors.Add(1)
+	case "handler_panic":
 		s.HandlerPanics.Add(1)
-	case errors.Is(err, ErrDecode):
+	case "decode":
 		s.DecodeErrors.Add(1)
-	case errors.Is(err, ErrBadInput):
+	case "source":
 		s.SourceErrors.Add(1)
 	default:
 		s.OtherErrors.Add(1)
