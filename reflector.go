@@ -528,7 +528,7 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit in
 		} else if l.Revision != rev {
 			return nil, "", fmt.Errorf("%w: page %d of a list reports revision %q, the first page %q", ErrBadInput, page, l.Revision, rev)
 		}
-		l.Items = r.keepItems(l.Items, page)
+		l.Items = r.keepItems(l.Items, "list", page)
 		if items == nil {
 			items = l.Items
 		} else {
@@ -568,8 +568,9 @@ func (r *reflector[V]) checkListRevision(rev, atLeast string) error {
 	return nil
 }
 
-// keepItems drops the nil items of a page (reported) and applies the transform.
-func (r *reflector[V]) keepItems(items []V, page int) []V {
+// keepItems drops the nil items of a list (reported as a failure of op) and applies the
+// transform. page is the list page, or negative for a streaming list's initial events.
+func (r *reflector[V]) keepItems(items []V, op string, page int) []V {
 	if !r.nilable && r.transform == nil {
 		return items
 	}
@@ -591,7 +592,11 @@ func (r *reflector[V]) keepItems(items []V, page int) []V {
 	}
 	clear(items[len(kept):])
 	if nils > 0 {
-		r.fail(r.opErr("list", fmt.Errorf("%w: %d nil items skipped in page %d (the first at index %d)", ErrBadInput, nils, page, first)))
+		where := "the initial events"
+		if page >= 0 {
+			where = fmt.Sprintf("page %d", page)
+		}
+		r.fail(r.opErr(op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first)))
 	}
 	return kept
 }
@@ -622,7 +627,6 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		return nil, r.opErr("streaming list", err)
 	}
 	var items []V
-	nils := 0
 	fail := func(err error) (Watch[V], error) {
 		w.Stop()
 		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
@@ -642,24 +646,12 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		}
 		switch {
 		case ev.Type == Added:
-			if r.isNil(ev.Object) {
-				nils++
-				continue
-			}
-			obj, ok := ev.Object, true
-			if r.transform != nil {
-				obj, ok = r.transform(obj)
-			}
-			if ok {
-				items = append(items, obj)
-			}
+			items = append(items, ev.Object)
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
 			if err := r.checkListRevision(ev.Revision, ""); err != nil {
 				return fail(err)
 			}
-			if nils > 0 {
-				r.fail(r.opErr("streaming list", fmt.Errorf("%w: %d nil objects skipped", ErrBadInput, nils)))
-			}
+			items = r.keepItems(items, "streaming list", -1)
 			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 			r.cfg.stats.ListItems.Observe(float64(len(items)))
 			r.recovered()
