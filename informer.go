@@ -861,7 +861,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			inf.logger.Warn("persisted cache not used: listing", "err", err)
+			// Reported like any error: to the ErrorHandler, or at Warn without one.
 			inf.report(fmt.Errorf("informer %q: persisted cache not used, listing instead: %w", inf.opts.Name, err))
 		}
 		return
