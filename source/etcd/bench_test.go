@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,25 +43,7 @@ func BenchmarkInitialSync100k(b *testing.B) {
 	srv := startServer(b, serverOptions{})
 	c := newClient(b, srv.Endpoint())
 	const prefix = "/bench/sync/"
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ { // four writers, transactions of 128 puts
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ops := make([]clientv3.Op, 0, 128)
-			for i := w; i < n; i += 4 {
-				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%06d", prefix, i), benchValue))
-				if len(ops) == cap(ops) || i+4 >= n {
-					if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
-						b.Error(err)
-						return
-					}
-					ops = ops[:0]
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	putMany(b, c, prefix+"%06d", n, benchValue)
 
 	rawPaged := func(b *testing.B) {
 		if got := rawPagedGet(b, c, prefix, 500); got != n {

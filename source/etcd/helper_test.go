@@ -579,3 +579,26 @@ func fill(t testing.TB, c *clientv3.Client, prefix string, n int) int64 {
 	}
 	return rev
 }
+
+// putMany puts n keys, fmt.Sprintf(keyFormat, i) for i in [0, n), all with value: four
+// writers, transactions of 128 puts.
+func putMany(tb testing.TB, c *clientv3.Client, keyFormat string, n int, value string) {
+	tb.Helper()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			ops := make([]clientv3.Op, 0, 128)
+			for i := w; i < n; i += 4 {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf(keyFormat, i), value))
+				if len(ops) == cap(ops) || i+4 >= n {
+					if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+						tb.Error(err)
+						return
+					}
+					ops = ops[:0]
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

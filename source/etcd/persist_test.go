@@ -236,26 +236,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 	srv := startServer(b, serverOptions{})
 	c := newClient(b, srv.Endpoint())
 	const prefix = "/bench/warm/"
-	value := strings.Repeat("x", 1000)
-	var wg sync.WaitGroup
-	for w := range 4 { // four writers, transactions of 128 puts
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ops := make([]clientv3.Op, 0, 128)
-			for i := w; i < n; i += 4 {
-				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%08d", prefix, i), value))
-				if len(ops) == cap(ops) || i+4 >= n {
-					if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
-						b.Error(err)
-						return
-					}
-					ops = ops[:0]
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	putMany(b, c, prefix+"%08d", n, strings.Repeat("x", 1000))
 	px := startCountingProxy(b, srv.Endpoint())
 	viaProxy := newClient(b, px.ln.Addr().String())
 	src := newSource(b, viaProxy, prefix, etcd.Options{})
