@@ -33,6 +33,24 @@ func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
 	h.ev.OnDelete(o, unknown)
 }
 
+// runGated runs inf until the test ends and returns the context it runs under. At the end
+// it calls release first (to free a handler the test holds still, if the test has not),
+// then stops the informer and waits for Run.
+func runGated(t *testing.T, inf *informer.Informer[string, *obj], release func()) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	t.Cleanup(func() {
+		release()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
+}
+
 // A stalled Block handler delays nobody but the source: while the informer waits for room
 // in its queue, Handlers, AddHandler and RemoveHandler of other handlers, reads and a
 // metrics scrape all return.
@@ -61,14 +79,7 @@ func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
 	if _, err := metrics.RegisterInformer(promReg, inf); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() {
-		close(stalled.allow)
-		cancel()
-		<-done
-	}()
+	ctx := runGated(t, inf, func() { close(stalled.allow) })
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -141,24 +152,14 @@ func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	released := false
-	defer func() {
-		if !released {
-			close(h.allow)
-		}
-		cancel()
-		<-done
-	}()
+	release := sync.OnceFunc(func() { close(h.allow) })
+	runGated(t, inf, release)
 	// a is in the handler's hands, b fills its queue: the writer waits, d stays queued.
 	waitUntil(t, func() bool { return reg.Stats().Blocked > 0 })
 	src.Delete("d")
 	rev := src.Put(newObj("d", "", "2"))
 	waitUntil(t, func() bool { return inf.LastSyncRevision() == strconv.FormatInt(rev, 10) })
-	close(h.allow)
-	released = true
+	release()
 	h.ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
 }
 

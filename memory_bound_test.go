@@ -64,17 +64,8 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	released := false
-	defer func() {
-		if !released {
-			close(h.allow)
-		}
-		cancel()
-		<-done
-	}()
+	release := sync.OnceFunc(func() { close(h.allow) })
+	ctx := runGated(t, inf, release)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -121,8 +112,7 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 		t.Fatalf("the handler was stalled but processed %d", h.processed.Load())
 	}
 	// Released, the handler converges to every key's final state.
-	close(h.allow)
-	released = true
+	release()
 	final := map[string]string{}
 	for _, o := range src.Items() {
 		final[o.Key] = o.Val
@@ -176,17 +166,8 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	released := false
-	defer func() {
-		if !released {
-			close(h.allow)
-		}
-		cancel()
-		<-done
-	}()
+	release := sync.OnceFunc(func() { close(h.allow) })
+	ctx := runGated(t, inf, release)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -225,8 +206,7 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 			h.allow <- struct{}{}
 		}
 	}
-	close(h.allow)
-	released = true
+	release()
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
 	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
