@@ -874,12 +874,15 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.stats.Objects.Store(int64(len(notes)))
 		inf.fifo.markRestored(rev)
 		inf.restored.Store(true)
+		return notes
+	}, true, func() {
+		// As after a batch: the revision and the sync are published once the handlers
+		// have the restored objects queued.
+		inf.advance(watermark{rev: rev, inclusive: true})
 		inf.synced.Store(true)
 		close(inf.syncedCh)
-		return notes
-	}, true, nil)
+	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
-	inf.advance(watermark{rev: rev, inclusive: true})
 	inf.refl.resumeFrom(rev)
 	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))
 }
