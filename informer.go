@@ -889,20 +889,8 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 
 // persistLoop saves the cache every Persister.Interval until ctx is done.
 func (inf *Informer[K, V]) persistLoop(ctx context.Context) {
-	d := inf.opts.Persist.Interval()
-	if d <= 0 {
-		return
-	}
-	t := inf.opts.Clock.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		inf.save(ctx)
-		t.Reset(d)
+	if d := inf.opts.Persist.Interval(); d > 0 {
+		every(ctx, inf.opts.Clock, d, func() bool { inf.save(ctx); return true })
 	}
 }
 

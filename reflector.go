@@ -409,7 +409,15 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 }
 
 func (r *reflector[V]) resyncLoop(ctx context.Context, period time.Duration) {
-	t := r.cfg.clock.NewTimer(period)
+	every(ctx, r.cfg.clock, period, func() bool {
+		return !r.sink.shouldResync() || r.sink.resync() == nil
+	})
+}
+
+// every calls fn once per period, on clk, until ctx is done or fn returns false. A period
+// starts when the previous call returns.
+func every(ctx context.Context, clk clock.Clock, period time.Duration, fn func() bool) {
+	t := clk.NewTimer(period)
 	defer t.Stop()
 	for {
 		select {
@@ -417,10 +425,8 @@ func (r *reflector[V]) resyncLoop(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C():
 		}
-		if r.sink.shouldResync() {
-			if err := r.sink.resync(); err != nil {
-				return
-			}
+		if !fn() {
+			return
 		}
 		t.Reset(period)
 	}
