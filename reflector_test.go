@@ -484,3 +484,43 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 		t.Fatalf("LastError after the recovery: %v at %v", err, at)
 	}
 }
+
+// A source of an interface type V is checked for nil items without a panic, whatever the
+// items hold: a struct value is an item, a nil pointer inside the interface is not.
+func TestReflector_NilCheckOfInterfaceItems(t *testing.T) {
+	type thing struct{ Name string }
+	var nilThing *thing
+	items := []any{thing{"a"}, nilThing, &thing{"b"}}
+	inf, err := informer.New[string, any](informer.ListerWatcherFuncs[any]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[any], error) {
+			return informer.List[any]{Items: slices.Clone(items), Revision: "1"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[any], error) {
+			return nil, ctx.Err()
+		},
+	}, informer.Options[string, any]{
+		Key: func(o any) (string, error) {
+			switch o := o.(type) {
+			case thing:
+				return o.Name, nil
+			case *thing:
+				return o.Name, nil
+			}
+			return "", fmt.Errorf("unknown %T", o)
+		},
+		ErrorHandler: func(error) {}, // the nil item is reported; not what this test checks
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	if keys := inf.Keys(); !slices.Equal(keys, []string{"a", "b"}) {
+		t.Fatalf("cached %q, want a and b (the nil pointer skipped)", keys)
+	}
+}
