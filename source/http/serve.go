@@ -569,23 +569,34 @@ func writeStatus(w http.ResponseWriter, se *StatusError, retryAfter time.Duratio
 	_, _ = w.Write(body)
 }
 
+// admit takes one of set's slots for client (at most limit in all and clientLimit for one
+// client), or answers 429 naming what is full and counts the refusal in refused. release
+// gives the slot back.
+func (c *core[V]) admit(w http.ResponseWriter, set *slots, client string, limit, clientLimit int, refused *atomic.Uint64, what string) (release func(), ok bool) {
+	c.mu.Lock()
+	ok, which := set.take(client, limit, clientLimit)
+	c.mu.Unlock()
+	if !ok {
+		refused.Add(1)
+		c.tooMany(w, what, which)
+		return nil, false
+	}
+	return func() {
+		c.mu.Lock()
+		set.release(client)
+		c.mu.Unlock()
+	}, true
+}
+
 // serveList answers one page, streamed in chunks of watchBufferSize: a list holds its
 // page (a Server: its snapshot) and one chunk, never the whole encoded body, however
 // slowly the client reads.
 func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request, client string) {
-	c.mu.Lock()
-	ok, which := c.lists.take(client, c.maxLists, c.maxClientLists)
-	c.mu.Unlock()
+	release, ok := c.admit(w, &c.lists, client, c.maxLists, c.maxClientLists, &c.stats.ListsRejected, "lists in progress")
 	if !ok {
-		c.stats.ListsRejected.Add(1)
-		c.tooMany(w, "lists in progress", which)
 		return
 	}
-	defer func() {
-		c.mu.Lock()
-		c.lists.release(client)
-		c.mu.Unlock()
-	}()
+	defer release()
 	ctx, done := c.requestContext(r, req.timeout)
 	defer done()
 	var pg page[V]
@@ -728,19 +739,11 @@ func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
 // serveWatch streams a watch until the source ends it, the client goes away, the watcher
 // falls behind, or the server shuts down.
 func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request, client string) {
-	c.mu.Lock()
-	ok, which := c.watchers.take(client, c.maxWatchers, c.maxClientWatchers)
-	c.mu.Unlock()
+	release, ok := c.admit(w, &c.watchers, client, c.maxWatchers, c.maxClientWatchers, &c.stats.Rejected, "watchers")
 	if !ok {
-		c.stats.Rejected.Add(1)
-		c.tooMany(w, "watchers", which)
 		return
 	}
-	defer func() {
-		c.mu.Lock()
-		c.watchers.release(client)
-		c.mu.Unlock()
-	}()
+	defer release()
 
 	// The source ends the watch at opts.Timeout; the server ends it at its own bound.
 	ctx, done := c.requestContext(r, c.watchLifetime())
