@@ -27,6 +27,14 @@ func popAll(t *testing.T, f *deltaFIFO[string, string]) ([]string, watermark, bo
 	}
 	var out []string
 	for _, p := range batch {
+		if b := p.bulk; b != nil {
+			var parts []string
+			for i, k := range b.keys {
+				parts = append(parts, k+"="+b.objs[i])
+			}
+			out = append(out, "whole list@"+b.rev+":"+strings.Join(parts, ","))
+			continue
+		}
 		var parts []string
 		for _, d := range p.list.deltas {
 			s := fmt.Sprintf("%v(%s)", d.typ, d.object)
@@ -258,5 +266,55 @@ func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 	}
 	if _, _, _, err := f.popBatch(nil, 1); !errors.Is(err, errFIFOClosed) {
 		t.Fatalf("pop after close: %v", err)
+	}
+}
+
+// A first list that finds the queue and the cache empty is queued whole, as one unit popped
+// alone, and the queue reports synced with it; keys queued after it pop after it, and a
+// relist waits until it is applied, then works per key against the cache.
+func TestDeltaFIFO_FirstListQueuedWhole(t *testing.T) {
+	known := fakeKnown{}
+	f := newDeltaFIFO[string, string](known, 0)
+	f.wholeFirst = true
+	f.replace([]string{"a", "b", "a"}, []string{"a1", "b1", "a2"}, "5")
+	if f.hasSynced() {
+		t.Fatal("synced before the whole first list was popped")
+	}
+	f.add(deltaUpdated, "b", "b2", "6")
+	relisted := make(chan error)
+	batch, wm, synced, err := f.popBatch(nil, 1<<20)
+	if err != nil || len(batch) != 1 || batch[0].bulk == nil {
+		t.Fatalf("first pop: %+v, %v; want the whole list alone", batch, err)
+	}
+	if !synced || wm != (watermark{rev: "5", inclusive: true}) {
+		t.Fatalf("first pop: synced %v, watermark %+v; want synced at 5 (the key queued after is not in)", synced, wm)
+	}
+	go func() { relisted <- f.replace([]string{"a"}, []string{"a3"}, "7") }()
+	// The store applies the batch: the relist must not read the cache before that.
+	known["a"], known["b"] = "a2", "b1"
+	f.finishBatch(batch)
+	if !f.hasSynced() {
+		t.Fatal("not synced once the whole first list was popped")
+	}
+	if err := <-relisted; err != nil {
+		t.Fatal(err)
+	}
+	got, _, synced := popAll(t, f)
+	equal(t, got, []string{"b:Updated(b2),Tombstone(b2)", "a:Replaced(a3)"})
+	if synced {
+		t.Fatal("a relist must not report the initial population again")
+	}
+}
+
+// A first list into a cache that already holds objects (adds before any list) is queued
+// per key, so that what the list lacks is deleted.
+func TestDeltaFIFO_FirstListIntoNonEmptyCachePerKey(t *testing.T) {
+	f := newDeltaFIFO[string, string](fakeKnown{"old": "o"}, 0)
+	f.wholeFirst = true
+	f.replace([]string{"a"}, []string{"a1"}, "3")
+	got, wm, synced := popAll(t, f)
+	equal(t, got, []string{"a:Replaced(a1)", "old:Tombstone(o)"})
+	if !synced || wm != (watermark{rev: "3", inclusive: true}) {
+		t.Fatalf("synced %v, watermark %+v", synced, wm)
 	}
 }

@@ -212,6 +212,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	inf.stats.WatchDuration = histogram.New(histogram.WatchDurationBuckets...)
 	inf.cmpRev, _ = lw.(RevisionComparer)
 	inf.fifo = newDeltaFIFO[K, V](st, opts.MaxPending)
+	inf.fifo.wholeFirst = true
 	inf.refl = newReflector[V](lw, inf, reflectorConfig{
 		name:            opts.Name,
 		pageSize:        opts.PageSize,

@@ -121,6 +121,11 @@ type writeBatch[K comparable, V any] struct {
 func (s *store[K, V]) applyBatch(w *writeBatch[K, V], batch []popped[K, V], rev string, notes []notification[K, V]) (_ []notification[K, V], applied, objects int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(batch) == 1 && batch[0].bulk != nil {
+		notes = s.applyFirstList(w, batch[0].bulk, notes)
+		s.publishLocked(rev)
+		return notes, len(batch[0].bulk.keys), s.items.Len()
+	}
 	if len(batch) < scatterAbove {
 		for i := range batch {
 			p := &batch[i]
@@ -270,6 +275,26 @@ func (w *writeBatch[K, V]) noteFor(key K, d *delta[V], old V, existed bool) noti
 		sync = w.sameRevision(old, d.object)
 	}
 	return notification[K, V]{kind: notifyUpdate, key: key, old: old, new: d.object, sync: sync}
+}
+
+// applyFirstList writes a first list queued whole and appends its notifications, in the
+// list's order, to notes: what a Replaced delta per object would have made (an initial add,
+// or for a key listed twice an update by the later one), in one pass with no per-key
+// queue. The objects are inserted in the list's order: a list usually comes sorted by key,
+// and sorted inserts walk the path the last one took (see load).
+func (s *store[K, V]) applyFirstList(w *writeBatch[K, V], l *firstList[K, V], notes []notification[K, V]) []notification[K, V] {
+	notes = slices.Grow(notes, len(l.keys))
+	d := delta[V]{typ: deltaReplaced, revision: l.rev, initial: true}
+	for i, key := range l.keys {
+		d.object = l.objs[i]
+		old, existed, err := s.upsertLocked(key, d.object, storeHint[V]{})
+		if err != nil {
+			w.report(err)
+			continue
+		}
+		notes = append(notes, w.noteFor(key, &d, old, existed))
+	}
+	return notes
 }
 
 // load fills the empty store with a restored state in one write (a warm restart's bulk

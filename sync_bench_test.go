@@ -1,0 +1,94 @@
+package informer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/informer-go/informer"
+)
+
+// BenchmarkInitialSync measures what the informer adds to a first list: 100,000 objects
+// handed out by a source that costs nothing (the items are built before timing), from Run
+// until WaitForCacheSync returns, with no handler, as a cache-only informer is started.
+// The list comes in pages of 50,000, as source/etcd's default pages do.
+func BenchmarkInitialSync(b *testing.B) {
+	const n, page = 100_000, 50_000
+	items := make([]*benchObj, n)
+	for i := range items {
+		ns, name := fmt.Sprintf("ns-%03d", i%benchNS), fmt.Sprintf("obj-%07d", i)
+		items[i] = &benchObj{Key: "/bench/sync/" + fmt.Sprintf("%06d", i), Namespace: ns, Name: name, Revision: "7", Payload: make([]byte, 64)}
+	}
+	lw := informer.ListerWatcherFuncs[*benchObj]{
+		ListFunc: func(_ context.Context, opts informer.ListOptions) (informer.List[*benchObj], error) {
+			from := 0
+			if opts.Continue != "" {
+				fmt.Sscan(opts.Continue, &from)
+			}
+			to := min(from+page, n)
+			l := informer.List[*benchObj]{Items: append([]*benchObj(nil), items[from:to]...), Revision: "7"}
+			if to < n {
+				l.Continue = fmt.Sprint(to)
+			}
+			return l, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*benchObj], error) {
+			return blockingWatch[*benchObj]{ctx}, nil
+		},
+	}
+	b.ReportAllocs()
+	for range b.N {
+		inf, err := informer.New[string, *benchObj](lw, informer.Options[string, *benchObj]{Key: func(o *benchObj) (string, error) { return o.Key, nil }, PageSize: page})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- inf.Run(ctx) }()
+		if err := informer.WaitForCacheSync(ctx, inf); err != nil || inf.Len() != n {
+			b.Fatalf("synced %d of %d: %v", inf.Len(), n, err)
+		}
+		cancel()
+		<-done
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/object")
+}
+
+// blockingWatch is a watch that sends nothing until its context ends.
+type blockingWatch[V any] struct{ ctx context.Context }
+
+func (w blockingWatch[V]) Next() (informer.Event[V], error) {
+	<-w.ctx.Done()
+	return informer.Event[V]{}, w.ctx.Err()
+}
+
+func (w blockingWatch[V]) Stop() {}
+
+// A key listed twice in a first list: an initial add, then an update by the later
+// object, as for any list, and the cache keeps the later one.
+func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+			return informer.List[*obj]{Items: []*obj{newObj("b", "g", "1"), newObj("a", "g", "1"), newObj("b", "g", "2")}, Revision: "3"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			return blockingWatch[*obj]{ctx}, nil
+		},
+	}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	if _, err := inf.AddHandler(ev, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	ev.Expect(t, "add*b=1", "add*a=1", "update b=1→2")
+	if got, _ := inf.Get("b"); got == nil || got.Val != "2" || inf.Len() != 2 {
+		t.Fatalf("cache: b=%+v, %d objects; want b=2 and 2 objects", got, inf.Len())
+	}
+}
