@@ -81,16 +81,19 @@ type popped[K comparable, V any] struct {
 	bulk *firstList[K, V]
 }
 
-// firstList is the informer's first list when it finds the queue and the cache empty: it
-// is queued whole, as one unit that the store loads in one write, instead of a Replaced
-// delta per key. Nothing can be deleted by it and nothing is queued before it, so the
-// per-key bookkeeping of a relist (a map of the listed keys, a delta list per key) would
-// buy nothing; at 100,000 objects it was most of the time a first sync spent after the
-// list. keys[i] is the key of objs[i].
+// firstList is a page of the informer's first list when that list finds the queue and the
+// cache empty: the pages are queued whole, each as one unit that the store loads in one
+// write, instead of a Replaced delta per key, and the store loads a page while the
+// reflector reads the next. Nothing can be deleted by a first list and nothing is queued
+// before it, so the per-key bookkeeping of a relist (a map of the listed keys, a delta
+// list per key) would buy nothing; at 100,000 objects it was most of the time a first sync
+// spent after the list. keys[i] is the key of objs[i]; last marks the list's last page,
+// which carries its revision and completes the initial population.
 type firstList[K comparable, V any] struct {
 	keys []K
 	objs []V
 	rev  string
+	last bool
 }
 
 // watermark says which revisions a popped batch covers: after it is applied, every change
@@ -147,8 +150,9 @@ type deltaFIFO[K comparable, V any] struct {
 
 	hints hintChunks[V] // for lists that do not have theirs yet
 
-	wholeFirst bool             // queue a first list into an empty queue and cache whole
-	bulk       *firstList[K, V] // a first list queued whole, not yet popped; popped before any key
+	wholeFirst bool               // queue a first list into an empty queue and cache by pages
+	firstOpen  bool               // pages of a first list are being queued; its last is to come
+	bulks      []*firstList[K, V] // pages of a first list not yet popped; popped before any key
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -234,15 +238,10 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for (f.inFlight || f.bulk != nil) && !f.closed {
-		f.cond.Wait()
-	}
-	if f.closed {
-		return errFIFOClosed
-	}
-	initial := !f.populated
-	if initial && f.wholeFirst && f.head == len(f.queue) && f.bulk == nil && !f.anyKnown() {
-		f.bulk = &firstList[K, V]{keys: keys, objs: objs, rev: rev}
+	if f.firstOpen || (!f.populated && f.canStartFirst()) {
+		// The last page of a first list queued by pages, or a first list in one page.
+		f.firstOpen = false
+		f.bulks = append(f.bulks, &firstList[K, V]{keys: keys, objs: objs, rev: rev, last: true})
 		f.lastRev = rev
 		f.wmDirty = true
 		f.populated = true
@@ -250,6 +249,13 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		f.cond.Broadcast()
 		return nil
 	}
+	for (f.inFlight || len(f.bulks) > 0) && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return errFIFOClosed
+	}
+	initial := !f.populated
 	listed := make(map[K]struct{}, len(keys))
 	for i, k := range keys {
 		listed[k] = struct{}{}
@@ -290,6 +296,50 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	return nil
 }
 
+// firstPage queues a page of the informer's first list, not its last, if the list may be
+// queued by pages (see firstList): the queue and the cache are empty, or earlier pages of
+// the same list were queued. If it returns false the page must come with the rest of the
+// list in replace. Once a page was queued, replace gets only the pages after it, or
+// abortFirst is called.
+func (f *deltaFIFO[K, V]) firstPage(keys []K, objs []V) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.takesPagesLocked() {
+		return false
+	}
+	f.firstOpen = true
+	f.bulks = append(f.bulks, &firstList[K, V]{keys: keys, objs: objs})
+	f.cond.Broadcast()
+	return true
+}
+
+// takesPages reports whether firstPage would queue a page now. Only the informer's
+// reflector adds to the queue, so nothing but a close changes that before its next call.
+func (f *deltaFIFO[K, V]) takesPages() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.takesPagesLocked()
+}
+
+func (f *deltaFIFO[K, V]) takesPagesLocked() bool {
+	return !f.closed && !f.populated && (f.firstOpen || f.canStartFirst())
+}
+
+// abortFirst ends a first list whose pages were being queued without its last page (the
+// list failed). The pages queued are applied; the next list is queued per key, against
+// the cache they left, so that what it lacks is deleted.
+func (f *deltaFIFO[K, V]) abortFirst() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.firstOpen = false
+}
+
+// canStartFirst reports whether a first list may be queued by pages: nothing is queued,
+// applying or cached.
+func (f *deltaFIFO[K, V]) canStartFirst() bool {
+	return f.wholeFirst && f.head == len(f.queue) && len(f.bulks) == 0 && !f.inFlight && !f.anyKnown()
+}
+
 // anyKnown reports whether the cache holds an object.
 func (f *deltaFIFO[K, V]) anyKnown() bool {
 	known := false
@@ -305,7 +355,7 @@ func (f *deltaFIFO[K, V]) anyKnown() bool {
 func (f *deltaFIFO[K, V]) resync() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for (f.inFlight || f.bulk != nil) && !f.closed {
+	for (f.inFlight || len(f.bulks) > 0 || f.firstOpen) && !f.closed {
 		f.cond.Wait()
 	}
 	if f.closed {
@@ -329,17 +379,25 @@ func (f *deltaFIFO[K, V]) resync() error {
 func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V], watermark, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.head == len(f.queue) && f.bulk == nil && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
+	for f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
 		f.cond.Wait()
 	}
 	if f.closed {
 		return buf, watermark{}, false, errFIFOClosed
 	}
 	f.wmDirty = false
-	if b := f.bulk; b != nil {
-		// Alone in its batch: every key queued since came after it.
-		f.bulk = nil
+	if len(f.bulks) > 0 {
+		// A page alone in its batch: every key queued since came after its list.
+		b := f.bulks[0]
+		f.bulks[0] = nil
+		f.bulks = f.bulks[1:]
+		if len(f.bulks) == 0 {
+			f.bulks = nil
+		}
 		f.inFlight = true
+		if !b.last {
+			return append(buf, popped[K, V]{bulk: b}), watermark{}, false, nil
+		}
 		wm := watermark{rev: b.rev, inclusive: true}
 		if f.head == len(f.queue) {
 			wm.rev = f.lastRev
@@ -438,7 +496,7 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 func (f *deltaFIFO[K, V]) hasSynced() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.populated && f.initialCount == 0 && f.bulk == nil
+	return f.populated && f.initialCount == 0 && len(f.bulks) == 0
 }
 
 // close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,

@@ -32,7 +32,11 @@ func popAll(t *testing.T, f *deltaFIFO[string, string]) ([]string, watermark, bo
 			for i, k := range b.keys {
 				parts = append(parts, k+"="+b.objs[i])
 			}
-			out = append(out, "whole list@"+b.rev+":"+strings.Join(parts, ","))
+			at := "page"
+			if b.last {
+				at = "last page@" + b.rev
+			}
+			out = append(out, at+":"+strings.Join(parts, ","))
 			continue
 		}
 		var parts []string
@@ -315,6 +319,65 @@ func TestDeltaFIFO_FirstListIntoNonEmptyCachePerKey(t *testing.T) {
 	got, wm, synced := popAll(t, f)
 	equal(t, got, []string{"a:Replaced(a1)", "old:Tombstone(o)"})
 	if !synced || wm != (watermark{rev: "3", inclusive: true}) {
+		t.Fatalf("synced %v, watermark %+v", synced, wm)
+	}
+}
+
+// A paged first list into an empty queue and cache is queued page by page, each popped
+// alone; only the last page carries the revision and the sync. A page queued after an
+// abort is refused, and the next list goes per key against what the pages left.
+func TestDeltaFIFO_FirstListByPages(t *testing.T) {
+	known := fakeKnown{}
+	f := newDeltaFIFO[string, string](known, 0)
+	f.wholeFirst = true
+	if !f.firstPage([]string{"a", "b"}, []string{"a1", "b1"}) {
+		t.Fatal("the first page of a first list into an empty queue and cache was refused")
+	}
+	got, wm, synced := popAll(t, f)
+	equal(t, got, []string{"page:a=a1,b=b1"})
+	if synced || wm != (watermark{}) || f.hasSynced() {
+		t.Fatalf("a page that is not the last: synced %v, watermark %+v", synced, wm)
+	}
+	known["a"], known["b"] = "a1", "b1"
+	if !f.firstPage([]string{"c"}, []string{"c1"}) {
+		t.Fatal("a later page of the same list was refused")
+	}
+	if err := f.replace([]string{"d"}, []string{"d1"}, "4"); err != nil {
+		t.Fatal(err)
+	}
+	got, _, synced = popAll(t, f)
+	equal(t, got, []string{"page:c=c1"})
+	if synced {
+		t.Fatal("synced before the last page")
+	}
+	got, wm, synced = popAll(t, f)
+	equal(t, got, []string{"last page@4:d=d1"})
+	if !synced || wm != (watermark{rev: "4", inclusive: true}) || !f.hasSynced() {
+		t.Fatalf("last page: synced %v, watermark %+v", synced, wm)
+	}
+	if f.firstPage([]string{"e"}, []string{"e1"}) {
+		t.Fatal("a page was queued whole after the first list")
+	}
+}
+
+// A first list that fails after some pages were queued: the pages are applied, the next
+// list is queued per key and deletes what it lacks.
+func TestDeltaFIFO_FirstListAbortedAfterPages(t *testing.T) {
+	known := fakeKnown{}
+	f := newDeltaFIFO[string, string](known, 0)
+	f.wholeFirst = true
+	f.firstPage([]string{"a", "b"}, []string{"a1", "b1"})
+	f.abortFirst()
+	got, _, _ := popAll(t, f)
+	equal(t, got, []string{"page:a=a1,b=b1"})
+	known["a"], known["b"] = "a1", "b1"
+	if f.firstPage([]string{"x"}, []string{"x1"}) {
+		t.Fatal("a page was queued whole into a cache that holds the aborted list's pages")
+	}
+	f.replace([]string{"a", "c"}, []string{"a2", "c1"}, "6")
+	got, wm, synced := popAll(t, f)
+	equal(t, got, []string{"a:Replaced(a2)", "c:Replaced(c1)", "b:Tombstone(b1)"})
+	if !synced || wm != (watermark{rev: "6", inclusive: true}) {
 		t.Fatalf("synced %v, watermark %+v", synced, wm)
 	}
 }

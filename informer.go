@@ -117,6 +117,7 @@ type Informer[K comparable, V any] struct {
 	stopped atomic.Bool
 
 	evHint storeHint[V]     // the reflector goroutine's buffer for an event's hint
+	handed int              // items of the list being read already queued by pages; -1: none will be
 	writer writeBatch[K, V] // the processing goroutine's state for applying batches
 
 	synced   atomic.Bool
@@ -397,6 +398,44 @@ func safeCall[T, R any](fn func(T) (R, error), v T) (out R, err error) {
 }
 
 func (inf *Informer[K, V]) replace(items []V, rev string) error {
+	items = items[max(inf.handed, 0):] // the pages queued already
+	inf.handed = 0
+	keys, objs := inf.keysOf(items)
+	inf.stats.Relists.Add(1)
+	inf.restored.Store(false)
+	return inf.fifo.replace(keys, objs, rev)
+}
+
+// listPage is a page of a list, not its last, read by the reflector. A first list that
+// finds the queue and the cache empty is queued page by page, so that the store loads a
+// page while the next is read; otherwise the page comes again with the whole list in
+// replace.
+func (inf *Informer[K, V]) listPage(items []V) {
+	if inf.handed < 0 || !inf.fifo.takesPages() {
+		inf.handed = -1 // the list comes whole
+		return
+	}
+	n := len(items)
+	keys, objs := inf.keysOf(items)
+	if !inf.fifo.firstPage(keys, objs) {
+		inf.handed = -1 // closed
+		return
+	}
+	inf.handed += n
+}
+
+// listAborted says that the list whose pages listPage saw failed; the next list starts
+// afresh.
+func (inf *Informer[K, V]) listAborted() {
+	if inf.handed > 0 {
+		inf.fifo.abortFirst()
+	}
+	inf.handed = 0
+}
+
+// keysOf computes the key of every item, reporting and dropping the items whose key
+// fails; it reuses items for the objects it returns.
+func (inf *Informer[K, V]) keysOf(items []V) ([]K, []V) {
 	keys := make([]K, 0, len(items))
 	objs := items[:0]
 	for _, obj := range items {
@@ -409,9 +448,7 @@ func (inf *Informer[K, V]) replace(items []V, rev string) error {
 		objs = append(objs, obj)
 	}
 	clear(items[len(objs):])
-	inf.stats.Relists.Add(1)
-	inf.restored.Store(false)
-	return inf.fifo.replace(keys, objs, rev)
+	return keys, objs
 }
 
 func (inf *Informer[K, V]) event(ev Event[V]) error {

@@ -158,6 +158,10 @@ func (b *backoff) prompt() time.Duration {
 // reflectorSink is where the reflector writes: the informer's queue.
 type reflectorSink[V any] interface {
 	replace(items []V, rev string) error
+	// listPage sees each page of a paged list but the last as it is read, which then
+	// comes with the whole list in replace; listAborted says that the list failed.
+	listPage(items []V)
+	listAborted()
 	event(ev Event[V]) error // Added, Modified, Deleted
 	bookmark(rev string)
 	resync() error
@@ -525,7 +529,12 @@ func (r *reflector[V]) listAt(ctx context.Context, opts ListOptions) ([]V, strin
 }
 
 // listPages reads every page of one list with the given page size (0: one request).
-func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit int64) ([]V, string, error) {
+func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit int64) (_ []V, _ string, err error) {
+	defer func() {
+		if err != nil {
+			r.sink.listAborted()
+		}
+	}()
 	var items []V
 	rev := ""
 	opts.Limit = limit
@@ -552,6 +561,9 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit in
 			return nil, "", fmt.Errorf("%w: page %d of a list reports revision %q, the first page %q", ErrBadInput, page, l.Revision, rev)
 		}
 		l.Items = r.keepItems(l.Items, "list", page)
+		if l.Continue != "" {
+			r.sink.listPage(l.Items)
+		}
 		if items == nil {
 			items = l.Items
 		} else {

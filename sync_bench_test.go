@@ -2,7 +2,9 @@ package informer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/informer-go/informer"
@@ -90,5 +92,46 @@ func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
 	ev.Expect(t, "add*b=1", "add*a=1", "update b=1→2")
 	if got, _ := inf.Get("b"); got == nil || got.Val != "2" || inf.Len() != 2 {
 		t.Fatalf("cache: b=%+v, %d objects; want b=2 and 2 objects", got, inf.Len())
+	}
+}
+
+// A first list read by pages that fails after its first page: the handlers have that
+// page's objects as initial adds, and the next list brings the cache to its state, with
+// an update, an add and a delete for what changed in between.
+func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
+	var lists atomic.Int32
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(_ context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			switch n := lists.Add(1); {
+			case n == 1:
+				return informer.List[*obj]{Items: []*obj{newObj("a", "g", "1"), newObj("b", "g", "1")}, Revision: "3", Continue: "next"}, nil
+			case n == 2:
+				return informer.List[*obj]{}, errors.New("connection reset")
+			default:
+				return informer.List[*obj]{Items: []*obj{newObj("a", "g", "2"), newObj("c", "g", "1")}, Revision: "5"}, nil
+			}
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			return blockingWatch[*obj]{ctx}, nil
+		},
+	}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, PageSize: 2, Backoff: fastBackoff, ErrorHandler: func(error) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	if _, err := inf.AddHandler(ev, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add*c=1", "delete?b=1")
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	if keys := inf.Keys(); len(keys) != 2 || keys[0] != "a" || keys[1] != "c" || inf.Snapshot().Revision() != "5" {
+		t.Fatalf("cache %v at %q; want [a c] at 5", keys, inf.Snapshot().Revision())
 	}
 }
