@@ -76,7 +76,8 @@
 //
 // What HasSynced means: Informer.HasSynced is true once the initial list is in the cache;
 // Registration.HasSynced is true once that handler has been called for it, which is what a
-// controller usually wants to wait for.
+// controller usually wants to wait for. Before that, the cache may hold part of the first
+// list: a paged first list is loaded a page at a time, while the next page is read.
 //
 // Bad input never panics: an object whose key, index or transform function fails (or
 // panics) is reported to Options.ErrorHandler, counted in Stats and skipped; a source that
