@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -424,5 +425,33 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 	eventually(t, "the watch to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
 	if got, want := values(), []string{"team16", "team17", "team18", "team19"}; !slices.Equal(got, want) {
 		t.Errorf("values after the watch closed %q, want %q", got, want)
+	}
+}
+
+// TestFilteredWatch_BookmarksAndTimeout: an idle filtered watcher that allows bookmarks
+// gets one at the server's newest revision, past changes of other values, so that it
+// resumes from there; a timeout ends a filtered watch cleanly. Both on the server's clock.
+func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "payments:1")
+	put(up.src, "b", "search:1")
+	fake := clock.NewFake(time.Unix(1000, 0))
+	opts := filterOptions()
+	opts.BookmarkInterval, opts.Clock = 10*time.Second, fake
+	srv, ts := serve(t, up, opts)
+	with := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&allowWatchBookmarks=true&resourceVersion=%s", ts.URL, rev(srv, 2)))
+	without := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&timeoutSeconds=15&resourceVersion=%s", ts.URL, rev(srv, 2)))
+	if !fake.WaitForWaiters(2, nil) { // the bookmark timer and the timeout
+		t.Fatal("no timers")
+	}
+	step(t, srv, 3, func() { put(up.src, "b", "search:2") })
+	fake.Step(10 * time.Second)
+	want := fmt.Sprintf(`{"type":"BOOKMARK","resourceVersion":"%[1]s","object":{"metadata":{"resourceVersion":"%[1]s"}}}`, rev(srv, 3))
+	if got := with.line(t); got != want {
+		t.Errorf("bookmark %s, want %s", got, want)
+	}
+	fake.Step(5 * time.Second)
+	if got := without.line(t); got != "EOF" {
+		t.Errorf("filtered watch at its timeout: %s, want its clean end", got)
 	}
 }
