@@ -97,8 +97,10 @@ type ServerOptions[V any] struct {
 	// Clock times bookmarks and watch timeouts; nil means clock.Real{}.
 	Clock clock.Clock
 	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
-	// computed by the server on each change; see Filter and the package documentation.
-	// Nil means none: a filtered request is answered 400.
+	// computed by the server once per change; see Filter and the package documentation.
+	// They must be pure functions of what Encode serves. One that fails or panics is
+	// reported, counted (Stats.IndexErrors), and the object leaves that index's filters
+	// until a change indexes it. Nil means none: a filtered request is answered 400.
 	Filters map[string]informer.IndexFunc[V]
 }
 
