@@ -42,6 +42,16 @@ func filterOptions() ServerOptions[*obj] {
 	}}
 }
 
+// openBounded opens a watch whose reads fail after waitTimeout rather than block: its
+// body is closed then.
+func openBounded(t *testing.T, url string) *rawStream {
+	t.Helper()
+	st := openRaw(t, url)
+	stop := time.AfterFunc(waitTimeout, st.close)
+	t.Cleanup(func() { stop.Stop() })
+	return st
+}
+
 // step makes one change upstream and waits until the server holds it at log revision n.
 func step(t *testing.T, srv *Server[string, *obj], n int64, change func()) {
 	t.Helper()
@@ -53,9 +63,9 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	srv, ts := serve(t, up, filterOptions())
 	watch := func(team string) *rawStream {
-		return openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=%s&resourceVersion=%s", ts.URL, team, rev(srv, 0)))
+		return openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=%s&resourceVersion=%s", ts.URL, team, rev(srv, 0)))
 	}
-	payments, search, all := watch("payments"), watch("search"), openRaw(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 0))
+	payments, search, all := watch("payments"), watch("search"), openBounded(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 0))
 	eventually(t, "the watches to open", func() bool { return srv.Stats().OpenWatches.Load() == 3 })
 
 	changes := []func(){
@@ -116,14 +126,19 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 	}
 
 	// Resumed from a revision: the same filtered events after it.
-	resumed := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 4)))
+	resumed := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 4)))
 	for _, want := range []string{frame("ADDED", 5, "b", "payments:3"), frame("DELETED", 7, "b", "payments:3"), frame("ADDED", 9, "z", "payments:9")} {
 		if got := resumed.line(t); got != want {
 			t.Errorf("resumed from 4: %s, want %s", got, want)
 		}
 	}
+	// The last event of a value is sent at once, though it is not the server's newest.
+	search8 := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=search&resourceVersion=%s", ts.URL, rev(srv, 5)))
+	if got, want := search8.line(t), frame("MODIFIED", 8, "a", "search:3"); got != want {
+		t.Errorf("resumed from 5: %s, want %s", got, want)
+	}
 	// Without a revision: the value's objects, then its changes.
-	initial := openRaw(t, ts.URL+"?watch=1&index=team&value=search")
+	initial := openBounded(t, ts.URL+"?watch=1&index=team&value=search")
 	if got, want := initial.line(t), frame("ADDED", 9, "a", "search:3"); got != want {
 		t.Errorf("initial event %s, want %s", got, want)
 	}
@@ -228,7 +243,7 @@ func TestFilter_IndexFunctionFailureLeavesTheFilter(t *testing.T) {
 		mu.Unlock()
 	}
 	srv, ts := serve(t, up, opts)
-	st := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 0)))
+	st := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 0)))
 	step(t, srv, 1, func() { put(up.src, "a", "payments:1") })
 	step(t, srv, 2, func() { put(up.src, "a", "fail") })
 	step(t, srv, 3, func() { put(up.src, "b", "payments:1") })
@@ -389,7 +404,7 @@ func TestFilteredWatch_FromACompactedOrFutureRevision(t *testing.T) {
 			t.Errorf("from %d: %s, want 410", from, got)
 		}
 	}
-	st := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 4)))
+	st := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 4)))
 	if got, want := st.line(t), fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":"payments:4"}}`, rev(srv, 5)); got != want {
 		t.Errorf("from 4: %s, want %s", got, want)
 	}
@@ -405,7 +420,7 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 	for i := range 20 {
 		step(t, srv, int64(i+1), func() { put(up.src, "a", fmt.Sprint("team", i, ":1")) })
 	}
-	st := openRaw(t, ts.URL+"?watch=1&index=team&value=nobody&resourceVersion="+rev(srv, 20))
+	st := openBounded(t, ts.URL+"?watch=1&index=team&value=nobody&resourceVersion="+rev(srv, 20))
 	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
 	values := func() []string {
 		h := srv.mirror.filters
@@ -439,8 +454,8 @@ func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 	opts := filterOptions()
 	opts.BookmarkInterval, opts.Clock = 10*time.Second, fake
 	srv, ts := serve(t, up, opts)
-	with := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&allowWatchBookmarks=true&resourceVersion=%s", ts.URL, rev(srv, 2)))
-	without := openRaw(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&timeoutSeconds=15&resourceVersion=%s", ts.URL, rev(srv, 2)))
+	with := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&allowWatchBookmarks=true&resourceVersion=%s", ts.URL, rev(srv, 2)))
+	without := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&timeoutSeconds=15&resourceVersion=%s", ts.URL, rev(srv, 2)))
 	if !fake.WaitForWaiters(2, nil) { // the bookmark timer and the timeout
 		t.Fatal("no timers")
 	}
