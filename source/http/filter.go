@@ -436,9 +436,9 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f Filter, opts informer.Wat
 	defer h.mu.Unlock()
 	switch {
 	case from > h.rev:
-		return nil, fmt.Errorf("revision %d is newer than the newest, %d: %w", from, h.rev, informer.ErrExpired)
+		return nil, fmt.Errorf("httpsource: filtered watch of %s=%q: the revision is newer than the server's newest: %w", f.Index, f.Value, informer.ErrExpired)
 	case from >= 0 && from < h.compacted && !opts.SendInitialEvents:
-		return nil, fmt.Errorf("revision %d has been compacted (compacted up to %d): %w", from, h.compacted, informer.ErrExpired)
+		return nil, fmt.Errorf("httpsource: filtered watch of %s=%q: the revision has left the server's history: %w", f.Index, f.Value, informer.ErrExpired)
 	}
 	fv := h.value(i, f.Value)
 	fv.watches++
@@ -572,7 +572,7 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 	fv := w.fv
 	i := w.next - fv.dropped
 	if i < 0 {
-		w.endLocked(fmt.Errorf("httpsource: the watch of %s=%q fell behind: events up to revision %d have been compacted: %w", w.filter.Index, w.filter.Value, w.h.compacted, informer.ErrExpired))
+		w.endLocked(fmt.Errorf("httpsource: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if i < int64(len(fv.history)) {

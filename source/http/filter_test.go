@@ -1,6 +1,7 @@
 package httpsource
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -468,5 +469,47 @@ func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 	fake.Step(5 * time.Second)
 	if got := without.line(t); got != "EOF" {
 		t.Errorf("filtered watch at its timeout: %s, want its clean end", got)
+	}
+}
+
+// TestFilteredWatch_FallsBehindTheHistory: a filtered watch whose next event leaves the
+// history ends with an error matching informer.ErrExpired (served as an ERROR 410 frame),
+// after the events it could still deliver.
+func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	inf, err := informer.New(src, informer.Options[string, *obj]{Key: objKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := filterOptions()
+	opts.HistoryLimit = 2
+	srv, err := NewServer(inf, objKey, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := srv.mirror.filters.watch(context.Background(), Filter{Index: "team", Value: "payments"}, informer.WatchOptions{Revision: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	srv.mirror.put(&obj{Name: "a", Val: "payments:1"})
+	if ev, err := w.Next(); err != nil || ev.Type != informer.Added || ev.Revision != "1" || string(ev.Object.json) != `{"name":"a","val":"payments:1"}` {
+		t.Fatalf("first event %v %q %v", ev.Type, ev.Revision, err)
+	}
+	for i := range 4 {
+		srv.mirror.put(&obj{Name: "a", Val: fmt.Sprint("payments:", i+2)})
+	}
+	_, err = w.Next()
+	if !errors.Is(err, informer.ErrExpired) || !strings.HasPrefix(err.Error(), `httpsource: filtered watch of team="payments": its next event has left the server's history: `) {
+		t.Fatalf("after falling behind: %v, want ErrExpired", err)
+	}
+	if _, err2 := w.Next(); err2 != err {
+		t.Errorf("the next call: %v, want the same error", err2)
+	}
+	h := srv.mirror.filters
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if fv := h.indexes[1].values["payments"]; fv == nil || fv.watches != 0 || len(fv.waiters) != 0 {
+		t.Errorf("the ended watch is still registered: %+v", fv)
 	}
 }
