@@ -443,23 +443,18 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f Filter, opts informer.Wat
 	fv := h.value(i, f.Value)
 	fv.watches++
 	w := &filterWatch[K, V]{
-		h:              h,
-		done:           ctx.Done(),
-		ctx:            ctx,
-		wake:           make(chan struct{}, 1),
-		fv:             fv,
-		filter:         f,
-		allowBookmarks: opts.AllowBookmarks,
+		h:      h,
+		done:   ctx.Done(),
+		ctx:    ctx,
+		wake:   make(chan struct{}, 1),
+		fv:     fv,
+		filter: f,
 	}
 	end := fv.dropped + int64(len(fv.history))
 	switch {
 	case opts.SendInitialEvents:
-		if fv.bucket != nil {
-			w.initial = make([]*record[K], 0, fv.bucket.Len())
-			fv.bucket.Ascend(func(r *record[K]) bool {
-				w.initial = append(w.initial, r)
-				return true
-			})
+		if fv.bucket != nil && fv.bucket.Len() > 0 {
+			w.initial = fv.bucket.Clone() // O(1); read one object per Next
 		}
 		w.initialRev, w.endOfInitial, w.next = h.revString(), true, end
 	case from >= 0:
@@ -497,13 +492,14 @@ type filterWatch[K cmp.Ordered, V any] struct {
 	bookmarkC     <-chan time.Time
 	bookmarkEvery time.Duration
 
-	allowBookmarks bool
-	more           bool // events were pending after the last one Next returned (Next's goroutine only)
+	more bool // events were pending after the last one Next returned (Next's goroutine only)
 
 	// Guarded by the hub's mu.
 	fv           *filterValue[K, V]
-	next         int64 // the number of the next history event to deliver (counting dropped ones)
-	initial      []*record[K]
+	next         int64                     // the number of the next history event to deliver (counting dropped ones)
+	initial      *btree.BTreeG[*record[K]] // the initial events still to send: a clone of the bucket; nil when done
+	initialAfter K                         // the key of the last initial event sent
+	initialSent  bool                      // initialAfter is set
 	initialRev   string
 	endOfInitial bool
 	waiting      bool
@@ -559,11 +555,11 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 		return ev, w.err, true
 	default:
 	}
-	if len(w.initial) > 0 {
-		ev = informer.Event[*record[K]]{Type: informer.Added, Object: w.initial[0], Revision: w.initialRev}
-		w.initial[0] = nil
-		w.initial = w.initial[1:]
-		return ev, nil, true
+	if w.initial != nil {
+		if r := w.nextInitial(); r != nil {
+			return informer.Event[*record[K]]{Type: informer.Added, Object: r, Revision: w.initialRev}, nil, true
+		}
+		w.initial = nil
 	}
 	if w.endOfInitial {
 		w.endOfInitial, w.initial = false, nil
@@ -582,6 +578,28 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 		return informer.Event[*record[K]]{Type: e.typ, Object: e.rec, Revision: e.revStr}, nil, true
 	}
 	return ev, nil, false
+}
+
+// nextInitial returns the next object of the initial events, in key order, or nil after
+// the last; O(log n).
+func (w *filterWatch[K, V]) nextInitial() *record[K] {
+	var next *record[K]
+	visit := func(r *record[K]) bool {
+		if w.initialSent && !cmp.Less(w.initialAfter, r.key) {
+			return true
+		}
+		next = r
+		return false
+	}
+	if w.initialSent {
+		w.initial.AscendGreaterOrEqual(&record[K]{key: w.initialAfter}, visit)
+	} else {
+		w.initial.Ascend(visit)
+	}
+	if next != nil {
+		w.initialAfter, w.initialSent = next.key, true
+	}
+	return next
 }
 
 // endLocked ends the stream with err (the first end wins) and releases the watch.

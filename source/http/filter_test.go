@@ -179,6 +179,19 @@ func TestFilteredList_ServedFromTheBucket(t *testing.T) {
 	if p := list("index=team&value=nobody"); len(p.Items) != 0 || p.Metadata.ResourceVersion != rev(srv, 5) {
 		t.Fatalf("list of a value without objects: %+v", p)
 	}
+	// A streaming list: the bucket as ADDED events in key order, then the annotated bookmark.
+	st := openBounded(t, ts.URL+"?watch=1&index=team&value=payments&sendInitialEvents=true&allowWatchBookmarks=true")
+	r5 := rev(srv, 5)
+	for _, want := range []string{
+		fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":"k0","val":"payments:1"}}`, r5),
+		fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":"k2","val":"payments:1"}}`, r5),
+		fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":"k4","val":"payments:1"}}`, r5),
+		fmt.Sprintf(`{"type":"BOOKMARK","resourceVersion":%[1]q,"object":{"metadata":{"resourceVersion":%[1]q,"annotations":{"k8s.io/initial-events-end":"true"}}}}`, r5),
+	} {
+		if got := st.line(t); got != want {
+			t.Errorf("streaming list: %s, want %s", got, want)
+		}
+	}
 	// Paged: every page is the bucket at the first page's revision.
 	first := list("index=team&value=payments&limit=2")
 	step(t, srv, 6, func() { put(up.src, "k1", "payments:2") })
