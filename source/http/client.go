@@ -112,6 +112,9 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 		return nil, fmt.Errorf("httpsource: NewClient: query of %q: %w", baseURL, err)
 	}
 	u.RawQuery, u.Fragment = "", ""
+	if err := filterQuery(q, opts.Filter); err != nil {
+		return nil, err
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = http.DefaultClient

@@ -46,6 +46,10 @@ type ClientOptions[V any] struct {
 	// Timeout at zero: it bounds a whole request, a watch included, and would cut every
 	// watch short; the timeouts below apply whatever client is given.
 	HTTPClient *http.Client
+	// Filter asks a Server for the objects under one value of one of its filter indexes
+	// (index=…&value=… on every list and watch): the cache then holds exactly those. The
+	// zero Filter asks for everything. See Filter.
+	Filter Filter
 	// PrepareRequest is called on every request just before it is sent: set
 	// authentication headers (a bearer token), tracing headers. An error aborts the
 	// request and is returned (wrapped). To change the method, path, query or body, use

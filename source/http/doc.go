@@ -50,6 +50,27 @@
 // text/event-stream. Anything else (an HTML page from a proxy, text/plain) is
 // informer.ErrBadInput, whatever the body holds.
 //
+// # Filtered lists and watches
+//
+// A Server configured with filter indexes (ServerOptions.Filters: a name and an
+// informer.IndexFunc, usually the same functions as the informer's Indexers, which a
+// Server cannot read) serves the objects under one value of one index to a client that
+// asks with index=<name>&value=<value> (ClientOptions.Filter), as a kube-apiserver serves
+// a label selector: the list holds only those objects, and the watch sends only their
+// changes, with an object that moves into the value sent as ADDED and one that moves out
+// (or whose index function fails) as DELETED, carrying the last state the value served.
+// A filtered client's cache is therefore exactly the matching subset, and its revisions
+// are the server's: it resumes from any of them, gets bookmarks at the server's newest
+// revision while its value is idle, and lists again (filtered) on 410. A multi-valued
+// index puts an object under each of its values.
+//
+// The server computes an object's values once per change, outside its lock, keeps for
+// each value the objects under it (a B-tree bucket: a filtered list is an O(1)
+// copy-on-write clone of it) and the events of the value since the history's start, and
+// wakes only the watchers of the object's old and new values: a change costs the same
+// whatever the number of watchers of other values (BenchmarkFilterDispatch). An index
+// the server does not have is answered 400, naming the ones it has; a Handler has none.
+//
 // # Mirroring another list+watch API
 //
 // The Kubernetes shape is what a Client speaks with no configuration. Five extension

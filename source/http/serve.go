@@ -160,6 +160,7 @@ type Stats struct {
 	Denied        atomic.Uint64 // requests refused by Authorize (401, 403)
 	EncodeErrors  atomic.Uint64 // objects that could not be encoded
 	TooLarge      atomic.Uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
+	IndexErrors   atomic.Uint64 // objects a filter index function failed or panicked on (Server: the object leaves that index's filters)
 }
 
 // watchBufferSize is the size of a watcher's write buffer: frames are assembled there and
@@ -202,6 +203,8 @@ type core[V any] struct {
 	// plainIsBad answers a plain (unclassified) error from the source with 400 rather
 	// than 500: the source is known to fail only on malformed input.
 	plainIsBad bool
+	// filters serves filtered lists and watches (a Server's filter indexes); nil: none.
+	filters filterer[V]
 
 	authorize         func(*http.Request) (string, error)
 	challenge         string
@@ -314,13 +317,14 @@ type request struct {
 	bookmarks bool
 	initial   bool
 	sse       bool
+	filter    Filter // index= and value=; zero for none
 }
 
 // knownParams are the query parameters the protocol defines; any other is refused.
 var knownParams = map[string]bool{
 	paramWatch: true, paramResourceVersion: true, paramRVMatch: true, paramLimit: true,
 	paramContinue: true, paramTimeoutSeconds: true, paramAllowBookmarks: true,
-	paramSendInitialEvents: true,
+	paramSendInitialEvents: true, paramIndex: true, paramValue: true,
 }
 
 // parseRequest validates every query parameter and the Accept header.
@@ -335,7 +339,7 @@ func parseRequest(r *http.Request) (request, *StatusError) {
 	}
 	for k, vs := range q {
 		if !knownParams[k] {
-			return bad("unknown query parameter %q (known: watch, resourceVersion, resourceVersionMatch, limit, continue, timeoutSeconds, allowWatchBookmarks, sendInitialEvents)", k)
+			return bad("unknown query parameter %q (known: watch, resourceVersion, resourceVersionMatch, limit, continue, timeoutSeconds, allowWatchBookmarks, sendInitialEvents, index, value)", k)
 		}
 		if len(vs) != 1 {
 			return bad("query parameter %q given %d times", k, len(vs))
@@ -349,6 +353,11 @@ func parseRequest(r *http.Request) (request, *StatusError) {
 		b, err := strconv.ParseBool(v[0])
 		return b, err == nil
 	}
+	f, se := parseFilter(q)
+	if se != nil {
+		return request{}, se
+	}
+	req.filter = f
 	var ok bool
 	if req.watch, ok = boolean(paramWatch); !ok {
 		return bad("%s=%q is not a boolean", paramWatch, q.Get(paramWatch))
@@ -447,6 +456,9 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, se := parseRequest(r)
+	if se == nil {
+		se = c.checkFilter(req.filter)
+	}
 	if se != nil {
 		c.stats.BadRequests.Add(1)
 		writeStatus(w, se, 0)
@@ -762,7 +774,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			return
 		}
 	}
-	wat, err := c.lw.Watch(ctx, opts)
+	wat, err := c.watch(ctx, req.filter, opts)
 	if err != nil {
 		switch {
 		case r.Context().Err() != nil:
@@ -837,7 +849,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 				_ = ww.write(out, true)
 				return
 			}
-			flush = newest && !inInitial
+			flush = (newest || caughtUp(wat)) && !inInitial
 		case informer.Bookmark:
 			switch {
 			case ev.EndOfInitialEvents:

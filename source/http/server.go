@@ -96,6 +96,12 @@ type ServerOptions[V any] struct {
 	QueueLength int
 	// Clock times bookmarks and watch timeouts; nil means clock.Real{}.
 	Clock clock.Clock
+	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
+	// computed by the server once per change; see Filter and the package documentation.
+	// They must be pure functions of what Encode serves. One that fails or panics is
+	// reported, counted (Stats.IndexErrors), and the object leaves that index's filters
+	// until a change indexes it. Nil means none: a filtered request is answered 400.
+	Filters map[string]informer.IndexFunc[V]
 }
 
 // Server serves an informer's collection over HTTP in the protocol Client speaks (the
@@ -199,6 +205,9 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		byID:      make(map[uint64]*pin[K]),
 		byClient:  make(map[string][]*pin[K]),
 	}
+	if err := s.serveFilters(opts, bookmarks); err != nil {
+		return nil, err
+	}
 	s.core.list = s.list
 	s.core.lw = s.src
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
@@ -263,6 +272,7 @@ type mirror[K cmp.Ordered, V any] struct {
 	historyBytes int64
 	report       func(error)
 	stats        *Stats
+	filters      *filterHub[K, V] // nil without ServerOptions.Filters
 
 	mu    sync.Mutex                // the tree and head change together; lists clone both
 	tree  *btree.BTreeG[*record[K]] // the served state, by key
@@ -307,6 +317,7 @@ func (m *mirror[K, V]) put(obj V) {
 		m.report(fmt.Errorf("httpsource: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
 		return
 	}
+	vals := m.filters.values(k, obj)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.tree.Get(&record[K]{key: k}); ok && bytes.Equal(old.json, b) {
@@ -316,6 +327,7 @@ func (m *mirror[K, V]) put(obj V) {
 	rev := m.src.Put(r)
 	m.tree.ReplaceOrInsert(r)
 	m.logged(rev, int64(len(b)))
+	m.filters.put(rev, r, vals, m.src.CompactedRevision())
 }
 
 func (m *mirror[K, V]) delete(obj V) {
@@ -333,6 +345,7 @@ func (m *mirror[K, V]) delete(obj V) {
 	}
 	if rev, ok := m.src.Delete(k); ok {
 		m.logged(rev, int64(len(old.json)))
+		m.filters.delete(rev, k, m.src.CompactedRevision())
 	}
 }
 
@@ -445,7 +458,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 	if req.cont != "" {
 		return s.nextPage(req)
 	}
-	tree, rev := s.mirror.snapshot()
+	tree, rev := s.snapshot(req.filter)
 	if req.rv != "" && req.rv != "0" {
 		at, err := s.revs.listRevision(req.rv)
 		if err != nil {

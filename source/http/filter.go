@@ -1,0 +1,644 @@
+package httpsource
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
+)
+
+// Filter asks a Server for the objects indexed under one value of one of its filter
+// indexes (ServerOptions.Filters), as a Kubernetes label selector asks for the objects
+// that carry a label: the list holds only those objects, and the watch sends only their
+// changes, with an object that moves into the filter sent as ADDED and one that moves
+// out of it as DELETED (carrying the last state the filter served), so that a client's
+// cache is exactly the matching subset. On the wire it is the query parameters
+// index=<Index>&value=<Value>. The zero Filter asks for everything.
+type Filter struct {
+	// Index names the filter index: a key of the Server's ServerOptions.Filters. An index
+	// the Server does not have is answered 400, naming the ones it has.
+	Index string
+	// Value is the value asked for; it may be empty (the objects indexed under "").
+	Value string
+}
+
+// The query parameters of a filter.
+const (
+	paramIndex = "index"
+	paramValue = "value"
+)
+
+// maxFilterValue bounds the length of a filter's index name and value in a request;
+// longer is answered 400.
+const maxFilterValue = 1024
+
+// parseFilter reads a filter from a request's query; parseRequest has checked that each
+// parameter is given at most once.
+func parseFilter(q url.Values) (Filter, *StatusError) {
+	idx, hasIdx := q[paramIndex]
+	val, hasVal := q[paramValue]
+	bad := func(format string, args ...any) (Filter, *StatusError) {
+		return Filter{}, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case !hasIdx && !hasVal:
+		return Filter{}, nil
+	case !hasIdx:
+		return bad("%s=%q needs %s=, the name of the filter index", paramValue, val[0], paramIndex)
+	case !hasVal:
+		return bad("%s=%q needs %s=, the value to filter by", paramIndex, idx[0], paramValue)
+	case idx[0] == "":
+		return bad("%s is empty: name a filter index", paramIndex)
+	case len(idx[0]) > maxFilterValue || len(val[0]) > maxFilterValue:
+		return bad("%s or %s is longer than %d bytes", paramIndex, paramValue, maxFilterValue)
+	}
+	return Filter{Index: idx[0], Value: val[0]}, nil
+}
+
+// filterQuery adds f to the query of a Client's base URL; it fails for a value without
+// an index.
+func filterQuery(q url.Values, f Filter) error {
+	switch {
+	case f.Index == "" && f.Value == "":
+		return nil
+	case f.Index == "":
+		return fmt.Errorf("httpsource: NewClient: Filter.Value %q without Filter.Index", f.Value)
+	}
+	q.Set(paramIndex, f.Index)
+	q.Set(paramValue, f.Value)
+	return nil
+}
+
+// filterer serves filtered requests for a core: a Server's filter indexes.
+type filterer[V any] interface {
+	// names returns the filter indexes, sorted.
+	names() []string
+	// watch opens a filtered watch; opts as for informer.ListerWatcher.Watch.
+	watch(ctx context.Context, f Filter, opts informer.WatchOptions) (informer.Watch[V], error)
+}
+
+// checkFilter answers 400 for a filter on an index the server does not have, naming
+// the ones it has.
+func (c *core[V]) checkFilter(f Filter) *StatusError {
+	if f.Index == "" {
+		return nil
+	}
+	var known []string
+	if c.filters != nil {
+		known = c.filters.names()
+	}
+	if slices.Contains(known, f.Index) {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown filter index %q: this server has none (a Server serves the indexes of its ServerOptions.Filters)", f.Index)
+	if len(known) > 0 {
+		msg = fmt.Sprintf("unknown filter index %q: this server's filter indexes are %s", f.Index, strings.Join(known, ", "))
+	}
+	return &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
+}
+
+// watch opens the watch a request asks for: filtered, or of the whole source.
+func (c *core[V]) watch(ctx context.Context, f Filter, opts informer.WatchOptions) (informer.Watch[V], error) {
+	if f.Index != "" && c.filters != nil {
+		return c.filters.watch(ctx, f, opts)
+	}
+	return c.lw.Watch(ctx, opts)
+}
+
+// caughtUp reports whether a filtered watch has delivered every event it has so far, so
+// that the frames buffered for its client are sent now rather than with a later event
+// (an unfiltered watch flushes at the source's newest revision instead).
+func caughtUp[V any](w informer.Watch[V]) bool {
+	fw, ok := w.(interface{ caughtUp() bool })
+	return ok && fw.caughtUp()
+}
+
+// serveFilters sets up the Server's filter indexes (ServerOptions.Filters). It runs
+// before the Server's handler is added, so the indexes see every change.
+func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Duration) error {
+	if len(opts.Filters) == 0 {
+		return nil
+	}
+	h := &filterHub[K, V]{
+		clock:     opts.Clock,
+		bookmarks: bookmarks,
+		report:    func(err error) { s.core.report(err) },
+		stats:     &s.core.stats,
+		revStr:    "0",
+	}
+	for name, fn := range opts.Filters {
+		switch {
+		case name == "":
+			return errors.New("httpsource: NewServer: ServerOptions.Filters has an index with an empty name")
+		case fn == nil:
+			return fmt.Errorf("httpsource: NewServer: ServerOptions.Filters[%q] is nil", name)
+		case len(name) > maxFilterValue:
+			return fmt.Errorf("httpsource: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
+		}
+		h.indexNames = append(h.indexNames, name)
+	}
+	slices.Sort(h.indexNames)
+	for _, name := range h.indexNames {
+		h.fns = append(h.fns, opts.Filters[name])
+		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
+	}
+	if h.clock == nil {
+		h.clock = clock.Real{}
+	}
+	s.mirror.filters = h
+	s.core.filters = h
+	return nil
+}
+
+// snapshot returns the state a list with filter f reads, and its log revision: the whole
+// state, or the bucket of f's value; either is an O(1) copy-on-write clone.
+func (s *Server[K, V]) snapshot(f Filter) (*btree.BTreeG[*record[K]], int64) {
+	if f.Index == "" || s.mirror.filters == nil {
+		return s.mirror.snapshot()
+	}
+	return s.mirror.filters.snapshot(f)
+}
+
+// filterHub keeps a Server's filter indexes: for each index, the bucket of every value
+// (the objects indexed under it, by key, which a filtered list clones) and the history of
+// the value's filtered events (which its watches read). A change computes the object's
+// old and new values once, appends one event to the history of each value among them and
+// wakes only the watches of those values: its cost grows with the object's values and
+// their watchers, never with watchers of other values or the number of objects.
+//
+// The histories hold the events after the server's compacted revision, as its log does:
+// an event leaves them when its revision is compacted from the log.
+type filterHub[K cmp.Ordered, V any] struct {
+	indexNames []string // sorted
+	fns        []informer.IndexFunc[V]
+	clock      clock.Clock
+	bookmarks  time.Duration // 0: none
+	report     func(error)
+	stats      *Stats
+
+	// Changed under the mirror's lock and mu; read under mu.
+	mu        sync.Mutex
+	indexes   []filterIndex[K, V]  // by indexNames
+	rev       int64                // the log revision of the newest change, whether or not it matched anything
+	revStr    string               // rev in decimal, "" until needed
+	compacted int64                // the log's compacted revision
+	order     []filterQueued[K, V] // every history event in revision order, for compaction
+	orderHead int
+}
+
+// filterIndex is one filter index.
+type filterIndex[K cmp.Ordered, V any] struct {
+	values map[string]*filterValue[K, V] // values with objects, history or watches
+	of     map[K][]string                // each object's values, for its next change
+}
+
+// filterValue is one value of a filter index.
+type filterValue[K cmp.Ordered, V any] struct {
+	index   int
+	value   string
+	bucket  *btree.BTreeG[*record[K]] // the objects indexed under value
+	history []filterEvent[K]          // its events after the compacted revision
+	dropped int64                     // events dropped from the front of history, ever
+	waiters []*filterWatch[K, V]      // watches blocked in Next
+	watches int                       // watches open
+}
+
+// filterEvent is an event of one value's filtered stream.
+type filterEvent[K cmp.Ordered] struct {
+	rev    int64
+	revStr string
+	typ    informer.EventType
+	rec    *record[K]
+}
+
+// filterQueued names the value that holds the history event of revision rev.
+type filterQueued[K cmp.Ordered, V any] struct {
+	rev int64
+	fv  *filterValue[K, V]
+}
+
+func recordLess[K cmp.Ordered](a, b *record[K]) bool { return cmp.Less(a.key, b.key) }
+
+func (h *filterHub[K, V]) names() []string { return h.indexNames }
+
+// values computes obj's values in every filter index, outside the mirror's lock. An index
+// function that fails or panics is reported and counted (Stats.IndexErrors); the object
+// is then in no bucket of that index until a later change indexes it.
+func (h *filterHub[K, V]) values(k K, obj V) [][]string {
+	if h == nil {
+		return nil
+	}
+	vals := make([][]string, len(h.fns))
+	for i, fn := range h.fns {
+		vs, err := callIndex(fn, obj)
+		if err != nil {
+			h.stats.IndexErrors.Add(1)
+			h.report(fmt.Errorf("httpsource: server: filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it)", h.indexNames[i], k, err))
+			continue
+		}
+		if len(vs) > 1 {
+			vs = slices.Clone(vs)
+			slices.Sort(vs)
+			vs = slices.Compact(vs)
+		}
+		vals[i] = vs
+	}
+	return vals
+}
+
+// callIndex calls an index function with a panic turned into an error.
+func callIndex[V any](fn informer.IndexFunc[V], obj V) (vs []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			vs, err = nil, fmt.Errorf("index function panicked: %v", r)
+		}
+	}()
+	return fn(obj)
+}
+
+// put indexes the object r of the change at rev under vals (from values); the mirror's
+// lock is held.
+func (h *filterHub[K, V]) put(rev int64, r *record[K], vals [][]string, compacted int64) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.advance(rev)
+	for i := range h.indexes {
+		h.move(i, r.key, r, vals[i])
+	}
+	h.compact(compacted)
+}
+
+// delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
+func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.advance(rev)
+	for i := range h.indexes {
+		h.move(i, k, nil, nil)
+	}
+	h.compact(compacted)
+}
+
+func (h *filterHub[K, V]) advance(rev int64) {
+	h.rev, h.revStr = rev, ""
+}
+
+func (h *filterHub[K, V]) revString() string {
+	if h.revStr == "" {
+		h.revStr = strconv.FormatInt(h.rev, 10)
+	}
+	return h.revStr
+}
+
+// move moves the object with key k from its old values in index i to vals (r is its new
+// record; nil when it is deleted): DELETED for the values it leaves (with the record the
+// value served), ADDED for those it enters, MODIFIED for those it stays in.
+func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
+	ix := &h.indexes[i]
+	old := ix.of[k]
+	for _, v := range old {
+		if slices.Contains(vals, v) {
+			continue
+		}
+		fv := ix.values[v]
+		if fv == nil || fv.bucket == nil {
+			continue // cannot happen: a value holds its objects
+		}
+		if last, ok := fv.bucket.Delete(&record[K]{key: k}); ok {
+			h.append(fv, informer.Deleted, last)
+		}
+	}
+	for _, v := range vals {
+		fv := h.value(i, v)
+		typ := informer.Added
+		if slices.Contains(old, v) {
+			typ = informer.Modified
+		}
+		if fv.bucket == nil {
+			fv.bucket = btree.NewG(16, recordLess[K])
+		}
+		fv.bucket.ReplaceOrInsert(r)
+		h.append(fv, typ, r)
+	}
+	if len(vals) == 0 {
+		delete(ix.of, k)
+	} else {
+		ix.of[k] = vals
+	}
+}
+
+// value returns the value v of index i, created if needed.
+func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
+	ix := &h.indexes[i]
+	fv := ix.values[v]
+	if fv == nil {
+		fv = &filterValue[K, V]{index: i, value: v}
+		ix.values[v] = fv
+	}
+	return fv
+}
+
+// append adds an event at the newest revision to fv's history and wakes its watches.
+func (h *filterHub[K, V]) append(fv *filterValue[K, V], typ informer.EventType, r *record[K]) {
+	fv.history = append(fv.history, filterEvent[K]{rev: h.rev, revStr: h.revString(), typ: typ, rec: r})
+	h.order = append(h.order, filterQueued[K, V]{rev: h.rev, fv: fv})
+	for i, w := range fv.waiters {
+		w.waiting = false
+		w.signal()
+		fv.waiters[i] = nil
+	}
+	fv.waiters = fv.waiters[:0]
+}
+
+// compact drops the history events at or before the log's compacted revision, and the
+// values left with no object, history or watch.
+func (h *filterHub[K, V]) compact(compacted int64) {
+	h.compacted = max(h.compacted, compacted)
+	for h.orderHead < len(h.order) && h.order[h.orderHead].rev <= h.compacted {
+		fv := h.order[h.orderHead].fv
+		h.order[h.orderHead] = filterQueued[K, V]{}
+		h.orderHead++
+		fv.history[0] = filterEvent[K]{}
+		fv.history = fv.history[1:]
+		fv.dropped++
+		if len(fv.history) == 0 {
+			fv.history = nil
+		}
+		h.gc(fv)
+	}
+	if h.orderHead > 1024 && h.orderHead > len(h.order)/2 {
+		h.order = h.order[:copy(h.order, h.order[h.orderHead:])]
+		clear(h.order[len(h.order):cap(h.order)])
+		h.orderHead = 0
+	}
+}
+
+// gc forgets fv if it holds nothing.
+func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
+	if fv.watches == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0) {
+		delete(h.indexes[fv.index].values, fv.value)
+	}
+}
+
+// snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
+// reflects.
+func (h *filterHub[K, V]) snapshot(f Filter) (*btree.BTreeG[*record[K]], int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {
+		if fv := h.indexes[i].values[f.Value]; fv != nil && fv.bucket != nil {
+			return fv.bucket.Clone(), h.rev
+		}
+	}
+	return btree.NewG(2, recordLess[K]), h.rev
+}
+
+// watch opens a watch of f's value. It behaves as the log's watches do (see
+// memory.Source.Watch), on the value's filtered stream: from opts.Revision (an error
+// matching informer.ErrExpired if its events are compacted, or if it is newer than the
+// newest), or with SendInitialEvents the value's bucket as ADDED events, then the
+// EndOfInitialEvents bookmark, then the changes; bookmarks at the newest revision when
+// idle (with AllowBookmarks); io.EOF at opts.Timeout; ctx.Err() when ctx is done.
+func (h *filterHub[K, V]) watch(ctx context.Context, f Filter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	i, ok := slices.BinarySearch(h.indexNames, f.Index)
+	if !ok {
+		return nil, fmt.Errorf("httpsource: unknown filter index %q", f.Index)
+	}
+	from := int64(-1)
+	if opts.Revision != "" {
+		n, err := strconv.ParseInt(opts.Revision, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("httpsource: filtered watch: revision %q is not a log revision", opts.Revision)
+		}
+		from = n
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case from > h.rev:
+		return nil, fmt.Errorf("httpsource: filtered watch of %s=%q: the revision is newer than the server's newest: %w", f.Index, f.Value, informer.ErrExpired)
+	case from >= 0 && from < h.compacted && !opts.SendInitialEvents:
+		return nil, fmt.Errorf("httpsource: filtered watch of %s=%q: the revision has left the server's history: %w", f.Index, f.Value, informer.ErrExpired)
+	}
+	fv := h.value(i, f.Value)
+	fv.watches++
+	w := &filterWatch[K, V]{
+		h:      h,
+		done:   ctx.Done(),
+		ctx:    ctx,
+		wake:   make(chan struct{}, 1),
+		fv:     fv,
+		filter: f,
+	}
+	end := fv.dropped + int64(len(fv.history))
+	switch {
+	case opts.SendInitialEvents:
+		if fv.bucket != nil && fv.bucket.Len() > 0 {
+			w.initial = fv.bucket.Clone() // O(1); read one object per Next
+		}
+		w.initialRev, w.endOfInitial, w.next = h.revString(), true, end
+	case from >= 0:
+		w.next = fv.dropped + int64(sort.Search(len(fv.history), func(j int) bool { return fv.history[j].rev > from }))
+	default:
+		w.next = end
+	}
+	if opts.Timeout > 0 {
+		w.timeout = h.clock.NewTimer(opts.Timeout)
+		w.timeoutC = w.timeout.C()
+	}
+	if h.bookmarks > 0 && opts.AllowBookmarks {
+		w.bookmark = h.clock.NewTimer(h.bookmarks)
+		w.bookmarkC = w.bookmark.C()
+		w.bookmarkEvery = h.bookmarks
+	}
+	return w, nil
+}
+
+// errFilterWatchStopped ends a filtered watch that was stopped.
+var errFilterWatchStopped = errors.New("httpsource: filtered watch stopped")
+
+// filterWatch is one watch of a filter value's stream. Next is called by one goroutine;
+// Stop may be called from any.
+type filterWatch[K cmp.Ordered, V any] struct {
+	h      *filterHub[K, V]
+	ctx    context.Context
+	done   <-chan struct{}
+	wake   chan struct{} // capacity 1
+	filter Filter
+
+	timeout       clock.Timer
+	timeoutC      <-chan time.Time
+	bookmark      clock.Timer
+	bookmarkC     <-chan time.Time
+	bookmarkEvery time.Duration
+
+	more bool // events were pending after the last one Next returned (Next's goroutine only)
+
+	// Guarded by the hub's mu.
+	fv           *filterValue[K, V]
+	next         int64                     // the number of the next history event to deliver (counting dropped ones)
+	initial      *btree.BTreeG[*record[K]] // the initial events still to send: a clone of the bucket; nil when done
+	initialAfter K                         // the key of the last initial event sent
+	initialSent  bool                      // initialAfter is set
+	initialRev   string
+	endOfInitial bool
+	waiting      bool
+	err          error
+}
+
+func (w *filterWatch[K, V]) caughtUp() bool { return !w.more }
+
+// Next implements informer.Watch.
+func (w *filterWatch[K, V]) Next() (informer.Event[*record[K]], error) {
+	for {
+		w.h.mu.Lock()
+		ev, err, ok := w.nextLocked()
+		if !ok && !w.waiting && w.err == nil {
+			w.waiting = true
+			w.fv.waiters = append(w.fv.waiters, w)
+		}
+		w.h.mu.Unlock()
+		if ok {
+			return ev, err
+		}
+		select {
+		case <-w.wake:
+		case <-w.done:
+		case <-w.timeoutC:
+			w.h.mu.Lock()
+			w.endLocked(io.EOF)
+			w.h.mu.Unlock()
+		case <-w.bookmarkC:
+			w.h.mu.Lock()
+			ev, err, ok := w.nextLocked()
+			if !ok { // idle: every event up to the newest revision is delivered
+				ev, err = informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}, nil
+				w.more = false
+			}
+			if w.err == nil {
+				w.bookmark.Reset(w.bookmarkEvery)
+			}
+			w.h.mu.Unlock()
+			return ev, err
+		}
+	}
+}
+
+// nextLocked returns the next event or error if there is one (ok), without blocking.
+func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err error, ok bool) {
+	if w.err != nil {
+		return ev, w.err, true
+	}
+	select {
+	case <-w.done:
+		w.endLocked(w.ctx.Err())
+		return ev, w.err, true
+	default:
+	}
+	if w.initial != nil {
+		if r := w.nextInitial(); r != nil {
+			return informer.Event[*record[K]]{Type: informer.Added, Object: r, Revision: w.initialRev}, nil, true
+		}
+		w.initial = nil
+	}
+	if w.endOfInitial {
+		w.endOfInitial, w.initial = false, nil
+		return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.initialRev, EndOfInitialEvents: true}, nil, true
+	}
+	fv := w.fv
+	i := w.next - fv.dropped
+	if i < 0 {
+		w.endLocked(fmt.Errorf("httpsource: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		return ev, w.err, true
+	}
+	if i < int64(len(fv.history)) {
+		e := fv.history[i]
+		w.next++
+		w.more = i+1 < int64(len(fv.history))
+		return informer.Event[*record[K]]{Type: e.typ, Object: e.rec, Revision: e.revStr}, nil, true
+	}
+	return ev, nil, false
+}
+
+// nextInitial returns the next object of the initial events, in key order, or nil after
+// the last; O(log n).
+func (w *filterWatch[K, V]) nextInitial() *record[K] {
+	var next *record[K]
+	visit := func(r *record[K]) bool {
+		if w.initialSent && !cmp.Less(w.initialAfter, r.key) {
+			return true
+		}
+		next = r
+		return false
+	}
+	if w.initialSent {
+		w.initial.AscendGreaterOrEqual(&record[K]{key: w.initialAfter}, visit)
+	} else {
+		w.initial.Ascend(visit)
+	}
+	if next != nil {
+		w.initialAfter, w.initialSent = next.key, true
+	}
+	return next
+}
+
+// endLocked ends the stream with err (the first end wins) and releases the watch.
+func (w *filterWatch[K, V]) endLocked(err error) {
+	if w.err != nil {
+		return
+	}
+	w.err = err
+	w.initial, w.endOfInitial = nil, false
+	if w.timeout != nil {
+		w.timeout.Stop()
+	}
+	if w.bookmark != nil {
+		w.bookmark.Stop()
+	}
+	if w.waiting {
+		w.waiting = false
+		if i := slices.Index(w.fv.waiters, w); i >= 0 {
+			last := len(w.fv.waiters) - 1
+			w.fv.waiters[i] = w.fv.waiters[last]
+			w.fv.waiters[last] = nil
+			w.fv.waiters = w.fv.waiters[:last]
+		}
+	}
+	w.fv.watches--
+	w.h.gc(w.fv)
+	w.signal()
+}
+
+func (w *filterWatch[K, V]) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stop implements informer.Watch; it is idempotent.
+func (w *filterWatch[K, V]) Stop() {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	w.endLocked(errFilterWatchStopped)
+}
