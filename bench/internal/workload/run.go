@@ -70,6 +70,21 @@ func profileEvents() func() {
 	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
+// writeHeapProfile writes the live heap to the file WORKLOAD_HEAPPROFILE names, if set
+// (W2: what the informer keeps per object).
+func writeHeapProfile() {
+	path := os.Getenv("WORKLOAD_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("heap").WriteTo(f, 0)
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -187,6 +202,7 @@ func W2(side Side, n int) (Figures, error) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
+	writeHeapProfile()
 	runtime.KeepAlive(r)
 	return Figures{"B/object": (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(n)}, nil
 }
