@@ -117,6 +117,9 @@ type Reader[K comparable, V any] interface {
 	List() []V
 	// ByIndex returns the objects indexed under value in the named index, in key order.
 	ByIndex(index, value string) ([]V, error)
+	// ByIndexSeq yields the objects indexed under value in the named index, in key order,
+	// without copying them to a slice.
+	ByIndexSeq(index, value string) (iter.Seq2[K, V], error)
 	// IndexKeys returns the keys indexed under value in the named index, in key order.
 	IndexKeys(index, value string) ([]K, error)
 	// IndexValues returns every value present in the named index, in order.
@@ -185,8 +188,10 @@ const btreeDegree = 48
 const bucketDegree = 32
 
 // store is the indexed cache. One writer (the informer's processing goroutine) changes it
-// under mu; readers read immutable snapshots made on demand with btree.Clone, an O(1)
-// copy-on-write copy, so a reader never holds a lock the writer needs for more than that.
+// under mu; readers read immutable snapshots made with btree.Clone, an O(1) copy-on-write
+// copy. While readers read, the writer makes the snapshot of each batch as it publishes
+// the batch, so readers take no lock: a reader locks mu only to make a snapshot itself, on
+// its first read after the cache changed with no reader (or after AddIndexers).
 //
 // An index is a tree of buckets, one per value, each holding one (key, object) entry inline
 // or a tree of them like items. A snapshot clones items and each index's tree of buckets,
@@ -207,6 +212,7 @@ type store[K comparable, V any] struct {
 	epoch   uint64                      // bumped by every new snapshot; see bucket.epoch
 
 	snap       atomic.Pointer[Snapshot[K, V]]
+	reading    atomic.Bool // a reader took a snapshot since the writer last made one
 	scratch    []string // writer-only buffers for index values
 	oldScratch []string
 }
@@ -531,7 +537,9 @@ func (s *store[K, V]) deleteHinted(key K, hint storeHint[V]) (old V, existed boo
 	return prev.obj, true
 }
 
-// publishLocked records that a write batch is complete and the state reflects rev.
+// publishLocked records that a write batch is complete and the state reflects rev. If a
+// reader took a snapshot since the last one was made, it makes the snapshot of the new
+// state before publishing it, so that readers find it ready instead of locking mu.
 func (s *store[K, V]) publishLocked(rev string) {
 	if rev != "" {
 		s.rev = rev
@@ -539,19 +547,31 @@ func (s *store[K, V]) publishLocked(rev string) {
 	// A batch without a revision left changes queued: the state holds some changes newer
 	// than rev, but not all of them.
 	s.exact = rev != ""
-	s.gen.Add(1)
+	next := s.gen.Load() + 1
+	if s.reading.Load() {
+		s.reading.Store(false)
+		s.makeSnapshot(next)
+	}
+	s.gen.Store(next)
 }
 
 // generation counts the store's write batches: a reader that saw the same generation saw
 // the same state.
 func (s *store[K, V]) generation() uint64 { return s.gen.Load() }
 
-// snapshot returns the current state. It is O(1) when nothing changed since the last
-// snapshot; otherwise it waits for the writer's current batch and clones the trees.
+// snapshot returns the current state. It takes no lock when the newest snapshot is of the
+// newest state, which is so while readers keep reading (publishLocked makes it); otherwise
+// it waits for the writer's current batch and clones the trees.
 func (s *store[K, V]) snapshot() *Snapshot[K, V] {
-	if sn := s.snap.Load(); sn != nil && sn.gen == s.gen.Load() {
+	// The snapshot before the generation: the writer stores them in the other order, so
+	// a snapshot at least as new as the generation read is of the newest state published.
+	if sn := s.snap.Load(); sn != nil && sn.gen >= s.gen.Load() {
+		if !s.reading.Load() {
+			s.reading.Store(true)
+		}
 		return sn
 	}
+	s.reading.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.snapshotLocked()
@@ -562,6 +582,12 @@ func (s *store[K, V]) snapshotLocked() *Snapshot[K, V] {
 	if sn := s.snap.Load(); sn != nil && sn.gen == gen {
 		return sn
 	}
+	return s.makeSnapshot(gen)
+}
+
+// makeSnapshot clones the current state as the snapshot of generation gen and makes it
+// the newest. The writer's lock must be held.
+func (s *store[K, V]) makeSnapshot(gen uint64) *Snapshot[K, V] {
 	s.epoch++ // the buckets' trees are now shared with this snapshot
 	sn := &Snapshot[K, V]{
 		compare:  s.compare,
@@ -679,6 +705,29 @@ func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 	return out, nil
 }
 
+// ByIndexSeq yields the (key, object) pairs indexed under value in the named index, in key
+// order: ByIndex without the slice. Iterating costs a walk over the objects found and
+// allocates nothing; getting the iterator costs one lookup of value and a small
+// allocation. An unknown value yields nothing; an unknown index is an error.
+func (sn *Snapshot[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], error) {
+	ix, err := sn.lookupIndex(index)
+	if err != nil {
+		return nil, err
+	}
+	b, ok := ix.bucket(value)
+	if !ok {
+		return func(func(K, V) bool) {}, nil
+	}
+	if b.tree == nil {
+		one := b.one
+		return func(yield func(K, V) bool) { yield(one.key, one.obj) }, nil
+	}
+	entries := b.tree.entries
+	return func(yield func(K, V) bool) {
+		entries.Ascend(func(e entry[K, V]) bool { return yield(e.key, e.obj) })
+	}, nil
+}
+
 // IndexKeys returns the keys indexed under value in the named index, in key order.
 func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
 	ix, err := sn.lookupIndex(index)
@@ -755,10 +804,13 @@ func WithPrefix[V any](r Reader[string, V], prefix string) iter.Seq2[string, V] 
 
 // defaultCompare returns the natural order of K when K's underlying type is a string,
 // integer or floating-point type (any cmp.Ordered type, named ones such as
-// `type ID int64` included), and false otherwise: the user must then give
+// `type ID int64` included), or a struct of such fields (compared field by field in
+// declaration order, as a tuple), and false otherwise: the user must then give
 // Options.CompareKeys.
 func defaultCompare[K comparable]() (func(a, b K) int, bool) {
 	switch reflect.TypeFor[K]().Kind() {
+	case reflect.Struct:
+		return structCompare[K]()
 	case reflect.String:
 		return func(a, b K) int { return strings.Compare(asString(&a), asString(&b)) }, true
 	case reflect.Int:
@@ -790,6 +842,88 @@ func defaultCompare[K comparable]() (func(a, b K) int, bool) {
 	}
 	return nil, false
 }
+
+// structCompare orders a struct K whose fields are all of ordered kinds, field by field.
+// A struct of strings only (such as struct{ Namespace, Name string }) compares them with no
+// call per field.
+func structCompare[K comparable]() (func(a, b K) int, bool) {
+	t := reflect.TypeFor[K]()
+	type field struct {
+		off uintptr
+		cmp func(a, b unsafe.Pointer) int
+	}
+	fields := make([]field, 0, t.NumField())
+	strs := make([]uintptr, 0, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		c := fieldCompare(f.Type.Kind())
+		if c == nil {
+			return nil, false
+		}
+		if f.Type.Kind() == reflect.String {
+			strs = append(strs, f.Offset)
+		}
+		fields = append(fields, field{f.Offset, c})
+	}
+	if len(strs) == len(fields) {
+		return func(a, b K) int {
+			pa, pb := unsafe.Pointer(&a), unsafe.Pointer(&b)
+			for _, off := range strs {
+				if c := strings.Compare(*(*string)(unsafe.Add(pa, off)), *(*string)(unsafe.Add(pb, off))); c != 0 {
+					return c
+				}
+			}
+			return 0
+		}, true
+	}
+	return func(a, b K) int {
+		pa, pb := unsafe.Pointer(&a), unsafe.Pointer(&b)
+		for _, f := range fields {
+			if c := f.cmp(unsafe.Add(pa, f.off), unsafe.Add(pb, f.off)); c != 0 {
+				return c
+			}
+		}
+		return 0
+	}, true
+}
+
+// fieldCompare compares two values of an ordered kind through pointers; nil for any other
+// kind.
+func fieldCompare(k reflect.Kind) func(a, b unsafe.Pointer) int {
+	switch k {
+	case reflect.String:
+		return pointedCompare[string]
+	case reflect.Int:
+		return pointedCompare[int]
+	case reflect.Int8:
+		return pointedCompare[int8]
+	case reflect.Int16:
+		return pointedCompare[int16]
+	case reflect.Int32:
+		return pointedCompare[int32]
+	case reflect.Int64:
+		return pointedCompare[int64]
+	case reflect.Uint:
+		return pointedCompare[uint]
+	case reflect.Uint8:
+		return pointedCompare[uint8]
+	case reflect.Uint16:
+		return pointedCompare[uint16]
+	case reflect.Uint32:
+		return pointedCompare[uint32]
+	case reflect.Uint64:
+		return pointedCompare[uint64]
+	case reflect.Uintptr:
+		return pointedCompare[uintptr]
+	case reflect.Float32:
+		return pointedCompare[float32]
+	case reflect.Float64:
+		return pointedCompare[float64]
+	}
+	return nil
+}
+
+func pointedCompare[T cmp.Ordered](a, b unsafe.Pointer) int { return cmp.Compare(*(*T)(a), *(*T)(b)) }
 
 // isString reports whether K's underlying type is string.
 func isString[K comparable]() bool { return reflect.TypeFor[K]().Kind() == reflect.String }

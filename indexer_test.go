@@ -243,9 +243,60 @@ func TestDefaultCompare(t *testing.T) {
 	if !ok || ci(-5, 3) >= 0 || ci(3, 3) != 0 {
 		t.Fatal("int64 order")
 	}
-	type custom struct{ A, B string }
-	if _, ok := defaultCompare[custom](); ok {
-		t.Fatal("a struct key has no natural order")
+	// A struct of ordered fields is ordered as a tuple, field by field.
+	type nsName struct{ Namespace, Name string }
+	cs, ok := defaultCompare[nsName]()
+	if !ok {
+		t.Fatal("a struct of strings has an order")
+	}
+	for _, c := range []struct {
+		a, b nsName
+		want int
+	}{
+		{nsName{"a", "z"}, nsName{"b", "a"}, -1},
+		{nsName{"b", "a"}, nsName{"a", "z"}, 1},
+		{nsName{"a", "a"}, nsName{"a", "b"}, -1},
+		{nsName{"a", "b"}, nsName{"a", "b"}, 0},
+		{nsName{"", "x"}, nsName{"a", ""}, -1},
+	} {
+		if got := cs(c.a, c.b); got != c.want {
+			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	type mixed struct {
+		Group string
+		Prio  int8
+		ID    uint64
+		Score float32
+	}
+	cm, ok := defaultCompare[mixed]()
+	if !ok {
+		t.Fatal("a struct of ordered fields has an order")
+	}
+	for _, c := range []struct {
+		a, b mixed
+		want int
+	}{
+		{mixed{"g", -1, 9, 0}, mixed{"g", 1, 0, 0}, -1},
+		{mixed{"g", 1, 2, 0}, mixed{"g", 1, 1, 0}, 1},
+		{mixed{"g", 1, 1, 0.5}, mixed{"g", 1, 1, 0.25}, 1},
+		{mixed{"a", 9, 9, 9}, mixed{"b", 0, 0, 0}, -1},
+		{mixed{"g", 1, 1, 1}, mixed{"g", 1, 1, 1}, 0},
+	} {
+		if got := cm(c.a, c.b); got != c.want {
+			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	type withPointer struct {
+		Name string
+		P    *int
+	}
+	if _, ok := defaultCompare[withPointer](); ok {
+		t.Fatal("a struct with a pointer field has no natural order")
+	}
+	type nested struct{ In nsName }
+	if _, ok := defaultCompare[nested](); ok {
+		t.Fatal("a struct with a struct field has no natural order (give CompareKeys)")
 	}
 	// Named ordered types have their natural order too.
 	type ID int64
@@ -272,6 +323,10 @@ func TestDefaultCompare(t *testing.T) {
 	// And an informer over a named key type needs no CompareKeys.
 	if _, err := New[ID, string](&scripted{}, Options[ID, string]{Key: func(string) (ID, error) { return 0, nil }}); err != nil {
 		t.Fatalf("New with a named integer key: %v", err)
+	}
+	// Nor one over a struct key of ordered fields.
+	if _, err := New[nsName, string](&scripted{}, Options[nsName, string]{Key: func(string) (nsName, error) { return nsName{}, nil }}); err != nil {
+		t.Fatalf("New with a struct key: %v", err)
 	}
 	_ = fmt.Sprint
 }
