@@ -213,7 +213,7 @@ type store[K comparable, V any] struct {
 
 	snap       atomic.Pointer[Snapshot[K, V]]
 	reading    atomic.Bool // a reader took a snapshot since the writer last made one
-	scratch    []string // writer-only buffers for index values
+	scratch    []string    // writer-only buffers for index values
 	oldScratch []string
 }
 
