@@ -706,9 +706,9 @@ func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 }
 
 // ByIndexSeq yields the (key, object) pairs indexed under value in the named index, in key
-// order: ByIndex without the slice. Iterating costs a walk over the objects found and
-// allocates nothing; getting the iterator costs one lookup of value and a small
-// allocation. An unknown value yields nothing; an unknown index is an error.
+// order: ByIndex without the slice. It costs one lookup of value, a walk over the objects
+// found and three small allocations (the iterator and the loop's closures), however many
+// objects it yields. An unknown value yields nothing; an unknown index is an error.
 func (sn *Snapshot[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 type pod struct {
@@ -473,5 +474,111 @@ func TestIndexer_ImpureIndexFunc(t *testing.T) {
 		if vals, _ := s.snapshot().IndexValues(index); len(vals) != 0 {
 			t.Fatalf("after deleting everything, IndexValues(%s) = %v", index, vals)
 		}
+	}
+}
+
+// ByIndexSeq yields what ByIndex returns, in key order, keys included, and stops when the
+// loop does; an unknown value yields nothing and an unknown index is an error. A read
+// allocates no slice.
+func TestSnapshot_ByIndexSeq(t *testing.T) {
+	s := newPodStore(t)
+	for _, p := range []*pod{
+		{name: "c", users: "ann,bob", ns: "x"},
+		{name: "a", users: "bob", ns: "x"},
+		{name: "b", users: "ann", ns: "y"},
+		{name: "d", users: "", ns: "x"},
+	} {
+		mustUpsert(t, s, p)
+	}
+	sn := s.snapshot()
+	for _, c := range []struct{ index, value, want string }{
+		{"ns", "x", "a c d"},
+		{"ns", "y", "b"},
+		{"byUser", "bob", "a c"},
+		{"byUser", "ann", "b c"},
+		{"byUser", "nobody", ""},
+		{"ns", "", ""},
+	} {
+		seq, err := sn.ByIndexSeq(c.index, c.value)
+		if err != nil {
+			t.Fatalf("ByIndexSeq(%s, %s): %v", c.index, c.value, err)
+		}
+		var got []string
+		for k, p := range seq {
+			if k != p.name {
+				t.Fatalf("ByIndexSeq(%s, %s) yielded key %q with object %q", c.index, c.value, k, p.name)
+			}
+			got = append(got, k)
+		}
+		slice, _ := sn.ByIndex(c.index, c.value)
+		if strings.Join(got, " ") != c.want || !slices.Equal(got, names(slice)) {
+			t.Errorf("ByIndexSeq(%s, %s) = %q, ByIndex %q, want %q", c.index, c.value, got, names(slice), c.want)
+		}
+	}
+	seq, _ := sn.ByIndexSeq("ns", "x")
+	n := 0
+	for range seq {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("a loop that breaks got %d objects", n)
+	}
+	if _, err := sn.ByIndexSeq("nope", "x"); !errors.Is(err, ErrUnknownIndex) {
+		t.Fatalf("unknown index: %v", err)
+	}
+	// A read costs a few small allocations (the iterator and the loop's closures), however
+	// many objects it yields.
+	for i := range 200 {
+		mustUpsert(t, s, &pod{name: fmt.Sprintf("n%03d", i), ns: "x"})
+	}
+	sn = s.snapshot()
+	allocs := testing.AllocsPerRun(100, func() {
+		seq, _ := sn.ByIndexSeq("ns", "x")
+		n := 0
+		for range seq {
+			n++
+		}
+		if n != 203 {
+			t.Fatalf("yielded %d objects, want 203", n)
+		}
+	})
+	if allocs > 3 {
+		t.Fatalf("a read with ByIndexSeq of 203 objects made %.1f allocations, want at most 3", allocs)
+	}
+}
+
+// While readers read, the writer makes the snapshot of each batch as it publishes it: a
+// reader finds the newest state without the writer's lock, even while the writer holds it
+// for its next batch (before, the reader waited for that batch).
+func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
+	s := newPodStore(t)
+	mustUpsert(t, s, &pod{name: "a", ns: "x"})
+	if s.snapshot().Len() != 1 { // a reader reads
+		t.Fatal("first snapshot")
+	}
+	mustUpsert(t, s, &pod{name: "b", ns: "x"}) // the writer publishes a batch
+	s.mu.Lock()                                // and is busy with the next one
+	got := make(chan *Snapshot[string, *pod])
+	go func() { got <- s.snapshot() }()
+	select {
+	case sn := <-got:
+		s.mu.Unlock()
+		if keys := sn.Keys(); !slices.Equal(keys, []string{"a", "b"}) {
+			t.Fatalf("the reader got keys %q, want the newest state [a b]", keys)
+		}
+	case <-time.After(10 * time.Second):
+		s.mu.Unlock()
+		<-got
+		t.Fatal("the reader waited for the writer's lock")
+	}
+	// With no reader since, the writer makes no snapshot: a batch costs no clone.
+	mustUpsert(t, s, &pod{name: "c", ns: "x"})
+	mustUpsert(t, s, &pod{name: "d", ns: "x"})
+	if sn := s.snap.Load(); sn.Len() != 3 {
+		t.Fatalf("the newest snapshot made has %d objects, want 3 (made for the reader's last read, then no more)", sn.Len())
+	}
+	if sn := s.snapshot(); sn.Len() != 4 {
+		t.Fatalf("a read after the writes has %d objects, want 4", sn.Len())
 	}
 }
