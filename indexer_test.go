@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -580,5 +581,84 @@ func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
 	}
 	if sn := s.snapshot(); sn.Len() != 4 {
 		t.Fatalf("a read after the writes has %d objects, want 4", sn.Len())
+	}
+}
+
+// liveHeap is the live heap.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// Writes in key order leave the trees' nodes half full; compact rebuilds them nearly full
+// (the informer compacts once the first list is in), with the same contents, and the
+// store and the snapshots taken after go on as before.
+func TestStore_CompactHalvesTrees(t *testing.T) {
+	const n = 20000
+	pods := make([]*pod, n)
+	for i := range pods {
+		pods[i] = &pod{name: fmt.Sprintf("p%06d", i), ns: fmt.Sprintf("ns%d", i%10), users: fmt.Sprintf("u%d", i%3)}
+	}
+	load := func() *store[string, *pod] {
+		s := newPodStore(t)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, p := range pods { // in key order
+			if _, _, err := s.upsertLocked(p.name, p, storeHint[*pod]{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.publishLocked("1")
+		return s
+	}
+	h0 := liveHeap()
+	s := load()
+	h1 := liveHeap()
+	s.compact()
+	h2 := liveHeap()
+	loaded, compacted := float64(h1-h0)/n, float64(h2-h0)/n
+	t.Logf("trees: %.1f B/object loaded in key order, %.1f compacted", loaded, compacted)
+	if compacted > 0.65*loaded {
+		t.Errorf("compacted trees take %.1f B/object, loaded %.1f: want at most 65 %%", compacted, loaded)
+	}
+	read := func(sn *Snapshot[string, *pod]) string {
+		var b strings.Builder
+		fmt.Fprint(&b, sn.Keys())
+		for _, index := range []string{"ns", "byUser"} {
+			values, _ := sn.IndexValues(index)
+			for _, v := range values {
+				objs, _ := sn.ByIndex(index, v)
+				fmt.Fprint(&b, index, v, names(objs))
+			}
+		}
+		return b.String()
+	}
+	want := read(load().snapshot())
+	sn := s.snapshot()
+	if got := read(sn); got != want {
+		t.Fatal("compact changed the contents")
+	}
+	// Writes go on; a snapshot taken before them does not change.
+	mustUpsert(t, s, &pod{name: "p000003", ns: "moved", users: "u9"})
+	mustUpsert(t, s, &pod{name: "p999999", ns: "ns1"})
+	s.mu.Lock()
+	s.deleteLocked("p000004")
+	s.publishLocked("")
+	s.mu.Unlock()
+	if got := read(sn); got != want {
+		t.Fatal("a snapshot changed with writes after compact")
+	}
+	after := s.snapshot()
+	if objs, _ := after.ByIndex("ns", "moved"); len(objs) != 1 || objs[0].name != "p000003" {
+		t.Fatalf("ByIndex(ns, moved) = %v", names(objs))
+	}
+	if objs, _ := after.ByIndex("ns", "ns3"); len(objs) != n/10-1 {
+		t.Fatalf("ByIndex(ns, ns3) has %d objects, want %d", len(objs), n/10-1)
+	}
+	if _, ok := after.Get("p000004"); ok || after.Len() != n {
+		t.Fatalf("after a delete and an add: Len %d, p000004 present %v", after.Len(), ok)
 	}
 }

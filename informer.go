@@ -472,6 +472,10 @@ func (inf *Informer[K, V]) processLoop() {
 			inf.stats.Objects.Store(int64(objects))
 			inf.stats.Applied.Add(uint64(applied))
 			inf.fifo.finishBatch(batch)
+			if synced {
+				// The first list is in: its writes left the trees' nodes half full.
+				inf.store.compact()
+			}
 			return notes
 		}, synced, func() {
 			// Once the handlers have the batch queued: after WaitForRevision or a sync,
@@ -880,6 +884,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 	defer stop()
 	inf.proc.deliver(func(notes []notification[K, V]) []notification[K, V] {
 		notes = inf.store.load(keys, objs, rev, inf.report, notes)
+		inf.store.compact() // loaded in key order: half-full nodes
 		inf.stats.Objects.Store(int64(len(notes)))
 		inf.fifo.markRestored(rev)
 		inf.restored.Store(true)
