@@ -53,12 +53,14 @@ var W4Cap = 30 * time.Second
 type Figures map[string]float64
 
 // profileEvents starts a CPU profile of W1's event phase when WORKLOAD_CPUPROFILE names a
-// file (each run overwrites it), and returns the function that stops it.
-func profileEvents() func() {
+// file (each run overwrites it; a variant's run writes to the name with suffix appended),
+// and returns the function that stops it.
+func profileEvents(suffix string) func() {
 	path := os.Getenv("WORKLOAD_CPUPROFILE")
 	if path == "" {
 		return func() {}
 	}
+	path += suffix
 	f, err := os.Create(path)
 	if err != nil {
 		return func() {}
@@ -154,7 +156,17 @@ func W1With(side Side, s *Stream, v Variant) (Figures, error) {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	stopProfile := profileEvents()
+	suffix := ""
+	if v != (Variant{}) {
+		suffix = fmt.Sprintf(".readers%d", v.Readers)
+		if v.StructKey {
+			suffix += ".structkey"
+		}
+		if v.IterRead {
+			suffix += ".iter"
+		}
+	}
+	stopProfile := profileEvents(suffix)
 	c0 := cpuTime()
 	t0 := time.Now()
 	close(readGate)
