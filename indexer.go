@@ -389,7 +389,7 @@ func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree
 // (200,000 objects, two indexes), 69 bytes less per object. It takes the writer's lock
 // for about 1.4 µs per object with two indexes (200,000 objects: 270 ms, where writing
 // them took 750 ms); the informer calls it once the first list (or a restored state) is in
-// the cache and the handlers have it. Snapshots keep the trees they have. Later inserts
+// the cache, before it is synced. Snapshots keep the trees they have. Later inserts
 // into full nodes split them: W1's events allocate 14 % more bytes (not more objects).
 func (s *store[K, V]) compact() {
 	s.mu.Lock()

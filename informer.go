@@ -472,6 +472,12 @@ func (inf *Informer[K, V]) processLoop() {
 			inf.stats.Objects.Store(int64(objects))
 			inf.stats.Applied.Add(uint64(applied))
 			inf.fifo.finishBatch(batch)
+			if synced {
+				// The first list is in, its writes left the trees' nodes half full: rebuilt
+				// before the handlers have it, so that a synced informer's cache is in its
+				// steady shape (it delays the sync by about a third of the list's writes).
+				inf.store.compact()
+			}
 			return notes
 		}, synced, func() {
 			// Once the handlers have the batch queued: after WaitForRevision or a sync,
@@ -482,11 +488,6 @@ func (inf *Informer[K, V]) processLoop() {
 				close(inf.syncedCh)
 			}
 		})
-		if synced {
-			// The first list is in, its writes left the trees' nodes half full: rebuilt
-			// once the handlers have it and the sync is signalled, so neither waits.
-			inf.store.compact()
-		}
 	}
 }
 
@@ -885,6 +886,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 	defer stop()
 	inf.proc.deliver(func(notes []notification[K, V]) []notification[K, V] {
 		notes = inf.store.load(keys, objs, rev, inf.report, notes)
+		inf.store.compact() // loaded in key order: half-full nodes
 		inf.stats.Objects.Store(int64(len(notes)))
 		inf.fifo.markRestored(rev)
 		inf.restored.Store(true)
@@ -897,7 +899,6 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		close(inf.syncedCh)
 	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
-	inf.store.compact()                   // loaded in key order: half-full nodes
 	inf.refl.resumeFrom(rev)
 	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))
 }
