@@ -921,34 +921,28 @@ func defaultCompare[K comparable]() (func(a, b K) int, bool) {
 // A struct of strings only (such as struct{ Namespace, Name string }) compares them with no
 // call per field.
 func structCompare[K comparable]() (func(a, b K) int, bool) {
-	t := reflect.TypeFor[K]()
-	type field struct {
-		off uintptr
-		cmp func(a, b unsafe.Pointer) int
-	}
-	fields := make([]field, 0, t.NumField())
-	strs := make([]uintptr, 0, t.NumField())
-	for i := range t.NumField() {
-		f := t.Field(i)
-		c := fieldCompare(f.Type.Kind())
-		if c == nil {
-			return nil, false
-		}
-		if f.Type.Kind() == reflect.String {
-			strs = append(strs, f.Offset)
-		}
-		fields = append(fields, field{f.Offset, c})
-	}
-	if len(strs) == len(fields) {
+	if offs, ok := stringFields[K](); ok {
 		return func(a, b K) int {
 			pa, pb := unsafe.Pointer(&a), unsafe.Pointer(&b)
-			for _, off := range strs {
+			for _, off := range offs {
 				if c := strings.Compare(*(*string)(unsafe.Add(pa, off)), *(*string)(unsafe.Add(pb, off))); c != 0 {
 					return c
 				}
 			}
 			return 0
 		}, true
+	}
+	t := reflect.TypeFor[K]()
+	type field struct {
+		off uintptr
+		cmp func(a, b unsafe.Pointer) int
+	}
+	fields := make([]field, t.NumField())
+	for i := range fields {
+		f := t.Field(i)
+		if fields[i] = (field{f.Offset, fieldCompare(f.Type.Kind())}); fields[i].cmp == nil {
+			return nil, false
+		}
 	}
 	return func(a, b K) int {
 		pa, pb := unsafe.Pointer(&a), unsafe.Pointer(&b)
