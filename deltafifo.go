@@ -53,8 +53,9 @@ type delta[V any] struct {
 }
 
 // deltaList holds the pending deltas of one key, oldest first. Lists are allocated in
-// chunks, keep their first delta inline and are recycled after their batch is applied, so
-// a steady stream of events allocates nothing here.
+// chunks, keep their first delta inline (more in room carved from a chunk: see
+// spareDeltas) and are recycled after their batch is applied, so a steady stream of
+// events allocates nothing here.
 type deltaList[K comparable, V any] struct {
 	key    K // while queued
 	deltas []delta[V]
@@ -64,6 +65,13 @@ type deltaList[K comparable, V any] struct {
 
 // listChunk is how many delta lists are allocated at once.
 const listChunk = 128
+
+// spareDeltas is the room a list gets, carved from a chunk shared by many lists, when its
+// inline delta is taken: under load a key often gets more changes while queued, and
+// growing its list one allocation at a time cost W1 of the bench module an allocation
+// every seventh event (lists are let go after a large list, so recycling alone does not
+// keep their grown buffers).
+const spareDeltas = 8
 
 func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
 
@@ -153,6 +161,7 @@ type deltaFIFO[K comparable, V any] struct {
 	wholeFirst bool               // queue a first list into an empty queue and cache by pages
 	firstOpen  bool               // pages of a first list are being queued; its last is to come
 	bulks      []*firstList[K, V] // pages of a first list not yet popped; popped before any key
+	spare      []delta[V]         // room for lists past their inline deltas; see spareDeltas
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -225,6 +234,18 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 			l.deltas[n-1] = d
 		}
 		return l, false
+	}
+	if n := len(l.deltas); n == cap(l.deltas) && n < spareDeltas {
+		// Past the inline deltas: room for spareDeltas, carved from a shared chunk, which
+		// the list keeps when recycled (lists themselves are let go after a large list).
+		if len(f.spare) < spareDeltas {
+			f.spare = make([]delta[V], spareDeltas*listChunk/4)
+		}
+		buf := f.spare[:n:spareDeltas]
+		f.spare = f.spare[spareDeltas:]
+		copy(buf, l.deltas)
+		clear(l.deltas)
+		l.deltas = buf
 	}
 	l.deltas = append(l.deltas, d)
 	f.pending++

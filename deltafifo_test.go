@@ -381,3 +381,29 @@ func TestDeltaFIFO_FirstListAbortedAfterPages(t *testing.T) {
 		t.Fatalf("synced %v, watermark %+v", synced, wm)
 	}
 }
+
+// A key that gets several changes while queued costs no allocation per change: its list's
+// room past the inline delta is carved from a chunk shared by many lists, not grown one
+// allocation at a time (two allocations for three deltas before).
+func TestDeltaFIFO_QueuedChangesAllocateRarely(t *testing.T) {
+	const keys = 4096
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("k%05d", i)
+	}
+	allocs := testing.AllocsPerRun(5, func() {
+		f := newDeltaFIFO[string, string](nil, 0)
+		for round := range 3 {
+			typ := deltaUpdated
+			if round == 0 {
+				typ = deltaAdded
+			}
+			for _, k := range names {
+				f.add(typ, k, k, "")
+			}
+		}
+	})
+	if perKey := allocs / keys; perKey > 0.25 {
+		t.Fatalf("queuing 3 changes for each of %d keys made %.0f allocations (%.2f per key), want at most 0.25 per key", keys, allocs, perKey)
+	}
+}

@@ -16,7 +16,8 @@
 // revision leads to a fresh, consistent list. The delta queue groups changes per key; the
 // informer pops it in batches, applies each batch to the cache under one write, and only
 // then hands the batch's notifications to the handlers. Readers read immutable snapshots
-// and never block the writer.
+// and never block the writer; while they keep reading, the writer makes each batch's
+// snapshot as it publishes the batch, and a read takes no lock.
 //
 //	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
 //	inf, err := informer.New(src, informer.Options[string, *Config]{

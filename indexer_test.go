@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 type pod struct {
@@ -243,9 +245,60 @@ func TestDefaultCompare(t *testing.T) {
 	if !ok || ci(-5, 3) >= 0 || ci(3, 3) != 0 {
 		t.Fatal("int64 order")
 	}
-	type custom struct{ A, B string }
-	if _, ok := defaultCompare[custom](); ok {
-		t.Fatal("a struct key has no natural order")
+	// A struct of ordered fields is ordered as a tuple, field by field.
+	type nsName struct{ Namespace, Name string }
+	cs, ok := defaultCompare[nsName]()
+	if !ok {
+		t.Fatal("a struct of strings has an order")
+	}
+	for _, c := range []struct {
+		a, b nsName
+		want int
+	}{
+		{nsName{"a", "z"}, nsName{"b", "a"}, -1},
+		{nsName{"b", "a"}, nsName{"a", "z"}, 1},
+		{nsName{"a", "a"}, nsName{"a", "b"}, -1},
+		{nsName{"a", "b"}, nsName{"a", "b"}, 0},
+		{nsName{"", "x"}, nsName{"a", ""}, -1},
+	} {
+		if got := cs(c.a, c.b); got != c.want {
+			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	type mixed struct {
+		Group string
+		Prio  int8
+		ID    uint64
+		Score float32
+	}
+	cm, ok := defaultCompare[mixed]()
+	if !ok {
+		t.Fatal("a struct of ordered fields has an order")
+	}
+	for _, c := range []struct {
+		a, b mixed
+		want int
+	}{
+		{mixed{"g", -1, 9, 0}, mixed{"g", 1, 0, 0}, -1},
+		{mixed{"g", 1, 2, 0}, mixed{"g", 1, 1, 0}, 1},
+		{mixed{"g", 1, 1, 0.5}, mixed{"g", 1, 1, 0.25}, 1},
+		{mixed{"a", 9, 9, 9}, mixed{"b", 0, 0, 0}, -1},
+		{mixed{"g", 1, 1, 1}, mixed{"g", 1, 1, 1}, 0},
+	} {
+		if got := cm(c.a, c.b); got != c.want {
+			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	type withPointer struct {
+		Name string
+		P    *int
+	}
+	if _, ok := defaultCompare[withPointer](); ok {
+		t.Fatal("a struct with a pointer field has no natural order")
+	}
+	type nested struct{ In nsName }
+	if _, ok := defaultCompare[nested](); ok {
+		t.Fatal("a struct with a struct field has no natural order (give CompareKeys)")
 	}
 	// Named ordered types have their natural order too.
 	type ID int64
@@ -272,6 +325,10 @@ func TestDefaultCompare(t *testing.T) {
 	// And an informer over a named key type needs no CompareKeys.
 	if _, err := New[ID, string](&scripted{}, Options[ID, string]{Key: func(string) (ID, error) { return 0, nil }}); err != nil {
 		t.Fatalf("New with a named integer key: %v", err)
+	}
+	// Nor one over a struct key of ordered fields.
+	if _, err := New[nsName, string](&scripted{}, Options[nsName, string]{Key: func(string) (nsName, error) { return nsName{}, nil }}); err != nil {
+		t.Fatalf("New with a struct key: %v", err)
 	}
 	_ = fmt.Sprint
 }
@@ -418,5 +475,190 @@ func TestIndexer_ImpureIndexFunc(t *testing.T) {
 		if vals, _ := s.snapshot().IndexValues(index); len(vals) != 0 {
 			t.Fatalf("after deleting everything, IndexValues(%s) = %v", index, vals)
 		}
+	}
+}
+
+// ByIndexSeq yields what ByIndex returns, in key order, keys included, and stops when the
+// loop does; an unknown value yields nothing and an unknown index is an error. A read
+// allocates no slice.
+func TestSnapshot_ByIndexSeq(t *testing.T) {
+	s := newPodStore(t)
+	for _, p := range []*pod{
+		{name: "c", users: "ann,bob", ns: "x"},
+		{name: "a", users: "bob", ns: "x"},
+		{name: "b", users: "ann", ns: "y"},
+		{name: "d", users: "", ns: "x"},
+	} {
+		mustUpsert(t, s, p)
+	}
+	sn := s.snapshot()
+	for _, c := range []struct{ index, value, want string }{
+		{"ns", "x", "a c d"},
+		{"ns", "y", "b"},
+		{"byUser", "bob", "a c"},
+		{"byUser", "ann", "b c"},
+		{"byUser", "nobody", ""},
+		{"ns", "", ""},
+	} {
+		seq, err := sn.ByIndexSeq(c.index, c.value)
+		if err != nil {
+			t.Fatalf("ByIndexSeq(%s, %s): %v", c.index, c.value, err)
+		}
+		var got []string
+		for k, p := range seq {
+			if k != p.name {
+				t.Fatalf("ByIndexSeq(%s, %s) yielded key %q with object %q", c.index, c.value, k, p.name)
+			}
+			got = append(got, k)
+		}
+		slice, _ := sn.ByIndex(c.index, c.value)
+		if strings.Join(got, " ") != c.want || !slices.Equal(got, names(slice)) {
+			t.Errorf("ByIndexSeq(%s, %s) = %q, ByIndex %q, want %q", c.index, c.value, got, names(slice), c.want)
+		}
+	}
+	seq, _ := sn.ByIndexSeq("ns", "x")
+	n := 0
+	for range seq {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("a loop that breaks got %d objects", n)
+	}
+	if _, err := sn.ByIndexSeq("nope", "x"); !errors.Is(err, ErrUnknownIndex) {
+		t.Fatalf("unknown index: %v", err)
+	}
+	// A read costs a few small allocations (the iterator and the loop's closures), however
+	// many objects it yields.
+	for i := range 200 {
+		mustUpsert(t, s, &pod{name: fmt.Sprintf("n%03d", i), ns: "x"})
+	}
+	sn = s.snapshot()
+	allocs := testing.AllocsPerRun(100, func() {
+		seq, _ := sn.ByIndexSeq("ns", "x")
+		n := 0
+		for range seq {
+			n++
+		}
+		if n != 203 {
+			t.Fatalf("yielded %d objects, want 203", n)
+		}
+	})
+	if allocs > 3 {
+		t.Fatalf("a read with ByIndexSeq of 203 objects made %.1f allocations, want at most 3", allocs)
+	}
+}
+
+// While readers read, the writer makes the snapshot of each batch as it publishes it: a
+// reader finds the newest state without the writer's lock, even while the writer holds it
+// for its next batch (before, the reader waited for that batch).
+func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
+	s := newPodStore(t)
+	mustUpsert(t, s, &pod{name: "a", ns: "x"})
+	if s.snapshot().Len() != 1 { // a reader reads
+		t.Fatal("first snapshot")
+	}
+	mustUpsert(t, s, &pod{name: "b", ns: "x"}) // the writer publishes a batch
+	s.mu.Lock()                                // and is busy with the next one
+	got := make(chan *Snapshot[string, *pod])
+	go func() { got <- s.snapshot() }()
+	select {
+	case sn := <-got:
+		s.mu.Unlock()
+		if keys := sn.Keys(); !slices.Equal(keys, []string{"a", "b"}) {
+			t.Fatalf("the reader got keys %q, want the newest state [a b]", keys)
+		}
+	case <-time.After(10 * time.Second):
+		s.mu.Unlock()
+		<-got
+		t.Fatal("the reader waited for the writer's lock")
+	}
+	// With no reader since, the writer makes no snapshot: a batch costs no clone.
+	mustUpsert(t, s, &pod{name: "c", ns: "x"})
+	mustUpsert(t, s, &pod{name: "d", ns: "x"})
+	if sn := s.snap.Load(); sn.Len() != 3 {
+		t.Fatalf("the newest snapshot made has %d objects, want 3 (made for the reader's last read, then no more)", sn.Len())
+	}
+	if sn := s.snapshot(); sn.Len() != 4 {
+		t.Fatalf("a read after the writes has %d objects, want 4", sn.Len())
+	}
+}
+
+// liveHeap is the live heap.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// Writes in key order leave the trees' nodes half full; compact rebuilds them nearly full
+// (the informer compacts once the first list is in), with the same contents, and the
+// store and the snapshots taken after go on as before.
+func TestStore_CompactHalvesTrees(t *testing.T) {
+	const n = 20000
+	pods := make([]*pod, n)
+	for i := range pods {
+		pods[i] = &pod{name: fmt.Sprintf("p%06d", i), ns: fmt.Sprintf("ns%d", i%10), users: fmt.Sprintf("u%d", i%3)}
+	}
+	load := func() *store[string, *pod] {
+		s := newPodStore(t)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, p := range pods { // in key order
+			if _, _, err := s.upsertLocked(p.name, p, storeHint[*pod]{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.publishLocked("1")
+		return s
+	}
+	h0 := liveHeap()
+	s := load()
+	h1 := liveHeap()
+	s.compact()
+	h2 := liveHeap()
+	loaded, compacted := float64(h1-h0)/n, float64(h2-h0)/n
+	t.Logf("trees: %.1f B/object loaded in key order, %.1f compacted", loaded, compacted)
+	if compacted > 0.65*loaded {
+		t.Errorf("compacted trees take %.1f B/object, loaded %.1f: want at most 65 %%", compacted, loaded)
+	}
+	read := func(sn *Snapshot[string, *pod]) string {
+		var b strings.Builder
+		fmt.Fprint(&b, sn.Keys())
+		for _, index := range []string{"ns", "byUser"} {
+			values, _ := sn.IndexValues(index)
+			for _, v := range values {
+				objs, _ := sn.ByIndex(index, v)
+				fmt.Fprint(&b, index, v, names(objs))
+			}
+		}
+		return b.String()
+	}
+	want := read(load().snapshot())
+	sn := s.snapshot()
+	if got := read(sn); got != want {
+		t.Fatal("compact changed the contents")
+	}
+	// Writes go on; a snapshot taken before them does not change.
+	mustUpsert(t, s, &pod{name: "p000003", ns: "moved", users: "u9"})
+	mustUpsert(t, s, &pod{name: "p999999", ns: "ns1"})
+	s.mu.Lock()
+	s.deleteLocked("p000004")
+	s.publishLocked("")
+	s.mu.Unlock()
+	if got := read(sn); got != want {
+		t.Fatal("a snapshot changed with writes after compact")
+	}
+	after := s.snapshot()
+	if objs, _ := after.ByIndex("ns", "moved"); len(objs) != 1 || objs[0].name != "p000003" {
+		t.Fatalf("ByIndex(ns, moved) = %v", names(objs))
+	}
+	if objs, _ := after.ByIndex("ns", "ns3"); len(objs) != n/10-1 {
+		t.Fatalf("ByIndex(ns, ns3) has %d objects, want %d", len(objs), n/10-1)
+	}
+	if _, ok := after.Get("p000004"); ok || after.Len() != n {
+		t.Fatalf("after a delete and an add: Len %d, p000004 present %v", after.Len(), ok)
 	}
 }

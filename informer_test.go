@@ -776,3 +776,63 @@ func TestFactory_ShutdownReturnsRunError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An informer keyed by a struct of strings needs no CompareKeys: keys are ordered as
+// tuples (Group, then Key), in every read, and index reads follow that order.
+func TestInformer_StructKey(t *testing.T) {
+	type groupKey struct{ Group, Key string }
+	src := newSource(memory.Options{})
+	for _, o := range []*obj{newObj("b", "g2", "1"), newObj("a", "g2", "1"), newObj("c", "g1", "1"), newObj("d", "g1", "1")} {
+		src.Put(o)
+	}
+	inf, err := informer.New[groupKey, *obj](src, informer.Options[groupKey, *obj]{
+		Key: func(o *obj) (groupKey, error) { return groupKey{o.Group, o.Key}, nil },
+		Indexers: informer.Indexers[*obj]{
+			"val": informer.IndexBy(func(o *obj) (string, error) { return o.Val, nil }),
+		},
+		Backoff: fastBackoff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	rev := src.Put(newObj("c", "g1", "2"))
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(rev, 10)); err != nil {
+		t.Fatal(err)
+	}
+	want := []groupKey{{"g1", "c"}, {"g1", "d"}, {"g2", "a"}, {"g2", "b"}}
+	if got := inf.Keys(); !slices.Equal(got, want) {
+		t.Fatalf("Keys() = %v, want %v", got, want)
+	}
+	if o, ok := inf.Get(groupKey{"g1", "c"}); !ok || o.Val != "2" {
+		t.Fatalf("Get(g1/c) = %+v, %v", o, ok)
+	}
+	var inRange []groupKey
+	for k := range inf.Range(groupKey{"g1", "d"}, groupKey{"g2", "b"}) {
+		inRange = append(inRange, k)
+	}
+	if !slices.Equal(inRange, want[1:3]) {
+		t.Fatalf("Range(g1/d, g2/b) = %v, want %v", inRange, want[1:3])
+	}
+	seq, err := inf.ByIndexSeq("val", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byVal []groupKey
+	for k := range seq {
+		byVal = append(byVal, k)
+	}
+	if wantVal := []groupKey{{"g1", "d"}, {"g2", "a"}, {"g2", "b"}}; !slices.Equal(byVal, wantVal) {
+		t.Fatalf("ByIndexSeq(val, 1) = %v, want %v", byVal, wantVal)
+	}
+}

@@ -48,29 +48,46 @@ func report(b *testing.B, f workload.Figures, err error, sum workload.Figures) {
 
 func bench(b *testing.B, run func(workload.Side) (workload.Figures, error)) {
 	for _, side := range workload.Sides {
-		b.Run("side="+string(side), func(b *testing.B) {
-			sum := workload.Figures{}
-			for range b.N {
-				f, err := run(side)
-				report(b, f, err, sum)
-			}
-			for k, v := range sum {
-				b.ReportMetric(v/float64(b.N), k)
-			}
-			b.ReportMetric(0, "ns/op")
-		})
+		b.Run("side="+string(side), func(b *testing.B) { runBench(b, side, run) })
 	}
 }
 
-// BenchmarkW1: throughput; 50,000 listed, 500,000 events, 2 indexes, 4 handlers.
+// benchOurs runs a variant of a workload on our side only (client-go's side would run as in
+// the plain workload), as the sub-benchmark side=ours/<name>.
+func benchOurs(b *testing.B, name string, run func(workload.Side) (workload.Figures, error)) {
+	b.Run("side=ours/"+name, func(b *testing.B) { runBench(b, workload.Ours, run) })
+}
+
+func runBench(b *testing.B, side workload.Side, run func(workload.Side) (workload.Figures, error)) {
+	sum := workload.Figures{}
+	for range b.N {
+		f, err := run(side)
+		report(b, f, err, sum)
+	}
+	for k, v := range sum {
+		b.ReportMetric(v/float64(b.N), k)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkW1: throughput; 50,000 listed, 500,000 events, 2 indexes, 4 handlers. Our
+// side runs again keyed by struct{Namespace, Name string} (side=ours/key=struct).
 func BenchmarkW1(b *testing.B) {
 	s, _ := streams()
 	bench(b, func(side workload.Side) (workload.Figures, error) { return workload.W1(side, s, 0) })
+	benchOurs(b, "key=struct", func(side workload.Side) (workload.Figures, error) {
+		return workload.W1With(side, s, workload.Variant{StructKey: true})
+	})
 }
 
-// BenchmarkW2: heap overhead per object, 200,000 listed.
+// BenchmarkW2: heap overhead per object, 200,000 listed. Our side runs again keyed by
+// struct{Namespace, Name string} (side=ours/key=struct).
 func BenchmarkW2(b *testing.B) {
-	bench(b, func(side workload.Side) (workload.Figures, error) { return workload.W2(side, workload.Full.W2Objects) })
+	n := workload.Full.W2Objects
+	bench(b, func(side workload.Side) (workload.Figures, error) { return workload.W2(side, n) })
+	benchOurs(b, "key=struct", func(side workload.Side) (workload.Figures, error) {
+		return workload.W2With(side, n, workload.Variant{StructKey: true})
+	})
 }
 
 // BenchmarkW3: delivery latency to 64 handlers, 100,000 events at a fixed rate.
@@ -82,11 +99,14 @@ func BenchmarkW3(b *testing.B) {
 	})
 }
 
-// BenchmarkW4: W1 with 8 goroutines reading the namespace index meanwhile.
+// BenchmarkW4: W1 with 8 goroutines reading the namespace index meanwhile, with ByIndex
+// (a slice per read); our side runs again reading with ByIndexSeq (side=ours/read=iter).
 func BenchmarkW4(b *testing.B) {
 	s, _ := streams()
-	bench(b, func(side workload.Side) (workload.Figures, error) {
-		return workload.W1(side, s, workload.Full.W4Readers)
+	readers := workload.Full.W4Readers
+	bench(b, func(side workload.Side) (workload.Figures, error) { return workload.W1(side, s, readers) })
+	benchOurs(b, "read=iter", func(side workload.Side) (workload.Figures, error) {
+		return workload.W1With(side, s, workload.Variant{Readers: readers, IterRead: true})
 	})
 }
 
@@ -107,6 +127,15 @@ func TestWorkloadsSmall(t *testing.T) {
 			"W2": func() (workload.Figures, error) { return workload.W2(side, sz.W2Objects) },
 			"W3": func() (workload.Figures, error) { return workload.W3(side, s3, sz.W3Handlers, sz.W3Rate) },
 			"W4": func() (workload.Figures, error) { return workload.W1(side, s1, sz.W4Readers) },
+			"W1 struct key": func() (workload.Figures, error) {
+				return workload.W1With(side, s1, workload.Variant{StructKey: true})
+			},
+			"W2 struct key": func() (workload.Figures, error) {
+				return workload.W2With(side, sz.W2Objects, workload.Variant{StructKey: true})
+			},
+			"W4 iterator": func() (workload.Figures, error) {
+				return workload.W1With(side, s1, workload.Variant{Readers: sz.W4Readers, IterRead: true})
+			},
 			"W5": func() (workload.Figures, error) { return workload.W5(side, sz.W5Objects) },
 		}
 		for name, run := range runs {

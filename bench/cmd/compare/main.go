@@ -34,25 +34,32 @@ import (
 type row struct {
 	workload, figure string
 	better           string                           // "higher" or "lower"
+	label            string                           // the workload column, when not the workload's name
 	target           func(ours, ratio float64) string // nil: no target
 }
 
 var rows = []row{
-	{"W1", "events/s", "higher", func(_, r float64) string { return atLeast(r, 5, "≥ 5×") }},
-	{"W1", "allocs/event", "lower", func(o, _ float64) string { return atMost(o, 1, "≤ 1") }},
-	{"W1", "B/event", "lower", nil},
-	{"W1", "cpu-s", "lower", nil},
-	{"W1", "cpu-ns/event", "lower", nil},
-	{"W2", "B/object", "lower", func(_, r float64) string { return atMost(r, 1.0/3, "≤ 1/3") }},
-	{"W3", "p50-µs", "lower", nil},
-	{"W3", "p99-µs", "lower", func(_, r float64) string { return atMost(r, 1, "≤ 1×") }},
-	{"W3", "events/s", "higher", nil},
-	{"W4", "reads/s", "higher", nil},
-	{"W4", "events/s", "higher", nil},
-	{"W4", "kept %", "higher", func(o, _ float64) string { return atLeast(o, 80, "≥ 80 %") }},
-	{"W5", "relist-ms", "lower", nil},
-	{"W5", "peak-MB", "lower", nil},
-	{"W5", "alloc-MB", "lower", nil},
+	{"W1", "events/s", "higher", "", func(_, r float64) string { return atLeast(r, 5, "≥ 5×") }},
+	{"W1", "allocs/event", "lower", "", func(o, _ float64) string { return atMost(o, 1, "≤ 1") }},
+	{"W1", "B/event", "lower", "", nil},
+	{"W1", "cpu-s", "lower", "", nil},
+	{"W1", "cpu-ns/event", "lower", "", func(_, r float64) string { return atMost(r, 0.2, "≤ 0.2×") }},
+	{"W1k", "allocs/event", "lower", "W1 struct key", func(o, _ float64) string { return atMost(o, 0.05, "≈ 0") }},
+	{"W1k", "cpu-ns/event", "lower", "W1 struct key", nil},
+	{"W2", "B/object", "lower", "", func(_, r float64) string { return atMost(r, 0.5, "≤ 0.5×") }},
+	{"W2k", "B/object", "lower", "W2 struct key", func(_, r float64) string { return atMost(r, 0.5, "≤ 0.5×") }},
+	{"W3", "p50-µs", "lower", "", nil},
+	{"W3", "p99-µs", "lower", "", func(_, r float64) string { return atMost(r, 1, "≤ 1×") }},
+	{"W3", "events/s", "higher", "", nil},
+	{"W4", "reads/s", "higher", "", nil},
+	{"W4", "events/s", "higher", "", nil},
+	{"W4", "kept %", "higher", "", func(o, _ float64) string { return atLeast(o, 50, "≥ 50 %") }},
+	{"W4i", "reads/s", "higher", "W4 iterator", nil},
+	{"W4i", "events/s", "higher", "W4 iterator", nil},
+	{"W4i", "kept %", "higher", "W4 iterator", func(o, _ float64) string { return atLeast(o, 50, "≥ 50 %") }},
+	{"W5", "relist-ms", "lower", "", nil},
+	{"W5", "peak-MB", "lower", "", nil},
+	{"W5", "alloc-MB", "lower", "", nil},
 }
 
 func atLeast(r, t float64, s string) string {
@@ -72,7 +79,7 @@ func atMost(r, t float64, s string) string {
 func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every workload once per side")
 	png := flag.String("png", "compare.png", "chart output (empty: none)")
-	only := flag.String("only", "W1,W2,W3,W4,W5", "workloads to run")
+	only := flag.String("only", "W1,W1k,W2,W2k,W3,W4,W4i,W5", "workloads to run (W1k, W2k: W1 and W2 with our informer keyed by a struct; W4i: W4 with our readers on ByIndexSeq; each runs our side only and is compared with client-go's figures of the plain workload, so it needs that one too)")
 	busy := flag.Bool("busy", false, "run a CPU-burning goroutine per core beside both sides, to measure a busy machine")
 	flag.Parse()
 	log.SetFlags(0)
@@ -97,6 +104,15 @@ func main() {
 			return workload.W3(s, w3, sz.W3Handlers, sz.W3Rate)
 		},
 		"W4": func(s workload.Side) (workload.Figures, error) { return workload.W1(s, w1, sz.W4Readers) },
+		"W1k": func(s workload.Side) (workload.Figures, error) {
+			return workload.W1With(s, w1, workload.Variant{StructKey: true})
+		},
+		"W2k": func(s workload.Side) (workload.Figures, error) {
+			return workload.W2With(s, sz.W2Objects, workload.Variant{StructKey: true})
+		},
+		"W4i": func(s workload.Side) (workload.Figures, error) {
+			return workload.W1With(s, w1, workload.Variant{Readers: sz.W4Readers, IterRead: true})
+		},
 		"W5": func(s workload.Side) (workload.Figures, error) { return workload.W5(s, sz.W5Objects) },
 	}
 	names := strings.Split(*only, ",")
@@ -110,6 +126,9 @@ func main() {
 		}
 		for _, name := range names {
 			for _, side := range sides {
+				if variantOf[name] != "" && side == workload.ClientGo {
+					continue // client-go's figures are those of the plain workload
+				}
 				f, err := runs[name](side)
 				if err != nil {
 					log.Fatalf("round %d %s %s: %v", round+1, name, side, err)
@@ -122,10 +141,15 @@ func main() {
 			}
 		}
 		// W4's writer against the unloaded W1 of the same round and side.
-		if results["W4"] != nil && results["W1"] != nil {
+		for _, w4name := range []string{"W4", "W4i"} {
+			if results[w4name] == nil || results["W1"] == nil {
+				continue
+			}
 			for _, side := range workload.Sides {
-				w4 := results["W4"][side][round]
-				w4["kept %"] = 100 * w4["events/s"] / results["W1"][side][round]["events/s"]
+				if len(results[w4name][side]) > round {
+					w4 := results[w4name][side][round]
+					w4["kept %"] = 100 * w4["events/s"] / results["W1"][side][round]["events/s"]
+				}
 			}
 		}
 		runtime.GC()
@@ -144,7 +168,14 @@ func main() {
 		if res == nil {
 			continue
 		}
-		ours, cg := column(res[workload.Ours], r.figure), column(res[workload.ClientGo], r.figure)
+		cgRes := res[workload.ClientGo]
+		if base := variantOf[r.workload]; base != "" {
+			if results[base] == nil {
+				continue
+			}
+			cgRes = results[base][workload.ClientGo]
+		}
+		ours, cg := column(res[workload.Ours], r.figure), column(cgRes, r.figure)
 		ratios := make([]float64, len(ours))
 		for i := range ours {
 			ratios[i] = ours[i] / cg[i]
@@ -154,7 +185,11 @@ func main() {
 		if r.target != nil {
 			t = r.target(median(ours), ratio)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t\n", r.workload, r.figure, num(median(ours)), num(median(cg)), ratio, r.better, t)
+		label := r.workload
+		if r.label != "" {
+			label = r.label
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t\n", label, r.figure, num(median(ours)), num(median(cg)), ratio, r.better, t)
 	}
 	tw.Flush()
 
@@ -165,6 +200,10 @@ func main() {
 		log.Printf("chart written to %s", *png)
 	}
 }
+
+// variantOf names the plain workload of each variant: a variant runs our side only, and its
+// rows compare with client-go's figures of the plain workload.
+var variantOf = map[string]string{"W1k": "W1", "W2k": "W2", "W4i": "W4"}
 
 func brief(f workload.Figures) string {
 	keys := make([]string, 0, len(f))

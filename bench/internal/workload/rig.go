@@ -55,6 +55,12 @@ type rigConfig struct {
 	rate float64
 	// onList is called at the start of every List call with its number (0, 1, ...).
 	onList func(call int)
+	// structKey keys our informer by struct{Namespace, Name string}, which shares the
+	// object's strings, instead of a "namespace/name" string (client-go's side is unchanged).
+	structKey bool
+	// iterRead makes our byIndex read through ByIndexSeq instead of ByIndex's slice
+	// (client-go's side has no such read and is unchanged).
+	iterRead bool
 }
 
 // rig is one informer wired to its source and counting handlers.
@@ -230,10 +236,24 @@ func ourKey(o *corev1.ConfigMap) (string, error) {
 	return o.Namespace + "/" + o.Name, nil
 }
 
+// nameKey is the struct key of our informer with rigConfig.structKey: it holds the
+// object's own strings, so computing it allocates nothing. Its order (namespace, then
+// name) is the default one for a struct of strings.
+type nameKey struct{ Namespace, Name string }
+
+func ourNameKey(o *corev1.ConfigMap) (nameKey, error) { return nameKey{o.Namespace, o.Name}, nil }
+
 func (r *rig) ours(cfg rigConfig, gate chan struct{}) error {
+	if cfg.structKey {
+		return oursKeyed(r, cfg, gate, ourNameKey)
+	}
+	return oursKeyed(r, cfg, gate, ourKey)
+}
+
+func oursKeyed[K comparable](r *rig, cfg rigConfig, gate chan struct{}, key informer.KeyFunc[K, *corev1.ConfigMap]) error {
 	src := &ourSource{lists: &lists{specs: cfg.lists, onList: cfg.onList}, cfg: &cfg, gate: gate}
-	inf, err := informer.New[string, *corev1.ConfigMap](src, informer.Options[string, *corev1.ConfigMap]{
-		Key: ourKey,
+	inf, err := informer.New[K, *corev1.ConfigMap](src, informer.Options[K, *corev1.ConfigMap]{
+		Key: key,
 		Indexers: informer.Indexers[*corev1.ConfigMap]{
 			"namespace": informer.IndexBy(func(o *corev1.ConfigMap) (string, error) { return o.Namespace, nil }),
 			"app":       informer.IndexBy(func(o *corev1.ConfigMap) (string, error) { return o.Labels["app"], nil }),
@@ -263,6 +283,16 @@ func (r *rig) ours(cfg rigConfig, gate chan struct{}) error {
 	r.byIndex = func(index, value string) int {
 		objs, _ := inf.ByIndex(index, value)
 		return len(objs)
+	}
+	if cfg.iterRead {
+		r.byIndex = func(index, value string) int {
+			seq, _ := inf.ByIndexSeq(index, value)
+			n := 0
+			for range seq {
+				n++
+			}
+			return n
+		}
 	}
 	return nil
 }

@@ -53,12 +53,14 @@ var W4Cap = 30 * time.Second
 type Figures map[string]float64
 
 // profileEvents starts a CPU profile of W1's event phase when WORKLOAD_CPUPROFILE names a
-// file (each run overwrites it), and returns the function that stops it.
-func profileEvents() func() {
+// file (each run overwrites it; a variant's run writes to the name with suffix appended),
+// and returns the function that stops it.
+func profileEvents(suffix string) func() {
 	path := os.Getenv("WORKLOAD_CPUPROFILE")
 	if path == "" {
 		return func() {}
 	}
+	path += suffix
 	f, err := os.Create(path)
 	if err != nil {
 		return func() {}
@@ -68,6 +70,21 @@ func profileEvents() func() {
 		return func() {}
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// writeHeapProfile writes the live heap to the file WORKLOAD_HEAPPROFILE names, if set
+// (W2: what the informer keeps per object).
+func writeHeapProfile() {
+	path := os.Getenv("WORKLOAD_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 func cpuTime() time.Duration {
@@ -84,10 +101,30 @@ func cpuTime() time.Duration {
 // phase: the sources allocate nothing per event, the events are pre-built), cpu-s and
 // cpu-ns/event (process CPU time of the event phase); with readers, reads/s.
 func W1(side Side, s *Stream, readers int) (Figures, error) {
+	return W1With(side, s, Variant{Readers: readers})
+}
+
+// Variant is how a run of W1, W2 or W4 differs from the plain one, on our side only
+// (client-go's side runs as in the plain workload).
+type Variant struct {
+	// Readers read the namespace index meanwhile (W4).
+	Readers int
+	// StructKey keys our informer by struct{Namespace, Name string} instead of the
+	// "namespace/name" string client-go uses.
+	StructKey bool
+	// IterRead makes our readers read with ByIndexSeq instead of ByIndex.
+	IterRead bool
+}
+
+// W1With is W1 (and W4, with readers) as v says.
+func W1With(side Side, s *Stream, v Variant) (Figures, error) {
+	readers := v.Readers
 	r, err := newRig(side, rigConfig{
-		lists:    []*listSpec{{items: s.Initial, rev: s.InitialRev}},
-		stream:   s,
-		handlers: 4,
+		lists:     []*listSpec{{items: s.Initial, rev: s.InitialRev}},
+		stream:    s,
+		handlers:  4,
+		structKey: v.StructKey,
+		iterRead:  v.IterRead,
 	})
 	if err != nil {
 		return nil, err
@@ -119,7 +156,17 @@ func W1(side Side, s *Stream, readers int) (Figures, error) {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	stopProfile := profileEvents()
+	suffix := ""
+	if v != (Variant{}) {
+		suffix = fmt.Sprintf(".readers%d", v.Readers)
+		if v.StructKey {
+			suffix += ".structkey"
+		}
+		if v.IterRead {
+			suffix += ".iter"
+		}
+	}
+	stopProfile := profileEvents(suffix)
 	c0 := cpuTime()
 	t0 := time.Now()
 	close(readGate)
@@ -166,13 +213,16 @@ func W1(side Side, s *Stream, readers int) (Figures, error) {
 // the source forgets its list once served, so whichever copy the informer keeps is counted
 // once, in the baseline (client-go shallow-copies every listed item, as it does with a
 // real API server; the original array is then garbage).
-func W2(side Side, n int) (Figures, error) {
+func W2(side Side, n int) (Figures, error) { return W2With(side, n, Variant{}) }
+
+// W2With is W2 as v says (StructKey).
+func W2With(side Side, n int, v Variant) (Figures, error) {
 	spec := &listSpec{items: list(n, "1"), rev: "1"}
 	runtime.GC()
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	r, err := newRig(side, rigConfig{lists: []*listSpec{spec}, handlers: 4})
+	r, err := newRig(side, rigConfig{lists: []*listSpec{spec}, handlers: 4, structKey: v.StructKey})
 	spec = nil
 	if err != nil {
 		return nil, err
@@ -187,6 +237,7 @@ func W2(side Side, n int) (Figures, error) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
+	writeHeapProfile()
 	runtime.KeepAlive(r)
 	return Figures{"B/object": (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(n)}, nil
 }
