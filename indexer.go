@@ -215,6 +215,8 @@ type store[K comparable, V any] struct {
 	reading    atomic.Bool // a reader took a snapshot since the writer last made one
 	scratch    []string    // writer-only buffers for index values
 	oldScratch []string
+	loose      bool // written before the first sync in an order that left nodes half full
+	settled    bool // the first sync is past: loose is no longer tracked
 }
 
 func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V]) (*store[K, V], error) {

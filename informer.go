@@ -511,10 +511,11 @@ func (inf *Informer[K, V]) processLoop() {
 			inf.stats.Applied.Add(uint64(applied))
 			inf.fifo.finishBatch(batch)
 			if synced {
-				// The first list is in, its writes left the trees' nodes half full: rebuilt
-				// before the handlers have it, so that a synced informer's cache is in its
-				// steady shape (it delays the sync by about a third of the list's writes).
-				inf.store.compact()
+				// The first list is in. If it was written in an order that left the trees'
+				// nodes half full (see store.applyFirstList), they are rebuilt before the
+				// handlers have it, so that a synced informer's cache is in its steady shape;
+				// a sorted list was written densely and is not rebuilt.
+				inf.store.compactIfLoose()
 			}
 			return notes
 		}, synced, func() {

@@ -2,6 +2,7 @@ package informer
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -60,5 +61,75 @@ func TestStoreLoad(t *testing.T) {
 		if err != nil || !slices.Equal(ks, strings.Split(q.want, ",")) {
 			t.Errorf("%s=%s: %v %v, want %s", q.index, q.value, ks, err, q.want)
 		}
+	}
+}
+
+// A first list that comes sorted, in pages, is written densely: its trees take about what
+// compacted ones do, with the same contents, and nothing is left to compact. An unsorted
+// page is written in order and leaves the store to compact.
+func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
+	const n, page = 20000, 3000
+	pods := make([]*pod, n)
+	keys := make([]string, n)
+	for i := range pods {
+		pods[i] = &pod{name: fmt.Sprintf("p%06d", i), ns: fmt.Sprintf("ns%d", i%10), users: fmt.Sprintf("u%d", i%3)}
+		keys[i] = pods[i].name
+	}
+	w := &writeBatch[string, *pod]{report: func(err error) { t.Error(err) }}
+	h0 := liveHeap()
+	s := newPodStore(t)
+	var notes []notification[string, *pod]
+	for from := 0; from < n; from += page {
+		to := min(from+page, n)
+		notes, _, _ = s.applyBatch(w, []popped[string, *pod]{{bulk: &firstList[string, *pod]{keys: keys[from:to], objs: pods[from:to]}}}, "", notes)
+	}
+	if s.loose {
+		t.Fatal("a sorted first list left the store to compact")
+	}
+	if len(notes) != n || notes[0].key != "p000000" || notes[n-1].key != keys[n-1] || !notes[n-1].initial || notes[n-1].kind != notifyAdd {
+		t.Fatalf("%d notifications, want %d initial adds in the list's order", len(notes), n)
+	}
+	notes = nil
+	h1 := liveHeap()
+	dense := float64(h1-h0) / n
+	ref := newPodStore(t)
+	ref.mu.Lock()
+	for i, p := range pods {
+		if _, _, err := ref.upsertLocked(keys[i], p, storeHint[*pod]{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref.publishLocked("1")
+	ref.mu.Unlock()
+	t.Logf("trees: %.1f B/object written densely by pages", dense)
+	if dense > 100 {
+		t.Errorf("trees written densely by pages take %.1f B/object; compacted ones about 80", dense)
+	}
+	h4 := liveHeap()
+	s.compact()
+	h5 := liveHeap()
+	if after := dense + float64(h5-h4)/n; after < 0.9*dense {
+		t.Errorf("compacting the densely written trees saved %.0f %% (%.1f → %.1f B/object): they were not dense", 100*(1-after/dense), dense, after)
+	}
+	read := func(sn *Snapshot[string, *pod]) string {
+		var b strings.Builder
+		fmt.Fprint(&b, sn.Keys())
+		for _, index := range []string{"ns", "byUser"} {
+			values, _ := sn.IndexValues(index)
+			for _, v := range values {
+				objs, _ := sn.ByIndex(index, v)
+				fmt.Fprint(&b, index, v, names(objs))
+			}
+		}
+		return b.String()
+	}
+	if read(s.snapshot()) != read(ref.snapshot()) {
+		t.Fatal("the densely written store differs from one written in order")
+	}
+	// A page out of order: written in order, the store is to be compacted.
+	s2 := newPodStore(t)
+	s2.applyBatch(w, []popped[string, *pod]{{bulk: &firstList[string, *pod]{keys: []string{"b", "a"}, objs: []*pod{{name: "b"}, {name: "a"}}}}}, "", nil)
+	if !s2.loose {
+		t.Fatal("an unsorted page did not leave the store to compact")
 	}
 }
