@@ -335,7 +335,7 @@ func (s *store[K, V]) appendsInOrder(keys []K) bool {
 // sync (the rebuild took longer than the writes).
 func (s *store[K, V]) appendDense(w *writeBatch[K, V], l *firstList[K, V], notes []notification[K, V]) []notification[K, V] {
 	set, nix := s.set.Load(), len(s.indexes)
-	var vals []string // a page's: not kept as the writer's scratch
+	var vals []string                         // a page's: not kept as the writer's scratch
 	ends := make([]int32, 0, len(l.keys)*nix) // ends[i*nix+x]: the end of object i's values in index x, from begin[i]
 	begin := make([]int32, len(l.keys))
 	ok := make([]bool, len(l.keys))
