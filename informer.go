@@ -478,6 +478,9 @@ func (inf *Informer[K, V]) processLoop() {
 				inf.synced.Store(true)
 				close(inf.syncedCh)
 			}
+			if wm.inclusive && wm.rev != "" {
+				inf.proc.markRevisionLocked(wm.rev)
+			}
 		})
 	}
 }
@@ -514,16 +517,19 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 		return nil, fmt.Errorf("informer %q: AddHandler: nil handler", inf.opts.Name)
 	}
 	// The replay runs between two batches: the cache as it is now.
-	return inf.proc.add(h, opts, func() []notification[K, V] {
+	return inf.proc.add(h, opts, func() ([]notification[K, V], string) {
 		sn := inf.store.snapshot()
-		replay := make([]notification[K, V], 0, sn.Len()+1)
+		replay := make([]notification[K, V], 0, sn.Len()+2)
 		for k, v := range sn.All() {
 			replay = append(replay, notification[K, V]{kind: notifyAdd, key: k, new: v, initial: true})
 		}
 		if inf.synced.Load() {
 			replay = append(replay, notification[K, V]{kind: notifySynced})
 		}
-		return replay
+		if sn.exact && sn.revision != "" {
+			replay = append(replay, notification[K, V]{kind: notifyRevision})
+		}
+		return replay, sn.revision
 	})
 }
 
@@ -881,6 +887,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.advance(watermark{rev: rev, inclusive: true})
 		inf.synced.Store(true)
 		close(inf.syncedCh)
+		inf.proc.markRevisionLocked(rev)
 	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
 	inf.refl.resumeFrom(rev)
