@@ -575,6 +575,12 @@ func (inf *Informer[K, V]) LastError() (at time.Time, err error) { return inf.re
 // implement RevisionComparer.
 var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not ordered")
 
+// RevisionComparer returns the source's RevisionComparer, or nil when the source's
+// revisions are not ordered (then WaitForRevision fails with ErrRevisionsUnordered). A
+// program that re-serves the cache (httpsource.Server) uses it to order the source's
+// revisions as the informer does.
+func (inf *Informer[K, V]) RevisionComparer() RevisionComparer { return inf.cmpRev }
+
 // WaitForRevision blocks until every change up to rev is visible in the cache (and so to
 // every read made after it returns), or ctx is done. By then the notifications of those
 // changes are queued to every handler (not necessarily delivered). Use it for
