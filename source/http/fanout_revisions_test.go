@@ -128,7 +128,11 @@ func TestFanoutReplicasShareRevisions(t *testing.T) {
 	put(src, "a", "1")
 	srvA, tsA, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
 	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
+	// One change at a time, so that each is a revision of both servers.
 	r1 := put(src, "b", "1")
+	eventually(t, "both servers at the upstream's revision", func() bool {
+		return srvA.Revision() == fmt.Sprint(r1) && srvB.Revision() == fmt.Sprint(r1)
+	})
 	put(src, "a", "2")
 	want := strconv.FormatInt(src.Revision(), 10)
 	eventually(t, "both servers at the upstream's revision", func() bool {

@@ -96,6 +96,12 @@ type ServerOptions[V any] struct {
 	QueueLength int
 	// Clock times bookmarks and watch timeouts; nil means clock.Real{}.
 	Clock clock.Clock
+	// CatchUpWait is how long a request for a revision the server has not reached yet
+	// waits for it (a client that comes from a replica further ahead; see Server) before
+	// it is answered 503 with a Retry-After, which a Client takes as a cue to retry, here
+	// or at its next URL, without a relist. It applies when the informer's source has
+	// ordered revisions. 0 means DefaultCatchUpWait; negative means no wait.
+	CatchUpWait time.Duration
 }
 
 // Server serves an informer's collection over HTTP in the protocol Client speaks (the
@@ -127,9 +133,11 @@ type Server[K cmp.Ordered, V any] struct {
 	src    *memory.Source[K, *record[K]]
 	inf    *informer.Informer[K, V]
 	reg    *informer.Registration
-	revs   *offsetRevisions
+	revs   *offsetRevisions   // own numbering: the informer's source is not ordered
+	up     *upstreamRevisions // the upstream's revisions: the informer's source is ordered
 	mirror *mirror[K, V]
 	pins   pinTable[K]
+	synced chan struct{}
 }
 
 // record is what the server's log holds for an object: its key and its encoded form.
@@ -176,6 +184,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
 	}
 	base := time.Now().UnixNano()
+	tag := strconv.FormatInt(base, 36)
 	s := &Server[K, V]{
 		inf: inf,
 		src: memory.New(func(r *record[K]) K { return r.key }, memory.Options{
@@ -184,10 +193,20 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 			StreamingList:    true,
 			HistoryLimit:     history,
 		}),
-		revs: &offsetRevisions{base: base, tag: strconv.FormatInt(base, 36)},
+		synced: make(chan struct{}),
+	}
+	var head atomic.Int64
+	if order := inf.RevisionComparer(); order != nil {
+		s.up = newUpstreamRevisions(order, tag, &head)
+		s.core.revs = s.up
+		catchUp := cmp.Or(opts.CatchUpWait, DefaultCatchUpWait)
+		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
+	} else {
+		s.revs = &offsetRevisions{tag: tag, head: &head}
+		s.core.revs = s.revs
 	}
 	s.mirror = &mirror[K, V]{
-		src: s.src, key: key, encode: encode, head: &s.revs.head,
+		src: s.src, key: key, encode: encode, head: &head, up: s.up,
 		tree:      btree.NewG(32, func(a, b *record[K]) bool { return cmp.Less(a.key, b.key) }),
 		maxObject: maxObject, historyBytes: historyBytes,
 		report: func(err error) { s.core.report(err) },
@@ -202,7 +221,6 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	s.core.list = s.list
 	s.core.lw = s.src
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
-	s.core.revs = s.revs
 	s.core.replayOnEmpty = true
 	s.core.plainIsBad = true
 	s.core.init(opts.ServeOptions)
@@ -215,8 +233,27 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		return nil, fmt.Errorf("httpsource: NewServer: %w", err)
 	}
 	s.reg = reg
-	s.core.ready = reg.HasSynced
+	s.core.ready = s.HasSynced
+	go s.waitSynced()
 	return s, nil
+}
+
+// waitSynced closes s.synced once the server serves: its handler has the informer's
+// initial state and, for an ordered upstream, the revision of a state it holds.
+func (s *Server[K, V]) waitSynced() {
+	select {
+	case <-s.reg.Synced():
+	case <-s.core.stopCtx.Done():
+		return
+	}
+	if s.up != nil {
+		select {
+		case <-s.up.ready:
+		case <-s.core.stopCtx.Done():
+			return
+		}
+	}
+	close(s.synced)
 }
 
 // ServeHTTP implements http.Handler. Mount it at the collection's URL; it answers GET
@@ -240,35 +277,59 @@ func (s *Server[K, V]) Shutdown(ctx context.Context) error {
 // Stats returns the server's counters.
 func (s *Server[K, V]) Stats() *Stats { return &s.core.stats }
 
-// Revision returns the revision of the newest change the server holds (its value before
-// any change is the server's base revision).
+// Revision returns the revision of the state the server serves: the upstream's revision
+// its informer's cache has reached, for an ordered upstream ("" before the first);
+// otherwise the server's own revision of its newest change, <tag>.<n>.
 func (s *Server[K, V]) Revision() string {
-	return strconv.FormatInt(s.revs.base+s.revs.head.Load(), 10)
+	if s.up != nil {
+		return s.up.newest()
+	}
+	return s.wire(s.mirror.head.Load())
 }
 
 // HasSynced reports whether the server holds the informer's initial state and serves.
-func (s *Server[K, V]) HasSynced() bool { return s.reg.HasSynced() }
+func (s *Server[K, V]) HasSynced() bool {
+	select {
+	case <-s.synced:
+		return true
+	default:
+		return false
+	}
+}
 
 // Synced returns a channel closed once HasSynced is true.
-func (s *Server[K, V]) Synced() <-chan struct{} { return s.reg.Synced() }
+func (s *Server[K, V]) Synced() <-chan struct{} { return s.synced }
 
 // mirror is the informer handler that copies changes into the server's log and its
-// state tree (which lists read from).
+// state tree (which lists read from). With an ordered upstream (up set) it holds the
+// changes back until the informer says which revision they add up to (OnRevision), and
+// then logs them as one batch: the tree and the log are always exactly the upstream's
+// state at a revision.
 type mirror[K cmp.Ordered, V any] struct {
 	src          *memory.Source[K, *record[K]]
 	key          informer.KeyFunc[K, V]
 	encode       func(V) ([]byte, error)
 	head         *atomic.Int64 // the log revision of the newest change
+	up           *upstreamRevisions
 	maxObject    int
 	historyBytes int64
 	report       func(error)
 	stats        *Stats
 
-	mu    sync.Mutex                // the tree and head change together; lists clone both
-	tree  *btree.BTreeG[*record[K]] // the served state, by key
-	log   []logged                  // size of each change in the history, oldest first from first
-	first int                       // log[:first] is dropped
-	held  int64                     // sum of the sizes kept
+	mu        sync.Mutex                // the tree and head change together; lists clone both
+	tree      *btree.BTreeG[*record[K]] // the served state, by key
+	log       []logged                  // size of each change in the history, oldest first from first
+	first     int                       // log[:first] is dropped
+	held      int64                     // sum of the sizes kept
+	pending   []pendingChange[K]        // changes held back until the next revision (up set), one per key
+	pendingAt map[K]int                 // the index of a key's change in pending
+}
+
+// pendingChange is a change held back until the informer reaches a revision.
+type pendingChange[K any] struct {
+	key     K
+	json    []byte // the new state; for a delete, the state put earlier in the batch, if any
+	deleted bool
 }
 
 // logged is the size of one change kept in the history.
@@ -283,6 +344,74 @@ const recordOverhead = 128
 func (m *mirror[K, V]) OnAdd(obj V, _ bool)    { m.put(obj) }
 func (m *mirror[K, V]) OnUpdate(_, obj V)      { m.put(obj) }
 func (m *mirror[K, V]) OnDelete(obj V, _ bool) { m.delete(obj) }
+
+// OnRevision implements informer.RevisionHandler: the changes held back make the
+// upstream's state at rev; they are logged as one batch whose bound is rev.
+func (m *mirror[K, V]) OnRevision(rev string) {
+	if m.up == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	type op struct {
+		r      *record[K]
+		delete bool
+	}
+	ops := make([]op, 0, len(m.pending))
+	for _, c := range m.pending {
+		old, present := m.tree.Get(&record[K]{key: c.key})
+		switch {
+		case !c.deleted && present && bytes.Equal(old.json, c.json):
+		case !c.deleted:
+			ops = append(ops, op{r: &record[K]{key: c.key, json: c.json}})
+		case present:
+			ops = append(ops, op{r: old, delete: true})
+		case c.json != nil:
+			// Created and deleted within the batch: a client at a revision inside it
+			// may hold the object, so the batch says it went away.
+			ops = append(ops, op{r: &record[K]{key: c.key, json: c.json}}, op{r: &record[K]{key: c.key, json: c.json}, delete: true})
+		}
+	}
+	clear(m.pending)
+	m.pending = m.pending[:0]
+	clear(m.pendingAt)
+	// The bound goes first, so that a watcher that reads the batch's changes finds it.
+	moved := m.up.reached(m.src.Revision()+int64(len(ops)), rev)
+	for _, o := range ops {
+		if o.delete {
+			m.tree.Delete(o.r)
+			if r, ok := m.src.Delete(o.r.key); ok {
+				m.logged(r, int64(len(o.r.json)))
+			}
+			continue
+		}
+		m.tree.ReplaceOrInsert(o.r)
+		m.logged(m.src.Put(o.r), int64(len(o.r.json)))
+	}
+	m.up.trim(m.src.CompactedRevision())
+	if moved && len(ops) == 0 {
+		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
+	}
+}
+
+// hold records a change until the next revision (ordered upstream), under mu.
+func (m *mirror[K, V]) hold(k K, b []byte, deleted bool) {
+	if m.pendingAt == nil {
+		m.pendingAt = make(map[K]int)
+	}
+	i, ok := m.pendingAt[k]
+	if !ok {
+		m.pendingAt[k] = len(m.pending)
+		m.pending = append(m.pending, pendingChange[K]{key: k, json: b, deleted: deleted})
+		return
+	}
+	c := &m.pending[i]
+	if deleted {
+		c.deleted = true // json keeps the state put earlier in the batch
+		return
+	}
+	c.json, c.deleted = b, false
+}
 
 // put logs obj unless its encoding is the one already served (a relist of the informer
 // re-delivers unchanged objects as updates; they are not passed on).
@@ -309,6 +438,10 @@ func (m *mirror[K, V]) put(obj V) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.up != nil {
+		m.hold(k, b, false)
+		return
+	}
 	if old, ok := m.tree.Get(&record[K]{key: k}); ok && bytes.Equal(old.json, b) {
 		return
 	}
@@ -327,6 +460,10 @@ func (m *mirror[K, V]) delete(obj V) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.up != nil {
+		m.hold(k, nil, true)
+		return
+	}
 	old, ok := m.tree.Delete(&record[K]{key: k})
 	if !ok {
 		return
@@ -372,41 +509,49 @@ func (m *mirror[K, V]) snapshot() (*btree.BTreeG[*record[K]], int64) {
 	return m.tree.Clone(), m.head.Load()
 }
 
-// offsetRevisions maps the log's revisions (0, 1, 2, …) to the wire (base, base+1, …).
+// offsetRevisions is a Server's own numbering, for an upstream whose revisions are not
+// ordered: the log's revisions (0, 1, 2, …) are sent as <tag>.<n>, tag the server's start
+// time in base 36, so that a revision of another numbering — another instance's, or an
+// upstream's — is never taken for one of this server's.
 type offsetRevisions struct {
-	base int64
-	tag  string       // base in base 36: the prefix of continue tokens
-	head atomic.Int64 // the log revision of the newest change
+	tag  string        // the server's start time in base 36
+	head *atomic.Int64 // the log revision of the newest change
 }
 
-func (o *offsetRevisions) parse(wire string) (int64, error) {
-	n, err := strconv.ParseInt(wire, 10, 64)
-	if err != nil || !isCanonicalInteger(wire) {
-		return 0, fmt.Errorf("resourceVersion %q is not a revision of this server (a decimal integer)", wire)
+// parse returns the log revision of a wire revision; foreign reports a revision of
+// another numbering.
+func (o *offsetRevisions) parse(wire string) (n int64, foreign bool, err error) {
+	tag, num, ok := strings.Cut(wire, ".")
+	switch {
+	case ok && tag == o.tag && isCanonicalInteger(num):
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", wire, o.tag)
+		}
+		return n, false, nil
+	case isOwnRevision(wire) || isCanonicalInteger(wire):
+		return 0, true, nil
 	}
-	return n, nil
+	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", wire, o.tag)
 }
 
 func (o *offsetRevisions) watchRevision(wire string) (string, error) {
-	n, err := o.parse(wire)
+	n, foreign, err := o.parse(wire)
 	if err != nil {
 		return "", err
 	}
-	if n < o.base {
-		return "", fmt.Errorf("resourceVersion %s is older than this server instance (its first revision is %d): %w", wire, o.base, informer.ErrExpired)
+	if foreign {
+		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", wire, o.tag, informer.ErrExpired)
 	}
-	return strconv.FormatInt(n-o.base, 10), nil
+	return strconv.FormatInt(n, 10), nil
 }
 
 func (o *offsetRevisions) listRevision(wire string) (string, error) {
-	n, err := o.parse(wire)
-	if err != nil {
-		return "", err
+	n, foreign, err := o.parse(wire)
+	if err != nil || foreign {
+		return "", err // another numbering: any state of this instance will do
 	}
-	if n < o.base {
-		return "", nil // any state of this instance is newer
-	}
-	return strconv.FormatInt(n-o.base, 10), nil
+	return strconv.FormatInt(n, 10), nil
 }
 
 func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
@@ -418,24 +563,17 @@ func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
 		}
 		n = n*10 + int64(c-'0')
 	}
-	return strconv.AppendInt(dst, o.base+n, 10), n >= o.head.Load()
+	dst = append(dst, o.tag...)
+	dst = append(dst, '.')
+	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
 }
 
 func (o *offsetRevisions) continueToken(wire string) (string, error) {
-	tag, tok, ok := strings.Cut(wire, ".")
-	if !ok || tok == "" {
-		return "", fmt.Errorf("malformed continue token %q", wire)
-	}
-	if tag != o.tag {
-		return "", fmt.Errorf("continue token %q is from another instance of this server: %w", wire, informer.ErrExpired)
-	}
-	return tok, nil
+	return continueToken(o.tag, wire)
 }
 
 func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
-	dst = append(dst, o.tag...)
-	dst = append(dst, '.')
-	return append(dst, tok...)
+	return appendContinue(dst, o.tag, tok)
 }
 
 // list answers a list request from a snapshot of the state: a first page clones the
@@ -447,7 +585,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 	}
 	tree, rev := s.mirror.snapshot()
 	if req.rv != "" && req.rv != "0" {
-		at, err := s.revs.listRevision(req.rv)
+		at, err := s.core.revs.listRevision(req.rv)
 		if err != nil {
 			return page[*record[K]]{}, &requestError{err}
 		}
@@ -470,7 +608,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 
 // nextPage serves a later page of a paged list from its snapshot.
 func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
-	tok, err := s.revs.continueToken(req.cont)
+	tok, err := s.core.revs.continueToken(req.cont)
 	if err != nil {
 		return page[*record[K]]{}, &requestError{err}
 	}
@@ -507,7 +645,10 @@ func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
 	return pg, nil
 }
 
-func (s *Server[K, V]) wire(rev int64) string { return strconv.FormatInt(s.revs.base+rev, 10) }
+func (s *Server[K, V]) wire(rev int64) string {
+	b, _ := s.core.revs.appendWire(nil, strconv.FormatInt(rev, 10))
+	return string(b)
+}
 
 // token is the continue token of p's next page: the server's tag, the list's id and the
 // page's number.
@@ -515,7 +656,7 @@ func (s *Server[K, V]) token(p *pin[K]) string {
 	b := strconv.AppendUint(nil, p.id, 36)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, p.seq, 36)
-	return string(s.revs.appendContinue(nil, string(b)))
+	return string(s.core.revs.appendContinue(nil, string(b)))
 }
 
 // pin is the snapshot a paged list reads its later pages from.
