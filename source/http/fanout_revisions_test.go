@@ -3,12 +3,17 @@ package httpsource
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/informer-go/informer"
@@ -150,4 +155,173 @@ func TestFanoutReplicasShareRevisions(t *testing.T) {
 		t.Fatalf("watch at replica B: %s, want %s", got, want)
 	}
 	_ = tsA
+}
+
+// A client whose server dies fails over to a replica (ClientOptions.FailoverURLs) and
+// resumes its watch there from its revision: no relist, and it keeps up with the writes.
+func TestFanoutFailoverWithoutRelist(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	for i := range 10 {
+		put(src, fmt.Sprint("k", i), "0")
+	}
+	_, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
+	_, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
+	c := newTestClient(t, tsA.URL, ClientOptions[*obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
+	d := newDownstream(t, c.Ordered(), "mirror", nil)
+	converge(t, d, func() string { return state(src.Items()) })
+	relists := d.inf.Stats().Relists
+
+	write := func(round int) {
+		t.Helper()
+		var last int64
+		for i := range 10 {
+			last = put(src, fmt.Sprint("k", i), fmt.Sprint(round))
+		}
+		src.Delete(fmt.Sprint("k", round))
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := d.inf.WaitForRevision(ctx, strconv.FormatInt(last, 10)); err != nil {
+			t.Fatalf("WaitForRevision(%d): %v", last, err)
+		}
+		converge(t, d, func() string { return state(src.Items()) })
+	}
+	write(1)
+	killA()
+	write(2)
+	write(3)
+	if c.URL() != tsB.URL {
+		t.Errorf("the client's URL is %s after replica A died, want replica B's, %s", c.URL(), tsB.URL)
+	}
+	if got := d.inf.Stats().Relists; got != relists {
+		t.Errorf("%d relists after the failover, want 0", got-relists)
+	}
+	if errs := d.rec.errors(); len(errs) > 0 {
+		for _, err := range errs {
+			if errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrBadInput) {
+				t.Errorf("the mirror reported %v", err)
+			}
+		}
+	}
+}
+
+// roundRobin is a load balancer on loopback: each request goes to the next of its
+// backends, whether or not it is up (a dead one answers 502, which a Client retries).
+func roundRobin(t testing.TB, backends ...string) *httptest.Server {
+	t.Helper()
+	var next atomic.Uint64
+	targets := make([]*url.URL, len(backends))
+	for i, b := range backends {
+		u, err := url.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets[i] = u
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(targets[(next.Add(1)-1)%uint64(len(targets))])
+		},
+		FlushInterval: -1, // stream watches
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	ts := httptest.NewServer(proxy)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// Replicas behind one address: a round-robin load balancer spreads a client's lists and
+// watches over two replicas, one of which dies; the client never relists.
+func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	for i := range 10 {
+		put(src, fmt.Sprint("k", i), "0")
+	}
+	srvA, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
+	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
+	lb := roundRobin(t, tsA.URL, tsB.URL)
+	// The first request (the streaming list, which goes on as the watch) goes to A.
+	c := newTestClient(t, lb.URL, ClientOptions[*obj]{StreamingList: true})
+	d := newDownstream(t, c.Ordered(), "mirror", nil)
+	converge(t, d, func() string { return state(src.Items()) })
+	relists := d.inf.Stats().Relists
+	for round := 1; round <= 4; round++ {
+		if round == 3 {
+			if srvA.Stats().OpenWatches.Load() != 1 || srvB.Stats().Watches.Load() != 0 {
+				t.Fatalf("before A dies: A has %d open watches, B has had %d; want the client's watch at A", srvA.Stats().OpenWatches.Load(), srvB.Stats().Watches.Load())
+			}
+			killA()
+		}
+		var last int64
+		for i := range 10 {
+			last = put(src, fmt.Sprint("k", i), fmt.Sprint(round))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		err := d.inf.WaitForRevision(ctx, strconv.FormatInt(last, 10))
+		cancel()
+		if err != nil {
+			t.Fatalf("WaitForRevision(%d): %v", last, err)
+		}
+		converge(t, d, func() string { return state(src.Items()) })
+	}
+	if got := d.inf.Stats().Relists; got != relists {
+		t.Errorf("%d relists through the load balancer, want 0", got-relists)
+	}
+	if srvB.Stats().OpenWatches.Load() != 1 {
+		t.Errorf("replica B has %d open watches after A died, want the client's", srvB.Stats().OpenWatches.Load())
+	}
+}
+
+// A replica behind the revision a client asks for waits for it (ServerOptions.CatchUpWait)
+// or, past the wait, answers 503 with a Retry-After: never a 410 that would force a relist.
+func TestFanoutReplicaBehindWaitsOrAnswers503(t *testing.T) {
+	// Two sources that see the same writes in the same order have the same revisions: B's
+	// is held back to make its replica fall behind.
+	src, srcB := memory.New(objName, memory.Options{}), memory.New(objName, memory.Options{})
+	put(src, "a", "1")
+	put(srcB, "a", "1")
+	upB := startUpstream(t, srcB, "b", true)
+	_, tsNoWait, _ := startReplica(t, upB, ServerOptions[*obj]{CatchUpWait: -1})
+	srvWait, tsWait, _ := startReplica(t, upB, ServerOptions[*obj]{CatchUpWait: waitTimeout})
+	r2 := put(src, "a", "2")
+
+	for _, path := range []string{"?watch=1&resourceVersion=2", "?resourceVersion=2&resourceVersionMatch=NotOlderThan"} {
+		resp := rawGet(t, nil, tsNoWait.URL+path, nil)
+		b := body(t, resp)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(b, "not reached") {
+			t.Errorf("GET %s at a replica behind: %d (Retry-After %q) %s, want 503 with a Retry-After", path, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+	}
+
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsWait.URL, r2))
+		got <- answer{resp, err}
+	}()
+	// The request waits until the replica reaches revision 2; then it watches from there.
+	eventually(t, "the request to wait at the replica", func() bool {
+		srvWait.core.mu.Lock()
+		defer srvWait.core.mu.Unlock()
+		return srvWait.core.watchers.total == 1
+	})
+	if n := srvWait.Stats().Watches.Load(); n != 0 {
+		t.Fatalf("%d watches started at a replica behind, want 0 until it catches up", n)
+	}
+	put(srcB, "a", "2")
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	st := &rawStream{resp: a.resp, r: bufio.NewReader(a.resp.Body)}
+	t.Cleanup(st.close)
+	if a.resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch at the replica once it caught up: %d %s", a.resp.StatusCode, body(t, a.resp))
+	}
+	put(srcB, "a", "3")
+	if got, want := st.line(t), `{"type":"MODIFIED","resourceVersion":"3","object":{"name":"a","val":"3"}}`; got != want {
+		t.Fatalf("watch from %d: %s, want %s", r2, got, want)
+	}
 }
