@@ -599,8 +599,9 @@ func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) erro
 		if inf.wmHasSet {
 			c, err := inf.cmpRev.CompareRevisions(rev, inf.wm.rev)
 			if err != nil {
+				at := inf.wm.rev
 				inf.wmMu.Unlock()
-				return fmt.Errorf("informer %q: WaitForRevision(%q): comparing with the cache's revision %q: %w", inf.opts.Name, rev, inf.wm.rev, err)
+				return fmt.Errorf("informer %q: WaitForRevision(%q): comparing with the cache's revision %q: %w", inf.opts.Name, rev, at, err)
 			}
 			if c < 0 || (c == 0 && inf.wm.inclusive) {
 				inf.wmMu.Unlock()
