@@ -33,7 +33,7 @@ type fanItem struct {
 	Val string `json:"val"`
 }
 
-func fanKey(it *fanItem) (string, error)        { return it.Key, nil }
+func fanKey(it *fanItem) (string, error)       { return it.Key, nil }
 func fanDescribe(it *fanItem) (string, string) { return it.Key, it.Val }
 
 // member is one member of an embedded etcd cluster on loopback.
