@@ -119,11 +119,40 @@ type ServerOptions[V any] struct {
 // HistoryBytes) and the snapshots of paged lists in progress (PagedLists). Encoding is
 // done once per change, not once per watcher.
 //
-// Revisions are the server's own: decimal integers starting at the Unix time in
-// nanoseconds when the server was created and growing by one per change, so that they are
-// ordered (use Client.Ordered) and a revision from an earlier instance of the server is
-// older than every revision of a later one, and answered 410. Two servers running at once
-// have unrelated revisions: a client must keep talking to one of them.
+// Revisions. When the informer's source has ordered revisions (it implements
+// informer.RevisionComparer, as source/memory and source/etcd do), the Server serves the
+// upstream's own revisions, end to end: a list is the informer's cache at the revision it
+// has reached; a watch resumes from any upstream revision within the server's history (a
+// revision older than the history is answered 410); bookmarks carry the upstream
+// revision the cache has reached, and move when the upstream's does without a change
+// here. So a client informer's WaitForRevision(rev) for the revision of a write to the
+// upstream means what it says, and replicas — Servers over informers of the same upstream
+// — are interchangeable: a client that loses its server resumes its watch at another
+// (ClientOptions.FailoverURLs, or a load balancer in front of them) with no relist. A
+// replica that has not yet reached the revision a request asks for (a client that comes
+// from a replica further ahead) waits for it up to CatchUpWait (DefaultCatchUpWait,
+// 5 s), then answers 503 with a Retry-After: a retry, here or at another replica, never a
+// 410 that would force a relist.
+//
+// The informer tells its handlers which revision their notifications add up to only
+// when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):
+// the Server holds changes back until then and logs them as one batch at that revision,
+// at most one change per key. Every event of a batch carries the batch's revision; all
+// but the last carry it with a '+' after it, and a Client applies a batch only once it
+// has its last event, so that a client never holds half a batch under the batch's
+// revision. A client resuming from a revision that falls inside a batch of this replica
+// (a batch of another replica ended there) is sent that whole batch: each of its keys is
+// brought to a state at least as new as the client's. While the informer's queue never
+// drains (a backlog of more than informer.Options.MaxBatch keys) or the server's handler
+// queue overflows, changes wait for the next exact revision.
+//
+// When the source's revisions are not ordered, the Server numbers its changes itself,
+// one revision per change: <tag>.<n>, tag its start time in base 36. A client's
+// OrderedClient compares two revisions of one tag, and refuses with an error a revision of
+// another numbering (the upstream's, another instance's): WaitForRevision with the
+// upstream's revision fails rather than return at once. A revision of another numbering
+// is answered 410 for a watch (the client lists again); two such Servers are not
+// interchangeable.
 //
 // A Server answers 503 until its handler has received the informer's initial state. It
 // keeps serving its last state if the informer stops. A Delete event carries the last
