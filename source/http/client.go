@@ -58,6 +58,14 @@ import (
 // returns ctx.Err()). The informer waits too, but this keeps the promise even for callers
 // that retry at once.
 //
+// A Server of this package over an ordered upstream sends the changes of one revision as
+// a batch (see Server); a watch delivers a batch only once it has all of it, every event
+// at the batch's revision, and drops a batch the stream ends inside.
+//
+// With ClientOptions.FailoverURLs the Client talks to one of several replicas at a time
+// and moves to the next after a failure another replica may not have; URL reports where
+// the next request goes.
+//
 // A Client does not compare revisions; see Ordered.
 type Client[V any] struct {
 	targets       []target // the base URL, then ClientOptions.FailoverURLs
