@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
@@ -83,7 +84,7 @@ func TestFanoutReadYourWrites(t *testing.T) {
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
 	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
-	converge(t, d, func() string { return state(src.Items()) })
+	mirrorConverge(t, d, src)
 	for i := range 20 {
 		r := strconv.FormatInt(put(src, "k", fmt.Sprint(i)), 10)
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -97,9 +98,9 @@ func TestFanoutReadYourWrites(t *testing.T) {
 		}
 	}
 	// The mirror's revision is the upstream's own.
-	until(t, "the mirror at the upstream's revision", func() bool {
+	eventually(t, "the mirror at the upstream's revision", func() bool {
 		return d.inf.LastSyncRevision() == strconv.FormatInt(src.Revision(), 10)
-	}, d.rec.ch)
+	})
 }
 
 // A Server over an upstream whose revisions are not ordered numbers them itself; a
@@ -111,7 +112,7 @@ func TestFanoutOwnNumberingRefusesForeignRevision(t *testing.T) {
 	up := startUpstream(t, src, "upstream", false)
 	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
 	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}).Ordered(), "mirror", nil)
-	converge(t, d, func() string { return state(src.Items()) })
+	mirrorConverge(t, d, src)
 	r := strconv.FormatInt(put(src, "a", "2"), 10)
 	err := d.inf.WaitForRevision(context.Background(), r)
 	if err == nil || !strings.Contains(err.Error(), "numbering") {
@@ -168,7 +169,7 @@ func TestFanoutFailoverWithoutRelist(t *testing.T) {
 	_, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
 	c := newTestClient(t, tsA.URL, ClientOptions[*obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
 	d := newDownstream(t, c.Ordered(), "mirror", nil)
-	converge(t, d, func() string { return state(src.Items()) })
+	mirrorConverge(t, d, src)
 	relists := d.inf.Stats().Relists
 
 	write := func(round int) {
@@ -183,7 +184,7 @@ func TestFanoutFailoverWithoutRelist(t *testing.T) {
 		if err := d.inf.WaitForRevision(ctx, strconv.FormatInt(last, 10)); err != nil {
 			t.Fatalf("WaitForRevision(%d): %v", last, err)
 		}
-		converge(t, d, func() string { return state(src.Items()) })
+		mirrorConverge(t, d, src)
 	}
 	write(1)
 	killA()
@@ -242,7 +243,7 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 	// The first request (the streaming list, which goes on as the watch) goes to A.
 	c := newTestClient(t, lb.URL, ClientOptions[*obj]{StreamingList: true})
 	d := newDownstream(t, c.Ordered(), "mirror", nil)
-	converge(t, d, func() string { return state(src.Items()) })
+	mirrorConverge(t, d, src)
 	relists := d.inf.Stats().Relists
 	for round := 1; round <= 4; round++ {
 		if round == 3 {
@@ -261,7 +262,7 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("WaitForRevision(%d): %v", last, err)
 		}
-		converge(t, d, func() string { return state(src.Items()) })
+		mirrorConverge(t, d, src)
 	}
 	if got := d.inf.Stats().Relists; got != relists {
 		t.Errorf("%d relists through the load balancer, want 0", got-relists)
@@ -323,5 +324,27 @@ func TestFanoutReplicaBehindWaitsOrAnswers503(t *testing.T) {
 	put(srcB, "a", "3")
 	if got, want := st.line(t), `{"type":"MODIFIED","resourceVersion":"3","object":{"name":"a","val":"3"}}`; got != want {
 		t.Fatalf("watch from %d: %s, want %s", r2, got, want)
+	}
+}
+
+// mirrorConverge waits until the mirror's cache and handler hold src's state, and says
+// how they differ if they never do.
+func mirrorConverge(t testing.TB, d *downstream, src *memory.Source[string, *obj]) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		want := state(src.Items())
+		cache, told := state(d.inf.List()), d.rec.state()
+		if cache == want && told == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			_, err := d.inf.LastError()
+			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.inf.LastSyncRevision(), err, d.rec.errors())
+		}
+		select {
+		case <-d.rec.ch:
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

@@ -53,6 +53,8 @@ func newUpstreamRevisions(cmp informer.RevisionComparer, tag string, head *atomi
 
 // reached records that the log up to seq is the upstream's state at rev; it reports
 // whether the revision moved (false for a revision not newer than the newest bound's).
+// The bound labels the batch's changes at once; requests see it (complete) once the log
+// holds them all, when head reaches seq; then call settled.
 func (u *upstreamRevisions) reached(seq int64, rev string) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -75,9 +77,24 @@ func (u *upstreamRevisions) reached(seq int64, rev string) bool {
 		}
 		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev})
 	}
+	return true
+}
+
+// settled wakes the requests waiting for a revision: the newest bound is complete.
+func (u *upstreamRevisions) settled() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	close(u.moved)
 	u.moved = make(chan struct{})
-	return true
+}
+
+// completeLocked returns the bounds whose changes the log holds: all but a newest one
+// still being written.
+func (u *upstreamRevisions) completeLocked() []bound {
+	if n := len(u.bounds); n > 0 && u.bounds[n-1].seq > u.head.Load() {
+		return u.bounds[:n-1]
+	}
+	return u.bounds
 }
 
 // trim drops the bounds before the history's start (compacted): no watch can start there.
@@ -97,10 +114,11 @@ func (u *upstreamRevisions) trim(compacted int64) {
 func (u *upstreamRevisions) newest() string {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	if len(u.bounds) == 0 {
+	bounds := u.completeLocked()
+	if len(bounds) == 0 {
 		return ""
 	}
-	return u.bounds[len(u.bounds)-1].last
+	return bounds[len(bounds)-1].last
 }
 
 // parse checks a revision of a request: the upstream's, or one that ends a partial batch.
@@ -120,10 +138,11 @@ func (u *upstreamRevisions) parse(wire string) (rev string, partial bool, err er
 func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	if len(u.bounds) == 0 {
+	bounds := u.completeLocked()
+	if len(bounds) == 0 {
 		return true, u.moved
 	}
-	c, err := u.cmp.CompareRevisions(rev, u.bounds[len(u.bounds)-1].last)
+	c, err := u.cmp.CompareRevisions(rev, bounds[len(bounds)-1].last)
 	return err == nil && c > 0, u.moved
 }
 
@@ -166,31 +185,32 @@ func (u *upstreamRevisions) watchRevision(wire string) (string, error) {
 	}
 	u.mu.RLock()
 	defer u.mu.RUnlock()
+	bounds := u.completeLocked()
 	// i: the newest bound whose first revision is at or before rev.
-	i := countBefore(u.bounds, func(b bound) bool {
+	i := countBefore(bounds, func(b bound) bool {
 		c, _ := u.cmp.CompareRevisions(b.first, rev)
 		return c <= 0
 	}) - 1
 	if i >= 0 && partial {
 		// The client holds part of the batch that ends at rev (a client that does not
 		// apply batches whole): start before that batch.
-		if c, _ := u.cmp.CompareRevisions(u.bounds[i].first, rev); c == 0 {
+		if c, _ := u.cmp.CompareRevisions(bounds[i].first, rev); c == 0 {
 			i--
 		}
 	}
 	if i < 0 {
 		oldest := ""
-		if len(u.bounds) > 0 {
-			oldest = u.bounds[0].first
+		if len(bounds) > 0 {
+			oldest = bounds[0].first
 		}
 		return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", wire, oldest, informer.ErrExpired)
 	}
-	if c, _ := u.cmp.CompareRevisions(rev, u.bounds[i].last); c > 0 && i == len(u.bounds)-1 {
-		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", wire, u.bounds[i].last, informer.ErrUnavailable)
+	if c, _ := u.cmp.CompareRevisions(rev, bounds[i].last); c > 0 && i == len(bounds)-1 {
+		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", wire, bounds[i].last, informer.ErrUnavailable)
 	}
 	// Between bounds i and i+1 the client's state is the upstream's at rev: the batch
 	// after bound i brings each of its keys to a state at least as new as the client's.
-	return strconv.FormatInt(u.bounds[i].seq, 10), nil
+	return strconv.FormatInt(bounds[i].seq, 10), nil
 }
 
 func (u *upstreamRevisions) listRevision(wire string) (string, error) {

@@ -249,6 +249,9 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	}
 	s.core.list = s.list
 	s.core.lw = s.src
+	if s.up != nil {
+		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
+	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
 	s.core.replayOnEmpty = true
 	s.core.plainIsBad = true
@@ -418,6 +421,7 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 		m.logged(m.src.Put(o.r), int64(len(o.r.json)))
 	}
 	m.up.trim(m.src.CompactedRevision())
+	m.up.settled()
 	if moved && len(ops) == 0 {
 		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
 	}
@@ -536,6 +540,22 @@ func (m *mirror[K, V]) snapshot() (*btree.BTreeG[*record[K]], int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tree.Clone(), m.head.Load()
+}
+
+// boundedWatches starts a watch with initial events (a streaming list) under the
+// mirror's lock, so that its initial state is one the log has a revision for, never one
+// in the middle of a batch being logged.
+type boundedWatches[K cmp.Ordered] struct {
+	*memory.Source[K, *record[K]]
+	mu *sync.Mutex
+}
+
+func (b boundedWatches[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	if opts.SendInitialEvents {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+	}
+	return b.Source.Watch(ctx, opts)
 }
 
 // offsetRevisions is a Server's own numbering, for an upstream whose revisions are not
