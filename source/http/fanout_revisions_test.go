@@ -348,3 +348,82 @@ func mirrorConverge(t testing.TB, d *downstream, src *memory.Source[string, *obj
 		}
 	}
 }
+
+// staller is a Block handler that, once stalled, holds the informer's processing: the
+// first change it is given waits in the handler until release, the next fills its queue,
+// and the changes after that wait in the informer's queue, to be applied as one batch.
+type staller struct {
+	stalled atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *staller) hold() {
+	if s.stalled.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+}
+func (s *staller) OnAdd(*obj, bool)    { s.hold() }
+func (s *staller) OnUpdate(_, _ *obj)  { s.hold() }
+func (s *staller) OnDelete(*obj, bool) { s.hold() }
+
+// A client whose revision falls inside a batch of the replica it resumes at (the
+// replicas' informers batched the same changes differently) is sent that whole batch, as
+// one batch: every key it holds comes to a state at least as new, and nothing is lost.
+func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
+	src, srcB := memory.New(objName, memory.Options{}), memory.New(objName, memory.Options{})
+	both := func(name, val string) int64 { put(srcB, name, val); return put(src, name, val) }
+	both("a", "1")
+	srvA, _, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
+	upB := startUpstream(t, srcB, "b", true)
+	st := &staller{entered: make(chan struct{}), release: make(chan struct{})}
+	if _, err := upB.inf.AddHandler(st, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srvB, tsB, _ := startReplica(t, upB, ServerOptions[*obj]{})
+
+	st.stalled.Store(true)
+	both("a", "2") // r2: the staller holds it
+	<-st.entered
+	both("b", "1") // r3: fills the staller's queue; B's informer waits
+	eventually(t, "replica B at revision 3", func() bool { return srvB.Revision() == "3" })
+	r4 := both("a", "3") // r4 and r5 wait in B's informer's queue: one batch there
+	both("c", "1")
+	eventually(t, "replica A at revision 5", func() bool { return srvA.Revision() == "5" })
+	eventually(t, "B's informer to have received revision 5", func() bool { return upB.inf.LastSyncRevision() == "5" })
+	close(st.release)
+	eventually(t, "replica B at revision 5", func() bool { return srvB.Revision() == "5" })
+
+	// Revision 4 is one of A's; at B it falls inside the batch that ends at 5.
+	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsB.URL, r4))
+	want := []string{
+		`{"type":"MODIFIED","resourceVersion":"5+","object":{"name":"a","val":"3"}}`,
+		`{"type":"ADDED","resourceVersion":"5","object":{"name":"c","val":"1"}}`,
+	}
+	for _, w := range want {
+		if got := raw.line(t); got != w {
+			t.Fatalf("watch at B from %d: %s, want %s", r4, got, w)
+		}
+	}
+	raw.close()
+
+	// A Client delivers the batch whole, every event at the batch's revision.
+	c := newTestClient(t, tsB.URL, ClientOptions[*obj]{})
+	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: strconv.FormatInt(r4, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var got []string
+	for range 2 {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v %s=%s @%s", ev.Type, ev.Object.Name, ev.Object.Val, ev.Revision))
+	}
+	if w := []string{"Modified a=3 @5", "Added c=1 @5"}; fmt.Sprint(got) != fmt.Sprint(w) {
+		t.Fatalf("client events %q, want %q", got, w)
+	}
+}
