@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -378,9 +379,14 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	srvA, _, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
 	upB := startUpstream(t, srcB, "b", true)
 	st := &staller{entered: make(chan struct{}), release: make(chan struct{})}
-	if _, err := upB.inf.AddHandler(st, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1}); err != nil {
+	reg, err := upB.inf.AddHandler(st, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1})
+	if err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	free := func() { once.Do(func() { close(st.release) }) }
+	t.Cleanup(free) // before the informer stops, which waits for its handlers
+	eventually(t, "the staller to have had the cache's replay", reg.HasSynced)
 	srvB, tsB, _ := startReplica(t, upB, ServerOptions[*obj]{})
 
 	st.stalled.Store(true)
@@ -392,7 +398,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	both("c", "1")
 	eventually(t, "replica A at revision 5", func() bool { return srvA.Revision() == "5" })
 	eventually(t, "B's informer to have received revision 5", func() bool { return upB.inf.LastSyncRevision() == "5" })
-	close(st.release)
+	free()
 	eventually(t, "replica B at revision 5", func() bool { return srvB.Revision() == "5" })
 
 	// Revision 4 is one of A's; at B it falls inside the batch that ends at 5.
