@@ -433,3 +433,25 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 		t.Fatalf("client events %q, want %q", got, w)
 	}
 }
+
+// The upstream's revision moves on with no change the Server serves (a write that leaves
+// an object as it was): a bookmark takes the revision to the clients, so that their
+// WaitForRevision for that write returns.
+func TestFanoutBookmarksFollowUpstreamProgress(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "1")
+	up := startUpstream(t, src, "upstream", true)
+	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	mirrorConverge(t, d, src)
+	watches := srv.Stats().Watches.Load()
+	r := strconv.FormatInt(put(src, "a", "1"), 10) // the same value: nothing to serve
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := d.inf.WaitForRevision(ctx, r); err != nil {
+		t.Fatalf("WaitForRevision(%s) of a write that changed nothing served: %v (server at %s)", r, err, srv.Revision())
+	}
+	if got := srv.Stats().Watches.Load(); got != watches {
+		t.Errorf("%d new watches: the revision came by a new watch, not a bookmark", got-watches)
+	}
+}
