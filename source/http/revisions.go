@@ -40,15 +40,17 @@ type upstreamRevisions struct {
 	tag  string        // the prefix of continue tokens
 	head *atomic.Int64 // the log revision of the newest change
 
+	trimmed int64 // the history's start at the last trim; the mirror's, under its lock
+
 	mu     sync.RWMutex
 	bounds []bound       // oldest first; the first is at or after the history's start
-	moved  chan struct{} // closed and replaced when the newest bound moves
+	moved  chan struct{} // closed when the newest bound moves; nil while no request waits
 	ready  chan struct{} // closed at the first bound
 	once   sync.Once
 }
 
 func newUpstreamRevisions(cmp informer.RevisionComparer, tag string, head *atomic.Int64) *upstreamRevisions {
-	return &upstreamRevisions{cmp: cmp, tag: tag, head: head, moved: make(chan struct{}), ready: make(chan struct{})}
+	return &upstreamRevisions{cmp: cmp, tag: tag, head: head, ready: make(chan struct{})}
 }
 
 // reached records that the log up to seq is the upstream's state at rev; it reports
@@ -84,8 +86,10 @@ func (u *upstreamRevisions) reached(seq int64, rev string) bool {
 func (u *upstreamRevisions) settled() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	close(u.moved)
-	u.moved = make(chan struct{})
+	if u.moved != nil {
+		close(u.moved)
+		u.moved = nil
+	}
 }
 
 // completeLocked returns the bounds whose changes the log holds: all but a newest one
@@ -99,6 +103,10 @@ func (u *upstreamRevisions) completeLocked() []bound {
 
 // trim drops the bounds before the history's start (compacted): no watch can start there.
 func (u *upstreamRevisions) trim(compacted int64) {
+	if compacted <= u.trimmed {
+		return
+	}
+	u.trimmed = compacted
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	i := 0
@@ -136,14 +144,18 @@ func (u *upstreamRevisions) parse(wire string) (rev string, partial bool, err er
 // behind reports whether rev is newer than every revision reached, and returns the
 // channel closed when that changes.
 func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
-	u.mu.RLock()
-	defer u.mu.RUnlock()
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	bounds := u.completeLocked()
-	if len(bounds) == 0 {
-		return true, u.moved
+	if len(bounds) > 0 {
+		if c, err := u.cmp.CompareRevisions(rev, bounds[len(bounds)-1].last); err != nil || c <= 0 {
+			return false, nil
+		}
 	}
-	c, err := u.cmp.CompareRevisions(rev, bounds[len(bounds)-1].last)
-	return err == nil && c > 0, u.moved
+	if u.moved == nil {
+		u.moved = make(chan struct{})
+	}
+	return true, u.moved
 }
 
 // await waits, at most wait, until the revision of a request is reached. It returns an
@@ -230,7 +242,10 @@ func (u *upstreamRevisions) appendWire(dst []byte, local string) ([]byte, bool) 
 		return append(dst, local...), true // not a log revision; cannot happen
 	}
 	u.mu.RLock()
-	i := countBefore(u.bounds, func(b bound) bool { return b.seq < n })
+	i := len(u.bounds) - 1 // a watcher that keeps up reads the newest batch
+	if i < 0 || u.bounds[i].seq < n || (i > 0 && u.bounds[i-1].seq >= n) {
+		i = countBefore(u.bounds, func(b bound) bool { return b.seq < n })
+	}
 	var b bound
 	ok := i < len(u.bounds)
 	if ok {

@@ -354,7 +354,14 @@ type mirror[K cmp.Ordered, V any] struct {
 	first     int                       // log[:first] is dropped
 	held      int64                     // sum of the sizes kept
 	pending   []pendingChange[K]        // changes held back until the next revision (up set), one per key
+	ops       []logOp[K]                // OnRevision's buffer
 	pendingAt map[K]int                 // the index of a key's change in pending
+}
+
+// logOp is one change OnRevision logs.
+type logOp[K any] struct {
+	r      *record[K]
+	delete bool
 }
 
 // pendingChange is a change held back until the informer reaches a revision.
@@ -385,28 +392,25 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	type op struct {
-		r      *record[K]
-		delete bool
-	}
-	ops := make([]op, 0, len(m.pending))
+	ops := m.ops[:0]
 	for _, c := range m.pending {
 		old, present := m.tree.Get(&record[K]{key: c.key})
 		switch {
 		case !c.deleted && present && bytes.Equal(old.json, c.json):
 		case !c.deleted:
-			ops = append(ops, op{r: &record[K]{key: c.key, json: c.json}})
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}})
 		case present:
-			ops = append(ops, op{r: old, delete: true})
+			ops = append(ops, logOp[K]{r: old, delete: true})
 		case c.json != nil:
 			// Created and deleted within the batch: a client at a revision inside it
 			// may hold the object, so the batch says it went away.
-			ops = append(ops, op{r: &record[K]{key: c.key, json: c.json}}, op{r: &record[K]{key: c.key, json: c.json}, delete: true})
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}}, logOp[K]{r: &record[K]{key: c.key, json: c.json}, delete: true})
 		}
 	}
 	clear(m.pending)
 	m.pending = m.pending[:0]
 	clear(m.pendingAt)
+	defer func() { clear(ops); m.ops = ops[:0] }()
 	// The bound goes first, so that a watcher that reads the batch's changes finds it.
 	moved := m.up.reached(m.src.Revision()+int64(len(ops)), rev)
 	for _, o := range ops {
