@@ -53,7 +53,7 @@ func (w *watch[V]) expire() {
 // Next implements informer.Watch; see Client.Watch.
 //
 // A Server over an ordered upstream sends the changes of one upstream revision as a
-// batch whose events but the last carry the revision with a '+' after it: Next holds
+// batch whose events but the last carry the revision with a '~' after it: Next holds
 // them until the last one has come, then delivers the batch, every event at the batch's
 // revision, so that the informer never holds part of a batch under its revision. A batch
 // the stream ends inside is dropped: the informer watches again from the revision before

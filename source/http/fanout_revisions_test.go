@@ -404,7 +404,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	// Revision 4 is one of A's; at B it falls inside the batch that ends at 5.
 	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsB.URL, r4))
 	want := []string{
-		`{"type":"MODIFIED","resourceVersion":"5+","object":{"name":"a","val":"3"}}`,
+		`{"type":"MODIFIED","resourceVersion":"5~","object":{"name":"a","val":"3"}}`,
 		`{"type":"ADDED","resourceVersion":"5","object":{"name":"c","val":"1"}}`,
 	}
 	for _, w := range want {
@@ -453,5 +453,72 @@ func TestFanoutBookmarksFollowUpstreamProgress(t *testing.T) {
 	}
 	if got := srv.Stats().Watches.Load(); got != watches {
 		t.Errorf("%d new watches: the revision came by a new watch, not a bookmark", got-watches)
+	}
+}
+
+// A Client delivers a batch (events whose revision ends in '~', then one without) only
+// whole, at the batch's revision; a batch the stream ends inside is dropped, and a
+// bookmark inside a batch is ignored.
+func TestClientAppliesBatchesWhole(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames []string
+		want   []string
+	}{
+		{"whole", []string{
+			`{"type":"ADDED","resourceVersion":"5~","object":{"name":"a","val":"1"}}`,
+			`{"type":"BOOKMARK","resourceVersion":"5~","object":{"metadata":{"resourceVersion":"5~"}}}`,
+			`{"type":"MODIFIED","resourceVersion":"5","object":{"name":"b","val":"2"}}`,
+			`{"type":"DELETED","resourceVersion":"6","object":{"name":"a","val":"1"}}`,
+		}, []string{"Added a=1 @5", "Modified b=2 @5", "Deleted a=1 @6", "EOF"}},
+		{"cut inside a batch", []string{
+			`{"type":"ADDED","resourceVersion":"4","object":{"name":"a","val":"1"}}`,
+			`{"type":"ADDED","resourceVersion":"5~","object":{"name":"b","val":"1"}}`,
+		}, []string{"Added a=1 @4", "EOF"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				for _, f := range tc.frames {
+					fmt.Fprintln(w, f)
+				}
+			}))
+			defer ts.Close()
+			w, err := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "3"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			var got []string
+			for {
+				ev, err := w.Next()
+				if err == io.EOF {
+					got = append(got, "EOF")
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fmt.Sprintf("%v %s=%s @%s", ev.Type, ev.Object.Name, ev.Object.Val, ev.Revision))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("events %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A client that does not apply batches whole (not a Client of this package) and resumes
+// from a revision it got inside a batch ("5~") is sent that batch again from its start.
+func TestFanoutResumeFromPartialRevision(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "1")
+	up := startUpstream(t, src, "upstream", true)
+	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
+	r2 := put(src, "a", "2")
+	eventually(t, "the server at revision 2", func() bool { return srv.Revision() == fmt.Sprint(r2) })
+	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d%c", ts.URL, r2, partialMark))
+	if got, want := raw.line(t), `{"type":"MODIFIED","resourceVersion":"2","object":{"name":"a","val":"2"}}`; got != want {
+		t.Fatalf("watch from %d+: %s, want %s", r2, got, want)
 	}
 }

@@ -30,7 +30,7 @@ type HandlerOptions[V any] struct {
 // Revisions are the source's own, passed through in both directions: a Handler over an
 // ordered source (source/etcd, source/memory) serves revisions that a client's
 // WaitForRevision can use for read-your-writes, and two Handlers over one source serve the
-// same revisions. Every event stands alone (no batches, no '+').
+// same revisions. Every event stands alone (no batches, no '~').
 //
 // A source error is answered by its class: informer.ErrExpired → 410,
 // informer.ErrTooManyRequests → 429, other informer.ErrRetryable → 503,

@@ -22,7 +22,7 @@ const DefaultCatchUpWait = 5 * time.Second
 // partialMark ends the revision of an event that is not the last of its batch: the
 // events of one upstream revision are applied by a Client all at once, so that a client
 // never holds half of a batch under the batch's revision (see the package documentation).
-const partialMark = '+'
+const partialMark = '~'
 
 // bound says that the server's log up to seq is exactly the upstream's state at every
 // revision from first to last.

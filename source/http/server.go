@@ -138,7 +138,7 @@ type ServerOptions[V any] struct {
 // when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):
 // the Server holds changes back until then and logs them as one batch at that revision,
 // at most one change per key. Every event of a batch carries the batch's revision; all
-// but the last carry it with a '+' after it, and a Client applies a batch only once it
+// but the last carry it with a '~' after it, and a Client applies a batch only once it
 // has its last event, so that a client never holds half a batch under the batch's
 // revision. A client resuming from a revision that falls inside a batch of this replica
 // (a batch of another replica ended there) is sent that whole batch: each of its keys is
