@@ -526,6 +526,9 @@ func (inf *Informer[K, V]) processLoop() {
 				inf.synced.Store(true)
 				close(inf.syncedCh)
 			}
+			if wm.inclusive && wm.rev != "" {
+				inf.proc.markRevisionLocked(wm.rev)
+			}
 		})
 	}
 }
@@ -562,16 +565,19 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 		return nil, fmt.Errorf("informer %q: AddHandler: nil handler", inf.opts.Name)
 	}
 	// The replay runs between two batches: the cache as it is now.
-	return inf.proc.add(h, opts, func() []notification[K, V] {
+	return inf.proc.add(h, opts, func() ([]notification[K, V], string) {
 		sn := inf.store.snapshot()
-		replay := make([]notification[K, V], 0, sn.Len()+1)
+		replay := make([]notification[K, V], 0, sn.Len()+2)
 		for k, v := range sn.All() {
 			replay = append(replay, notification[K, V]{kind: notifyAdd, key: k, new: v, initial: true})
 		}
 		if inf.synced.Load() {
 			replay = append(replay, notification[K, V]{kind: notifySynced})
 		}
-		return replay
+		if sn.exact && sn.revision != "" {
+			replay = append(replay, notification[K, V]{kind: notifyRevision})
+		}
+		return replay, sn.revision
 	})
 }
 
@@ -617,6 +623,12 @@ func (inf *Informer[K, V]) LastError() (at time.Time, err error) { return inf.re
 // implement RevisionComparer.
 var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not ordered")
 
+// RevisionComparer returns the source's RevisionComparer, or nil when the source's
+// revisions are not ordered (then WaitForRevision fails with ErrRevisionsUnordered). A
+// program that re-serves the cache (httpsource.Server) uses it to order the source's
+// revisions as the informer does.
+func (inf *Informer[K, V]) RevisionComparer() RevisionComparer { return inf.cmpRev }
+
 // WaitForRevision blocks until every change up to rev is visible in the cache (and so to
 // every read made after it returns), or ctx is done. By then the notifications of those
 // changes are queued to every handler (not necessarily delivered). Use it for
@@ -635,8 +647,9 @@ func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) erro
 		if inf.wmHasSet {
 			c, err := inf.cmpRev.CompareRevisions(rev, inf.wm.rev)
 			if err != nil {
+				at := inf.wm.rev
 				inf.wmMu.Unlock()
-				return fmt.Errorf("informer %q: WaitForRevision(%q): comparing with the cache's revision %q: %w", inf.opts.Name, rev, inf.wm.rev, err)
+				return fmt.Errorf("informer %q: WaitForRevision(%q): comparing with the cache's revision %q: %w", inf.opts.Name, rev, at, err)
 			}
 			if c < 0 || (c == 0 && inf.wm.inclusive) {
 				inf.wmMu.Unlock()
@@ -936,6 +949,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.advance(watermark{rev: rev, inclusive: true})
 		inf.synced.Store(true)
 		close(inf.syncedCh)
+		inf.proc.markRevisionLocked(rev)
 	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
 	inf.refl.resumeFrom(rev)

@@ -30,6 +30,20 @@ type Handler[V any] interface {
 	OnDelete(obj V, finalStateUnknown bool)
 }
 
+// RevisionHandler is implemented by a Handler that wants to know which revision of the
+// source its notifications add up to. OnRevision(rev) is called on the handler's
+// goroutine, in order with its other calls, whenever the notifications received so far
+// make exactly the source's state at rev: after a batch that left no change queued (the
+// cache then holds every change up to rev and none newer), after a restore, and after the
+// replay to a handler added to a running informer whose cache was then exact. It is not
+// called after a batch that left changes queued, nor while the handler's queue coalesces
+// (Coalesce policy, queue full): the first call after that is exact again. It costs one
+// queued marker per batch, and nothing for handlers that do not implement it.
+type RevisionHandler interface {
+	// OnRevision reports that the notifications so far are the source's state at rev.
+	OnRevision(rev string)
+}
+
 // HandlerFuncs adapts functions into a Handler. Nil functions are skipped.
 type HandlerFuncs[V any] struct {
 	// AddFunc serves OnAdd.
@@ -113,7 +127,8 @@ const (
 	notifyAdd notifyKind = iota + 1
 	notifyUpdate
 	notifyDelete
-	notifySynced // marker: the handler has been given the whole initial state
+	notifySynced   // marker: the handler has been given the whole initial state
+	notifyRevision // marker: the notifications so far are the state at the batch's rev (RevisionHandler)
 )
 
 // notification is one call to make on a handler. kind is never zero for a real one: the
@@ -179,6 +194,7 @@ type HandlerStats struct {
 type listener[K comparable, V any] struct {
 	reg     *Registration
 	handler Handler[V]
+	revs    RevisionHandler // handler, if it implements RevisionHandler
 	opts    HandlerOptions
 	onPanic func(p *HandlerPanicError)
 
@@ -222,6 +238,7 @@ type noteBatch[K comparable, V any] struct {
 	notes []notification[K, V]
 	refs  atomic.Int32
 	pool  *batchPool[K, V]
+	rev   string // the revision of its notifyRevision marker, if it has one
 }
 
 // batchPool keeps free batches for reuse: up to keptBatches, of at most maxPooledNotes
@@ -312,6 +329,7 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 		syncing: false,
 	}
 	l.reg.l = l
+	l.revs, _ = h.(RevisionHandler)
 	if opts.MeasureLatency {
 		l.latency = histogram.New(histogram.DurationBuckets...)
 		l.clk = clk
@@ -433,6 +451,9 @@ func (l *listener[K, V]) coalesceLocked(n notification[K, V]) {
 		l.order = append(l.order, overflowSlot[K]{marker: true})
 		return
 	}
+	if n.kind == notifyRevision {
+		return // the overflow reorders: what it holds is no exact state
+	}
 	if l.overflow == nil {
 		l.overflow = make(map[K]*coalesced[K, V])
 	}
@@ -520,10 +541,10 @@ func (l *listener[K, V]) run() {
 			sg := &segs[i]
 			for j := sg.lo; j < sg.hi && !l.stopped.Load(); j++ {
 				n := &sg.b.notes[j]
-				if l.latency != nil && n.kind != notifySynced {
+				if l.latency != nil && n.kind < notifySynced {
 					l.latency.ObserveDuration(l.clk.Now().Sub(sg.at))
 				}
-				l.deliver(n)
+				l.deliver(n, sg.b.rev)
 				l.inFlight.Add(-1)
 			}
 			sg.b.release() // a no-op for drained, which has no pool
@@ -565,7 +586,7 @@ func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notific
 
 // deliver calls the handler; a panic is recovered, counted and reported, and the
 // notification is skipped (by choice: the process survives).
-func (l *listener[K, V]) deliver(n *notification[K, V]) {
+func (l *listener[K, V]) deliver(n *notification[K, V], rev string) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.panics.Add(1)
@@ -588,6 +609,8 @@ func (l *listener[K, V]) deliver(n *notification[K, V]) {
 		if !l.synced.Swap(true) {
 			close(l.syncedCh)
 		}
+	case notifyRevision:
+		l.revs.OnRevision(rev)
 	}
 }
 
@@ -648,7 +671,7 @@ func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, on
 // the new handler up to date (the cache as it is now, and the synced marker if it synced);
 // it is called under the lock, between two batches. add fails with ErrStopped once the
 // processor stopped.
-func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() []notification[K, V]) (*Registration, error) {
+func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() ([]notification[K, V], string)) (*Registration, error) {
 	l := newListener[K, V](h, opts, p.clock, p.onPanic)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -664,7 +687,10 @@ func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() [
 	p.publishLocked()
 	if p.started {
 		p.startLocked(l)
-		l.enqueue(newNoteBatch(replay()), true)
+		notes, rev := replay()
+		b := newNoteBatch(notes)
+		b.rev = rev
+		l.enqueue(b, true)
 	}
 	return l.reg, nil
 }
@@ -790,6 +816,23 @@ func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notific
 	for i, l := range blocking {
 		l.waitForRoom(&p.aborting)
 		blocking[i] = nil
+	}
+}
+
+// markRevisionLocked queues a RevisionHandler marker for rev to the listeners whose
+// handler wants one: everything queued before it makes the state at rev. Called with the
+// lock held, after a batch's notifications are queued.
+func (p *processor[K, V]) markRevisionLocked(rev string) {
+	var b *noteBatch[K, V]
+	for _, l := range p.listeners {
+		if l.revs == nil {
+			continue
+		}
+		if b == nil {
+			b = newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
+			b.rev = rev
+		}
+		l.enqueue(b, false)
 	}
 }
 

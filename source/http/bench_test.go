@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -138,10 +139,23 @@ func BenchmarkDecode(b *testing.B) {
 // watchers) and the allocations per change and per delivery of the whole process while the
 // changes flow: the server's, since the objects are made beforehand and the watchers'
 // readers allocate nothing per line.
+//
+// With an ordered upstream ("upstream revisions") each change is its own batch: the
+// server logs it at the revision its informer reached (OnRevision), the most a batch can
+// cost per change; with an unordered one ("own numbering") it logs it at once.
 func BenchmarkServerFanout(b *testing.B) {
+	b.Run("upstream revisions", func(b *testing.B) { benchmarkServerFanout(b, true) })
+	b.Run("own numbering", func(b *testing.B) { benchmarkServerFanout(b, false) })
+}
+
+func benchmarkServerFanout(b *testing.B, ordered bool) {
 	const changes, watchers = 100_000, 100
 	src := memory.New(objName, memory.Options{})
-	inf, err := informer.New(src, informer.Options[string, *obj]{Key: objKey})
+	var lw informer.ListerWatcher[*obj] = src
+	if !ordered {
+		lw = unordered{src}
+	}
+	inf, err := informer.New(lw, informer.Options[string, *obj]{Key: objKey})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -203,8 +217,11 @@ func BenchmarkServerFanout(b *testing.B) {
 		before := ms.Mallocs
 		b.StartTimer()
 		start := time.Now()
-		for _, o := range objs {
+		for c, o := range objs {
 			srv.mirror.put(o)
+			if ordered {
+				srv.mirror.OnRevision(strconv.Itoa(1 + i*changes + c))
+			}
 		}
 		done.Wait()
 		total += time.Since(start)

@@ -58,10 +58,18 @@ import (
 // returns ctx.Err()). The informer waits too, but this keeps the promise even for callers
 // that retry at once.
 //
+// A Server of this package over an ordered upstream sends the changes of one revision as
+// a batch (see Server); a watch delivers a batch only once it has all of it, every event
+// at the batch's revision, and drops a batch the stream ends inside.
+//
+// With ClientOptions.FailoverURLs the Client talks to one of several replicas at a time
+// and moves to the next after a failure another replica may not have; URL reports where
+// the next request goes.
+//
 // A Client does not compare revisions; see Ordered.
 type Client[V any] struct {
-	base          url.URL
-	query         url.Values
+	targets       []target // the base URL, then ClientOptions.FailoverURLs
+	current       atomic.Int32
 	hc            *http.Client
 	prepare       func(*http.Request) error
 	listRequest   func(*Request, informer.ListOptions) error
@@ -89,7 +97,31 @@ type Client[V any] struct {
 	sinks        atomic.Pointer[[]func(error)] // the informers' error sinks (ReportErrorsTo)
 
 	mu        sync.Mutex
-	notBefore time.Time // no request before this time: the server asked to wait (Retry-After)
+	notBefore []time.Time // per target, no request before this time: the server asked to wait (Retry-After)
+}
+
+// target is one of a Client's URLs: the URL without its query, and the query kept on
+// every request.
+type target struct {
+	base  url.URL
+	query url.Values
+}
+
+// parseTarget checks and splits a base URL.
+func parseTarget(baseURL string) (target, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return target{}, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return target{}, fmt.Errorf("%q is not an http or https URL", baseURL)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return target{}, fmt.Errorf("query of %q: %w", baseURL, err)
+	}
+	u.RawQuery, u.Fragment = "", ""
+	return target{base: *u, query: q}, nil
 }
 
 var (
@@ -100,28 +132,26 @@ var (
 
 // NewClient returns a client of the collection at baseURL (http or https).
 func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("httpsource: NewClient: %w", err)
+	targets := make([]target, 0, 1+len(opts.FailoverURLs))
+	for _, s := range append([]string{baseURL}, opts.FailoverURLs...) {
+		t, err := parseTarget(s)
+		if err != nil {
+			return nil, fmt.Errorf("httpsource: NewClient: %w", err)
+		}
+		targets = append(targets, t)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("httpsource: NewClient: %q is not an http or https URL", baseURL)
-	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("httpsource: NewClient: query of %q: %w", baseURL, err)
-	}
-	u.RawQuery, u.Fragment = "", ""
-	if err := filterQuery(q, opts.Filter); err != nil {
-		return nil, err
+	for i := range targets {
+		if err := filterQuery(targets[i].query, opts.Filter); err != nil {
+			return nil, err
+		}
 	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	c := &Client[V]{
-		base:          *u,
-		query:         q,
+		targets:       targets,
+		notBefore:     make([]time.Time, len(targets)),
 		hc:            sameOriginClient(hc),
 		prepare:       opts.PrepareRequest,
 		listRequest:   opts.ListRequest,
@@ -303,7 +333,7 @@ func (c *Client[V]) StreamingList() bool { return c.stream }
 // change of it reaches the cache as any change does: its next watch event (an Added, since
 // the cache does not hold it) or the next list that decodes it.
 func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
-	q := c.params()
+	at, q := c.params()
 	if opts.Limit > 0 {
 		q.Set(paramLimit, strconv.FormatInt(opts.Limit, 10))
 	}
@@ -317,7 +347,7 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	default:
 		q.Set(paramResourceVersion, "0")
 	}
-	req := c.request(q, c.codec.ContentType())
+	req := c.request(at, q, c.codec.ContentType())
 	if c.listRequest != nil {
 		if err := c.listRequest(req, opts); err != nil {
 			return informer.List[V]{}, fmt.Errorf("httpsource: ListRequest: %w", err)
@@ -442,7 +472,7 @@ func (c *Client[V]) listTimeoutError(req *Request) error {
 // done; ErrWatchStopped after Stop. Stop and a cancelled ctx make a blocked Next return at
 // once: the request is cancelled and the connection closed.
 func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
-	q := c.params()
+	at, q := c.params()
 	q.Set(paramWatch, "1")
 	if opts.Revision != "" {
 		q.Set(paramResourceVersion, opts.Revision)
@@ -461,7 +491,7 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		q.Set(paramRVMatch, rvMatchNotOlderThan)
 		q.Set(paramAllowBookmarks, "true")
 	}
-	req := c.request(q, c.framing.Accept(c.codec.ContentType()))
+	req := c.request(at, q, c.framing.Accept(c.codec.ContentType()))
 	if c.watchRequest != nil {
 		if err := c.watchRequest(req, opts); err != nil {
 			return nil, fmt.Errorf("httpsource: WatchRequest: %w", err)
@@ -474,7 +504,7 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		return nil, err
 	}
 	w := c.newWatch(ctx, cancel, resp.Body)
-	w.opts, w.what = opts, req.Method+" "+redact(req.URL)
+	w.opts, w.what, w.target = opts, req.Method+" "+redact(req.URL), req.target
 	if w.frame != nil {
 		w.frame.Options = opts
 	}
@@ -523,22 +553,44 @@ func isJSONStream(mt string) bool {
 	return false
 }
 
-// params returns a copy of the base URL's query.
-func (c *Client[V]) params() url.Values {
-	q := make(url.Values, len(c.query)+6)
-	for k, v := range c.query {
+// params returns the target the next request goes to (see ClientOptions.FailoverURLs)
+// and a copy of its URL's query.
+func (c *Client[V]) params() (int, url.Values) {
+	at := int(c.current.Load())
+	query := c.targets[at].query
+	q := make(url.Values, len(query)+6)
+	for k, v := range query {
 		q[k] = v
 	}
-	return q
+	return at, q
 }
 
-// request returns the default request: GET of the base URL with the query.
-func (c *Client[V]) request(q url.Values, accept string) *Request {
-	u := c.base
+// request returns the default request: GET of the target's URL with the query.
+func (c *Client[V]) request(at int, q url.Values, accept string) *Request {
+	u := c.targets[at].base
 	u.RawQuery = q.Encode()
 	h := make(http.Header, 2)
 	h.Set("Accept", accept)
-	return &Request{Method: http.MethodGet, URL: &u, Header: h}
+	return &Request{Method: http.MethodGet, URL: &u, Header: h, target: at}
+}
+
+// failover moves the next requests from target at to the next one, in order, wrapping
+// around, after a failure that another replica may not have: a refused or broken
+// connection, a timeout, a 5xx answer. A Client with one URL stays where it is.
+func (c *Client[V]) failover(at int, err error) {
+	if len(c.targets) < 2 || !errors.Is(err, informer.ErrRetryable) || errors.Is(err, informer.ErrTooManyRequests) {
+		return
+	}
+	c.current.CompareAndSwap(int32(at), int32((at+1)%len(c.targets)))
+}
+
+// URL returns the base URL the next request goes to: the one given to NewClient, or,
+// after a failover, one of ClientOptions.FailoverURLs.
+func (c *Client[V]) URL() string {
+	t := c.targets[c.current.Load()]
+	u := t.base
+	u.RawQuery = t.query.Encode()
+	return redact(&u)
 }
 
 // redact returns a URL for an error message, without its user information.
@@ -557,9 +609,18 @@ func redact(u *url.URL) string {
 // do sends a request and returns a 200 response whose Content-Type is acceptable, or a
 // classified error. The response headers must arrive within the header timeout.
 func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) {
-	if err := c.waitRetryAfter(ctx); err != nil {
+	if err := c.waitRetryAfter(ctx, r.target); err != nil {
 		return nil, err
 	}
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		c.failover(r.target, err)
+	}
+	return resp, err
+}
+
+// send sends a request; see do.
+func (c *Client[V]) send(ctx context.Context, r *Request) (*http.Response, error) {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -607,7 +668,7 @@ func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) 
 	if resp.StatusCode != http.StatusOK {
 		err := c.statusError(resp, what)
 		resp.Body.Close()
-		c.noteRetryAfter(err)
+		c.noteRetryAfter(r.target, err)
 		return nil, err
 	}
 	if accept := req.Header.Get("Accept"); !acceptable(resp.Header.Get("Content-Type"), accept) {
@@ -646,24 +707,25 @@ func (c *Client[V]) applyClass(se *StatusError) {
 	}
 }
 
-// noteRetryAfter records the delay an error carries, if any: no request before it passes.
-func (c *Client[V]) noteRetryAfter(err error) {
+// noteRetryAfter records the delay an error of target at carries, if any: no request to
+// it before the delay passes.
+func (c *Client[V]) noteRetryAfter(at int, err error) {
 	d, ok := informer.RetryAfterOf(err)
 	if !ok || d <= 0 {
 		return
 	}
 	t := time.Now().Add(min(d, c.maxRetryAfter))
 	c.mu.Lock()
-	if t.After(c.notBefore) {
-		c.notBefore = t
+	if t.After(c.notBefore[at]) {
+		c.notBefore[at] = t
 	}
 	c.mu.Unlock()
 }
 
-// waitRetryAfter waits until the server's last Retry-After delay has passed.
-func (c *Client[V]) waitRetryAfter(ctx context.Context) error {
+// waitRetryAfter waits until the last Retry-After delay of target at has passed.
+func (c *Client[V]) waitRetryAfter(ctx context.Context, at int) error {
 	c.mu.Lock()
-	d := time.Until(c.notBefore)
+	d := time.Until(c.notBefore[at])
 	c.mu.Unlock()
 	if d <= 0 {
 		return nil
@@ -724,9 +786,37 @@ type OrderedClient[V any] struct {
 // ordered integers: with any other server the informer would reject every event.
 func (c *Client[V]) Ordered() OrderedClient[V] { return OrderedClient[V]{c} }
 
-// CompareRevisions implements informer.RevisionComparer with CompareIntegerRevisions.
+// CompareRevisions implements informer.RevisionComparer. It compares decimal integers with
+// CompareIntegerRevisions (the upstream's revisions, which a Server over an ordered source
+// serves), and revisions of a Server's own numbering, <tag>.<n>, of one tag by n. A
+// revision of one numbering compared with one of another (an upstream's with a server's
+// own, or two servers' own) is an error: Informer.WaitForRevision refuses it rather than
+// take it as reached.
 func (OrderedClient[V]) CompareRevisions(a, b string) (int, error) {
-	return CompareIntegerRevisions(a, b)
+	ta, na, oka := cutOwnRevision(a)
+	tb, nb, okb := cutOwnRevision(b)
+	switch {
+	case !oka && !okb:
+		return CompareIntegerRevisions(a, b)
+	case oka && okb && ta == tb:
+		return CompareIntegerRevisions(na, nb)
+	case oka && okb:
+		return 0, fmt.Errorf("httpsource: revisions %q and %q are of two numberings (two instances of a Server that numbers its changes itself)", a, b)
+	}
+	own, other := a, b
+	if okb {
+		own, other = b, a
+	}
+	return 0, fmt.Errorf("httpsource: revision %q is of another numbering than %q, which a Server numbered itself (its upstream's revisions are not ordered, so the server cannot serve them): wait for a revision the server sent", other, own)
+}
+
+// cutOwnRevision splits a revision of a Server's own numbering, <tag>.<n>.
+func cutOwnRevision(s string) (tag, n string, ok bool) {
+	if !isOwnRevision(s) {
+		return "", "", false
+	}
+	tag, n, _ = strings.Cut(s, ".")
+	return tag, n, true
 }
 
 // CompareIntegerRevisions compares two revisions written as non-negative decimal integers

@@ -152,6 +152,16 @@ type ClientOptions[V any] struct {
 	// MaxRetryAfter caps the delay of a server's Retry-After header or retryAfterSeconds;
 	// 0 means DefaultMaxRetryAfter (5 minutes). A longer delay is cut to it.
 	MaxRetryAfter time.Duration
+	// FailoverURLs are more URLs of the same collection with the same revisions: replicas
+	// of a Server over informers of one ordered source (see Server). The Client sends its
+	// requests to the URL given to NewClient until one fails with an error another
+	// replica may not have — a refused or broken connection (a watch cut included), a
+	// timeout, a 5xx answer such as a replica's 503 while it catches up — then to the
+	// next URL, in order, wrapping around; it stays on a URL while it answers. The
+	// informer then watches again from its revision at the next replica, without a
+	// relist when the revision is within that replica's history. A Retry-After delay
+	// holds back requests to the URL that gave it only. Nil: one URL.
+	FailoverURLs []string
 }
 
 // Request is a request a Client is about to send, as ClientOptions.ListRequest and
@@ -171,6 +181,8 @@ type Request struct {
 	// and can send it again (http.Request.GetBody), so a same-origin 307 or 308 redirect
 	// works.
 	Body []byte
+
+	target int // the index of the Client's URL the request was made for
 }
 
 // Frame is one watch frame being decoded by ClientOptions.DecodeFrame, and the events

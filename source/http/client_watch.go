@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,12 +27,16 @@ type watch[V any] struct {
 	items   itemDecoder[V]
 	opts    informer.WatchOptions
 	what    string // method and URL, for errors
+	target  int    // the Client's URL it was sent to
 	stopped atomic.Bool
 	release sync.Once
 	err     error // once set, Next returns it; Next's goroutine only
 
 	frame *Frame[V] // with ClientOptions.DecodeFrame: the frame being delivered
 	pos   int       // the next of frame.events to deliver
+
+	held  []informer.Event[V] // the events of a batch whose last event has not come yet
+	ready []informer.Event[V] // the events of a complete batch, to deliver
 
 	timer   *time.Timer   // ends a watch the server does not end (nil in benchmarks)
 	limit   time.Duration // the timer's duration
@@ -46,22 +51,61 @@ func (w *watch[V]) expire() {
 }
 
 // Next implements informer.Watch; see Client.Watch.
+//
+// A Server over an ordered upstream sends the changes of one upstream revision as a
+// batch whose events but the last carry the revision with a '~' after it: Next holds
+// them until the last one has come, then delivers the batch, every event at the batch's
+// revision, so that the informer never holds part of a batch under its revision. A batch
+// the stream ends inside is dropped: the informer watches again from the revision before
+// it. A bookmark inside a batch is dropped.
 func (w *watch[V]) Next() (informer.Event[V], error) {
-	if w.err != nil {
-		return informer.Event[V]{}, w.err
+	for {
+		if len(w.ready) > 0 {
+			ev := w.ready[0]
+			w.ready[0] = informer.Event[V]{}
+			w.ready = w.ready[1:]
+			return ev, nil
+		}
+		if w.err != nil {
+			return informer.Event[V]{}, w.err
+		}
+		var ev informer.Event[V]
+		var err error
+		if w.frame != nil {
+			ev, err = w.nextCustom()
+		} else {
+			ev, err = w.next()
+		}
+		if err != nil {
+			clear(w.held)
+			w.held = w.held[:0]
+			w.err = err
+			w.close()
+			if isRetryableBreak(err) {
+				w.c.failover(w.target, err)
+			}
+			return ev, err
+		}
+		rev, partial := strings.CutSuffix(ev.Revision, string(partialMark))
+		switch {
+		case partial && ev.Type == informer.Bookmark:
+			continue
+		case partial:
+			ev.Revision = rev
+			w.held = append(w.held, ev)
+			continue
+		case len(w.held) == 0:
+			return ev, nil
+		}
+		w.ready = append(w.held, ev)
+		w.held = nil
 	}
-	var ev informer.Event[V]
-	var err error
-	if w.frame != nil {
-		ev, err = w.nextCustom()
-	} else {
-		ev, err = w.next()
-	}
-	if err != nil {
-		w.err = err
-		w.close()
-	}
-	return ev, err
+}
+
+// isRetryableBreak reports whether a watch ended with a failure another replica may not
+// have (a broken connection, a 5xx ERROR event), not a clean end or the caller's stop.
+func isRetryableBreak(err error) bool {
+	return err != io.EOF && !errors.Is(err, ErrWatchStopped) && !errors.Is(err, context.Canceled) && errors.Is(err, informer.ErrRetryable)
 }
 
 // readFrame reads the next frame and restarts an idle timer.
@@ -184,7 +228,7 @@ func (w *watch[V]) streamError(se *StatusError) error {
 		se.Request = w.what
 		w.c.applyClass(se)
 	}
-	w.c.noteRetryAfter(err)
+	w.c.noteRetryAfter(w.target, err)
 	return err
 }
 

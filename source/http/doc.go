@@ -28,11 +28,23 @@
 // sendInitialEvents=true for a streaming list (the current state as ADDED events, then a
 // BOOKMARK annotated k8s.io/initial-events-end).
 //
+// # Revisions
+//
+// A Handler passes its source's revisions through. A Server over an informer whose source
+// has ordered revisions serves the upstream's revisions too, so that
+// Informer.WaitForRevision on a client gives read-your-writes for writes to the upstream
+// and replicas of the Server are interchangeable (ClientOptions.FailoverURLs): a client
+// resumes at another replica without a relist. Such a Server sends the changes of one
+// upstream revision as a batch whose events but the last carry the revision followed by
+// '~' ("42~", "42~", "42"); a Client delivers a batch only once it is whole. Over an
+// unordered source a Server numbers its changes itself, "<tag>.<n>", and a Client refuses
+// to compare such a revision with one of another numbering. See Server.
+//
 // Failures are answered with a Status body and a status code that says what to do:
 //
 //	410 Gone              the revision or continue token expired: list again
 //	429 Too Many Requests too many watchers or lists (in all, or of this client): wait Retry-After, then retry (a watch from the same revision, no relist)
-//	503, other 5xx        transient: back off, watch again from the same revision
+//	503, other 5xx        transient: back off, watch again from the same revision (a Server replica behind the revision asked for answers 503 after ServerOptions.CatchUpWait)
 //	400, 401, 403, 404    the request is wrong or refused: reported, backed off, relisted
 //
 // Client sorts these (and connection failures and timeouts) into the informer's error

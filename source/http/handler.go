@@ -27,6 +27,11 @@ type HandlerOptions[V any] struct {
 // watcher. To serve many watchers from one upstream watch, put an informer in front and
 // use Server.
 //
+// Revisions are the source's own, passed through in both directions: a Handler over an
+// ordered source (source/etcd, source/memory) serves revisions that a client's
+// WaitForRevision can use for read-your-writes, and two Handlers over one source serve the
+// same revisions. Every event stands alone (no batches, no '~').
+//
 // A source error is answered by its class: informer.ErrExpired → 410,
 // informer.ErrTooManyRequests → 429, other informer.ErrRetryable → 503,
 // informer.ErrNotSupported → 400, anything else → 500. A list with resourceVersion=0 asks

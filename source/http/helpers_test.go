@@ -154,7 +154,9 @@ type upstream struct {
 func newUpstream(t testing.TB, mopts memory.Options) *upstream {
 	t.Helper()
 	u := &upstream{src: memory.New(objName, mopts), rec: newRecorder()}
-	inf, err := informer.New(u.src, informer.Options[string, *obj]{
+	// Unordered: a Server over it numbers its changes itself, one revision per change.
+	// Servers of an ordered upstream are tested in fanout_revisions_test.go.
+	inf, err := informer.New[string, *obj](unordered{u.src}, informer.Options[string, *obj]{
 		Key: objKey, Name: "upstream", Backoff: testBackoff, ErrorHandler: u.rec.onError,
 	})
 	if err != nil {
@@ -339,9 +341,9 @@ func body(t testing.TB, resp *http.Response) string {
 	return string(b)
 }
 
-// rev returns the wire revision of a log revision of s.
+// rev returns the wire revision of a log revision of s, a server of its own numbering.
 func rev(s *Server[string, *obj], logRev int64) string {
-	return fmt.Sprint(s.revs.base + logRev)
+	return fmt.Sprintf("%s.%d", s.revs.tag, logRev)
 }
 
 // eventually polls cond until it holds, failing the test after waitTimeout: for state that

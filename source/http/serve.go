@@ -205,6 +205,10 @@ type core[V any] struct {
 	plainIsBad bool
 	// filters serves filtered lists and watches (a Server's filter indexes); nil: none.
 	filters filterer[V]
+	// await, when set, is called with the resourceVersion of a watch or a list (not ""
+	// or "0") before it is served: it waits, bounded, until the source has reached it
+	// (a Server replica behind its client), or returns an error for answerRequestError.
+	await func(ctx context.Context, rev string) error
 
 	authorize         func(*http.Request) (string, error)
 	challenge         string
@@ -613,6 +617,14 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 	defer done()
 	var pg page[V]
 	var err error
+	if c.await != nil && req.cont == "" && req.rv != "" && req.rv != "0" {
+		if err := c.await(ctx, req.rv); err != nil {
+			if r.Context().Err() == nil {
+				c.answerRequestError(w, err)
+			}
+			return
+		}
+	}
 	if c.list != nil {
 		pg, err = c.list(client, req)
 	} else {
@@ -738,10 +750,18 @@ func (e *requestError) Error() string { return e.err.Error() }
 func (e *requestError) Unwrap() error { return e.err }
 
 // answerRequestError answers an error from translating a revision or token: ErrExpired
-// → 410, anything else → 400.
+// → 410, ErrUnavailable (a revision not reached yet) → 503 with a Retry-After, the server
+// shutting down → 503, anything else → 400.
 func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
-	if errors.Is(err, informer.ErrExpired) {
+	switch {
+	case errors.Is(err, informer.ErrExpired):
 		writeStatus(w, &StatusError{Code: http.StatusGone, Reason: "Expired", Message: err.Error()}, 0)
+		return
+	case errors.Is(err, informer.ErrUnavailable):
+		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: err.Error()}, c.retryAfter)
+		return
+	case errors.Is(err, context.Canceled) && c.stopCtx.Err() != nil:
+		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
 		return
 	}
 	c.stats.BadRequests.Add(1)
@@ -769,6 +789,14 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		}
 	default:
 		var err error
+		if c.await != nil {
+			if err := c.await(ctx, req.rv); err != nil {
+				if r.Context().Err() == nil {
+					c.answerRequestError(w, err)
+				}
+				return
+			}
+		}
 		if opts.Revision, err = c.revs.watchRevision(req.rv); err != nil {
 			c.answerRequestError(w, err)
 			return

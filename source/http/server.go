@@ -102,6 +102,12 @@ type ServerOptions[V any] struct {
 	// reported, counted (Stats.IndexErrors), and the object leaves that index's filters
 	// until a change indexes it. Nil means none: a filtered request is answered 400.
 	Filters map[string]informer.IndexFunc[V]
+	// CatchUpWait is how long a request for a revision the server has not reached yet
+	// waits for it (a client that comes from a replica further ahead; see Server) before
+	// it is answered 503 with a Retry-After, which a Client takes as a cue to retry, here
+	// or at its next URL, without a relist. It applies when the informer's source has
+	// ordered revisions. 0 means DefaultCatchUpWait; negative means no wait.
+	CatchUpWait time.Duration
 }
 
 // Server serves an informer's collection over HTTP in the protocol Client speaks (the
@@ -119,11 +125,40 @@ type ServerOptions[V any] struct {
 // HistoryBytes) and the snapshots of paged lists in progress (PagedLists). Encoding is
 // done once per change, not once per watcher.
 //
-// Revisions are the server's own: decimal integers starting at the Unix time in
-// nanoseconds when the server was created and growing by one per change, so that they are
-// ordered (use Client.Ordered) and a revision from an earlier instance of the server is
-// older than every revision of a later one, and answered 410. Two servers running at once
-// have unrelated revisions: a client must keep talking to one of them.
+// Revisions. When the informer's source has ordered revisions (it implements
+// informer.RevisionComparer, as source/memory and source/etcd do), the Server serves the
+// upstream's own revisions, end to end: a list is the informer's cache at the revision it
+// has reached; a watch resumes from any upstream revision within the server's history (a
+// revision older than the history is answered 410); bookmarks carry the upstream
+// revision the cache has reached, and move when the upstream's does without a change
+// here. So a client informer's WaitForRevision(rev) for the revision of a write to the
+// upstream means what it says, and replicas — Servers over informers of the same upstream
+// — are interchangeable: a client that loses its server resumes its watch at another
+// (ClientOptions.FailoverURLs, or a load balancer in front of them) with no relist. A
+// replica that has not yet reached the revision a request asks for (a client that comes
+// from a replica further ahead) waits for it up to CatchUpWait (DefaultCatchUpWait,
+// 5 s), then answers 503 with a Retry-After: a retry, here or at another replica, never a
+// 410 that would force a relist.
+//
+// The informer tells its handlers which revision their notifications add up to only
+// when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):
+// the Server holds changes back until then and logs them as one batch at that revision,
+// at most one change per key. Every event of a batch carries the batch's revision; all
+// but the last carry it with a '~' after it, and a Client applies a batch only once it
+// has its last event, so that a client never holds half a batch under the batch's
+// revision. A client resuming from a revision that falls inside a batch of this replica
+// (a batch of another replica ended there) is sent that whole batch: each of its keys is
+// brought to a state at least as new as the client's. While the informer's queue never
+// drains (a backlog of more than informer.Options.MaxBatch keys) or the server's handler
+// queue overflows, changes wait for the next exact revision.
+//
+// When the source's revisions are not ordered, the Server numbers its changes itself,
+// one revision per change: <tag>.<n>, tag its start time in base 36. A client's
+// OrderedClient compares two revisions of one tag, and refuses with an error a revision of
+// another numbering (the upstream's, another instance's): WaitForRevision with the
+// upstream's revision fails rather than return at once. A revision of another numbering
+// is answered 410 for a watch (the client lists again); two such Servers are not
+// interchangeable.
 //
 // A Server answers 503 until its handler has received the informer's initial state. It
 // keeps serving its last state if the informer stops. A Delete event carries the last
@@ -133,9 +168,11 @@ type Server[K cmp.Ordered, V any] struct {
 	src    *memory.Source[K, *record[K]]
 	inf    *informer.Informer[K, V]
 	reg    *informer.Registration
-	revs   *offsetRevisions
+	revs   *offsetRevisions   // own numbering: the informer's source is not ordered
+	up     *upstreamRevisions // the upstream's revisions: the informer's source is ordered
 	mirror *mirror[K, V]
 	pins   pinTable[K]
+	synced chan struct{}
 }
 
 // record is what the server's log holds for an object: its key and its encoded form.
@@ -182,6 +219,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
 	}
 	base := time.Now().UnixNano()
+	tag := strconv.FormatInt(base, 36)
 	s := &Server[K, V]{
 		inf: inf,
 		src: memory.New(func(r *record[K]) K { return r.key }, memory.Options{
@@ -190,10 +228,20 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 			StreamingList:    true,
 			HistoryLimit:     history,
 		}),
-		revs: &offsetRevisions{base: base, tag: strconv.FormatInt(base, 36)},
+		synced: make(chan struct{}),
+	}
+	var head atomic.Int64
+	if order := inf.RevisionComparer(); order != nil {
+		s.up = newUpstreamRevisions(order, tag, &head)
+		s.core.revs = s.up
+		catchUp := cmp.Or(opts.CatchUpWait, DefaultCatchUpWait)
+		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
+	} else {
+		s.revs = &offsetRevisions{tag: tag, head: &head}
+		s.core.revs = s.revs
 	}
 	s.mirror = &mirror[K, V]{
-		src: s.src, key: key, encode: encode, head: &s.revs.head,
+		src: s.src, key: key, encode: encode, head: &head, up: s.up,
 		tree:      btree.NewG(32, func(a, b *record[K]) bool { return cmp.Less(a.key, b.key) }),
 		maxObject: maxObject, historyBytes: historyBytes,
 		report: func(err error) { s.core.report(err) },
@@ -210,8 +258,10 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	}
 	s.core.list = s.list
 	s.core.lw = s.src
+	if s.up != nil {
+		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
+	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
-	s.core.revs = s.revs
 	s.core.replayOnEmpty = true
 	s.core.plainIsBad = true
 	s.core.init(opts.ServeOptions)
@@ -224,8 +274,27 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		return nil, fmt.Errorf("httpsource: NewServer: %w", err)
 	}
 	s.reg = reg
-	s.core.ready = reg.HasSynced
+	s.core.ready = s.HasSynced
+	go s.waitSynced()
 	return s, nil
+}
+
+// waitSynced closes s.synced once the server serves: its handler has the informer's
+// initial state and, for an ordered upstream, the revision of a state it holds.
+func (s *Server[K, V]) waitSynced() {
+	select {
+	case <-s.reg.Synced():
+	case <-s.core.stopCtx.Done():
+		return
+	}
+	if s.up != nil {
+		select {
+		case <-s.up.ready:
+		case <-s.core.stopCtx.Done():
+			return
+		}
+	}
+	close(s.synced)
 }
 
 // ServeHTTP implements http.Handler. Mount it at the collection's URL; it answers GET
@@ -249,36 +318,67 @@ func (s *Server[K, V]) Shutdown(ctx context.Context) error {
 // Stats returns the server's counters.
 func (s *Server[K, V]) Stats() *Stats { return &s.core.stats }
 
-// Revision returns the revision of the newest change the server holds (its value before
-// any change is the server's base revision).
+// Revision returns the revision of the state the server serves: the upstream's revision
+// its informer's cache has reached, for an ordered upstream ("" before the first);
+// otherwise the server's own revision of its newest change, <tag>.<n>.
 func (s *Server[K, V]) Revision() string {
-	return strconv.FormatInt(s.revs.base+s.revs.head.Load(), 10)
+	if s.up != nil {
+		return s.up.newest()
+	}
+	return s.wire(s.mirror.head.Load())
 }
 
 // HasSynced reports whether the server holds the informer's initial state and serves.
-func (s *Server[K, V]) HasSynced() bool { return s.reg.HasSynced() }
+func (s *Server[K, V]) HasSynced() bool {
+	select {
+	case <-s.synced:
+		return true
+	default:
+		return false
+	}
+}
 
 // Synced returns a channel closed once HasSynced is true.
-func (s *Server[K, V]) Synced() <-chan struct{} { return s.reg.Synced() }
+func (s *Server[K, V]) Synced() <-chan struct{} { return s.synced }
 
 // mirror is the informer handler that copies changes into the server's log and its
-// state tree (which lists read from).
+// state tree (which lists read from). With an ordered upstream (up set) it holds the
+// changes back until the informer says which revision they add up to (OnRevision), and
+// then logs them as one batch: the tree and the log are always exactly the upstream's
+// state at a revision.
 type mirror[K cmp.Ordered, V any] struct {
 	src          *memory.Source[K, *record[K]]
 	key          informer.KeyFunc[K, V]
 	encode       func(V) ([]byte, error)
 	head         *atomic.Int64 // the log revision of the newest change
+	up           *upstreamRevisions
 	maxObject    int
 	historyBytes int64
 	report       func(error)
 	stats        *Stats
 	filters      *filterHub[K, V] // nil without ServerOptions.Filters
 
-	mu    sync.Mutex                // the tree and head change together; lists clone both
-	tree  *btree.BTreeG[*record[K]] // the served state, by key
-	log   []logged                  // size of each change in the history, oldest first from first
-	first int                       // log[:first] is dropped
-	held  int64                     // sum of the sizes kept
+	mu        sync.Mutex                // the tree and head change together; lists clone both
+	tree      *btree.BTreeG[*record[K]] // the served state, by key
+	log       []logged                  // size of each change in the history, oldest first from first
+	first     int                       // log[:first] is dropped
+	held      int64                     // sum of the sizes kept
+	pending   []pendingChange[K]        // changes held back until the next revision (up set), one per key
+	ops       []logOp[K]                // OnRevision's buffer
+	pendingAt map[K]int                 // the index of a key's change in pending
+}
+
+// logOp is one change OnRevision logs.
+type logOp[K any] struct {
+	r      *record[K]
+	delete bool
+}
+
+// pendingChange is a change held back until the informer reaches a revision.
+type pendingChange[K any] struct {
+	key     K
+	json    []byte // the new state; for a delete, the state put earlier in the batch, if any
+	deleted bool
 }
 
 // logged is the size of one change kept in the history.
@@ -293,6 +393,72 @@ const recordOverhead = 128
 func (m *mirror[K, V]) OnAdd(obj V, _ bool)    { m.put(obj) }
 func (m *mirror[K, V]) OnUpdate(_, obj V)      { m.put(obj) }
 func (m *mirror[K, V]) OnDelete(obj V, _ bool) { m.delete(obj) }
+
+// OnRevision implements informer.RevisionHandler: the changes held back make the
+// upstream's state at rev; they are logged as one batch whose bound is rev.
+func (m *mirror[K, V]) OnRevision(rev string) {
+	if m.up == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ops := m.ops[:0]
+	for _, c := range m.pending {
+		old, present := m.tree.Get(&record[K]{key: c.key})
+		switch {
+		case !c.deleted && present && bytes.Equal(old.json, c.json):
+		case !c.deleted:
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}})
+		case present:
+			ops = append(ops, logOp[K]{r: old, delete: true})
+		case c.json != nil:
+			// Created and deleted within the batch: a client at a revision inside it
+			// may hold the object, so the batch says it went away.
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}}, logOp[K]{r: &record[K]{key: c.key, json: c.json}, delete: true})
+		}
+	}
+	clear(m.pending)
+	m.pending = m.pending[:0]
+	clear(m.pendingAt)
+	defer func() { clear(ops); m.ops = ops[:0] }()
+	// The bound goes first, so that a watcher that reads the batch's changes finds it.
+	moved := m.up.reached(m.src.Revision()+int64(len(ops)), rev)
+	for _, o := range ops {
+		if o.delete {
+			m.tree.Delete(o.r)
+			if r, ok := m.src.Delete(o.r.key); ok {
+				m.logged(r, int64(len(o.r.json)))
+			}
+			continue
+		}
+		m.tree.ReplaceOrInsert(o.r)
+		m.logged(m.src.Put(o.r), int64(len(o.r.json)))
+	}
+	m.up.trim(m.src.CompactedRevision())
+	m.up.settled()
+	if moved && len(ops) == 0 {
+		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
+	}
+}
+
+// hold records a change until the next revision (ordered upstream), under mu.
+func (m *mirror[K, V]) hold(k K, b []byte, deleted bool) {
+	if m.pendingAt == nil {
+		m.pendingAt = make(map[K]int)
+	}
+	i, ok := m.pendingAt[k]
+	if !ok {
+		m.pendingAt[k] = len(m.pending)
+		m.pending = append(m.pending, pendingChange[K]{key: k, json: b, deleted: deleted})
+		return
+	}
+	c := &m.pending[i]
+	if deleted {
+		c.deleted = true // json keeps the state put earlier in the batch
+		return
+	}
+	c.json, c.deleted = b, false
+}
 
 // put logs obj unless its encoding is the one already served (a relist of the informer
 // re-delivers unchanged objects as updates; they are not passed on).
@@ -320,6 +486,10 @@ func (m *mirror[K, V]) put(obj V) {
 	vals := m.filters.values(k, obj)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.up != nil {
+		m.hold(k, b, false)
+		return
+	}
 	if old, ok := m.tree.Get(&record[K]{key: k}); ok && bytes.Equal(old.json, b) {
 		return
 	}
@@ -339,6 +509,10 @@ func (m *mirror[K, V]) delete(obj V) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.up != nil {
+		m.hold(k, nil, true)
+		return
+	}
 	old, ok := m.tree.Delete(&record[K]{key: k})
 	if !ok {
 		return
@@ -385,41 +559,65 @@ func (m *mirror[K, V]) snapshot() (*btree.BTreeG[*record[K]], int64) {
 	return m.tree.Clone(), m.head.Load()
 }
 
-// offsetRevisions maps the log's revisions (0, 1, 2, …) to the wire (base, base+1, …).
-type offsetRevisions struct {
-	base int64
-	tag  string       // base in base 36: the prefix of continue tokens
-	head atomic.Int64 // the log revision of the newest change
+// boundedWatches starts a watch with initial events (a streaming list) under the
+// mirror's lock, so that its initial state is one the log has a revision for, never one
+// in the middle of a batch being logged.
+type boundedWatches[K cmp.Ordered] struct {
+	*memory.Source[K, *record[K]]
+	mu *sync.Mutex
 }
 
-func (o *offsetRevisions) parse(wire string) (int64, error) {
-	n, err := strconv.ParseInt(wire, 10, 64)
-	if err != nil || !isCanonicalInteger(wire) {
-		return 0, fmt.Errorf("resourceVersion %q is not a revision of this server (a decimal integer)", wire)
+func (b boundedWatches[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	if opts.SendInitialEvents {
+		b.mu.Lock()
+		defer b.mu.Unlock()
 	}
-	return n, nil
+	return b.Source.Watch(ctx, opts)
+}
+
+// offsetRevisions is a Server's own numbering, for an upstream whose revisions are not
+// ordered: the log's revisions (0, 1, 2, …) are sent as <tag>.<n>, tag the server's start
+// time in base 36, so that a revision of another numbering — another instance's, or an
+// upstream's — is never taken for one of this server's.
+type offsetRevisions struct {
+	tag  string        // the server's start time in base 36
+	head *atomic.Int64 // the log revision of the newest change
+}
+
+// parse returns the log revision of a wire revision; foreign reports a revision of
+// another numbering.
+func (o *offsetRevisions) parse(wire string) (n int64, foreign bool, err error) {
+	tag, num, ok := strings.Cut(wire, ".")
+	switch {
+	case ok && tag == o.tag && isCanonicalInteger(num):
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", wire, o.tag)
+		}
+		return n, false, nil
+	case isOwnRevision(wire) || isCanonicalInteger(wire):
+		return 0, true, nil
+	}
+	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", wire, o.tag)
 }
 
 func (o *offsetRevisions) watchRevision(wire string) (string, error) {
-	n, err := o.parse(wire)
+	n, foreign, err := o.parse(wire)
 	if err != nil {
 		return "", err
 	}
-	if n < o.base {
-		return "", fmt.Errorf("resourceVersion %s is older than this server instance (its first revision is %d): %w", wire, o.base, informer.ErrExpired)
+	if foreign {
+		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", wire, o.tag, informer.ErrExpired)
 	}
-	return strconv.FormatInt(n-o.base, 10), nil
+	return strconv.FormatInt(n, 10), nil
 }
 
 func (o *offsetRevisions) listRevision(wire string) (string, error) {
-	n, err := o.parse(wire)
-	if err != nil {
-		return "", err
+	n, foreign, err := o.parse(wire)
+	if err != nil || foreign {
+		return "", err // another numbering: any state of this instance will do
 	}
-	if n < o.base {
-		return "", nil // any state of this instance is newer
-	}
-	return strconv.FormatInt(n-o.base, 10), nil
+	return strconv.FormatInt(n, 10), nil
 }
 
 func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
@@ -431,24 +629,17 @@ func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
 		}
 		n = n*10 + int64(c-'0')
 	}
-	return strconv.AppendInt(dst, o.base+n, 10), n >= o.head.Load()
+	dst = append(dst, o.tag...)
+	dst = append(dst, '.')
+	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
 }
 
 func (o *offsetRevisions) continueToken(wire string) (string, error) {
-	tag, tok, ok := strings.Cut(wire, ".")
-	if !ok || tok == "" {
-		return "", fmt.Errorf("malformed continue token %q", wire)
-	}
-	if tag != o.tag {
-		return "", fmt.Errorf("continue token %q is from another instance of this server: %w", wire, informer.ErrExpired)
-	}
-	return tok, nil
+	return continueToken(o.tag, wire)
 }
 
 func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
-	dst = append(dst, o.tag...)
-	dst = append(dst, '.')
-	return append(dst, tok...)
+	return appendContinue(dst, o.tag, tok)
 }
 
 // list answers a list request from a snapshot of the state: a first page clones the
@@ -460,7 +651,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 	}
 	tree, rev := s.snapshot(req.filter)
 	if req.rv != "" && req.rv != "0" {
-		at, err := s.revs.listRevision(req.rv)
+		at, err := s.core.revs.listRevision(req.rv)
 		if err != nil {
 			return page[*record[K]]{}, &requestError{err}
 		}
@@ -483,7 +674,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 
 // nextPage serves a later page of a paged list from its snapshot.
 func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
-	tok, err := s.revs.continueToken(req.cont)
+	tok, err := s.core.revs.continueToken(req.cont)
 	if err != nil {
 		return page[*record[K]]{}, &requestError{err}
 	}
@@ -520,7 +711,10 @@ func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
 	return pg, nil
 }
 
-func (s *Server[K, V]) wire(rev int64) string { return strconv.FormatInt(s.revs.base+rev, 10) }
+func (s *Server[K, V]) wire(rev int64) string {
+	b, _ := s.core.revs.appendWire(nil, strconv.FormatInt(rev, 10))
+	return string(b)
+}
 
 // token is the continue token of p's next page: the server's tag, the list's id and the
 // page's number.
@@ -528,7 +722,7 @@ func (s *Server[K, V]) token(p *pin[K]) string {
 	b := strconv.AppendUint(nil, p.id, 36)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, p.seq, 36)
-	return string(s.revs.appendContinue(nil, string(b)))
+	return string(s.core.revs.appendContinue(nil, string(b)))
 }
 
 // pin is the snapshot a paged list reads its later pages from.
