@@ -1,0 +1,74 @@
+// Package intern makes equal strings of cached objects share one copy of their bytes, with
+// the standard library's unique package. Most of an informer's memory is its objects, and
+// most of their strings repeat: namespaces, label keys and values, image names, node
+// names, condition types. Decoded from JSON, every object holds its own copy of each;
+// interned, all objects point at one.
+//
+// Strings returns a transform for informer.Options.Transform that interns every string it
+// can reach in an object; String interns one string.
+//
+// # What is shared, and for how long
+//
+// An interned string shares its bytes with every equal string interned before it while
+// that canonical copy is alive. The canonical copies are those of the unique package
+// (unique.Make), which forgets a value once no unique.Handle to it remains; so that
+// interning keeps working across garbage collections, the package holds a handle to each
+// of the most recently interned strings: two generations of up to 16,384 distinct strings
+// each (a generation is replaced by a fresh one once full). A string interned again while
+// held keeps its place; a string used by no object and not interned in the last two
+// generations is collected as usual. The held handles cost about 40 bytes per string
+// (the map slot and the unique package's box) on top of the strings themselves, 1.3 MB at
+// most.
+//
+// The canonical copies are shared by the whole process: two informers interning the same
+// namespace name share it too.
+package intern
+
+import (
+	"sync"
+	"unique"
+)
+
+// keepPerGeneration is the number of distinct strings a generation of held handles takes
+// before a new generation starts (see the package comment).
+const keepPerGeneration = 1 << 14
+
+// held keeps the canonical copies of recently interned strings alive.
+var held keeper
+
+// keeper holds handles to the canonical copies of the strings interned most recently, in
+// two generations: cur takes every string interned, and when it is full it becomes old
+// (the previous old is dropped) and a new cur starts.
+type keeper struct {
+	mu       sync.Mutex
+	cur, old map[unique.Handle[string]]struct{}
+}
+
+// intern returns the canonical copy of s and holds its handle. k.mu must be held.
+func (k *keeper) intern(s string) string {
+	if s == "" {
+		return s
+	}
+	h := unique.Make(s)
+	if _, ok := k.cur[h]; !ok {
+		if len(k.cur) >= keepPerGeneration || k.cur == nil {
+			k.old, k.cur = k.cur, make(map[unique.Handle[string]]struct{}, keepPerGeneration)
+		}
+		k.cur[h] = struct{}{}
+	}
+	return h.Value()
+}
+
+// String returns s interned: a string equal to s whose bytes are shared with every other
+// equal string interned while its canonical copy is alive (see the package comment). The
+// empty string is returned as it is. It costs a hash of s and two map lookups, about
+// 40 ns for a short string, plus a copy of s the first time its contents are seen. It is
+// safe for concurrent use.
+func String(s string) string {
+	if s == "" {
+		return s
+	}
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	return held.intern(s)
+}
