@@ -67,7 +67,7 @@ type meta struct {
 
 type owner struct {
 	APIVersion, Kind, Name string
-	Controller           *bool
+	Controller             *bool
 }
 
 type phase string
@@ -312,7 +312,7 @@ func TestStrings_OddTypes(t *testing.T) {
 		s := fresh("boxed")
 		mk := func() *odd {
 			return &odd{
-				Any: map[string]any{fresh("k"): []any{fresh("v"), 3, map[string]any{fresh("deep"): fresh("er")}}},
+				Any:    map[string]any{fresh("k"): []any{fresh("v"), 3, map[string]any{fresh("deep"): fresh("er")}}},
 				AnyStr: fresh("str"), AnyLabel: label(fresh("lab")), AnyStruct: env{fresh("N"), fresh("V")},
 				AnyPtr: &env{fresh("PN"), fresh("PV")}, AnyMap: map[string]string{fresh("mk"): fresh("mv")},
 				AnySlice: []string{fresh("s0")}, AnyInt: 4, Stringer: label(fresh("str-er")),
