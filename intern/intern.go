@@ -38,10 +38,12 @@ var held keeper
 
 // keeper holds handles to the canonical copies of the strings interned most recently, in
 // two generations: cur takes every string interned, and when it is full it becomes old
-// (the previous old is dropped) and a new cur starts.
+// (the previous old is dropped) and a new cur starts. The maps are keyed by the canonical
+// string, so they are also the fast way to it: a hit costs one map lookup, cheaper than
+// unique.Make's walk of its trie when that is large.
 type keeper struct {
 	mu       sync.Mutex
-	cur, old map[unique.Handle[string]]struct{}
+	cur, old map[string]unique.Handle[string]
 }
 
 // intern returns the canonical copy of s and holds its handle. k.mu must be held.
@@ -49,14 +51,19 @@ func (k *keeper) intern(s string) string {
 	if s == "" {
 		return s
 	}
-	h := unique.Make(s)
-	if _, ok := k.cur[h]; !ok {
-		if len(k.cur) >= keepPerGeneration || k.cur == nil {
-			k.old, k.cur = k.cur, make(map[unique.Handle[string]]struct{}, keepPerGeneration)
-		}
-		k.cur[h] = struct{}{}
+	if h, ok := k.cur[s]; ok {
+		return h.Value()
 	}
-	return h.Value()
+	h, ok := k.old[s]
+	if !ok {
+		h = unique.Make(s)
+	}
+	if len(k.cur) >= keepPerGeneration || k.cur == nil {
+		k.old, k.cur = k.cur, make(map[string]unique.Handle[string], keepPerGeneration)
+	}
+	c := h.Value()
+	k.cur[c] = h
+	return c
 }
 
 // String returns s interned: a string equal to s whose bytes are shared with every other

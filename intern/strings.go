@@ -41,14 +41,30 @@ import (
 // The transform never fails; it returns its argument and a nil error. It is safe for
 // concurrent use.
 func Strings[V any]() func(V) (V, error) {
-	p := planOf(reflect.TypeFor[V]())
+	t := reflect.TypeFor[V]()
+	p := planOf(t)
 	if p.op == nil {
 		return func(v V) (V, error) { return v, nil }
 	}
+	if t.Kind() == reflect.Pointer && !p.cyclic {
+		// The common case, a pointer to a struct: walk the target directly, with no
+		// walker (nothing to track) and nothing allocated.
+		elem := planOf(t.Elem()).op
+		return func(v V) (V, error) {
+			q := *(*unsafe.Pointer)(unsafe.Pointer(&v))
+			if q == nil {
+				return v, nil
+			}
+			held.mu.Lock()
+			elem(q, nil)
+			held.mu.Unlock()
+			return v, nil
+		}
+	}
 	return func(v V) (V, error) {
-		w := walker{track: p.cyclic}
+		w := &walker{track: p.cyclic}
 		held.mu.Lock()
-		p.op(unsafe.Pointer(&v), &w)
+		p.op(unsafe.Pointer(&v), w)
 		held.mu.Unlock()
 		return v, nil
 	}
@@ -69,9 +85,9 @@ type visit struct {
 }
 
 // first reports whether v is seen for the first time in this walk (always, when not
-// tracking).
+// tracking; a nil walker does not track).
 func (w *walker) first(v visit) bool {
-	if !w.track {
+	if w == nil || !w.track {
 		return true
 	}
 	if _, ok := w.seen[v]; ok {
