@@ -7,9 +7,6 @@ import (
 	"github.com/informer-go/informer/bench/internal/workload"
 )
 
-// W6PodsFull is the size of W6: 50,000 pods from about 400 Deployments.
-const w6PodsFull = 50_000
-
 var (
 	podListOnce sync.Once
 	podList     *workload.PodList
@@ -17,7 +14,7 @@ var (
 )
 
 func pods(b *testing.B) *workload.PodList {
-	podListOnce.Do(func() { podList, podListErr = workload.NewPodList(w6PodsFull, 6) })
+	podListOnce.Do(func() { podList, podListErr = workload.NewPodList(workload.W6Pods, 6) })
 	if podListErr != nil {
 		b.Fatal(podListErr)
 	}

@@ -1,4 +1,4 @@
-// Command compare runs the workloads of issue #8 (W1–W5) through our Informer and through
+// Command compare runs the workloads of issue #8 (W1–W5) and W6 (Pods' memory) through our Informer and through
 // client-go's SharedIndexInformer, several rounds, the two sides interleaved (the order
 // alternates every round), prints a table of medians with the ratio ours/client-go per
 // figure (the median of the per-round ratios) and writes a PNG chart of W1 events/s and W2
@@ -53,6 +53,8 @@ var rows = []row{
 	{"W5", "relist-ms", "lower", nil},
 	{"W5", "peak-MB", "lower", nil},
 	{"W5", "alloc-MB", "lower", nil},
+	{"W6", "B/pod", "lower", func(_, r float64) string { return atMost(r, 0.6, "≤ 0.6×") }},
+	{"W6", "transform-ns/pod", "lower", nil},
 }
 
 func atLeast(r, t float64, s string) string {
@@ -72,7 +74,7 @@ func atMost(r, t float64, s string) string {
 func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every workload once per side")
 	png := flag.String("png", "compare.png", "chart output (empty: none)")
-	only := flag.String("only", "W1,W2,W3,W4,W5", "workloads to run")
+	only := flag.String("only", "W1,W2,W3,W4,W5,W6", "workloads to run")
 	busy := flag.Bool("busy", false, "run a CPU-burning goroutine per core beside both sides, to measure a busy machine")
 	flag.Parse()
 	log.SetFlags(0)
@@ -98,6 +100,15 @@ func main() {
 		},
 		"W4": func(s workload.Side) (workload.Figures, error) { return workload.W1(s, w1, sz.W4Readers) },
 		"W5": func(s workload.Side) (workload.Figures, error) { return workload.W5(s, sz.W5Objects) },
+		"W6": func(s workload.Side) (workload.Figures, error) {
+			// Built for each run (the same list every time), so that its JSON is not in
+			// the heap during the other workloads.
+			l, err := workload.NewPodList(workload.W6Pods, 6)
+			if err != nil {
+				return nil, err
+			}
+			return workload.W6(s, l)
+		},
 	}
 	names := strings.Split(*only, ",")
 

@@ -35,6 +35,9 @@ const (
 	OursGeneric Side = "ours-generic"
 )
 
+// W6Pods is the size of W6: 50,000 pods, from about 400 Deployments.
+const W6Pods = 50_000
+
 // W6Sides are the sides W6 runs: Ours uses kubernetes.StripAndIntern; ClientGo strips
 // managedFields with SetTransform, as controllers usually do.
 var W6Sides = []Side{Ours, ClientGo, OursStrip, OursGeneric}
