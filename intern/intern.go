@@ -68,9 +68,9 @@ func (k *keeper) intern(s string) string {
 
 // String returns s interned: a string equal to s whose bytes are shared with every other
 // equal string interned while its canonical copy is alive (see the package comment). The
-// empty string is returned as it is. It costs a hash of s and two map lookups, about
-// 40 ns for a short string, plus a copy of s the first time its contents are seen. It is
-// safe for concurrent use.
+// empty string is returned as it is. For a string interned recently it costs a lock and
+// a map lookup, 50 to 100 ns; for a new one also unique.Make and a copy of s. It is safe
+// for concurrent use.
 func String(s string) string {
 	if s == "" {
 		return s
