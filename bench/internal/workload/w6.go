@@ -46,9 +46,9 @@ var W6Sides = []Side{Ours, ClientGo, OursStrip, OursGeneric}
 // is: every side decodes it for itself, so no side shares a string with the generator or
 // with another side.
 type PodList struct {
-	JSON        []byte
-	Pods        int
-	Deployments int
+	JSON        []byte // the encoded PodList
+	Pods        int    // pods in it
+	Deployments int    // Deployments they come from
 }
 
 // deployment is what the pods of one Deployment (through its current ReplicaSet) share.
