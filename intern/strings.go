@@ -22,10 +22,11 @@ import (
 //   - An interface holding a string, a struct or an array gets a new interned copy of that
 //     value (one allocation); one holding a pointer, a map or a slice is interned through
 //     it. Nil pointers, maps, slices and interfaces are skipped.
-//   - A value reached twice (two pointers to one struct, a map holding itself) is interned
-//     once: for types that can form cycles (a recursive type, or one with an interface)
-//     the transform remembers the pointers, maps and slices it has visited, so it ends on
-//     any object graph.
+//   - The walk ends on any object graph: for types that can form cycles (a recursive
+//     type, or one with an interface) the transform remembers the pointers, maps and
+//     slices it has visited and visits each once, so a map holding itself is no
+//     trouble. Other types cannot form a cycle; a value they reach twice (two pointers
+//     to one struct) is interned twice, which changes nothing.
 //   - Channels, functions and unsafe pointers are not followed.
 //
 // The plan of which fields to visit is computed by reflection once per type, when Strings
@@ -57,16 +58,16 @@ func Strings[V any]() func(V) (V, error) {
 				return v, nil
 			}
 			held.mu.Lock()
+			defer held.mu.Unlock()
 			elem(q, nil)
-			held.mu.Unlock()
 			return v, nil
 		}
 	}
 	return func(v V) (V, error) {
 		w := &walker{track: p.cyclic}
 		held.mu.Lock()
+		defer held.mu.Unlock()
 		p.op(unsafe.Pointer(&v), w)
-		held.mu.Unlock()
 		return v, nil
 	}
 }
