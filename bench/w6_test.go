@@ -6,9 +6,6 @@ import (
 	"github.com/informer-go/informer/bench/internal/workload"
 )
 
-// w6Calls counts BenchmarkW6's calls (one per -count): each lists pods of another seed.
-var w6Calls uint64
-
 // BenchmarkW6: live heap per Pod after GC, 50,000 realistic Pods decoded from one JSON
 // PodList for each side; client-go strips managedFields, ours strips and interns
 // (kubernetes.StripAndIntern), ours-strip only strips, ours-generic strips and interns
@@ -16,17 +13,18 @@ var w6Calls uint64
 //
 //	go test -run '^$' -bench W6 -benchtime 1x -count 3 . | tee w6.txt
 //
-// Each call (each -count) builds its list from another seed, the same for every side: the
-// intern package's tables outlive a run, and a run listing the same pods again would find
-// the strings and maps the previous one paid for already in the heap before it.
+// The k-th run of every side lists the same pods, built from seed 6+k: the intern
+// package's tables outlive a run, and a run listing the pods of the run before would find
+// the strings and maps that run paid for already in its baseline.
 func BenchmarkW6(b *testing.B) {
-	w6Calls++
-	l, err := workload.NewPodList(workload.W6Pods, 6+w6Calls)
-	if err != nil {
-		b.Fatal(err)
-	}
+	runs := map[workload.Side]uint64{}
 	for _, side := range workload.W6Sides {
 		b.Run("side="+string(side), func(b *testing.B) {
+			runs[side]++
+			l, err := workload.NewPodList(workload.W6Pods, 6+runs[side])
+			if err != nil {
+				b.Fatal(err)
+			}
 			sum := workload.Figures{}
 			for range b.N {
 				f, err := workload.W6(side, l)
