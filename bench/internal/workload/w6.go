@@ -210,9 +210,9 @@ func newPod(d *deployment, rv, node int, hex func(int) string, alnum func(int) s
 			}},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &created,
-					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(controllerFields(d))}},
+					FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(controllerFields(d))},
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &started,
-					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(kubeletFields(podIP))}, Subresource: "status"},
+					FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(kubeletFields(podIP)), Subresource: "status"},
 			},
 		},
 		Spec: corev1.PodSpec{
