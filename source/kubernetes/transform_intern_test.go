@@ -332,3 +332,23 @@ func BenchmarkStripAndIntern(b *testing.B) {
 		})
 	}
 }
+
+// StripAndIntern as an informer's Transform: two pods of one ReplicaSet, decoded apart,
+// end up sharing their labels map and their image string.
+func ExampleStripAndIntern() {
+	tf := kubernetes.StripAndIntern[*corev1.Pod] // informer.Options[string, *corev1.Pod]{Transform: tf}
+
+	var a, b *corev1.Pod
+	json.Unmarshal([]byte(`{"metadata":{"name":"web-1","namespace":"shop","labels":{"app":"web"}},"spec":{"containers":[{"name":"web","image":"example.com/web:1.0"}]}}`), &a)
+	json.Unmarshal([]byte(`{"metadata":{"name":"web-2","namespace":"shop","labels":{"app":"web"}},"spec":{"containers":[{"name":"web","image":"example.com/web:1.0"}]}}`), &b)
+	a, _ = tf(a)
+	b, _ = tf(b)
+
+	fmt.Println(fmt.Sprintf("%p", a.Labels) == fmt.Sprintf("%p", b.Labels))
+	fmt.Println(unsafe.StringData(a.Spec.Containers[0].Image) == unsafe.StringData(b.Spec.Containers[0].Image))
+	fmt.Println(a.Name, b.Name)
+	// Output:
+	// true
+	// true
+	// web-1 web-2
+}
