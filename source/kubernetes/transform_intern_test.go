@@ -352,3 +352,23 @@ func ExampleStripAndIntern() {
 	// true
 	// web-1 web-2
 }
+
+// intern.Strings on a whole Pod: unexported fields (resource.Quantity's) are left alone,
+// the pod is as decoded, and its strings are shared with another pod's.
+func TestInternStrings_Pod(t *testing.T) {
+	tf := intern.Strings[*corev1.Pod]()
+	a, b := decoded[*corev1.Pod](t, testPod(1)), decoded[*corev1.Pod](t, testPod(8))
+	want := decoded[*corev1.Pod](t, testPod(1))
+	tf(a)
+	tf(b)
+	if !reflect.DeepEqual(a, want) {
+		t.Fatalf("intern.Strings changed the pod:\n got %+v\nwant %+v", a, want)
+	}
+	if q := a.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; q.String() != "250m" {
+		t.Errorf("cpu request = %s", q.String())
+	}
+	if !sameData(a.Status.ContainerStatuses[0].ImageID, b.Status.ContainerStatuses[0].ImageID) ||
+		!sameData(a.Spec.Containers[1].Env[1].ValueFrom.FieldRef.FieldPath, b.Spec.Containers[1].Env[1].ValueFrom.FieldRef.FieldPath) {
+		t.Error("strings not shared")
+	}
+}
