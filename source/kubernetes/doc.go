@@ -77,4 +77,7 @@
 // cache holds each object on its own and an updated object frees its old copy; the list
 // itself is garbage once List returns. StripManagedFields, used as informer.Options.
 // Transform, drops metadata.managedFields, often the largest part of a small object.
+// StripAndIntern drops them too and makes objects share what they have in common
+// (interned strings, equal labels, annotations and resource maps): 50,000 Pods from 400
+// Deployments take half the heap client-go's informer needs for them (W6 in bench/).
 package kubernetes

@@ -1,4 +1,4 @@
-// Command compare runs the workloads of issue #8 (W1–W5) through our Informer and through
+// Command compare runs the workloads of issue #8 (W1–W5) and W6 (Pods' memory) through our Informer and through
 // client-go's SharedIndexInformer, several rounds, the two sides interleaved (the order
 // alternates every round), prints a table of medians with the ratio ours/client-go per
 // figure (the median of the per-round ratios) and writes a PNG chart of W1 events/s and W2
@@ -60,6 +60,8 @@ var rows = []row{
 	{"W5", "relist-ms", "lower", "", nil},
 	{"W5", "peak-MB", "lower", "", nil},
 	{"W5", "alloc-MB", "lower", "", nil},
+	{"W6", "B/pod", "lower", "", func(_, r float64) string { return atMost(r, 0.6, "≤ 0.6×") }},
+	{"W6", "transform-ns/pod", "lower", "", nil},
 }
 
 func atLeast(r, t float64, s string) string {
@@ -79,7 +81,7 @@ func atMost(r, t float64, s string) string {
 func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every workload once per side")
 	png := flag.String("png", "compare.png", "chart output (empty: none)")
-	only := flag.String("only", "W1,W1k,W2,W2k,W3,W4,W4i,W5", "workloads to run (W1k, W2k: W1 and W2 with our informer keyed by a struct; W4i: W4 with our readers on ByIndexSeq; each runs our side only and is compared with client-go's figures of the plain workload, so it needs that one too)")
+	only := flag.String("only", "W1,W1k,W2,W2k,W3,W4,W4i,W5,W6", "workloads to run (W1k, W2k: W1 and W2 with our informer keyed by a struct; W4i: W4 with our readers on ByIndexSeq; each runs our side only and is compared with client-go's figures of the plain workload, so it needs that one too)")
 	busy := flag.Bool("busy", false, "run a CPU-burning goroutine per core beside both sides, to measure a busy machine")
 	flag.Parse()
 	log.SetFlags(0)
@@ -97,6 +99,7 @@ func main() {
 	w3 := workload.NewStream(sz.W3Objects, sz.W3Events, 3)
 	log.Printf("workloads built in %v", time.Since(t0).Round(time.Millisecond))
 
+	w6Runs := 0
 	runs := map[string]func(workload.Side) (workload.Figures, error){
 		"W1": func(s workload.Side) (workload.Figures, error) { return workload.W1(s, w1, 0) },
 		"W2": func(s workload.Side) (workload.Figures, error) { return workload.W2(s, sz.W2Objects) },
@@ -114,6 +117,18 @@ func main() {
 			return workload.W1With(s, w1, workload.Variant{Readers: sz.W4Readers, IterRead: true})
 		},
 		"W5": func(s workload.Side) (workload.Figures, error) { return workload.W5(s, sz.W5Objects) },
+		"W6": func(s workload.Side) (workload.Figures, error) {
+			// Built for each run, so that its JSON is not in the heap during the other
+			// workloads; the same list for both sides of a round, another each round, so
+			// that no round finds the strings and maps the intern package kept from the
+			// last already in the heap.
+			w6Runs++
+			l, err := workload.NewPodList(workload.W6Pods, uint64(6+(w6Runs-1)/2))
+			if err != nil {
+				return nil, err
+			}
+			return workload.W6(s, l)
+		},
 	}
 	names := strings.Split(*only, ",")
 
