@@ -490,7 +490,7 @@ func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 // after the events it could still deliver.
 func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 	src := memory.New(objName, memory.Options{})
-	inf, err := informer.New(src, informer.Options[string, *obj]{Key: objKey})
+	inf, err := informer.New[string, *obj](unordered{src}, informer.Options[string, *obj]{Key: objKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,6 +500,7 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer srv.Shutdown(context.Background())
 	w, err := srv.mirror.filters.watch(context.Background(), Filter{Index: "team", Value: "payments"}, informer.WatchOptions{Revision: "0"})
 	if err != nil {
 		t.Fatal(err)
