@@ -91,7 +91,7 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 		if precompute && (d.typ == deltaAdded || d.typ == deltaUpdated || d.typ == deltaDeleted && !d.unknown) {
 			var h storeHint[string]
 			if inf.store.prepare(&h, d.obj) {
-				if err := f.addPrepared(d.typ, d.key, d.obj, "", &h); err != nil {
+				if err := f.addPrepared(d.typ, d.key, d.obj, "", false, &h); err != nil {
 					t.Fatal(err)
 				}
 				continue
@@ -142,7 +142,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 		if !inf.store.prepare(&h, obj) {
 			t.Fatalf("prepare %q failed", obj)
 		}
-		if err := f.addPrepared(deltaUpdated, "a", obj, "", &h); err != nil {
+		if err := f.addPrepared(deltaUpdated, "a", obj, "", false, &h); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -173,11 +173,13 @@ func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int)
 // add queues one watch change. It blocks while the queue is full and returns
 // errFIFOClosed once closed.
 func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
-	return f.addPrepared(typ, key, obj, rev, nil)
+	return f.addPrepared(typ, key, obj, rev, false, nil)
 }
 
 // addPrepared is add with what the store prepared for obj (nil: nothing), queued with it.
-func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, hint *storeHint[V]) error {
+// more says that more changes of revision rev follow (a transaction's): until the last of
+// them, no pop reports rev as reached.
+func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, more bool, hint *storeHint[V]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
@@ -193,7 +195,7 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, h
 		}
 		l.hint.record(hint, len(l.deltas)-1)
 	}
-	if rev != "" {
+	if rev != "" && !more {
 		f.lastRev = rev
 	}
 	return nil

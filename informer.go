@@ -454,7 +454,7 @@ func (inf *Informer[K, V]) keysOf(items []V) ([]K, []V) {
 	return keys, objs
 }
 
-func (inf *Informer[K, V]) event(ev Event[V]) error {
+func (inf *Informer[K, V]) event(ev Event[V], more bool) error {
 	obj := ev.Object
 	k, err := inf.key(obj)
 	if err != nil {
@@ -475,7 +475,7 @@ func (inf *Informer[K, V]) event(ev Event[V]) error {
 	if !inf.store.prepare(hint, obj) {
 		hint = nil
 	}
-	return inf.fifo.addPrepared(t, k, obj, ev.Revision, hint)
+	return inf.fifo.addPrepared(t, k, obj, ev.Revision, more, hint)
 }
 
 func (inf *Informer[K, V]) bookmark(rev string) { inf.fifo.bookmark(rev) }

@@ -87,6 +87,19 @@ type Watch[V any] interface {
 	Stop()
 }
 
+// BatchedWatch is implemented by a Watch whose source changes several objects at one
+// revision (an etcd transaction; a batch of a source/http Server over an ordered
+// upstream) and whose Next returns such changes one by one from what it has received
+// whole. Until the last change of a revision is in the cache, the informer does not count
+// that revision as reached (WaitForRevision and Snapshot.Revision), so that a reader never
+// sees half of a transaction under its revision. A Watch that does not implement it has
+// every event taken as the last of its revision.
+type BatchedWatch interface {
+	// MoreAtRevision reports whether the event Next returned last is followed by more
+	// events of the same revision that Next will return next without waiting.
+	MoreAtRevision() bool
+}
+
 // EventType is the kind of a watch event.
 type EventType uint8
 

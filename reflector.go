@@ -162,7 +162,7 @@ type reflectorSink[V any] interface {
 	// comes with the whole list in replace; listAborted says that the list failed.
 	listPage(items []V)
 	listAborted()
-	event(ev Event[V]) error // Added, Modified, Deleted
+	event(ev Event[V], more bool) error // Added, Modified, Deleted; more: see BatchedWatch
 	bookmark(rev string)
 	resync() error
 	resyncPeriod() time.Duration
@@ -791,6 +791,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	start := r.cfg.clock.Now()
 	count := 0
 	rev := r.lastSyncRevision()
+	batched, _ := w.(BatchedWatch)
 	for {
 		ev, err := w.Next()
 		if err != nil {
@@ -827,7 +828,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 				}
 				ev.Object = obj
 			}
-			if err := r.sink.event(ev); err != nil {
+			if err := r.sink.event(ev, batched != nil && batched.MoreAtRevision()); err != nil {
 				if errors.Is(err, errFIFOClosed) {
 					return nil
 				}

@@ -1,11 +1,14 @@
 package informer_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/informer-go/informer"
 )
@@ -134,4 +137,89 @@ func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
 	if keys := inf.Keys(); len(keys) != 2 || keys[0] != "a" || keys[1] != "c" || inf.Snapshot().Revision() != "5" {
 		t.Fatalf("cache %v at %q; want [a c] at 5", keys, inf.Snapshot().Revision())
 	}
+}
+
+// txnWatch sends two changes of one revision, the second only once released, and says
+// that the first is followed by more of its revision.
+type txnWatch struct {
+	ctx     context.Context
+	sent    int
+	release chan struct{}
+}
+
+func (w *txnWatch) Next() (informer.Event[*obj], error) {
+	w.sent++
+	switch w.sent {
+	case 1:
+		return informer.Event[*obj]{Type: informer.Added, Object: newObj("a", "g", "1"), Revision: "5"}, nil
+	case 2:
+		select {
+		case <-w.release:
+			return informer.Event[*obj]{Type: informer.Added, Object: newObj("b", "g", "1"), Revision: "5"}, nil
+		case <-w.ctx.Done():
+			return informer.Event[*obj]{}, w.ctx.Err()
+		}
+	}
+	<-w.ctx.Done()
+	return informer.Event[*obj]{}, w.ctx.Err()
+}
+
+func (w *txnWatch) MoreAtRevision() bool { return w.sent == 1 }
+
+func (w *txnWatch) Stop() {}
+
+// A transaction's changes share a revision: with the first of two in the cache, the
+// revision is not reached (WaitForRevision, Snapshot.Revision); with both, it is.
+func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
+	release := make(chan struct{})
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+			return informer.List[*obj]{Revision: "4"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			return &txnWatch{ctx: ctx, release: release}, nil
+		},
+	}
+	ordered := struct {
+		informer.ListerWatcher[*obj]
+		informer.RevisionComparer
+	}{lw, numericRevisions{}}
+	inf, err := informer.New[string, *obj](ordered, informer.Options[string, *obj]{Key: objKeyErr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, func() bool { _, ok := inf.Get("a"); return ok })
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if err := inf.WaitForRevision(stopped, "5"); err == nil || inf.Snapshot().Revision() == "5" {
+		t.Fatalf("revision 5 reached with one of its two changes in the cache (WaitForRevision: %v, snapshot at %q)", err, inf.Snapshot().Revision())
+	}
+	close(release)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, "5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inf.Get("b"); !ok {
+		t.Fatal("revision 5 reached without its second change")
+	}
+}
+
+// numericRevisions orders decimal revisions.
+type numericRevisions struct{}
+
+func (numericRevisions) CompareRevisions(a, b string) (int, error) {
+	x, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	y, err := strconv.ParseInt(b, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return cmp.Compare(x, y), nil
 }

@@ -101,6 +101,7 @@ type watch[V any] struct {
 	ctx       context.Context // the etcd watch's: parent, require-leader, cancelled by Stop
 	cancel    context.CancelFunc
 	ch        clientv3.WatchChan
+	lastRev   string // the revision of the event Next returned last
 	timer     *time.Timer
 	timeout   <-chan time.Time
 	bookmarks bool
@@ -129,6 +130,7 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 			ev := w.buf[w.next]
 			w.buf[w.next] = informer.Event[V]{}
 			w.next++
+			w.lastRev = ev.Revision
 			return ev, nil
 		}
 		if w.err != nil {
@@ -147,6 +149,13 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 			w.fail(w.closedErr())
 		}
 	}
+}
+
+// MoreAtRevision implements informer.BatchedWatch: the next buffered event has the
+// revision of the one Next returned last (a transaction's changes, which etcd sends in
+// one response).
+func (w *watch[V]) MoreAtRevision() bool {
+	return w.next > 0 && w.next < len(w.buf) && w.buf[w.next].Revision == w.lastRev
 }
 
 // fail ends the stream with err and releases the etcd watch.

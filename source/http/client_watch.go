@@ -102,6 +102,10 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 	}
 }
 
+// MoreAtRevision implements informer.BatchedWatch: the rest of a batch Next is
+// delivering is ready.
+func (w *watch[V]) MoreAtRevision() bool { return len(w.ready) > 0 }
+
 // isRetryableBreak reports whether a watch ended with a failure another replica may not
 // have (a broken connection, a 5xx ERROR event), not a clean end or the caller's stop.
 func isRetryableBreak(err error) bool {

@@ -198,6 +198,8 @@ type filterHub[K cmp.Ordered, V any] struct {
 	compacted int64                // the log's compacted revision
 	order     []filterQueued[K, V] // every history event in revision order, for compaction
 	orderHead int
+	batchLen  int  // events appended since beginBatch
+	inBatch   bool // between beginBatch and endBatch
 }
 
 // filterIndex is one filter index.
@@ -276,8 +278,10 @@ func (h *filterHub[K, V]) put(rev int64, r *record[K], vals [][]string, compacte
 	if h == nil {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	if !h.inBatch { // in a batch, beginBatch holds mu
+		h.mu.Lock()
+		defer h.mu.Unlock()
+	}
 	h.advance(rev)
 	for i := range h.indexes {
 		h.move(i, r.key, r, vals[i])
@@ -290,13 +294,56 @@ func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
 	if h == nil {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	if !h.inBatch { // in a batch, beginBatch holds mu
+		h.mu.Lock()
+		defer h.mu.Unlock()
+	}
 	h.advance(rev)
 	for i := range h.indexes {
 		h.move(i, k, nil, nil)
 	}
 	h.compact(compacted)
+}
+
+// beginBatch starts a batch of changes (a Server over an ordered upstream logs the
+// changes of one upstream revision as a batch): it holds mu until endBatch, so that no
+// list or watch reads the indexes with part of a batch.
+func (h *filterHub[K, V]) beginBatch() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.batchLen, h.inBatch = 0, true
+}
+
+// endBatch ends a batch whose log ends at seq: each value's last event of the batch is
+// labelled seq, so that a filtered watch sends it as the batch's last (its other events
+// carry the mark of a partial batch), and the watches of the values it touched are woken.
+func (h *filterHub[K, V]) endBatch(seq int64) {
+	if h == nil {
+		return
+	}
+	if !h.inBatch {
+		return
+	}
+	defer h.mu.Unlock()
+	h.inBatch = false
+	seen := map[*filterValue[K, V]]bool{}
+	// The batch's events still in the history (compaction drops the oldest first).
+	order := h.order[h.orderHead:]
+	for j := len(order) - 1; j >= max(len(order)-h.batchLen, 0); j-- {
+		fv := order[j].fv
+		if seen[fv] {
+			continue
+		}
+		seen[fv] = true
+		order[j].rev = seq
+		if n := len(fv.history); n > 0 {
+			fv.history[n-1].rev, fv.history[n-1].revStr = seq, strconv.FormatInt(seq, 10)
+		}
+		h.wake(fv)
+	}
+	h.advance(max(h.rev, seq))
 }
 
 func (h *filterHub[K, V]) advance(rev int64) {
@@ -362,6 +409,15 @@ func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
 func (h *filterHub[K, V]) append(fv *filterValue[K, V], typ informer.EventType, r *record[K]) {
 	fv.history = append(fv.history, filterEvent[K]{rev: h.rev, revStr: h.revString(), typ: typ, rec: r})
 	h.order = append(h.order, filterQueued[K, V]{rev: h.rev, fv: fv})
+	if h.inBatch {
+		h.batchLen++
+	} else {
+		h.wake(fv)
+	}
+}
+
+// wake wakes the watches blocked on fv.
+func (h *filterHub[K, V]) wake(fv *filterValue[K, V]) {
 	for i, w := range fv.waiters {
 		w.waiting = false
 		w.signal()

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -525,5 +527,65 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 	defer h.mu.Unlock()
 	if fv := h.indexes[1].values["payments"]; fv == nil || fv.watches != 0 || len(fv.waiters) != 0 {
 		t.Errorf("the ended watch is still registered: %+v", fv)
+	}
+}
+
+// A filtered client of a Server over an ordered upstream: the upstream's revisions end to
+// end, batches of several changes (the informer behind the Server applies bursts whole)
+// delivered whole, read-your-writes for the changes it receives, and its cache the
+// matching subset once the writes stop, with no relist.
+func TestFilteredClient_UpstreamRevisions(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	up := startUpstream(t, src, "upstream", true)
+	_, ts, _ := startReplica(t, up, filterOptions())
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
+		t.Fatal(err)
+	}
+	teams := []string{"payments", "search", "billing"}
+	for i := range 200 {
+		name := fmt.Sprintf("o%02d", i%17)
+		team := teams[i%len(teams)]
+		if i%5 == 4 {
+			team = "payments"
+		}
+		r := put(src, name, fmt.Sprintf("%s:%d", team, i))
+		if i%7 == 0 {
+			src.Delete(fmt.Sprintf("o%02d", (i+3)%17))
+		}
+		if team != "payments" || i%10 != 4 {
+			continue // a burst: the Server gets several changes per batch
+		}
+		rs := strconv.FormatInt(r, 10)
+		if err := d.inf.WaitForRevision(ctx, rs); err != nil {
+			t.Fatalf("WaitForRevision(%s): %v", rs, err)
+		}
+		if got, ok := d.inf.Get(name); !ok || got.Val != fmt.Sprintf("payments:%d", i) {
+			resp, _ := http.Get(ts.URL + "?watch=1&index=team&value=payments&resourceVersion=1&timeoutSeconds=1&allowWatchBookmarks=true")
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)\n%s", rs, name, i, got, d.inf.LastSyncRevision(), body)
+		}
+	}
+	want := func() string {
+		var b strings.Builder
+		for _, o := range src.Items() {
+			if teamOf(o) == "payments" {
+				fmt.Fprintf(&b, "%s=%s ", o.Name, o.Val)
+			}
+		}
+		return b.String()
+	}()
+	eventually(t, "the filtered mirror to hold the payments subset", func() bool {
+		var b strings.Builder
+		for _, o := range d.inf.List() {
+			fmt.Fprintf(&b, "%s=%s ", o.Name, o.Val)
+		}
+		return b.String() == want
+	})
+	if n := d.inf.Stats().Relists; n != 1 {
+		t.Errorf("the filtered mirror listed %d times, want 1 (no relist)", n)
 	}
 }

@@ -371,13 +371,15 @@ type mirror[K cmp.Ordered, V any] struct {
 // logOp is one change OnRevision logs.
 type logOp[K any] struct {
 	r      *record[K]
+	vals   [][]string // r's values in the filter indexes, when not a delete
 	delete bool
 }
 
 // pendingChange is a change held back until the informer reaches a revision.
 type pendingChange[K any] struct {
 	key     K
-	json    []byte // the new state; for a delete, the state put earlier in the batch, if any
+	json    []byte     // the new state; for a delete, the state put earlier in the batch, if any
+	vals    [][]string // json's values in the filter indexes
 	deleted bool
 }
 
@@ -408,13 +410,13 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 		switch {
 		case !c.deleted && present && bytes.Equal(old.json, c.json):
 		case !c.deleted:
-			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}})
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals})
 		case present:
 			ops = append(ops, logOp[K]{r: old, delete: true})
 		case c.json != nil:
 			// Created and deleted within the batch: a client at a revision inside it
 			// may hold the object, so the batch says it went away.
-			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}}, logOp[K]{r: &record[K]{key: c.key, json: c.json}, delete: true})
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals}, logOp[K]{r: &record[K]{key: c.key, json: c.json}, delete: true})
 		}
 	}
 	clear(m.pending)
@@ -422,18 +424,31 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	clear(m.pendingAt)
 	defer func() { clear(ops); m.ops = ops[:0] }()
 	// The bound goes first, so that a watcher that reads the batch's changes finds it.
-	moved := m.up.reached(m.src.Revision()+int64(len(ops)), rev)
-	for _, o := range ops {
+	seq := m.src.Revision() + int64(len(ops))
+	moved := m.up.reached(seq, rev)
+	// The filter indexes take the batch as one too: each value's last event of it is
+	// labelled with the batch's end, before the log's head reaches it.
+	m.filters.beginBatch()
+	for i, o := range ops {
+		var r int64
 		if o.delete {
 			m.tree.Delete(o.r)
-			if r, ok := m.src.Delete(o.r.key); ok {
-				m.logged(r, int64(len(o.r.json)))
+			var ok bool
+			if r, ok = m.src.Delete(o.r.key); !ok {
+				continue
 			}
-			continue
+			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
+		} else {
+			m.tree.ReplaceOrInsert(o.r)
+			r = m.src.Put(o.r)
+			m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
 		}
-		m.tree.ReplaceOrInsert(o.r)
-		m.logged(m.src.Put(o.r), int64(len(o.r.json)))
+		if i == len(ops)-1 {
+			m.filters.endBatch(seq)
+		}
+		m.logged(r, int64(len(o.r.json)))
 	}
+	m.filters.endBatch(seq) // no-op unless the last op logged nothing
 	m.up.trim(m.src.CompactedRevision())
 	m.up.settled()
 	if moved && len(ops) == 0 {
@@ -442,14 +457,14 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 }
 
 // hold records a change until the next revision (ordered upstream), under mu.
-func (m *mirror[K, V]) hold(k K, b []byte, deleted bool) {
+func (m *mirror[K, V]) hold(k K, b []byte, vals [][]string, deleted bool) {
 	if m.pendingAt == nil {
 		m.pendingAt = make(map[K]int)
 	}
 	i, ok := m.pendingAt[k]
 	if !ok {
 		m.pendingAt[k] = len(m.pending)
-		m.pending = append(m.pending, pendingChange[K]{key: k, json: b, deleted: deleted})
+		m.pending = append(m.pending, pendingChange[K]{key: k, json: b, vals: vals, deleted: deleted})
 		return
 	}
 	c := &m.pending[i]
@@ -457,7 +472,7 @@ func (m *mirror[K, V]) hold(k K, b []byte, deleted bool) {
 		c.deleted = true // json keeps the state put earlier in the batch
 		return
 	}
-	c.json, c.deleted = b, false
+	c.json, c.vals, c.deleted = b, vals, false
 }
 
 // put logs obj unless its encoding is the one already served (a relist of the informer
@@ -487,7 +502,7 @@ func (m *mirror[K, V]) put(obj V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.up != nil {
-		m.hold(k, b, false)
+		m.hold(k, b, vals, false)
 		return
 	}
 	if old, ok := m.tree.Get(&record[K]{key: k}); ok && bytes.Equal(old.json, b) {
@@ -510,7 +525,7 @@ func (m *mirror[K, V]) delete(obj V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.up != nil {
-		m.hold(k, nil, true)
+		m.hold(k, nil, nil, true)
 		return
 	}
 	old, ok := m.tree.Delete(&record[K]{key: k})
