@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261123142846-c83885e3985a
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123142846-c83885e3985a
+	github.com/informer-go/informer v0.0.0-20261123144125-148e4642d703
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123144125-148e4642d703
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )
