@@ -33,7 +33,17 @@ type fanItem struct {
 	Val string `json:"val"`
 }
 
-func fanKey(it *fanItem) (string, error)       { return it.Key, nil }
+func fanKey(it *fanItem) (string, error) { return it.Key, nil }
+
+// fanParity is the replicas' filter index: "even" or "odd" by the key's last digit.
+func fanParity(it *fanItem) ([]string, error) { return []string{parityOf(it.Key)}, nil }
+
+func parityOf(key string) string {
+	if (key[len(key)-1]-'0')%2 == 0 {
+		return "even"
+	}
+	return "odd"
+}
 func fanDescribe(it *fanItem) (string, string) { return it.Key, it.Val }
 
 // member is one member of an embedded etcd cluster on loopback.
@@ -194,7 +204,9 @@ func (r *replica) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpsource.NewServer(inf, nil, httpsource.ServerOptions[*fanItem]{})
+	srv, err := httpsource.NewServer(inf, nil, httpsource.ServerOptions[*fanItem]{
+		Filters: map[string]informer.IndexFunc[*fanItem]{"parity": fanParity},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,18 +250,21 @@ func (r *replica) url() string { return "http://" + r.addr + "/" }
 // fanClient is one client process: an informer over a Client of one replica, with the
 // others as failovers, and a handler that checks every key's life cycle.
 type fanClient struct {
-	c    *httpsource.Client[*fanItem]
-	inf  *informer.Informer[string, *fanItem]
-	life *informertest.LifeCycle[*fanItem]
-	mu   sync.Mutex
-	errs []error
+	c      *httpsource.Client[*fanItem]
+	inf    *informer.Informer[string, *fanItem]
+	life   *informertest.LifeCycle[*fanItem]
+	parity string // a filtered client's filter value ("even" or "odd"); "" for the others
+	mu     sync.Mutex
+	errs   []error
 }
 
 // TestFanoutTierOnEtcdCluster runs the fan-out tier end to end on a real distributed
 // store: a 3-member etcd cluster, informers over it behind 3 fan-out Servers, and 60
-// client informers spread over the Servers, each with the other two as failovers. While
+// client informers spread over the Servers, each with the other two as failovers; every
+// fifth client filters by the parity of the keys (a Server's filter index). While
 // a writer runs, the etcd leader is stopped and restarted, a Server is killed and started
-// again, and etcd is compacted. Afterwards every client's cache equals etcd's state, every
+// again, and etcd is compacted. Afterwards every client's cache equals etcd's state (a
+// filtered client's, its subset), every
 // key went through a valid life cycle at every client, and no client relisted: those of
 // the killed Server resumed their watches at another one.
 func TestFanoutTierOnEtcdCluster(t *testing.T) {
@@ -287,7 +302,12 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 			failover = append(failover, replicas[(home+j)%len(replicas)].url())
 		}
 		fc := &fanClient{life: informertest.NewLifeCycle(fanDescribe, informertest.LifeCycleOptions{})}
-		client, err := httpsource.NewClient(replicas[home].url(), httpsource.ClientOptions[*fanItem]{HTTPClient: hc, StreamingList: true, FailoverURLs: failover})
+		copts := httpsource.ClientOptions[*fanItem]{HTTPClient: hc, StreamingList: true, FailoverURLs: failover}
+		if i%5 == 4 { // every fifth client is filtered, by the parity of its keys
+			fc.parity = [...]string{"even", "odd"}[i%2]
+			copts.Filter = httpsource.Filter{Index: "parity", Value: fc.parity}
+		}
+		client, err := httpsource.NewClient(replicas[home].url(), copts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +424,34 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 		want[string(kv.Key)] = string(kv.Value)
 	}
 	rev := strconv.FormatInt(final.Header.Revision, 10)
+	wantOf := func(fc *fanClient) map[string]string {
+		if fc.parity == "" {
+			return want
+		}
+		sub := map[string]string{}
+		for k, v := range want {
+			if parityOf(k) == fc.parity {
+				sub[k] = v
+			}
+		}
+		return sub
+	}
 	for i, fc := range clients {
+		if fc.parity != "" {
+			// A filtered client hears of the revisions of other keys only by bookmarks:
+			// wait for its cache to hold its subset instead.
+			informertest.Eventually(t, time.Minute, func() bool {
+				got := map[string]string{}
+				for k, v := range fc.inf.All() {
+					got[k] = v.Val
+				}
+				return fmt.Sprint(got) == fmt.Sprint(wantOf(fc))
+			}, "filtered client %d (%s keys) to hold its subset of etcd's state", i, fc.parity)
+			for _, e := range fc.life.Errors() {
+				t.Errorf("client %d: %s", i, e)
+			}
+			continue
+		}
 		if err := fc.inf.WaitForRevision(ctx, rev); err != nil {
 			t.Fatalf("client %d: WaitForRevision(%s): %v (at %s, last error %v)", i, rev, err, fc.inf.LastSyncRevision(), lastErr(fc))
 		}
@@ -422,7 +469,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 	// The handlers run behind the caches: wait until each has been told the final state.
 	informertest.Eventually(t, time.Minute, func() bool {
 		for _, fc := range clients {
-			if !fc.life.Converged(want) {
+			if !fc.life.Converged(wantOf(fc)) {
 				return false
 			}
 		}
