@@ -1,0 +1,12 @@
+package etcd
+
+// ParkedToken returns the continue token of the page the parked list stream reads next,
+// or "" if none is parked.
+func ParkedToken[V any](s *Source[V]) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parked == nil {
+		return ""
+	}
+	return s.parked.token
+}
