@@ -624,21 +624,9 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 	if compacted > 0.65*loaded {
 		t.Errorf("compacted trees take %.1f B/object, loaded %.1f: want at most 65 %%", compacted, loaded)
 	}
-	read := func(sn *Snapshot[string, *pod]) string {
-		var b strings.Builder
-		fmt.Fprint(&b, sn.Keys())
-		for _, index := range []string{"ns", "byUser"} {
-			values, _ := sn.IndexValues(index)
-			for _, v := range values {
-				objs, _ := sn.ByIndex(index, v)
-				fmt.Fprint(&b, index, v, names(objs))
-			}
-		}
-		return b.String()
-	}
-	want := read(load().snapshot())
+	want := podState(load().snapshot())
 	sn := s.snapshot()
-	if got := read(sn); got != want {
+	if got := podState(sn); got != want {
 		t.Fatal("compact changed the contents")
 	}
 	// Writes go on; a snapshot taken before them does not change.
@@ -648,7 +636,7 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 	s.deleteLocked("p000004")
 	s.publishLocked("")
 	s.mu.Unlock()
-	if got := read(sn); got != want {
+	if got := podState(sn); got != want {
 		t.Fatal("a snapshot changed with writes after compact")
 	}
 	after := s.snapshot()
@@ -661,4 +649,18 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 	if _, ok := after.Get("p000004"); ok || after.Len() != n {
 		t.Fatalf("after a delete and an add: Len %d, p000004 present %v", after.Len(), ok)
 	}
+}
+
+// podState renders a pod store's state: its keys, and every bucket of its two indexes.
+func podState(sn *Snapshot[string, *pod]) string {
+	var b strings.Builder
+	fmt.Fprint(&b, sn.Keys())
+	for _, index := range []string{"ns", "byUser"} {
+		values, _ := sn.IndexValues(index)
+		for _, v := range values {
+			objs, _ := sn.ByIndex(index, v)
+			fmt.Fprint(&b, index, v, names(objs))
+		}
+	}
+	return b.String()
 }

@@ -224,19 +224,8 @@ func expectRecovery(t *testing.T, inf *Informer[string, *string], reported *errL
 // relisted; no nil dereference. Both in the watch loop and as a streaming list.
 func TestReflector_NilWatchIsBadInput(t *testing.T) {
 	t.Run("watch", func(t *testing.T) {
-		var lists, watches counter
-		lw := ListerWatcherFuncs[*string]{
-			ListFunc: func(ctx context.Context, opts ListOptions) (List[*string], error) {
-				lists.next()
-				return goodList(), nil
-			},
-			WatchFunc: func(ctx context.Context, opts WatchOptions) (Watch[*string], error) {
-				if watches.next() == 1 {
-					return nil, nil
-				}
-				return newIdleWatch(ctx), nil
-			},
-		}
+		var lists counter
+		lw := firstWatchBad(&lists, nil)
 		inf, reported, _ := runBadSource(t, lw)
 		expectRecovery(t, inf, reported, &lists, 2)
 	})
@@ -296,21 +285,28 @@ func TestReflector_NilListItemsSkipped(t *testing.T) {
 	}
 }
 
-// A watch event with a nil object is bad input: the watch ends, the informer relists.
-func TestReflector_NilEventObjectIsBadInput(t *testing.T) {
-	var lists, watches counter
-	lw := ListerWatcherFuncs[*string]{
+// firstWatchBad is a source whose lists (counted in lists) are goodList and whose first
+// watch is first (nil: no watch and no error); later watches are idle.
+func firstWatchBad(lists *counter, first Watch[*string]) ListerWatcherFuncs[*string] {
+	var watches counter
+	return ListerWatcherFuncs[*string]{
 		ListFunc: func(ctx context.Context, opts ListOptions) (List[*string], error) {
 			lists.next()
 			return goodList(), nil
 		},
 		WatchFunc: func(ctx context.Context, opts WatchOptions) (Watch[*string], error) {
 			if watches.next() == 1 {
-				return &sliceWatch{events: []Event[*string]{{Type: Deleted, Revision: "11"}}}, nil
+				return first, nil
 			}
 			return newIdleWatch(ctx), nil
 		},
 	}
+}
+
+// A watch event with a nil object is bad input: the watch ends, the informer relists.
+func TestReflector_NilEventObjectIsBadInput(t *testing.T) {
+	var lists counter
+	lw := firstWatchBad(&lists, &sliceWatch{events: []Event[*string]{{Type: Deleted, Revision: "11"}}})
 	inf, reported, _ := runBadSource(t, lw)
 	expectRecovery(t, inf, reported, &lists, 2)
 }
@@ -344,19 +340,8 @@ func TestReflector_ListRevisionMissingIsBadInput(t *testing.T) {
 
 // An event with no type (the zero EventType) is bad input.
 func TestReflector_ZeroEventTypeIsBadInput(t *testing.T) {
-	var lists, watches counter
-	lw := ListerWatcherFuncs[*string]{
-		ListFunc: func(ctx context.Context, opts ListOptions) (List[*string], error) {
-			lists.next()
-			return goodList(), nil
-		},
-		WatchFunc: func(ctx context.Context, opts WatchOptions) (Watch[*string], error) {
-			if watches.next() == 1 {
-				return &sliceWatch{events: []Event[*string]{{Object: ptr("a=2"), Revision: "11"}}}, nil
-			}
-			return newIdleWatch(ctx), nil
-		},
-	}
+	var lists counter
+	lw := firstWatchBad(&lists, &sliceWatch{events: []Event[*string]{{Object: ptr("a=2"), Revision: "11"}}})
 	inf, reported, _ := runBadSource(t, lw)
 	expectRecovery(t, inf, reported, &lists, 2)
 }

@@ -111,19 +111,7 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 	if after := dense + float64(h5-h4)/n; after < 0.9*dense {
 		t.Errorf("compacting the densely written trees saved %.0f %% (%.1f → %.1f B/object): they were not dense", 100*(1-after/dense), dense, after)
 	}
-	read := func(sn *Snapshot[string, *pod]) string {
-		var b strings.Builder
-		fmt.Fprint(&b, sn.Keys())
-		for _, index := range []string{"ns", "byUser"} {
-			values, _ := sn.IndexValues(index)
-			for _, v := range values {
-				objs, _ := sn.ByIndex(index, v)
-				fmt.Fprint(&b, index, v, names(objs))
-			}
-		}
-		return b.String()
-	}
-	if read(s.snapshot()) != read(ref.snapshot()) {
+	if podState(s.snapshot()) != podState(ref.snapshot()) {
 		t.Fatal("the densely written store differs from one written in order")
 	}
 	// A page out of order: written in order, the store is to be compacted.
