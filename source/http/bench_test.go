@@ -1,14 +1,12 @@
 package httpsource
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
@@ -196,19 +194,7 @@ func benchmarkServerFanout(b *testing.B, ordered bool) {
 			done.Add(1)
 			go func() {
 				defer done.Done()
-				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-				ready.Done()
-				if err != nil {
-					errs <- err
-					return
-				}
-				r := bufio.NewReaderSize(resp.Body, 64<<10)
-				for range changes {
-					if _, err := r.ReadSlice('\n'); err != nil {
-						errs <- err
-						return
-					}
-				}
+				readWatch(conn, changes, &ready, errs)
 			}()
 		}
 		ready.Wait()

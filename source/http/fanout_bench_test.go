@@ -335,19 +335,7 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 					go func() {
 						defer done.Done()
 						defer conn.Close()
-						resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-						ready.Done()
-						if err != nil {
-							errs <- err
-							return
-						}
-						r := bufio.NewReaderSize(resp.Body, 64<<10)
-						for range changes {
-							if _, err := r.ReadSlice('\n'); err != nil {
-								errs <- err
-								return
-							}
-						}
+						readWatch(conn, changes, &ready, errs)
 					}()
 				}
 				ready.Wait()
@@ -371,5 +359,23 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 			b.ReportMetric(n/total.Seconds(), "changes/s")
 			b.ReportMetric(n*watchers/total.Seconds(), "deliveries/s")
 		})
+	}
+}
+
+// readWatch reads a raw watch's response on conn and then n event lines, calling
+// ready.Done once the response's header is in; a failure goes to errs.
+func readWatch(conn net.Conn, n int, ready *sync.WaitGroup, errs chan<- error) {
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	ready.Done()
+	if err != nil {
+		errs <- err
+		return
+	}
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	for range n {
+		if _, err := r.ReadSlice('\n'); err != nil {
+			errs <- err
+			return
+		}
 	}
 }
