@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,17 +54,7 @@ func fanoutServer(tb testing.TB, opts ServerOptions[*obj]) (*Server[string, *obj
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(s)
-	ts.Config.ConnContext = ConnContext
-	ts.Start()
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-		ts.Close()
-	})
-	waitSynced(tb, s)
-	return s, ts.Listener.Addr().String()
+	return s, startServer(tb, s).Listener.Addr().String()
 }
 
 // watchConn opens a watch on a bare socket; readBuffer > 0 caps its receive buffer
