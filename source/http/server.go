@@ -172,7 +172,8 @@ type Server[K cmp.Ordered, V any] struct {
 	up     *upstreamRevisions // the upstream's revisions: the informer's source is ordered
 	mirror *mirror[K, V]
 	pins   pinTable[K]
-	synced chan struct{}
+	synced     chan struct{} // closed by waitSynced, started by the first Synced
+	syncedOnce sync.Once
 }
 
 // record is what the server's log holds for an object: its key and its encoded form.
@@ -275,7 +276,6 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	}
 	s.reg = reg
 	s.core.ready = s.HasSynced
-	go s.waitSynced()
 	return s, nil
 }
 
@@ -328,18 +328,30 @@ func (s *Server[K, V]) Revision() string {
 	return s.wire(s.mirror.head.Load())
 }
 
-// HasSynced reports whether the server holds the informer's initial state and serves.
+// HasSynced reports whether the server holds the informer's initial state and serves:
+// its handler has that state and, for an ordered upstream, the revision of a state it
+// holds.
 func (s *Server[K, V]) HasSynced() bool {
+	if !s.reg.HasSynced() {
+		return false
+	}
+	if s.up == nil {
+		return true
+	}
 	select {
-	case <-s.synced:
+	case <-s.up.ready:
 		return true
 	default:
 		return false
 	}
 }
 
-// Synced returns a channel closed once HasSynced is true.
-func (s *Server[K, V]) Synced() <-chan struct{} { return s.synced }
+// Synced returns a channel closed once HasSynced is true. The first call starts a
+// goroutine that waits for it, until then or Shutdown.
+func (s *Server[K, V]) Synced() <-chan struct{} {
+	s.syncedOnce.Do(func() { go s.waitSynced() })
+	return s.synced
+}
 
 // mirror is the informer handler that copies changes into the server's log and its
 // state tree (which lists read from). With an ordered upstream (up set) it holds the
