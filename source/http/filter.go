@@ -198,8 +198,9 @@ type filterHub[K cmp.Ordered, V any] struct {
 	compacted int64                // the log's compacted revision
 	order     []filterQueued[K, V] // every history event in revision order, for compaction
 	orderHead int
-	batchLen  int  // events appended since beginBatch
-	inBatch   bool // between beginBatch and endBatch
+	batchLen  int    // events appended since beginBatch
+	inBatch   bool   // between beginBatch and endBatch
+	batches   uint64 // batches ended, to mark the values endBatch has seen
 }
 
 // filterIndex is one filter index.
@@ -217,6 +218,8 @@ type filterValue[K cmp.Ordered, V any] struct {
 	dropped int64                     // events dropped from the front of history, ever
 	waiters []*filterWatch[K, V]      // watches blocked in Next
 	watches int                       // watches open
+
+	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
 }
 
 // filterEvent is an event of one value's filtered stream.
@@ -328,15 +331,15 @@ func (h *filterHub[K, V]) endBatch(seq int64) {
 	}
 	defer h.mu.Unlock()
 	h.inBatch = false
-	seen := map[*filterValue[K, V]]bool{}
+	h.batches++
 	// The batch's events still in the history (compaction drops the oldest first).
 	order := h.order[h.orderHead:]
 	for j := len(order) - 1; j >= max(len(order)-h.batchLen, 0); j-- {
 		fv := order[j].fv
-		if seen[fv] {
-			continue
+		if fv.endedBatch == h.batches {
+			continue // a later event of the batch ended it for this value
 		}
-		seen[fv] = true
+		fv.endedBatch = h.batches
 		order[j].rev = seq
 		if n := len(fv.history); n > 0 {
 			fv.history[n-1].rev, fv.history[n-1].revStr = seq, strconv.FormatInt(seq, 10)

@@ -164,14 +164,14 @@ type ServerOptions[V any] struct {
 // keeps serving its last state if the informer stops. A Delete event carries the last
 // state the server served for the object.
 type Server[K cmp.Ordered, V any] struct {
-	core   core[*record[K]]
-	src    *memory.Source[K, *record[K]]
-	inf    *informer.Informer[K, V]
-	reg    *informer.Registration
-	revs   *offsetRevisions   // own numbering: the informer's source is not ordered
-	up     *upstreamRevisions // the upstream's revisions: the informer's source is ordered
-	mirror *mirror[K, V]
-	pins   pinTable[K]
+	core       core[*record[K]]
+	src        *memory.Source[K, *record[K]]
+	inf        *informer.Informer[K, V]
+	reg        *informer.Registration
+	revs       *offsetRevisions   // own numbering: the informer's source is not ordered
+	up         *upstreamRevisions // the upstream's revisions: the informer's source is ordered
+	mirror     *mirror[K, V]
+	pins       pinTable[K]
 	synced     chan struct{} // closed by waitSynced, started by the first Synced
 	syncedOnce sync.Once
 }
@@ -440,32 +440,40 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	moved := m.up.reached(seq, rev)
 	// The filter indexes take the batch as one too: each value's last event of it is
 	// labelled with the batch's end, before the log's head reaches it.
-	m.filters.beginBatch()
+	if len(ops) > 0 {
+		m.filters.beginBatch()
+	}
 	for i, o := range ops {
-		var r int64
-		if o.delete {
-			m.tree.Delete(o.r)
-			var ok bool
-			if r, ok = m.src.Delete(o.r.key); !ok {
-				continue
-			}
-			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
-		} else {
-			m.tree.ReplaceOrInsert(o.r)
-			r = m.src.Put(o.r)
-			m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
-		}
+		r, ok := m.apply(o)
 		if i == len(ops)-1 {
 			m.filters.endBatch(seq)
 		}
-		m.logged(r, int64(len(o.r.json)))
+		if ok {
+			m.logged(r, int64(len(o.r.json)))
+		}
 	}
-	m.filters.endBatch(seq) // no-op unless the last op logged nothing
 	m.up.trim(m.src.CompactedRevision())
 	m.up.settled()
 	if moved && len(ops) == 0 {
 		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
 	}
+}
+
+// apply writes one change of a batch to the tree, the log and the filter indexes, and
+// returns its log revision; false if it changed nothing (a delete of a key not served).
+func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
+	if o.delete {
+		m.tree.Delete(o.r)
+		r, ok := m.src.Delete(o.r.key)
+		if ok {
+			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
+		}
+		return r, ok
+	}
+	m.tree.ReplaceOrInsert(o.r)
+	r := m.src.Put(o.r)
+	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
+	return r, true
 }
 
 // hold records a change until the next revision (ordered upstream), under mu.
