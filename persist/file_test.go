@@ -105,15 +105,21 @@ func headerSize(t *testing.T, data []byte) int64 {
 	return int64(data[12]) | int64(data[13])<<8 | int64(data[14])<<16 | int64(data[15])<<24
 }
 
-// Every truncation of a snapshot, at every byte offset, is refused as corrupt.
-func TestLoadRefusesTruncated(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "s.snapshot")
+// writtenSnapshot writes a snapshot of 20 objects at revision 7 and returns its path and
+// bytes, for the tests that damage it.
+func writtenSnapshot(t *testing.T) (string, []byte) {
+	path := filepath.Join(t.TempDir(), "s.snapshot")
 	write(t, path, makeState("7", 20))
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, data
+}
+
+// Every truncation of a snapshot, at every byte offset, is refused as corrupt.
+func TestLoadRefusesTruncated(t *testing.T) {
+	path, data := writtenSnapshot(t)
 	size, hsize := int64(len(data)), headerSize(t, data)
 	seen := map[string]int{}
 	for cut := range size {
@@ -142,13 +148,7 @@ func TestLoadRefusesTruncated(t *testing.T) {
 // a header byte that still decodes, as written by another configuration. It never loads
 // and never panics.
 func TestLoadRefusesCorrupted(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "s.snapshot")
-	write(t, path, makeState("7", 20))
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, data := writtenSnapshot(t)
 	size, hsize := int64(len(data)), headerSize(t, data)
 	seen := map[string]int{}
 	for off := range size {
