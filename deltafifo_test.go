@@ -290,6 +290,9 @@ func TestDeltaFIFO_FirstListQueuedWhole(t *testing.T) {
 	if err != nil || len(batch) != 1 || batch[0].bulk == nil {
 		t.Fatalf("first pop: %+v, %v; want the whole list alone", batch, err)
 	}
+	if b := batch[0].bulk; !b.last || b.rev != "5" || strings.Join(b.keys, ",") != "a,b,a" || strings.Join(b.objs, ",") != "a1,b1,a2" {
+		t.Fatalf("first pop: %+v; want the list a=a1, b=b1, a=a2 as its last page at 5", *b)
+	}
 	if !synced || wm != (watermark{rev: "5", inclusive: true}) {
 		t.Fatalf("first pop: synced %v, watermark %+v; want synced at 5 (the key queued after is not in)", synced, wm)
 	}

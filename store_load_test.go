@@ -86,8 +86,13 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 	if s.loose {
 		t.Fatal("a sorted first list left the store to compact")
 	}
-	if len(notes) != n || notes[0].key != "p000000" || notes[n-1].key != keys[n-1] || !notes[n-1].initial || notes[n-1].kind != notifyAdd {
+	if len(notes) != n {
 		t.Fatalf("%d notifications, want %d initial adds in the list's order", len(notes), n)
+	}
+	for i, note := range notes {
+		if note.kind != notifyAdd || !note.initial || note.key != keys[i] || note.new != pods[i] {
+			t.Fatalf("notification %d: %+v; want the initial add of %s", i, note, keys[i])
+		}
 	}
 	notes = nil
 	h1 := liveHeap()
