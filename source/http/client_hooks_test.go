@@ -349,7 +349,9 @@ func TestClientRequestHooksAndListOptions(t *testing.T) {
 
 // DecodeFrame turns a frame into zero or more events, a bookmark, skipped objects
 // (reported once the frame is accepted) or a classified error; the events of a frame
-// that fails are not delivered.
+// that fails are not delivered. The events of one frame at one revision (a transaction)
+// are one batch: the watch reports more to come at the revision until the last, so the
+// informer does not count the revision reached halfway through it.
 func TestClientDecodeFrame(t *testing.T) {
 	row := func(k, v string) string { return fmt.Sprintf(`{"k":%q,"v":%q}`, k, v) }
 	store := &fakeStore{lines: []string{
@@ -382,10 +384,14 @@ func TestClientDecodeFrame(t *testing.T) {
 		if e.Object != nil {
 			name = e.Object.Name + "=" + e.Object.Val
 		}
-		got = append(got, fmt.Sprintf("%v %s @%s", e.Type, name, e.Revision))
+		more := ""
+		if w.(informer.BatchedWatch).MoreAtRevision() {
+			more = " (more)"
+		}
+		got = append(got, fmt.Sprintf("%v %s @%s%s", e.Type, name, e.Revision, more))
 	}
 	want := []string{
-		"Modified a=1 @11", "Modified b=1 @11", "Deleted c= @11",
+		"Modified a=1 @11 (more)", "Modified b=1 @11 (more)", "Deleted c= @11",
 		"Modified e=1 @13",
 		"Bookmark  @14",
 		"Modified f=1 @15",

@@ -201,6 +201,9 @@ type Frame[V any] struct {
 // Add appends an event to the frame's events. A Bookmark needs a Revision; a change
 // (Added, Modified, Deleted) needs an Object, and a Revision (or ClientOptions.Revision to
 // read one from the object). The events are delivered in the order they were added.
+// Changes added one after another at one revision are one batch (a transaction): the
+// informer counts the revision reached, for WaitForRevision, only once the last of them
+// is in its cache.
 func (f *Frame[V]) Add(ev informer.Event[V]) { f.events = append(f.events, ev) }
 
 // Decode decodes an encoded object with the Client's item decoder (ClientOptions.Decode,

@@ -34,6 +34,7 @@ type watch[V any] struct {
 
 	frame *Frame[V] // with ClientOptions.DecodeFrame: the frame being delivered
 	pos   int       // the next of frame.events to deliver
+	last  string    // the revision of the frame's event delivered last
 
 	held  []informer.Event[V] // the events of a batch whose last event has not come yet
 	ready []informer.Event[V] // the events of a complete batch, to deliver
@@ -103,8 +104,20 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 }
 
 // MoreAtRevision implements informer.BatchedWatch: the rest of a batch Next is
-// delivering is ready.
-func (w *watch[V]) MoreAtRevision() bool { return len(w.ready) > 0 }
+// delivering is ready, or the frame DecodeFrame decoded holds another change at the
+// revision of the one Next returned last (a transaction in one frame).
+func (w *watch[V]) MoreAtRevision() bool {
+	if len(w.ready) > 0 {
+		return true
+	}
+	f := w.frame
+	if f == nil || w.pos >= len(f.events) || w.pos == 0 {
+		return false
+	}
+	next := &f.events[w.pos]
+	return next.Type != informer.Bookmark && next.Revision != "" &&
+		strings.TrimSuffix(next.Revision, string(partialMark)) == w.last
+}
 
 // isRetryableBreak reports whether a watch ended with a failure another replica may not
 // have (a broken connection, a 5xx ERROR event), not a clean end or the caller's stop.
@@ -204,6 +217,7 @@ func (w *watch[V]) nextCustom() (informer.Event[V], error) {
 	ev := f.events[w.pos]
 	f.events[w.pos] = informer.Event[V]{} // the cache owns it now
 	w.pos++
+	w.last = strings.TrimSuffix(ev.Revision, string(partialMark))
 	return ev, nil
 }
 
