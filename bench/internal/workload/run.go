@@ -55,7 +55,32 @@ type Figures map[string]float64
 // profileEvents starts a CPU profile of W1's event phase when WORKLOAD_CPUPROFILE names a
 // file (each run overwrites it; a variant's run writes to the name with suffix appended),
 // and returns the function that stops it.
+//
+// WORKLOAD_ALLOCPROFILE names files for the allocations of the event phase: the heap
+// profile is written at its start (<name><suffix>.before) and end (.after), to be read
+// with go tool pprof -sample_index=alloc_objects -diff_base <before> <after>.
 func profileEvents(suffix string) func() {
+	if path := os.Getenv("WORKLOAD_ALLOCPROFILE"); path != "" {
+		writeAllocs(path + suffix + ".before")
+		stopCPU := profileCPU(suffix)
+		return func() { stopCPU(); writeAllocs(path + suffix + ".after") }
+	}
+	return profileCPU(suffix)
+}
+
+// writeAllocs writes the heap profile, with the allocations counted up to now, to path.
+func writeAllocs(path string) {
+	runtime.GC() // the profile's counts are those of the last completed cycle
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("allocs").WriteTo(f, 0)
+}
+
+// profileCPU is profileEvents' CPU profile.
+func profileCPU(suffix string) func() {
 	path := os.Getenv("WORKLOAD_CPUPROFILE")
 	if path == "" {
 		return func() {}
