@@ -277,6 +277,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 		nWrites = 400
 		nClient = 60
 	)
+	letClusterLeftoversGo(t)
 	c := startCluster(t, 3)
 	writer := newClusterClient(t, c)
 	ctx, cancelAll := context.WithTimeout(context.Background(), 3*time.Minute)
