@@ -70,49 +70,67 @@ func (w *pausedWatch) MoreAtRevision() bool {
 // A client informer that listed an ordered upstream at revision 0 (empty) watches from
 // "0", which asks the Server for a replay of its state: the replay is one batch at the
 // state's revision, so WaitForRevision of that revision returns only once the client's
-// cache holds the whole state, however slowly the replay arrives.
+// cache holds the whole state (the matching subset, filtered), however slowly the replay
+// arrives.
 func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	up := startUpstream(t, src, "upstream", true)
-	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	if got := srv.Revision(); got != "0" {
-		t.Fatalf("the server of an empty upstream is at revision %q, want 0", got)
-	}
-	pc := newPausedClient(newTestClient(t, ts.URL, ClientOptions[*obj]{}))
-	d := newDownstream(t, pc, "mirror", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case rv := <-pc.watched:
-		if rv != "0" {
-			t.Fatalf("the client watches from %q, want 0 (its list's revision)", rv)
-		}
-	case <-ctx.Done():
-		t.Fatal("the client never watched")
-	}
-	// Several objects, before the client's watch reaches the server: its replay holds
-	// them all at one revision.
-	const n = 5
-	var last int64
-	for i := range n {
-		last = put(src, fmt.Sprintf("o%d", i), strconv.Itoa(i))
-	}
-	rs := strconv.FormatInt(last, 10)
-	eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == rs })
-	close(pc.gate)
-	if err := d.inf.WaitForRevision(ctx, rs); err != nil {
-		t.Fatalf("WaitForRevision(%s): %v", rs, err)
-	}
-	got, want := state(d.inf.List()), state(src.Items())
-	close(pc.resume)
-	if got != want {
-		t.Fatalf("right after WaitForRevision(%s) the client's cache holds %q, want the upstream's state %q", rs, got, want)
-	}
-	if n := d.inf.Stats().Relists; n != 1 {
-		t.Errorf("the client listed %d times, want 1", n)
+	for _, filtered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("filtered=%v", filtered), func(t *testing.T) {
+			src := memory.New(objName, memory.Options{})
+			up := startUpstream(t, src, "upstream", true)
+			srv, ts, _ := startReplica(t, up, filterOptions())
+			if got := srv.Revision(); got != "0" {
+				t.Fatalf("the server of an empty upstream is at revision %q, want 0", got)
+			}
+			var copts ClientOptions[*obj]
+			if filtered {
+				copts.Filter = Filter{Index: "team", Value: "payments"}
+			}
+			pc := newPausedClient(newTestClient(t, ts.URL, copts))
+			d := newDownstream(t, pc, "mirror", nil)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case rv := <-pc.watched:
+				if rv != "0" {
+					t.Fatalf("the client watches from %q, want 0 (its list's revision)", rv)
+				}
+			case <-ctx.Done():
+				t.Fatal("the client never watched")
+			}
+			// Several objects, before the client's watch reaches the server: its replay
+			// holds them all at one revision.
+			var last int64
+			for i := range 7 {
+				team := "payments"
+				if i%3 == 1 {
+					team = "search"
+				}
+				last = put(src, fmt.Sprintf("o%d", i), fmt.Sprintf("%s:%d", team, i))
+			}
+			rs := strconv.FormatInt(last, 10)
+			eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == rs })
+			close(pc.gate)
+			if err := d.inf.WaitForRevision(ctx, rs); err != nil {
+				t.Fatalf("WaitForRevision(%s): %v", rs, err)
+			}
+			got := state(d.inf.List())
+			close(pc.resume)
+			var want []*obj
+			for _, o := range src.Items() {
+				if !filtered || teamOf(o) == "payments" {
+					want = append(want, o)
+				}
+			}
+			if got != state(want) {
+				t.Fatalf("right after WaitForRevision(%s) the client's cache holds %q, want the upstream's state %q", rs, got, state(want))
+			}
+			if n := d.inf.Stats().Relists; n != 1 {
+				t.Errorf("the client listed %d times, want 1", n)
+			}
+		})
 	}
 }
 

@@ -264,6 +264,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
 	s.core.replayOnEmpty = true
+	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
 	s.core.init(opts.ServeOptions)
 	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
