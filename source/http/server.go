@@ -146,7 +146,9 @@ type ServerOptions[V any] struct {
 // at most one change per key. Every event of a batch carries the batch's revision; all
 // but the last carry it with a '~' after it, and a Client applies a batch only once it
 // has its last event, so that a client never holds half a batch under the batch's
-// revision. A client resuming from a revision that falls inside a batch of this replica
+// revision. The initial events of a watch — the replay of the state for a watch from
+// resourceVersion 0 or none, or a streaming list — are one batch at the state's revision,
+// filtered or not. A client resuming from a revision that falls inside a batch of this replica
 // (a batch of another replica ended there) is sent that whole batch: each of its keys is
 // brought to a state at least as new as the client's. While the informer's queue never
 // drains (a backlog of more than informer.Options.MaxBatch keys) or the server's handler
