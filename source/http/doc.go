@@ -36,7 +36,9 @@
 // and replicas of the Server are interchangeable (ClientOptions.FailoverURLs): a client
 // resumes at another replica without a relist. Such a Server sends the changes of one
 // upstream revision as a batch whose events but the last carry the revision followed by
-// '~' ("42~", "42~", "42"); a Client delivers a batch only once it is whole. Over an
+// '~' ("42~", "42~", "42"); a Client delivers a batch only once it is whole. The initial
+// events of a watch (a replay of the state for a watch from resourceVersion=0 or none, or
+// sendInitialEvents=true) are one such batch at the state's revision. Over an
 // unordered source a Server numbers its changes itself, "<tag>.<n>", and a Client refuses
 // to compare such a revision with one of another numbering. See Server.
 //

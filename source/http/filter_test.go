@@ -532,12 +532,19 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 // A filtered client of a Server over an ordered upstream: the upstream's revisions end to
 // end, batches of several changes (the informer behind the Server applies bursts whole)
 // delivered whole, read-your-writes for the changes it receives, and its cache the
-// matching subset once the writes stop, with no relist.
+// matching subset once the writes stop, with no relist. From an empty upstream at
+// revision 0, the client's watch from "0" asks for a replay of the Server's state, which
+// may already hold the first writes: it is one batch too.
 func TestFilteredClient_UpstreamRevisions(t *testing.T) {
+	t.Run("from a non-empty upstream", func(t *testing.T) { testFilteredClientUpstreamRevisions(t, false) })
+	t.Run("from an empty upstream at revision 0", func(t *testing.T) { testFilteredClientUpstreamRevisions(t, true) })
+}
+
+func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 	src := memory.New(objName, memory.Options{})
-	// Not at revision 0: a watch from "0" asks a Server for a replay of its state, whose
-	// events each carry the state's revision (see the package documentation).
-	put(src, "z", "search:0")
+	if !empty {
+		put(src, "z", "search:0")
+	}
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, filterOptions())
 	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)

@@ -200,6 +200,10 @@ type core[V any] struct {
 	// replayOnEmpty makes a watch without resourceVersion (or "0") start with the current
 	// state, as Kubernetes does; it needs a source that supports SendInitialEvents.
 	replayOnEmpty bool
+	// batchInitial sends the initial events of a watch (a replay, or sendInitialEvents) as
+	// one batch: every event but the last carries the partial mark (a Server over an
+	// ordered upstream, whose initial events all carry the state's revision).
+	batchInitial bool
 	// plainIsBad answers a plain (unclassified) error from the source with 400 rather
 	// than 500: the source is known to fail only on malformed input.
 	plainIsBad bool
@@ -843,6 +847,27 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	defer func() { buf.put(out) }()
 	scratch := make([]byte, 0, 64)
 	inInitial := opts.SendInitialEvents
+	// encode appends an Added, Modified or Deleted event (partial: with the partial mark)
+	// and reports whether its revision is the source's newest; on failure it appends the
+	// ERROR frame that ends the watch instead, and reports !ok.
+	encode := func(ev informer.Event[V], partial bool) (newest, ok bool) {
+		start := len(out)
+		var err error
+		out, newest, err = c.appendEvent(out, scratch, req.sse, ev, partial)
+		if err != nil {
+			c.stats.EncodeErrors.Add(1)
+			err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
+			c.report(err)
+			out = appendErrorFrame(out[:start], req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
+			return false, false
+		}
+		return newest, true
+	}
+	// With batchInitial, the initial event read last, sent once the next event says
+	// whether it is the batch's last: the end-of-initial-events bookmark. A stream that
+	// ends before it never sends it, and a client drops the partial batch.
+	var held informer.Event[V]
+	holding := false
 	for {
 		ev, err := wat.Next()
 		if out == nil {
@@ -866,14 +891,16 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		flush := false
 		switch ev.Type {
 		case informer.Added, informer.Modified, informer.Deleted:
-			var newest bool
-			start := len(out)
-			out, newest, err = c.appendEvent(out, scratch, req.sse, ev)
-			if err != nil {
-				c.stats.EncodeErrors.Add(1)
-				err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
-				c.report(err)
-				out = appendErrorFrame(out[:start], req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
+			partial := false
+			if inInitial && c.batchInitial {
+				if !holding {
+					held, holding = ev, true
+					continue
+				}
+				ev, held, partial = held, ev, true
+			}
+			newest, ok := encode(ev, partial)
+			if !ok {
 				_ = ww.write(out, true)
 				return
 			}
@@ -882,9 +909,19 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			switch {
 			case ev.EndOfInitialEvents:
 				inInitial, flush = false, true
+				if holding {
+					last := held
+					held, holding = informer.Event[V]{}, false
+					if _, ok := encode(last, false); !ok {
+						_ = ww.write(out, true)
+						return
+					}
+				}
 				if !replay {
 					out = c.appendBookmark(out, scratch, req.sse, ev.Revision, true)
 				}
+			case inInitial && c.batchInitial:
+				// A bookmark inside the initial batch would end it early for a client.
 			case req.bookmarks:
 				out, flush = c.appendBookmark(out, scratch, req.sse, ev.Revision, false), true
 			}
@@ -1107,9 +1144,10 @@ func (sw *streamWriter) abort() {
 }
 
 // appendEvent appends the frame of an Added, Modified or Deleted event and reports
-// whether its revision is the source's newest.
+// whether its revision is the source's newest; partial puts the partial mark after its
+// revision (an event of a batch that is not its last).
 // scratch is a buffer of the watch for the revision, so that nothing is allocated per event.
-func (c *core[V]) appendEvent(dst, scratch []byte, sse bool, ev informer.Event[V]) ([]byte, bool, error) {
+func (c *core[V]) appendEvent(dst, scratch []byte, sse bool, ev informer.Event[V], partial bool) ([]byte, bool, error) {
 	if sse {
 		dst = append(dst, "data: "...)
 	}
@@ -1122,6 +1160,9 @@ func (c *core[V]) appendEvent(dst, scratch []byte, sse bool, ev informer.Event[V
 		dst = append(dst, `{"type":"DELETED","resourceVersion":`...)
 	}
 	rev, newest := c.revs.appendWire(scratch[:0], ev.Revision)
+	if partial && (len(rev) == 0 || rev[len(rev)-1] != partialMark) {
+		rev = append(rev, partialMark)
+	}
 	dst = appendQuoted(dst, rev)
 	dst = append(dst, `,"object":`...)
 	dst, err := c.appendObject(dst, ev.Object)

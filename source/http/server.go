@@ -146,7 +146,9 @@ type ServerOptions[V any] struct {
 // at most one change per key. Every event of a batch carries the batch's revision; all
 // but the last carry it with a '~' after it, and a Client applies a batch only once it
 // has its last event, so that a client never holds half a batch under the batch's
-// revision. A client resuming from a revision that falls inside a batch of this replica
+// revision. The initial events of a watch — the replay of the state for a watch from
+// resourceVersion 0 or none, or a streaming list — are one batch at the state's revision,
+// filtered or not. A client resuming from a revision that falls inside a batch of this replica
 // (a batch of another replica ended there) is sent that whole batch: each of its keys is
 // brought to a state at least as new as the client's. While the informer's queue never
 // drains (a backlog of more than informer.Options.MaxBatch keys) or the server's handler
@@ -264,6 +266,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
 	s.core.replayOnEmpty = true
+	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
 	s.core.init(opts.ServeOptions)
 	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
