@@ -868,6 +868,9 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	// ends before it never sends it, and a client drops the partial batch.
 	var held informer.Event[V]
 	holding := false
+	// A source's watch that groups the changes of one revision (a transaction) has them
+	// sent as a batch, as a Server does its upstream's.
+	batched, _ := wat.(informer.BatchedWatch)
 	for {
 		ev, err := wat.Next()
 		if out == nil {
@@ -898,13 +901,15 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 					continue
 				}
 				ev, held, partial = held, ev, true
+			} else if batched != nil && !inInitial && batched.MoreAtRevision() {
+				partial = true // a change of a transaction that is not its last
 			}
 			newest, ok := encode(ev, partial)
 			if !ok {
 				_ = ww.write(out, true)
 				return
 			}
-			flush = (newest || caughtUp(wat)) && !inInitial
+			flush = (newest || caughtUp(wat)) && !inInitial && !partial
 		case informer.Bookmark:
 			switch {
 			case ev.EndOfInitialEvents:

@@ -1,0 +1,83 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/etcd"
+	httpsource "github.com/informer-go/informer/source/http"
+)
+
+// An etcd transaction served through an httpsource.Handler reaches a client whole: right
+// after WaitForRevision of the transaction's revision returns, the client's cache holds
+// every change of it (the Handler sends the changes source/etcd's watch groups at one
+// revision as a batch).
+func TestHandlerServesTransactionsWhole(t *testing.T) {
+	const prefix = "/txn/"
+	srv := startServer(t, serverOptions{})
+	cli := newClient(t, srv.Endpoint())
+	src, err := etcd.New(cli, prefix, func(key, value []byte) (*fanItem, error) {
+		return &fanItem{Key: string(key), Val: string(value)}, nil
+	}, etcd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httpsource.NewHandler[*fanItem](src, httpsource.HandlerOptions[*fanItem]{})
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	client, err := httpsource.NewClient[*fanItem](ts.URL, httpsource.ClientOptions[*fanItem]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err := informer.New[string, *fanItem](client.Ordered(), informer.Options[string, *fanItem]{Key: fanKey, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { defer close(done); _ = inf.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	select {
+	case <-inf.Synced():
+	case <-ctx.Done():
+		t.Fatal("the client's informer never synced")
+	}
+	state := func() string {
+		var s []string
+		for k, v := range inf.All() {
+			s = append(s, strings.TrimPrefix(k, prefix)+"="+v.Val)
+		}
+		return strings.Join(s, " ")
+	}
+	const keys = 8
+	for round := range 40 {
+		ops := make([]clientv3.Op, keys)
+		var want []string
+		for i := range keys {
+			ops[i] = clientv3.OpPut(fmt.Sprintf("%sk%d", prefix, i), fmt.Sprint(round))
+			want = append(want, fmt.Sprintf("k%d=%d", i, round))
+		}
+		resp, err := cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inf.WaitForRevision(ctx, fmt.Sprint(resp.Header.Revision)); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(want)
+		if got := state(); got != strings.Join(want, " ") {
+			t.Fatalf("round %d: right after WaitForRevision(%d) the client holds\n%s\nwant\n%s", round, resp.Header.Revision, got, strings.Join(want, " "))
+		}
+	}
+}
