@@ -5,7 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +24,37 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stablePorts returns n loopback addresses whose ports were free a moment ago, picked
+// below the kernel's ephemeral port range: an outgoing connection or a listener on port 0
+// takes its port from that range, so none can take these while etcd is down between its
+// stop and its restart on the same address (freePorts' ports, from the range, can be).
+func stablePorts(t *testing.T, n int) []string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
+				low = v
+			}
+		}
+	}
+	var addrs []string
+	for try := 0; len(addrs) < n && try < 1000; try++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000)))
+		if err != nil {
+			continue // in use
+		}
+		if addr := l.Addr().String(); !slices.Contains(addrs, addr) {
+			addrs = append(addrs, addr)
+		}
+		l.Close()
+	}
+	if len(addrs) < n {
+		t.Fatalf("found %d free ports below %d, want %d", len(addrs), low, n)
+	}
+	return addrs
+}
 
 // With no flags the example runs against its embedded etcd and exits by itself.
 func TestEmbedded(t *testing.T) {
@@ -127,10 +162,7 @@ func startMirror(t *testing.T, name string, newSource func() (informer.ListerWat
 // away, and list pages that hold a bad value.
 func TestGatewayConvergesWithSourceEtcd(t *testing.T) {
 	const prefix = "/config/"
-	ports, err := freePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ports := stablePorts(t, 3)
 	dir, clientAddr, peerAddr, sideDoor := t.TempDir(), ports[0], ports[1], ports[2]
 	server, err := startEtcd(dir, clientAddr, peerAddr)
 	if err != nil {

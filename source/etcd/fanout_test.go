@@ -290,7 +290,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 
 	var replicas []*replica
 	for range 3 {
-		replicas = append(replicas, startFanoutReplica(t, c, prefix, "127.0.0.1:0"))
+		replicas = append(replicas, startFanoutReplica(t, c, prefix, freeAddr(t)))
 	}
 	transport := &http.Transport{MaxIdleConnsPerHost: nClient}
 	t.Cleanup(transport.CloseIdleConnections)

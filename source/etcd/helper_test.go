@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -130,14 +132,49 @@ func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duratio
 	}
 }
 
-// freeURL returns an http URL on a loopback port that was free a moment ago.
+// freeURL returns an http URL on a loopback port that was free a moment ago (freeAddr).
 func freeURL(t testing.TB) url.URL {
+	return url.URL{Scheme: "http", Host: freeAddr(t)}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago, picked below the
+// kernel's ephemeral port range: an outgoing connection takes its local port from that
+// range, and so does a listener on port 0, so neither can take this one while nothing
+// listens on it, between the pick and the start of a server or while a member or replica
+// that restarts on it is down. (A port from the range was taken so once, in a run where
+// other test processes shared the machine: "address already in use".)
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	low := ephemeralLow()
+	for range 200 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000)))
+		if err != nil {
+			continue // in use
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return url.URL{Scheme: "http", Host: ln.Addr().String()}
+	return ln.Addr().String()
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's; 32768, its
+// default, elsewhere).
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
+	}
+	return low
 }
 
 // Endpoint is the client address.
