@@ -18,8 +18,9 @@ import (
 
 // An etcd transaction served through an httpsource.Handler reaches a client whole: right
 // after WaitForRevision of the transaction's revision returns, the client's cache holds
-// every change of it (the Handler sends the changes source/etcd's watch groups at one
-// revision as a batch).
+// every change of it. (source/etcd's watch gives a transaction's changes but the last the
+// revision before it, so no client counts the revision reached halfway; the Handler also
+// marks them as a batch.)
 func TestHandlerServesTransactionsWhole(t *testing.T) {
 	const prefix = "/txn/"
 	srv := startServer(t, serverOptions{})

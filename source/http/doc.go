@@ -31,8 +31,7 @@
 // # Revisions
 //
 // A Handler passes its source's revisions through, and sends the changes its source's
-// watch groups at one revision (informer.BatchedWatch: an etcd transaction) as a batch
-// marked as below. A Server over an informer whose source
+// watch says share a revision (informer.BatchedWatch) as a batch marked as below. A Server over an informer whose source
 // has ordered revisions serves the upstream's revisions too, so that
 // Informer.WaitForRevision on a client gives read-your-writes for writes to the upstream
 // and replicas of the Server are interchangeable (ClientOptions.FailoverURLs): a client

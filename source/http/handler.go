@@ -30,11 +30,11 @@ type HandlerOptions[V any] struct {
 // Revisions are the source's own, passed through in both directions: a Handler over an
 // ordered source (source/etcd, source/memory) serves revisions that a client's
 // WaitForRevision can use for read-your-writes, and two Handlers over one source serve the
-// same revisions. The changes a source's watch groups at one revision (an etcd
-// transaction: see informer.BatchedWatch) are sent as a batch, every one but the last with
-// the partial mark ('~' after the revision), which a Client applies whole, so that its
-// WaitForRevision never returns halfway through a transaction; every other event stands
-// alone.
+// same revisions. The changes a source's watch says share a revision
+// (informer.BatchedWatch: a fan-out Server's batch passed on by a Client, a transaction of
+// a user's source) are sent as a batch, every one but the last with the partial mark ('~'
+// after the revision), which a Client applies whole, so that its WaitForRevision never
+// returns halfway through one; every other event stands alone.
 //
 // A source error is answered by its class: informer.ErrExpired → 410,
 // informer.ErrTooManyRequests → 429, other informer.ErrRetryable → 503,

@@ -3,6 +3,7 @@ package httpsource
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -64,6 +65,35 @@ func TestHandlerSendsSourceBatches(t *testing.T) {
 		frame := fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
 		if got := st.line(t); got != frame {
 			t.Fatalf("frame %d:\n got %s\nwant %s", i, got, frame)
+		}
+	}
+}
+
+// A Handler in front of a Client of a fan-out Server (a proxy tier) passes the Server's
+// batches on as batches: the Client's watch says which events share a revision, and the
+// Handler marks them again.
+func TestHandlerPassesClientBatchesOn(t *testing.T) {
+	frame := func(name, rev string) string {
+		return fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
+	}
+	upstream := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for _, l := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
+			fmt.Fprintln(w, l)
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	client, err := NewClient[*obj](upstream.URL, ClientOptions[*obj]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := serveFunc(t, NewHandler[*obj](client, HandlerOptions[*obj]{}).ServeHTTP)
+	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
+	defer st.close()
+	for i, want := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
+		if got := st.line(t); got != want {
+			t.Fatalf("frame %d:\n got %s\nwant %s", i, got, want)
 		}
 	}
 }
