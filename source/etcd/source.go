@@ -271,7 +271,8 @@ func (s *Source[V]) getPinned(ctx context.Context, from string, pinned int64, op
 type rangeStream struct {
 	ch     clientv3.GetStreamChan
 	buf    []*mvccpb.KeyValue
-	done   bool // the stream ended: buf is the rest
+	done   bool            // the stream ended: buf is the rest
+	ctx    context.Context // the stream's: the List's that opened it, cancelled by end
 	cancel context.CancelFunc
 	token  string      // the continue token of the page it reads next, once parked
 	idle   *time.Timer // closes a parked stream nobody asks for
@@ -309,12 +310,15 @@ func (s *Source[V]) streamPage(ctx context.Context, token, from string, pinned, 
 				}
 				return nil, nil
 			}
-			st = &rangeStream{ch: ch, cancel: cancel}
+			opened := &rangeStream{ch: ch, ctx: sctx, cancel: cancel}
+			// A parked stream whose caller's context ends is ended at once, not when idle.
+			context.AfterFunc(sctx, func() { s.endParked(opened) })
+			st = opened
 		}
 		if resp, ok := st.page(ctx, limit); ok {
 			return resp, st
 		}
-		st.cancel()
+		st.end()
 		if status.Code(st.err) == codes.Unimplemented {
 			s.noStream.Store(true)
 		}
@@ -350,29 +354,55 @@ func (st *rangeStream) page(ctx context.Context, limit int64) (*clientv3.GetResp
 	return resp, true
 }
 
+// end ends a stream nobody reads any more. Cancelling its context is not enough: etcd's
+// client sends the stream's chunks from a goroutine that blocks on a full channel
+// whatever the context says, so the rest is read and dropped until the client closes the
+// channel, which it does soon after the cancel.
+func (st *rangeStream) end() {
+	st.cancel()
+	st.buf = nil
+	if !st.done {
+		go func() {
+			for range st.ch {
+			}
+		}()
+	}
+}
+
 // park keeps st for the List that asks for token (its next page); with no next page, or
 // when another stream is parked, it ends the one let go.
 func (s *Source[V]) park(st *rangeStream, token string) {
 	if token == "" || (st.done && len(st.buf) == 0) {
-		st.cancel()
+		st.end()
 		return
 	}
 	st.token = token
 	s.mu.Lock()
 	old := s.parked
 	s.parked = st
-	st.idle = time.AfterFunc(streamIdle, func() {
-		s.mu.Lock()
-		if s.parked == st {
-			s.parked = nil
-		}
-		s.mu.Unlock()
-		st.cancel()
-	})
+	st.idle = time.AfterFunc(streamIdle, func() { s.endParked(st) })
 	s.mu.Unlock()
 	if old != nil {
 		old.idle.Stop()
-		old.cancel()
+		old.end()
+	}
+	if st.ctx.Err() != nil { // its caller's context ended meanwhile: see streamPage
+		s.endParked(st)
+	}
+}
+
+// endParked ends st if it is the parked stream. Whoever takes a stream out of s.parked
+// owns it: a List that reads it, or this.
+func (s *Source[V]) endParked(st *rangeStream) {
+	s.mu.Lock()
+	parked := s.parked == st
+	if parked {
+		s.parked = nil
+	}
+	s.mu.Unlock()
+	if parked {
+		st.idle.Stop()
+		st.end()
 	}
 }
 

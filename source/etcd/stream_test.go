@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/etcd"
@@ -82,5 +83,46 @@ func TestListPagesFromOneStream(t *testing.T) {
 	}
 	if tok := etcd.ParkedToken(src); tok != again.Continue {
 		t.Fatalf("the page read again parked no stream for the next")
+	}
+}
+
+// A list's stream that is let go before its end — replaced by another list's, or ended
+// with its caller's context — leaves no goroutine behind: etcd's client sends the stream's
+// chunks from a goroutine that blocks on a full channel, whatever its context says, until
+// someone reads them.
+func TestAbandonedListStreamEnds(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	const prefix, limit = "/abandoned/", 100
+	fill(t, c, prefix, 3000)
+	src := newSource(t, c, prefix, etcd.Options{})
+	before := goleak.IgnoreCurrent()
+	// twoPages reads a list's first two pages: the second opens a stream, parked for the
+	// third.
+	twoPages := func(ctx context.Context) string {
+		t.Helper()
+		l, err := src.List(ctx, informer.ListOptions{Limit: limit})
+		if err == nil {
+			l, err = src.List(ctx, informer.ListOptions{Limit: limit, Continue: l.Continue})
+		}
+		if err != nil || l.Continue == "" || etcd.ParkedToken(src) != l.Continue {
+			t.Fatalf("no stream parked after two pages (%v)", err)
+		}
+		return l.Continue
+	}
+	twoPages(context.Background()) // replaced by the next list's stream
+	cancelled, cancel := context.WithCancel(context.Background())
+	twoPages(cancelled)
+	cancel() // ends with its caller's context
+	token := twoPages(context.Background())
+	for token != "" { // the last list read to its end
+		l, err := src.List(context.Background(), informer.ListOptions{Limit: limit, Continue: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = l.Continue
+	}
+	if err := findLeaks(before); err != nil {
+		t.Fatalf("goroutines left by the lists' streams: %v", err)
 	}
 }
