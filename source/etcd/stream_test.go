@@ -76,8 +76,11 @@ func TestListPagesFromOneStream(t *testing.T) {
 	if len(pages) != 1+(n-32+limit-1)/limit {
 		t.Errorf("%d pages, want a first of 32 keys and then %d each", len(pages), limit)
 	}
-	// A token again: no stream waits for it, a Get reads the same page.
-	again, err := src.List(context.Background(), informer.ListOptions{Limit: limit, Continue: tokens[0]})
+	// A token again: no stream waits for it, a Get reads the same page. (The stream it
+	// parks ends with againCtx, at the end of the test, not 30 s later when idle.)
+	againCtx, cancelAgain := context.WithCancel(context.Background())
+	defer cancelAgain()
+	again, err := src.List(againCtx, informer.ListOptions{Limit: limit, Continue: tokens[0]})
 	if err != nil || keys(again) != keys(pages[1]) || again.Continue != pages[1].Continue {
 		t.Fatalf("page 1 read again by its token: %v, %d keys; want the page as first read (%d keys)", err, len(again.Items), len(pages[1].Items))
 	}
