@@ -170,8 +170,10 @@ func (s *Source[V]) DecodeErrors() uint64 { return s.decodeErrors.Load() }
 // the first are read from one RangeStream of the rest of the list when the cluster serves
 // it (etcd 3.7 and later; else a Get per page): etcd sends the next chunks while this page
 // is used, and does not count the rest of the range for every page. The stream waits,
-// between Lists, for the page its continue token asks for (30 s at most); it holds what
-// gRPC has received ahead, bounded by its flow control window.
+// between Lists, for the page its continue token asks for (30 s at most, and no longer
+// than the context of the List that opened it: an informer's list ends it when the
+// informer stops); it holds what gRPC has received ahead, bounded by its flow control
+// window. A list left before its last page therefore holds a stream until then.
 func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	var out informer.List[V]
 	from := s.start
