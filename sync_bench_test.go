@@ -84,14 +84,7 @@ func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
-	if _, err := inf.AddHandler(ev, informer.HandlerOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ev, _ := runRecorded(t, inf)
 	ev.Expect(t, "add*b=1", "add*a=1", "update b=1→2")
 	if got, _ := inf.Get("b"); got == nil || got.Val != "2" || inf.Len() != 2 {
 		t.Fatalf("cache: b=%+v, %d objects; want b=2 and 2 objects", got, inf.Len())
@@ -122,14 +115,7 @@ func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
-	if _, err := inf.AddHandler(ev, informer.HandlerOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ev, ctx := runRecorded(t, inf)
 	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add*c=1", "delete?b=1")
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
@@ -188,10 +174,7 @@ func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runRecorded(t, inf)
 	waitUntil(t, func() bool { _, ok := inf.Get("a"); return ok })
 	stopped, stop := context.WithCancel(context.Background())
 	stop()
@@ -207,6 +190,21 @@ func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
 	if _, ok := inf.Get("b"); !ok {
 		t.Fatal("revision 5 reached without its second change")
 	}
+}
+
+// runRecorded adds a recorder to inf as its handler and runs inf until the test ends; it
+// returns the recorder and the context inf runs with.
+func runRecorded(t *testing.T, inf *informer.Informer[string, *obj]) (*events, context.Context) {
+	t.Helper()
+	ev := newEvents()
+	if _, err := inf.AddHandler(ev, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ev, ctx
 }
 
 // numericRevisions orders decimal revisions.
