@@ -278,22 +278,17 @@ func callIndex[V any](fn informer.IndexFunc[V], obj V) (vs []string, err error) 
 // put indexes the object r of the change at rev under vals (from values); the mirror's
 // lock is held.
 func (h *filterHub[K, V]) put(rev int64, r *record[K], vals [][]string, compacted int64) {
-	if h == nil {
-		return
-	}
-	if !h.inBatch { // in a batch, beginBatch holds mu
-		h.mu.Lock()
-		defer h.mu.Unlock()
-	}
-	h.advance(rev)
-	for i := range h.indexes {
-		h.move(i, r.key, r, vals[i])
-	}
-	h.compact(compacted)
+	h.change(rev, r.key, r, vals, compacted)
 }
 
 // delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
 func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
+	h.change(rev, k, nil, nil, compacted)
+}
+
+// change moves key k to the values vals of its object r in every index (out of them all
+// when r is nil, a delete).
+func (h *filterHub[K, V]) change(rev int64, k K, r *record[K], vals [][]string, compacted int64) {
 	if h == nil {
 		return
 	}
@@ -303,7 +298,11 @@ func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
 	}
 	h.advance(rev)
 	for i := range h.indexes {
-		h.move(i, k, nil, nil)
+		var v []string
+		if r != nil {
+			v = vals[i]
+		}
+		h.move(i, k, r, v)
 	}
 	h.compact(compacted)
 }
