@@ -550,7 +550,8 @@ type filterWatch[K cmp.Ordered, V any] struct {
 	bookmarkC     <-chan time.Time
 	bookmarkEvery time.Duration
 
-	more bool // events were pending after the last one Next returned (Next's goroutine only)
+	more        bool // events were pending after the last one Next returned (Next's goroutine only)
+	initialMore bool // the event Next returned last is an initial one with more to come (Next's goroutine only)
 
 	// Guarded by the hub's mu.
 	fv           *filterValue[K, V]
@@ -565,6 +566,10 @@ type filterWatch[K cmp.Ordered, V any] struct {
 }
 
 func (w *filterWatch[K, V]) caughtUp() bool { return !w.more }
+
+// MoreAtRevision implements informer.BatchedWatch: the initial events share the state's
+// revision, and each but the last is followed by more of it.
+func (w *filterWatch[K, V]) MoreAtRevision() bool { return w.initialMore }
 
 // Next implements informer.Watch.
 func (w *filterWatch[K, V]) Next() (informer.Event[*record[K]], error) {
@@ -613,6 +618,7 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 		return ev, w.err, true
 	default:
 	}
+	w.initialMore = false
 	if w.initial != nil {
 		if r := w.nextInitial(); r != nil {
 			return informer.Event[*record[K]]{Type: informer.Added, Object: r, Revision: w.initialRev}, nil, true
@@ -639,15 +645,19 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 }
 
 // nextInitial returns the next object of the initial events, in key order, or nil after
-// the last; O(log n).
+// the last, and sets initialMore when another follows it; O(log n).
 func (w *filterWatch[K, V]) nextInitial() *record[K] {
 	var next *record[K]
 	visit := func(r *record[K]) bool {
 		if w.initialSent && !cmp.Less(w.initialAfter, r.key) {
 			return true
 		}
+		if next != nil {
+			w.initialMore = true
+			return false
+		}
 		next = r
-		return false
+		return true
 	}
 	if w.initialSent {
 		w.initial.AscendGreaterOrEqual(&record[K]{key: w.initialAfter}, visit)

@@ -847,30 +847,13 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	defer func() { buf.put(out) }()
 	scratch := make([]byte, 0, 64)
 	inInitial := opts.SendInitialEvents
-	// encode appends an Added, Modified or Deleted event (partial: with the partial mark)
-	// and reports whether its revision is the source's newest; on failure it appends the
-	// ERROR frame that ends the watch instead, and reports !ok.
-	encode := func(ev informer.Event[V], partial bool) (newest, ok bool) {
-		start := len(out)
-		var err error
-		out, newest, err = c.appendEvent(out, scratch, req.sse, ev, partial)
-		if err != nil {
-			c.stats.EncodeErrors.Add(1)
-			err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
-			c.report(err)
-			out = appendErrorFrame(out[:start], req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
-			return false, false
-		}
-		return newest, true
-	}
-	// With batchInitial, the initial event read last, sent once the next event says
-	// whether it is the batch's last: the end-of-initial-events bookmark. A stream that
-	// ends before it never sends it, and a client drops the partial batch.
-	var held informer.Event[V]
-	holding := false
-	// A source's watch that groups the changes of one revision (a transaction) has them
-	// sent as a batch, as a Server does its upstream's.
+	// The changes the watch says share a revision (a transaction of the Handler's source;
+	// the initial events of a Server's replay, which share the state's revision) are sent
+	// as a batch: each but the last with the partial mark. A bookmark inside a batch would
+	// end it early for a client, and is dropped. A Server over an unordered upstream has
+	// its own numbering and sends no batches.
 	batched, _ := wat.(informer.BatchedWatch)
+	open := false // the last change sent was partial
 	for {
 		ev, err := wat.Next()
 		if out == nil {
@@ -894,18 +877,16 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		flush := false
 		switch ev.Type {
 		case informer.Added, informer.Modified, informer.Deleted:
-			partial := false
-			if inInitial && c.batchInitial {
-				if !holding {
-					held, holding = ev, true
-					continue
-				}
-				ev, held, partial = held, ev, true
-			} else if batched != nil && !inInitial && batched.MoreAtRevision() {
-				partial = true // a change of a transaction that is not its last
-			}
-			newest, ok := encode(ev, partial)
-			if !ok {
+			partial := batched != nil && (!inInitial || c.batchInitial) && batched.MoreAtRevision()
+			open = partial
+			var newest bool
+			start := len(out)
+			out, newest, err = c.appendEvent(out, scratch, req.sse, ev, partial)
+			if err != nil {
+				c.stats.EncodeErrors.Add(1)
+				err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
+				c.report(err)
+				out = appendErrorFrame(out[:start], req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
 				_ = ww.write(out, true)
 				return
 			}
@@ -914,19 +895,10 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			switch {
 			case ev.EndOfInitialEvents:
 				inInitial, flush = false, true
-				if holding {
-					last := held
-					held, holding = informer.Event[V]{}, false
-					if _, ok := encode(last, false); !ok {
-						_ = ww.write(out, true)
-						return
-					}
-				}
 				if !replay {
 					out = c.appendBookmark(out, scratch, req.sse, ev.Revision, true)
 				}
-			case inInitial && c.batchInitial:
-				// A bookmark inside the initial batch would end it early for a client.
+			case open:
 			case req.bookmarks:
 				out, flush = c.appendBookmark(out, scratch, req.sse, ev.Revision, false), true
 			}

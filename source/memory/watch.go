@@ -115,6 +115,7 @@ type watch[K cmp.Ordered, V any] struct {
 	bookmarkC <-chan time.Time // nil without periodic bookmarks
 
 	allowBookmarks bool
+	initialMore    bool // the event Next returned last is an initial one with more to come (Next's goroutine only)
 
 	// Guarded by s.mu.
 	pos          int64      // the revision of the last log event delivered (or skipped)
@@ -190,11 +191,13 @@ func (w *watch[K, V]) nextLocked() (ev informer.Event[V], err error, ok bool) {
 		return ev, w.err, true
 	default:
 	}
+	w.initialMore = false
 	if len(w.initial) > 0 {
 		ev = informer.Event[V]{Type: informer.Added, Object: w.initial[0], Revision: w.initialRev}
 		var zero V
 		w.initial[0] = zero
 		w.initial = w.initial[1:]
+		w.initialMore = len(w.initial) > 0
 		return ev, nil, true
 	}
 	if w.endOfInitial {
@@ -221,6 +224,10 @@ func (w *watch[K, V]) nextLocked() (ev informer.Event[V], err error, ok bool) {
 	}
 	return ev, nil, false
 }
+
+// MoreAtRevision implements informer.BatchedWatch: the initial events of a streaming list
+// share the state's revision, and each but the last is followed by more of it.
+func (w *watch[K, V]) MoreAtRevision() bool { return w.initialMore }
 
 // endLocked ends the stream with err (the first end wins), releases its timers and pending
 // events, removes it from the open watches and wakes a Next blocked on it.
