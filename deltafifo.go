@@ -3,6 +3,7 @@ package informer
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // deltaType is the kind of one change queued for a key.
@@ -162,6 +163,10 @@ type deltaFIFO[K comparable, V any] struct {
 	firstOpen  bool               // pages of a first list are being queued; its last is to come
 	bulks      []*firstList[K, V] // pages of a first list not yet popped; popped before any key
 	spare      []delta[V]         // room for lists past their inline deltas; see spareDeltas
+
+	// behind is set while keys are queued (from a key's queueing to the pop that takes the
+	// last): the writer has work, and Informer's reads give way to it.
+	behind atomic.Bool
 }
 
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
@@ -229,6 +234,9 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 		l.key = key
 		f.queue = append(f.queue, l)
 		f.cond.Broadcast()
+		if !f.behind.Load() {
+			f.behind.Store(true)
+		}
 	}
 	if n := len(l.deltas); n > 0 && d.typ == deltaDeleted && l.deltas[n-1].typ == deltaDeleted {
 		// Of two deletes in a row keep the real one; of two tombstones, the newer.
@@ -453,6 +461,7 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 		clear(f.queue[m:])
 		f.queue, f.head = f.queue[:m], 0
 	}
+	f.behind.Store(f.head != len(f.queue))
 	var wm watermark
 	if f.head == len(f.queue) {
 		wm = watermark{rev: f.lastRev, inclusive: true}
@@ -528,6 +537,7 @@ func (f *deltaFIFO[K, V]) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
+	f.behind.Store(false) // nobody will take the keys left
 	f.cond.Broadcast()
 }
 

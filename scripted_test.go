@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -180,5 +183,74 @@ func TestInformer_SourceReportsThroughTheInformer(t *testing.T) {
 	}
 	if k, err := inf.Key("a"); k != "k/a" || err != nil {
 		t.Fatalf("Key = %q, %v", k, err)
+	}
+}
+
+// While changes are queued, each read of an Informer first gives way to the informer's
+// goroutines (one runtime.Gosched), so that readers in a tight loop do not starve the
+// writer; a read with nothing queued does not.
+func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
+	var yields atomic.Int64
+	yield = func() { yields.Add(1) }
+	t.Cleanup(func() { yield = runtime.Gosched })
+
+	src := &scripted{items: []string{"a=1"}, rev: "1", events: make(chan Event[string])}
+	key := func(s string) (string, error) { return s[:1], nil }
+	inf, err := New[string, string](src, Options[string, string]{Key: key, MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 7)}
+	if _, err := inf.AddHandler(r, HandlerOptions{QueueLength: 1, Policy: Block}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(r.gate)
+		}
+	}
+	defer func() { release(); cancel(); <-done }()
+	if WaitForCacheSync(ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	if inf.Get("a"); yields.Load() != 0 {
+		t.Fatalf("a read with nothing queued gave way %d times", yields.Load())
+	}
+
+	// The handler holds its first call, so the informer stalls once the handler's queue
+	// is full: of the six adds, the last ones stay queued. The reflector asks for an
+	// event only after it queued the one before, so when the last send returns, "f" is
+	// queued at least.
+	for i, k := range []string{"b", "c", "d", "e", "f", "g"} {
+		src.events <- Event[string]{Type: Added, Object: k + "=1", Revision: strconv.Itoa(i + 2)}
+	}
+	inf.Get("a")
+	inf.Len()
+	inf.ByIndex("none", "x") // an error, after giving way
+	if got := yields.Load(); got != 3 {
+		t.Fatalf("three reads with changes queued gave way %d times, want 3", got)
+	}
+
+	// Once the handler has seen the last add, its key was popped: nothing is queued.
+	release()
+	for range 7 {
+		select {
+		case <-r.seen:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("calls so far %q", r.got())
+		}
+	}
+	equal(t, r.got(), []string{"add*(a=1)", "add(b=1)", "add(c=1)", "add(d=1)", "add(e=1)", "add(f=1)", "add(g=1)"})
+	before := yields.Load()
+	if _, ok := inf.Get("g"); !ok {
+		t.Fatal(`"g" is not cached after the handler saw it`)
+	}
+	if got := yields.Load() - before; got != 0 {
+		t.Fatalf("a read after the queue drained gave way %d times", got)
 	}
 }
