@@ -27,8 +27,7 @@ func byUser(p *pod) ([]string, error) {
 
 func newPodStore(t *testing.T) *store[string, *pod] {
 	t.Helper()
-	c, _ := defaultCompare[string]()
-	s, err := newStore[string, *pod](c, Indexers[*pod]{
+	s, err := newStore[string, *pod](nil, Indexers[*pod]{
 		"byUser": IndexByValues(byUser),
 		"ns":     IndexBy(func(p *pod) (string, error) { return p.ns, nil }),
 	})
@@ -152,8 +151,7 @@ func TestIndexer_QueriesAndErrors(t *testing.T) {
 // A failing or panicking index function is an error for that object;
 // the store is unchanged and nothing panics.
 func TestIndexer_IndexErrorSkipsObject(t *testing.T) {
-	c, _ := defaultCompare[string]()
-	s, _ := newStore[string, *pod](c, Indexers[*pod]{
+	s, _ := newStore[string, *pod](nil, Indexers[*pod]{
 		"ns": IndexBy(func(p *pod) (string, error) {
 			switch p.ns {
 			case "bad":

@@ -154,7 +154,8 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if opts.Key == nil {
 		return nil, errors.New("informer: New: Options.Key is required")
 	}
-	if opts.CompareKeys == nil {
+	natural := opts.CompareKeys == nil
+	if natural {
 		c, ok := defaultCompare[K]()
 		if !ok {
 			var k K
@@ -189,7 +190,11 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 1024
 	}
-	st, err := newStore[K, V](opts.CompareKeys, opts.Indexers)
+	var order func(a, b K) int // nil: the natural order, which the store compares faster
+	if !natural {
+		order = opts.CompareKeys
+	}
+	st, err := newStore[K, V](order, opts.Indexers)
 	if err != nil {
 		return nil, err
 	}

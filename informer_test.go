@@ -1,6 +1,7 @@
 package informer_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -834,5 +835,86 @@ func TestInformer_StructKey(t *testing.T) {
 	}
 	if wantVal := []groupKey{{"g1", "d"}, {"g2", "a"}, {"g2", "b"}}; !slices.Equal(byVal, wantVal) {
 		t.Fatalf("ByIndexSeq(val, 1) = %v, want %v", byVal, wantVal)
+	}
+}
+
+// Options.CompareKeys set by the user orders the cache, also for the key types the
+// informer has a natural order for (a string, a struct of two strings): iteration, ranges
+// and index reads follow it.
+func TestInformer_CompareKeysOrdersNaturalKeyTypes(t *testing.T) {
+	reverse := func(a, b string) int { return strings.Compare(b, a) }
+	objs := []*obj{newObj("b", "g2", "1"), newObj("a", "g2", "1"), newObj("c", "g1", "1"), newObj("d", "g1", "1")}
+	run := func(t *testing.T, inf interface{ Run(context.Context) error }) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- inf.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	t.Run("key=string", func(t *testing.T) {
+		src := newSource(memory.Options{})
+		var rev int64
+		for _, o := range objs {
+			rev = src.Put(o)
+		}
+		inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+			Key:         func(o *obj) (string, error) { return o.Key, nil },
+			CompareKeys: reverse,
+			Indexers: informer.Indexers[*obj]{
+				"group": informer.IndexBy(func(o *obj) (string, error) { return o.Group, nil }),
+			},
+			Backoff: fastBackoff,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, inf)
+		waitRev(t, inf, rev)
+		if got, want := inf.Keys(), []string{"d", "c", "b", "a"}; !slices.Equal(got, want) {
+			t.Fatalf("Keys() = %q, want %q", got, want)
+		}
+		var inRange []string
+		for k := range inf.Range("c", "a") {
+			inRange = append(inRange, k)
+		}
+		if want := []string{"c", "b"}; !slices.Equal(inRange, want) {
+			t.Fatalf("Range(c, a) = %q, want %q", inRange, want)
+		}
+		if got, _ := inf.IndexKeys("group", "g2"); !slices.Equal(got, []string{"b", "a"}) {
+			t.Fatalf("IndexKeys(group, g2) = %q, want [b a]", got)
+		}
+	})
+	t.Run("key=struct", func(t *testing.T) {
+		type groupKey struct{ Group, Key string }
+		src := newSource(memory.Options{})
+		var rev int64
+		for _, o := range objs {
+			rev = src.Put(o)
+		}
+		inf, err := informer.New[groupKey, *obj](src, informer.Options[groupKey, *obj]{
+			Key: func(o *obj) (groupKey, error) { return groupKey{o.Group, o.Key}, nil },
+			// By Key first, then Group: not the field order.
+			CompareKeys: func(a, b groupKey) int {
+				return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Group, b.Group))
+			},
+			Backoff: fastBackoff,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, inf)
+		waitRev(t, inf, rev)
+		want := []groupKey{{"g2", "a"}, {"g2", "b"}, {"g1", "c"}, {"g1", "d"}}
+		if got := inf.Keys(); !slices.Equal(got, want) {
+			t.Fatalf("Keys() = %v, want %v", got, want)
+		}
+	})
+}
+
+func waitRev[K comparable](t *testing.T, inf *informer.Informer[K, *obj], rev int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := inf.WaitForRevision(ctx, strconv.FormatInt(rev, 10)); err != nil {
+		t.Fatal(err)
 	}
 }

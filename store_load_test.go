@@ -12,8 +12,7 @@ import (
 // index entries only), an object an index function rejects (reported, left out); the
 // notifications are initial adds in key order and the state is exact at the revision.
 func TestStoreLoad(t *testing.T) {
-	c, _ := defaultCompare[string]()
-	s, err := newStore[string, *pod](c, Indexers[*pod]{
+	s, err := newStore[string, *pod](nil, Indexers[*pod]{
 		"byUser": IndexByValues(byUser),
 		"ns": IndexBy(func(p *pod) (string, error) {
 			if p.ns == "bad" {
