@@ -101,8 +101,9 @@
 // # Memory and speed
 //
 // The cache is a B-tree of keys and, per index, a B-tree of values whose buckets hold the
-// matching objects (github.com/google/btree), so keys are ordered, range and prefix scans
-// are cheap, and a by-index read costs no lookup per object; a snapshot is an O(1)
+// matching objects (a copy-on-write B-tree of the package's own that compares string and
+// two-string struct keys in place), so keys are ordered, range and prefix scans are
+// cheap, and a by-index read costs no lookup per object; a snapshot is an O(1)
 // copy-on-write clone.
 //
 // One goroutine writes the cache, so the pipeline's throughput is that goroutine's speed,

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/google/btree"
+	"github.com/informer-go/informer/internal/btree"
 )
 
 // IndexFunc returns the values under which an object is indexed: zero, one or several
@@ -140,13 +140,12 @@ type entry[K comparable, V any] struct {
 // buckets; a snapshot clones that tree and so keeps the bucket values, tree pointers
 // included, it saw.
 type bucket[K comparable, V any] struct {
-	value string
-	one   entry[K, V]       // the only entry, when tree is nil
-	tree  *bucketTree[K, V] // every entry, when there are several
+	one  entry[K, V]       // the only entry, when tree is nil
+	tree *bucketTree[K, V] // every entry, when there are several
 }
 
 type bucketTree[K comparable, V any] struct {
-	entries *btree.BTreeG[entry[K, V]]
+	entries *btree.Tree[K, V]
 	epoch   uint64 // the store's epoch when entries was made: the writer changes it in place only within it
 }
 
@@ -157,9 +156,9 @@ func (b bucket[K, V]) len() int {
 	return b.tree.entries.Len()
 }
 
-func (b bucket[K, V]) ascend(yield func(entry[K, V]) bool) {
+func (b bucket[K, V]) ascend(yield func(K, V) bool) {
 	if b.tree == nil {
-		yield(b.one)
+		yield(b.one.key, b.one.obj)
 		return
 	}
 	b.tree.entries.Ascend(yield)
@@ -168,7 +167,7 @@ func (b bucket[K, V]) ascend(yield func(entry[K, V]) bool) {
 type storeIndex[K comparable, V any] struct {
 	name    string
 	fn      Index[V]
-	buckets *btree.BTreeG[bucket[K, V]] // by value; a value with no object has no bucket
+	buckets *btree.Tree[string, bucket[K, V]] // by value; a value with no object has no bucket
 	// trees has the tree of every bucket that has one, by value: the writer's way to a
 	// bucket of several entries without a search among the buckets. A value missing here
 	// has an inline bucket or none.
@@ -188,7 +187,7 @@ const btreeDegree = 48
 const bucketDegree = 32
 
 // store is the indexed cache. One writer (the informer's processing goroutine) changes it
-// under mu; readers read immutable snapshots made with btree.Clone, an O(1) copy-on-write
+// under mu; readers read immutable snapshots made with Tree.Clone, an O(1) copy-on-write
 // copy. While readers read, the writer makes the snapshot of each batch as it publishes
 // the batch, so readers take no lock: a reader locks mu only to make a snapshot itself, on
 // its first read after the cache changed with no reader (or after AddIndexers).
@@ -199,11 +198,11 @@ const bucketDegree = 32
 // (O(1) again) the first time it changes it in an epoch, replacing the bucket in the index.
 type store[K comparable, V any] struct {
 	compare func(a, b K) int
-	less    btree.LessFunc[entry[K, V]]
-	nodes   *btree.FreeListG[entry[K, V]] // shared by items and every bucket
+	order   btree.Order[K]        // compare, for the trees
+	nodes   *btree.FreeList[K, V] // shared by items and every bucket
 
 	mu      sync.Mutex // held by the writer for a batch, and by a reader making a snapshot
-	items   *btree.BTreeG[entry[K, V]]
+	items   *btree.Tree[K, V]
 	indexes []*storeIndex[K, V]
 	set     atomic.Pointer[indexSet[V]] // the functions of indexes, for any goroutine
 	gen     atomic.Uint64               // bumped after every write batch
@@ -231,27 +230,17 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 			return nil, fmt.Errorf("informer: key type %T has no natural order", k)
 		}
 	}
-	s := &store[K, V]{compare: compare, nodes: btree.NewFreeListG[entry[K, V]](btree.DefaultFreeListSize)}
+	s := &store[K, V]{compare: compare, nodes: &btree.FreeList[K, V]{}}
 	offs, strs := stringFields[K]()
 	switch {
 	case natural && isString[K]():
-		// The common case, without an indirect call per comparison.
-		s.less = func(a, b entry[K, V]) bool { return asString(&a.key) < asString(&b.key) }
+		// The common case, compared in place without an indirect call.
+		s.order = btree.ByString[K]()
 	case natural && strs && len(offs) == 2:
-		// A struct of two strings (namespace and name), unrolled, without the indirect
-		// call to compare: 7 % less CPU per event on W1 of the bench module with such a
-		// key (benchstat, 6 runs each, p=0.026).
-		o0, o1 := offs[0], offs[1]
-		s.less = func(a, b entry[K, V]) bool {
-			pa, pb := unsafe.Pointer(&a.key), unsafe.Pointer(&b.key)
-			a0, b0 := *(*string)(unsafe.Add(pa, o0)), *(*string)(unsafe.Add(pb, o0))
-			if a0 != b0 {
-				return a0 < b0
-			}
-			return *(*string)(unsafe.Add(pa, o1)) < *(*string)(unsafe.Add(pb, o1))
-		}
+		// A struct of two strings (namespace and name), likewise.
+		s.order = btree.ByStringFields[K](offs[0], offs[1])
 	default: // the user's order, or a natural order of another shape
-		s.less = func(a, b entry[K, V]) bool { return compare(a.key, b.key) < 0 }
+		s.order = btree.ByCompare(compare)
 	}
 	s.items = s.newEntries()
 	if err := s.addIndexersLocked(indexers); err != nil {
@@ -260,18 +249,20 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 	return s, nil
 }
 
-func (s *store[K, V]) newEntries() *btree.BTreeG[entry[K, V]] {
-	return btree.NewWithFreeListG(btreeDegree, s.less, s.nodes)
+func (s *store[K, V]) newEntries() *btree.Tree[K, V] {
+	return btree.New(btreeDegree, s.order, s.nodes)
 }
 
 func (s *store[K, V]) newBucketTree(a, b entry[K, V]) *bucketTree[K, V] {
-	t := &bucketTree[K, V]{entries: btree.NewWithFreeListG(bucketDegree, s.less, s.nodes), epoch: s.epoch}
-	t.entries.ReplaceOrInsert(a)
-	t.entries.ReplaceOrInsert(b)
+	t := &bucketTree[K, V]{entries: btree.New(bucketDegree, s.order, s.nodes), epoch: s.epoch}
+	t.entries.Set(a.key, a.obj)
+	t.entries.Set(b.key, b.obj)
 	return t
 }
 
-func bucketLess[K comparable, V any](a, b bucket[K, V]) bool { return a.value < b.value }
+func newBuckets[K comparable, V any]() *btree.Tree[string, bucket[K, V]] {
+	return btree.New[string, bucket[K, V]](btreeDegree, btree.ByString[string](), nil)
+}
 
 // addIndexers adds indexes to a store in use: see Informer.AddIndexers.
 func (s *store[K, V]) addIndexers(indexers Indexers[V]) error {
@@ -301,17 +292,17 @@ func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
 		if s.index(name) != nil {
 			return fmt.Errorf("%w: %q", ErrIndexExists, name)
 		}
-		si := &storeIndex[K, V]{name: name, fn: ix, buckets: btree.NewG(btreeDegree, bucketLess[K, V]), trees: map[string]*bucketTree[K, V]{}}
+		si := &storeIndex[K, V]{name: name, fn: ix, buckets: newBuckets[K, V](), trees: map[string]*bucketTree[K, V]{}}
 		var err error
-		s.items.Ascend(func(e entry[K, V]) bool {
+		s.items.Ascend(func(k K, obj V) bool {
 			var vals []string
-			vals, err = ix.values(s.scratch[:0], e.obj)
+			vals, err = ix.values(s.scratch[:0], obj)
 			if err != nil {
-				err = &ObjectError{Op: "index " + name, Key: e.key, Err: err}
+				err = &ObjectError{Op: "index " + name, Key: k, Err: err}
 				return false
 			}
 			for _, v := range vals {
-				s.insertIndexed(si, v, e)
+				s.insertIndexed(si, v, entry[K, V]{key: k, obj: obj})
 			}
 			return true
 		})
@@ -344,18 +335,18 @@ func (s *store[K, V]) index(name string) *storeIndex[K, V] {
 // already (its entry is replaced).
 func (s *store[K, V]) insertIndexed(ix *storeIndex[K, V], value string, e entry[K, V]) bool {
 	if t, ok := ix.trees[value]; ok {
-		_, found := s.writable(ix, value, t).ReplaceOrInsert(e)
+		_, found := s.writable(ix, value, t).Set(e.key, e.obj)
 		return found
 	}
 	// An inline bucket or none: one write instead of a lookup and a write, undone in the
 	// rare case that the bucket holds another key.
-	prev, ok := ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: e})
+	prev, ok := ix.buckets.Set(value, bucket[K, V]{one: e})
 	if !ok || s.compare(prev.one.key, e.key) == 0 {
 		return ok
 	}
 	t := s.newBucketTree(prev.one, e)
 	ix.trees[value] = t
-	ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, tree: t})
+	ix.buckets.Set(value, bucket[K, V]{tree: t})
 	return false
 }
 
@@ -364,28 +355,28 @@ func (s *store[K, V]) insertIndexed(ix *storeIndex[K, V], value string, e entry[
 func (s *store[K, V]) removeIndexed(ix *storeIndex[K, V], value string, key K) bool {
 	t, ok := ix.trees[value]
 	if !ok {
-		b, ok := ix.buckets.Get(bucket[K, V]{value: value})
+		b, ok := ix.buckets.Get(value)
 		if !ok || s.compare(b.one.key, key) != 0 {
 			return false
 		}
-		ix.buckets.Delete(b)
+		ix.buckets.Delete(value)
 		return true
 	}
 	entries := s.writable(ix, value, t)
-	if _, found := entries.Delete(entry[K, V]{key: key}); !found {
+	if _, found := entries.Delete(key); !found {
 		return false
 	}
 	if entries.Len() == 1 { // a tree holds two entries or more: back to inline
-		one, _ := entries.Min()
+		k, obj, _ := entries.Min()
 		delete(ix.trees, value)
-		ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, one: one})
+		ix.buckets.Set(value, bucket[K, V]{one: entry[K, V]{key: k, obj: obj}})
 	}
 	return true
 }
 
 // writable returns the entries of t, value's tree in ix, which the writer may change:
 // cloned first, and the bucket replaced in ix, if a snapshot may hold it.
-func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree[K, V]) *btree.BTreeG[entry[K, V]] {
+func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree[K, V]) *btree.Tree[K, V] {
 	if t.epoch == s.epoch {
 		return t.entries
 	}
@@ -393,14 +384,14 @@ func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree
 	// of the snapshots holding that tree never read.
 	t = &bucketTree[K, V]{entries: t.entries.Clone(), epoch: s.epoch}
 	ix.trees[value] = t
-	ix.buckets.ReplaceOrInsert(bucket[K, V]{value: value, tree: t})
+	ix.buckets.Set(value, bucket[K, V]{tree: t})
 	return t.entries
 }
 
 // compact rebuilds the cache's trees with nearly full nodes, the same contents. Writes in
 // key order, as a first list's are within each namespace-like prefix, leave B-tree nodes
-// half full (google/btree splits a full node in the middle, and the left half never gets
-// another entry); rebuilt, the trees take half the memory: on W2 of the bench module
+// half full (a full node is split in the middle, and the left half never gets another
+// entry); rebuilt, the trees take half the memory: on W2 of the bench module
 // (200,000 objects, two indexes), 69 bytes less per object. It takes the writer's lock
 // for about 1.4 µs per object with two indexes (200,000 objects: 270 ms, where writing
 // them took 750 ms); the informer calls it once the first list (or a restored state) is in
@@ -418,42 +409,42 @@ func (s *store[K, V]) compact() {
 
 // compactIndex rebuilds ix's tree of buckets and every bucket's tree, using buf.
 func (s *store[K, V]) compactIndex(ix *storeIndex[K, V], buf []entry[K, V]) []entry[K, V] {
-	var fresh *btree.BTreeG[entry[K, V]]
-	var buckets []bucket[K, V]
-	ix.buckets.Ascend(func(b bucket[K, V]) bool {
+	var fresh *btree.Tree[K, V]
+	var buckets []entry[string, bucket[K, V]]
+	ix.buckets.Ascend(func(value string, b bucket[K, V]) bool {
 		if b.tree != nil {
-			fresh, buf = compactTree(b.tree.entries, btree.NewWithFreeListG(bucketDegree, s.less, s.nodes), buf)
+			fresh, buf = compactTree(b.tree.entries, btree.New(bucketDegree, s.order, s.nodes), buf)
 			b.tree = &bucketTree[K, V]{entries: fresh, epoch: s.epoch}
-			ix.trees[b.value] = b.tree
+			ix.trees[value] = b.tree
 		}
-		buckets = append(buckets, b)
+		buckets = append(buckets, entry[string, bucket[K, V]]{key: value, obj: b})
 		return true
 	})
-	ix.buckets = btree.NewG(btreeDegree, bucketLess[K, V])
+	ix.buckets = newBuckets[K, V]()
 	insertDense(ix.buckets, buckets)
 	return buf
 }
 
 // compactTree copies the items of from into the empty tree to with nearly full nodes,
 // using buf for the sorted items, and returns to and buf.
-func compactTree[T any](from, to *btree.BTreeG[T], buf []T) (*btree.BTreeG[T], []T) {
+func compactTree[K comparable, V any](from, to *btree.Tree[K, V], buf []entry[K, V]) (*btree.Tree[K, V], []entry[K, V]) {
 	buf = buf[:0]
-	from.Ascend(func(item T) bool { buf = append(buf, item); return true })
+	from.Ascend(func(k K, v V) bool { buf = append(buf, entry[K, V]{key: k, obj: v}); return true })
 	insertDense(to, buf)
 	clear(buf) // let go of the objects
 	return to, buf[:0]
 }
 
-// insertDense inserts sorted items into an empty tree so that its nodes end nearly full:
-// every other item first, which leaves each leaf half full, then the others, which fill
+// insertDense inserts sorted entries into an empty tree so that its nodes end nearly full:
+// every other entry first, which leaves each leaf half full, then the others, which fill
 // the leaves without splitting them (94 % of the nodes' room is used, against 48 % for
 // inserts in order).
-func insertDense[T any](t *btree.BTreeG[T], sorted []T) {
+func insertDense[K comparable, V any](t *btree.Tree[K, V], sorted []entry[K, V]) {
 	for i := 0; i < len(sorted); i += 2 {
-		t.ReplaceOrInsert(sorted[i])
+		t.Set(sorted[i].key, sorted[i].obj)
 	}
 	for i := 1; i < len(sorted); i += 2 {
-		t.ReplaceOrInsert(sorted[i])
+		t.Set(sorted[i].key, sorted[i].obj)
 	}
 }
 
@@ -507,7 +498,7 @@ func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, exis
 		}
 	}
 	e := entry[K, V]{key: key, obj: obj}
-	prev, existed := s.items.ReplaceOrInsert(e)
+	prevObj, existed := s.items.Set(key, obj)
 	var start int32
 	for i, ix := range s.indexes {
 		newVals := vals[start:bounds[i]]
@@ -517,13 +508,13 @@ func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, exis
 			// new value, replacing the entry is the whole update, and the old object's
 			// value need not be computed.
 			if !s.insertIndexed(ix, newVals[0], e) {
-				s.unindexOne(ix, key, prev.obj, newVals)
+				s.unindexOne(ix, key, prevObj, newVals)
 			}
 			continue
 		}
 		var kept []string
 		if existed {
-			kept = s.unindex(ix, key, prev.obj, newVals)
+			kept = s.unindex(ix, key, prevObj, newVals)
 		}
 		stale := false
 		for _, v := range newVals {
@@ -535,7 +526,7 @@ func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, exis
 			s.purge(ix, key, newVals)
 		}
 	}
-	return prev.obj, existed, nil
+	return prevObj, existed, nil
 }
 
 // unindex removes key's entries computed from old, except those whose value is in keep,
@@ -582,12 +573,12 @@ func (s *store[K, V]) unindexOne(ix *storeIndex[K, V], key K, old V, newVals []s
 // purge removes key from every bucket of ix whose value is not in keep.
 func (s *store[K, V]) purge(ix *storeIndex[K, V], key K, keep []string) {
 	var stale []string
-	ix.buckets.Ascend(func(b bucket[K, V]) bool {
-		if slices.Contains(keep, b.value) {
+	ix.buckets.Ascend(func(value string, b bucket[K, V]) bool {
+		if slices.Contains(keep, value) {
 			return true
 		}
-		if b.tree == nil && s.compare(b.one.key, key) == 0 || b.tree != nil && b.tree.entries.Has(entry[K, V]{key: key}) {
-			stale = append(stale, b.value)
+		if b.tree == nil && s.compare(b.one.key, key) == 0 || b.tree != nil && b.tree.entries.Has(key) {
+			stale = append(stale, value)
 		}
 		return true
 	})
@@ -607,7 +598,7 @@ func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
 // stored; only then is the index function called on the stored object (which, written
 // long ago, is likely out of the processor's caches).
 func (s *store[K, V]) deleteHinted(key K, hint storeHint[V]) (old V, existed bool) {
-	prev, existed := s.items.Delete(entry[K, V]{key: key})
+	prevObj, existed := s.items.Delete(key)
 	if !existed {
 		return old, false
 	}
@@ -621,9 +612,9 @@ func (s *store[K, V]) deleteHinted(key K, hint storeHint[V]) (old V, existed boo
 				continue
 			}
 		}
-		s.unindex(ix, key, prev.obj, nil)
+		s.unindex(ix, key, prevObj, nil)
 	}
-	return prev.obj, true
+	return prevObj, true
 }
 
 // publishLocked records that a write batch is complete and the state reflects rev. If a
@@ -702,18 +693,18 @@ type Snapshot[K comparable, V any] struct {
 	gen      uint64
 	revision string
 	exact    bool // the state is exactly the source's at revision (see store.exact)
-	items    *btree.BTreeG[entry[K, V]]
+	items    *btree.Tree[K, V]
 	indexes  map[string]snapIndex[K, V]
 }
 
 type snapIndex[K comparable, V any] struct {
 	fn      Index[V]
-	buckets *btree.BTreeG[bucket[K, V]]
+	buckets *btree.Tree[string, bucket[K, V]]
 }
 
 // bucket returns the entries indexed under value.
 func (ix snapIndex[K, V]) bucket(value string) (bucket[K, V], bool) {
-	return ix.buckets.Get(bucket[K, V]{value: value})
+	return ix.buckets.Get(value)
 }
 
 var _ Reader[string, int] = (*Snapshot[string, int])(nil)
@@ -723,8 +714,7 @@ func (sn *Snapshot[K, V]) Revision() string { return sn.revision }
 
 // Get returns the object stored under key.
 func (sn *Snapshot[K, V]) Get(key K) (V, bool) {
-	e, ok := sn.items.Get(entry[K, V]{key: key})
-	return e.obj, ok
+	return sn.items.Get(key)
 }
 
 // Len returns the number of objects.
@@ -732,40 +722,30 @@ func (sn *Snapshot[K, V]) Len() int { return sn.items.Len() }
 
 // All yields every object in key order.
 func (sn *Snapshot[K, V]) All() iter.Seq2[K, V] {
-	return func(yield func(K, V) bool) {
-		sn.items.Ascend(func(e entry[K, V]) bool { return yield(e.key, e.obj) })
-	}
+	return sn.items.Ascend
 }
 
 // Range yields the objects whose key k satisfies from ≤ k < to, in key order.
 func (sn *Snapshot[K, V]) Range(from, to K) iter.Seq2[K, V] {
-	return func(yield func(K, V) bool) {
-		sn.items.AscendRange(entry[K, V]{key: from}, entry[K, V]{key: to}, func(e entry[K, V]) bool {
-			return yield(e.key, e.obj)
-		})
-	}
+	return func(yield func(K, V) bool) { sn.items.AscendRange(from, to, yield) }
 }
 
 // Ascend yields the objects whose key is ≥ from, in key order.
 func (sn *Snapshot[K, V]) Ascend(from K) iter.Seq2[K, V] {
-	return func(yield func(K, V) bool) {
-		sn.items.AscendGreaterOrEqual(entry[K, V]{key: from}, func(e entry[K, V]) bool {
-			return yield(e.key, e.obj)
-		})
-	}
+	return func(yield func(K, V) bool) { sn.items.AscendFrom(from, yield) }
 }
 
 // Keys returns every key in key order, in a new slice.
 func (sn *Snapshot[K, V]) Keys() []K {
 	out := make([]K, 0, sn.items.Len())
-	sn.items.Ascend(func(e entry[K, V]) bool { out = append(out, e.key); return true })
+	sn.items.Ascend(func(k K, _ V) bool { out = append(out, k); return true })
 	return out
 }
 
 // List returns every object in key order, in a new slice.
 func (sn *Snapshot[K, V]) List() []V {
 	out := make([]V, 0, sn.items.Len())
-	sn.items.Ascend(func(e entry[K, V]) bool { out = append(out, e.obj); return true })
+	sn.items.Ascend(func(_ K, obj V) bool { out = append(out, obj); return true })
 	return out
 }
 
@@ -790,14 +770,15 @@ func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
 		return nil, nil
 	}
 	out := make([]V, 0, b.len())
-	b.ascend(func(e entry[K, V]) bool { out = append(out, e.obj); return true })
+	b.ascend(func(_ K, obj V) bool { out = append(out, obj); return true })
 	return out, nil
 }
 
 // ByIndexSeq yields the (key, object) pairs indexed under value in the named index, in key
 // order: ByIndex without the slice. It costs one lookup of value, a walk over the objects
-// found and three small allocations (the iterator and the loop's closures), however many
-// objects it yields. An unknown value yields nothing; an unknown index is an error.
+// found and three small allocations (the iterator, and the loop's body and state that the
+// compiler moves to the heap for a range over a function value), however many objects it
+// yields. An unknown value yields nothing; an unknown index is an error.
 func (sn *Snapshot[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {
@@ -811,10 +792,7 @@ func (sn *Snapshot[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], erro
 		one := b.one
 		return func(yield func(K, V) bool) { yield(one.key, one.obj) }, nil
 	}
-	entries := b.tree.entries
-	return func(yield func(K, V) bool) {
-		entries.Ascend(func(e entry[K, V]) bool { return yield(e.key, e.obj) })
-	}, nil
+	return b.tree.entries.Ascend, nil
 }
 
 // IndexKeys returns the keys indexed under value in the named index, in key order.
@@ -828,7 +806,7 @@ func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
 		return nil, nil
 	}
 	out := make([]K, 0, b.len())
-	b.ascend(func(e entry[K, V]) bool { out = append(out, e.key); return true })
+	b.ascend(func(k K, _ V) bool { out = append(out, k); return true })
 	return out, nil
 }
 
@@ -840,7 +818,7 @@ func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	ix.buckets.Ascend(func(b bucket[K, V]) bool { out = append(out, b.value); return true })
+	ix.buckets.Ascend(func(value string, _ bucket[K, V]) bool { out = append(out, value); return true })
 	return out, nil
 }
 
@@ -862,10 +840,10 @@ func (sn *Snapshot[K, V]) Index(index string, obj V) ([]V, error) {
 	var found []entry[K, V]
 	for _, v := range vals {
 		if b, ok := ix.bucket(v); ok {
-			b.ascend(func(e entry[K, V]) bool {
-				if _, dup := seen[e.key]; !dup {
-					seen[e.key] = struct{}{}
-					found = append(found, e)
+			b.ascend(func(k K, obj V) bool {
+				if _, dup := seen[k]; !dup {
+					seen[k] = struct{}{}
+					found = append(found, entry[K, V]{key: k, obj: obj})
 				}
 				return true
 			})

@@ -97,7 +97,7 @@ func (c *hintChunks[V]) get(h *storeHint[V]) *queuedHint[V] {
 func (s *store[K, V]) eachKnown(fn func(K, V)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.items.Ascend(func(e entry[K, V]) bool { fn(e.key, e.obj); return true })
+	s.items.Ascend(func(k K, obj V) bool { fn(k, obj); return true })
 }
 
 // writeBatch is the writer's state for one batch, kept between batches for its buffers.
@@ -313,7 +313,7 @@ func (s *store[K, V]) appendsInOrder(keys []K) bool {
 	if len(keys) == 0 {
 		return true
 	}
-	if last, ok := s.items.Max(); ok && s.compare(last.key, keys[0]) >= 0 {
+	if last, _, ok := s.items.Max(); ok && s.compare(last, keys[0]) >= 0 {
 		return false
 	}
 	for i := 1; i < len(keys); i++ {
@@ -353,7 +353,7 @@ func (s *store[K, V]) appendDense(w *writeBatch[K, V], l *firstList[K, V], notes
 	for start := range 2 {
 		for i := start; i < len(l.keys); i += 2 {
 			if ok[i] {
-				s.items.ReplaceOrInsert(entry[K, V]{key: l.keys[i], obj: l.objs[i]})
+				s.items.Set(l.keys[i], l.objs[i])
 			}
 		}
 	}
@@ -427,8 +427,8 @@ func (s *store[K, V]) load(keys []K, objs []V, rev string, report func(error), n
 		}
 	}
 	notes = slices.Grow(notes, s.items.Len())
-	s.items.Ascend(func(e entry[K, V]) bool {
-		notes = append(notes, notification[K, V]{kind: notifyAdd, key: e.key, new: e.obj, initial: true})
+	s.items.Ascend(func(k K, obj V) bool {
+		notes = append(notes, notification[K, V]{kind: notifyAdd, key: k, new: obj, initial: true})
 		return true
 	})
 	s.publishLocked(rev)
