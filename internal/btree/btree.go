@@ -349,12 +349,12 @@ func removeAt[T any](s []T, i int) ([]T, T) {
 // node, and returns item i (removed from n) and that node.
 func (t *Tree[K, V]) split(n *node[K, V], i int) (item[K, V], *node[K, V]) {
 	mid := n.items[i]
-	r := t.newNode() // with room to fill: its left half took the room n had
-	r.items = append(growTo(r.items, t.maxItems), n.items[i+1:]...)
+	r := t.newNode() // its slices grow as it fills, as in google/btree: a split costs no more memory than the items moved
+	r.items = append(r.items[:0], n.items[i+1:]...)
 	clear(n.items[i:])
 	n.items = n.items[:i]
 	if n.children != nil {
-		r.children = append(growTo(r.children, t.maxItems+1), n.children[i+1:]...)
+		r.children = append(r.children[:0], n.children[i+1:]...)
 		clear(n.children[i+1:])
 		n.children = n.children[:i+1]
 	} else {
