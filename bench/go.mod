@@ -3,8 +3,8 @@ module github.com/informer-go/informer/bench
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261123144125-148e4642d703
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123144125-148e4642d703
+	github.com/informer-go/informer v0.0.0-20261123183943-9ea153906794
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123183943-9ea153906794
 	gonum.org/v1/plot v0.15.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -22,7 +22,6 @@ require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect

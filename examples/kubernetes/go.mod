@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261123144125-148e4642d703
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123144125-148e4642d703
+	github.com/informer-go/informer v0.0.0-20261123183943-9ea153906794
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261123183943-9ea153906794
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )
@@ -28,7 +28,6 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
