@@ -178,31 +178,29 @@ func (t *Tree[K, V]) Has(key K) bool {
 }
 
 // Min returns the smallest key and its value.
-func (t *Tree[K, V]) Min() (K, V, bool) {
-	n := t.root
-	if n == nil {
-		var k K
-		var v V
-		return k, v, false
-	}
-	for n.children != nil {
-		n = n.children[0]
-	}
-	return n.items[0].key, n.items[0].val, true
-}
+func (t *Tree[K, V]) Min() (K, V, bool) { return t.edge(false) }
 
 // Max returns the largest key and its value.
-func (t *Tree[K, V]) Max() (K, V, bool) {
+func (t *Tree[K, V]) Max() (K, V, bool) { return t.edge(true) }
+
+// edge returns the first item of the tree, or the last.
+func (t *Tree[K, V]) edge(last bool) (K, V, bool) {
 	n := t.root
 	if n == nil {
 		var k K
 		var v V
 		return k, v, false
 	}
-	for n.children != nil {
-		n = n.children[len(n.children)-1]
+	at := func(length int) int {
+		if last {
+			return length - 1
+		}
+		return 0
 	}
-	it := n.items[len(n.items)-1]
+	for n.children != nil {
+		n = n.children[at(len(n.children))]
+	}
+	it := &n.items[at(len(n.items))]
 	return it.key, it.val, true
 }
 
