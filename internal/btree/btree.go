@@ -140,6 +140,24 @@ func (t *Tree[K, V]) find(n *node[K, V], key *K) (int, bool) {
 				return m, true
 			}
 		}
+	case byStringFields:
+		k0 := *(*string)(unsafe.Add(unsafe.Pointer(key), o.o0))
+		k1 := *(*string)(unsafe.Add(unsafe.Pointer(key), o.o1))
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			p := unsafe.Pointer(&items[m].key)
+			c := strings.Compare(*(*string)(unsafe.Add(p, o.o0)), k0)
+			if c == 0 {
+				c = strings.Compare(*(*string)(unsafe.Add(p, o.o1)), k1)
+			}
+			if c < 0 {
+				lo = m + 1
+			} else if c > 0 {
+				hi = m
+			} else {
+				return m, true
+			}
+		}
 	default:
 		for lo < hi {
 			m := int(uint(lo+hi) >> 1)
