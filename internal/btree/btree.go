@@ -7,9 +7,10 @@
 // place, with one three-way comparison per probe and no call through a function value,
 // where google/btree calls its LessFunc once per probe and once more per node. On the
 // informer's write workload (50,000 keys like "ns-012/cm-001234"; 70 % replaces, 15 %
-// inserts, 15 % deletes), at the same degree: 0.86× google/btree's time per write with
-// string keys, 0.62× with struct{Namespace, Name string} keys, 0.81× per lookup
-// (BenchmarkWrites, BenchmarkGet; 4 runs each, 2 vCPU AMD EPYC). Its iterations take
+// inserts, 15 % deletes), at the same degree: 0.84–0.86× google/btree's time per write
+// with string keys, 0.58–0.62× with struct{Namespace, Name string} keys, 0.79–0.81× per
+// lookup (BenchmarkWrites, BenchmarkGet; medians of two sets of 4 and 6 runs, 2 vCPU AMD
+// EPYC). Its iterations take
 // the caller's yield function as it is, with no wrapper.
 //
 // A Tree is changed by one goroutine at a time; any number may read a Tree nobody changes
