@@ -3,6 +3,7 @@ package informer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -101,7 +102,7 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 		f.queueLocked(d.key, delta[string]{typ: d.typ, object: d.obj, finalStateUnknown: d.unknown})
 		f.mu.Unlock()
 	}
-	batch, _, _, err := f.popBatch(nil, 1024)
+	batch, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue("a=y")
-	batch, _, _, err := f.popBatch(nil, 1024)
+	batch, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
 	if err != nil {
 		t.Fatal(err)
 	}

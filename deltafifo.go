@@ -404,10 +404,10 @@ func (f *deltaFIFO[K, V]) resync() error {
 	return nil
 }
 
-// popBatch waits for pending keys and takes up to max of them, in queue order, appending
-// to buf. Until finishBatch is called, Replace and Resync wait. It reports the watermark
+// popBatch waits for pending keys and takes up to maxKeys of them, in queue order, and no
+// more than fit in maxDeltas deltas (one key at least), appending to buf. Until finishBatch is called, Replace and Resync wait. It reports the watermark
 // the batch reaches and whether the batch completes the initial population.
-func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V], watermark, bool, error) {
+func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) ([]popped[K, V], watermark, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
@@ -436,8 +436,12 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], max int) ([]popped[K, V],
 		f.syncPending = false
 		return append(buf, popped[K, V]{bulk: b}), wm, true, nil
 	}
-	n := min(len(f.queue)-f.head, max)
-	for _, l := range f.queue[f.head : f.head+n] {
+	n, deltas := 0, 0
+	for _, l := range f.queue[f.head:min(len(f.queue), f.head+maxKeys)] {
+		if deltas += len(l.deltas); deltas > maxDeltas && n > 0 {
+			break
+		}
+		n++
 		k := l.key
 		delete(f.items, k)
 		f.pending -= len(l.deltas)

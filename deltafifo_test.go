@@ -3,6 +3,7 @@ package informer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,7 @@ func (k fakeKnown) eachKnown(fn func(string, string)) {
 // render pops one batch and renders it as "key:Type(obj)…" per key, in pop order.
 func popAll(t *testing.T, f *deltaFIFO[string, string]) ([]string, watermark, bool) {
 	t.Helper()
-	batch, wm, synced, err := f.popBatch(nil, 1<<20)
+	batch, wm, synced, err := f.popBatch(nil, 1<<20, math.MaxInt)
 	if err != nil {
 		t.Fatalf("popBatch: %v", err)
 	}
@@ -149,7 +150,7 @@ func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
 		t.Fatal("an add before the first list must not mark the queue synced")
 	}
 	f.replace([]string{"a", "b", "c"}, []string{"a", "b", "c"}, "2")
-	batch, _, synced, _ := f.popBatch(nil, 2) // early, a
+	batch, _, synced, _ := f.popBatch(nil, 2, math.MaxInt) // early, a
 	if ds := batch[0].list.deltas; len(ds) != 2 || ds[0].initial || ds[1].initial {
 		t.Fatalf("early key, not in the first list: an add and a tombstone, neither initial: %+v", ds)
 	}
@@ -161,12 +162,12 @@ func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
 		t.Fatal("synced before the whole initial population was popped")
 	}
 	f.add(deltaAdded, "late", "l", "3")
-	batch, _, synced, _ = f.popBatch(nil, 2) // b, c
+	batch, _, synced, _ = f.popBatch(nil, 2, math.MaxInt) // b, c
 	f.finishBatch(batch)
 	if !synced || !f.hasSynced() {
 		t.Fatal("not synced after the initial population was popped")
 	}
-	batch, _, _, _ = f.popBatch(nil, 10)
+	batch, _, _, _ = f.popBatch(nil, 10, math.MaxInt)
 	if batch[0].key != "late" || batch[0].list.deltas[0].initial {
 		t.Fatalf("late key: %+v", batch[0])
 	}
@@ -197,7 +198,7 @@ func TestDeltaFIFO_ReplaceWaitsForBatchInFlight(t *testing.T) {
 	var mu sync.Mutex
 	f := newDeltaFIFO[string, string](lockedKnown{known, &mu}, 0)
 	f.add(deltaAdded, "a", "a1", "1")
-	batch, _, _, _ := f.popBatch(nil, 10)
+	batch, _, _, _ := f.popBatch(nil, 10, math.MaxInt)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -234,7 +235,7 @@ func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
 	f.add(deltaAdded, "a", "a", "1")
 	f.add(deltaAdded, "b", "b", "2")
 	f.add(deltaUpdated, "a", "a", "3")
-	batch, wm, _, _ := f.popBatch(nil, 1)
+	batch, wm, _, _ := f.popBatch(nil, 1, math.MaxInt)
 	if batch[0].key != "a" || wm != (watermark{rev: "2"}) {
 		t.Fatalf("batch %v wm %+v, want a and everything before 2", batch[0].key, wm)
 	}
@@ -258,7 +259,7 @@ func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 		t.Fatal("add did not wait for room")
 	case <-time.After(20 * time.Millisecond): // only bounds the negative check
 	}
-	batch, _, _, _ := f.popBatch(nil, 1)
+	batch, _, _, _ := f.popBatch(nil, 1, math.MaxInt)
 	if err := <-added; err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 	if err := <-added; !errors.Is(err, errFIFOClosed) {
 		t.Fatalf("add after close: %v", err)
 	}
-	if _, _, _, err := f.popBatch(nil, 1); !errors.Is(err, errFIFOClosed) {
+	if _, _, _, err := f.popBatch(nil, 1, math.MaxInt); !errors.Is(err, errFIFOClosed) {
 		t.Fatalf("pop after close: %v", err)
 	}
 }
@@ -286,7 +287,7 @@ func TestDeltaFIFO_FirstListQueuedWhole(t *testing.T) {
 	}
 	f.add(deltaUpdated, "b", "b2", "6")
 	relisted := make(chan error)
-	batch, wm, synced, err := f.popBatch(nil, 1<<20)
+	batch, wm, synced, err := f.popBatch(nil, 1<<20, math.MaxInt)
 	if err != nil || len(batch) != 1 || batch[0].bulk == nil {
 		t.Fatalf("first pop: %+v, %v; want the whole list alone", batch, err)
 	}

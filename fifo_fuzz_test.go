@@ -2,6 +2,7 @@ package informer
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,9 +104,14 @@ func (m *fifoModel) canPop() bool {
 }
 
 // pop takes up to max keys and renders them; it also applies them to the cache.
-func (m *fifoModel) pop(max int) ([]string, watermark, bool) {
+func (m *fifoModel) pop(max, maxDeltas int) ([]string, watermark, bool) {
 	m.wmDirty = false
 	n := min(len(m.queue), max)
+	for i, deltas := 0, 0; i < n; i++ {
+		if deltas += len(m.items[m.queue[i]]); deltas > maxDeltas && i > 0 {
+			n = i
+		}
+	}
 	var out []string
 	for _, k := range m.queue[:n] {
 		out = append(out, renderDeltas(k, m.items[k]))
@@ -185,13 +191,13 @@ func FuzzDeltaFIFO(f *testing.F) {
 			t.Helper()
 			t.Fatalf("after %q: %s", trace, fmt.Sprintf(format, args...))
 		}
-		pop := func(max int) {
+		pop := func(max, maxDeltas int) {
 			if !m.canPop() {
 				trace = append(trace, "pop(skipped: would block)")
 				return
 			}
-			trace = append(trace, fmt.Sprintf("pop(%d)", max))
-			batch, wm, synced, err := q.popBatch(nil, max)
+			trace = append(trace, fmt.Sprintf("pop(%d keys, %d deltas)", max, maxDeltas))
+			batch, wm, synced, err := q.popBatch(nil, max, maxDeltas)
 			if err != nil {
 				fail("popBatch: %v", err)
 			}
@@ -201,7 +207,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 				applyToKnown(known, p.key, p.list.deltas)
 			}
 			q.finishBatch(batch)
-			want, wantWM, wantSynced := m.pop(max)
+			want, wantWM, wantSynced := m.pop(max, maxDeltas)
 			if !slices.Equal(got, want) {
 				fail("popped\n got  %q\n want %q", got, want)
 			}
@@ -246,7 +252,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 				}
 				m.resync()
 			case 5:
-				pop(1 + int(arg)%3)
+				pop(1+int(arg)%3, 1+int(arg>>2)%4) // bits 2–3: a limit on deltas too
 			case 6:
 				rev++
 				r := strconv.Itoa(rev)
@@ -254,7 +260,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 				q.bookmark(r)
 				m.lastRev, m.wmDirty = r, true
 			case 7:
-				pop(1 << 20)
+				pop(1<<20, math.MaxInt)
 			}
 			q.mu.Lock()
 			pending, populated, initial := q.pending, q.populated, q.initialCount
@@ -267,7 +273,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 			}
 		}
 		for m.canPop() {
-			pop(1 << 20)
+			pop(1<<20, math.MaxInt)
 		}
 		if !knownEqual(known, m.known) {
 			fail("cache %v, model %v", known, m.known)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -78,7 +79,11 @@ type Options[K comparable, V any] struct {
 	// that handler has processed: one batch may be in delivery while the queue refills
 	// (measured by TestMemory_BlockBackpressure).
 	MaxPending int
-	// MaxBatch is the most keys applied to the cache in one batch; 0 means 1024.
+	// MaxBatch is the most keys applied to the cache in one batch. 0 means 1024, or, while
+	// goroutines read the cache, up to 16384 as far as every Coalesce handler's queue has
+	// room for the batch (so that a larger batch never makes one merge notifications):
+	// each batch readers see costs the writer a copy of every tree node it then changes,
+	// and a larger batch shares that cost among more changes.
 	MaxBatch int
 
 	// Persist, when set, makes restarts warm (package persist implements it with a
@@ -111,6 +116,8 @@ type Informer[K comparable, V any] struct {
 	cmpRev RevisionComparer
 	logger *slog.Logger
 	stats  counters
+
+	autoBatch bool // Options.MaxBatch was left to the informer: see batchLimits
 
 	store *store[K, V]
 	fifo  *deltaFIFO[K, V]
@@ -187,8 +194,9 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	case opts.MaxPending < 0:
 		opts.MaxPending = 0
 	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 1024
+	autoBatch := opts.MaxBatch <= 0
+	if autoBatch {
+		opts.MaxBatch = defaultBatch
 	}
 	var order func(a, b K) int // nil: the natural order, which the store compares faster
 	if !natural {
@@ -199,13 +207,14 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		return nil, err
 	}
 	inf := &Informer[K, V]{
-		opts:     opts,
-		lw:       lw,
-		logger:   opts.Logger.With("informer", opts.Name),
-		store:    st,
-		syncedCh: make(chan struct{}),
-		done:     make(chan struct{}),
-		warned:   map[string]warned{},
+		autoBatch: autoBatch,
+		opts:      opts,
+		lw:        lw,
+		logger:    opts.Logger.With("informer", opts.Name),
+		store:     st,
+		syncedCh:  make(chan struct{}),
+		done:      make(chan struct{}),
+		warned:    map[string]warned{},
 	}
 	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
 		p.Informer = opts.Name
@@ -503,7 +512,8 @@ func (inf *Informer[K, V]) processLoop() {
 		var wm watermark
 		var synced bool
 		var err error
-		batch, wm, synced, err = inf.fifo.popBatch(batch[:0], inf.opts.MaxBatch)
+		keys, deltas := inf.batchLimits()
+		batch, wm, synced, err = inf.fifo.popBatch(batch[:0], keys, deltas)
 		if err != nil {
 			return
 		}
@@ -537,6 +547,34 @@ func (inf *Informer[K, V]) processLoop() {
 			}
 		})
 	}
+}
+
+// Batch sizes when Options.MaxBatch is 0. A batch applied while goroutines read the
+// cache is published as a snapshot, and the writer then copies each tree node it changes
+// (copy-on-write): a batch of 1024 random keys among 50,000 copies nearly every leaf of
+// the cache's tree, as a batch of 16384 does.
+const (
+	defaultBatch        = 1024
+	defaultReadingBatch = 16384
+)
+
+// batchLimits returns the most keys, and deltas, of the next batch: Options.MaxBatch keys,
+// or, when MaxBatch is left to the informer and goroutines read the cache, up to
+// defaultReadingBatch keys as far as every Coalesce handler's queue has room for their
+// notifications (a delta makes at most one), and defaultBatch keys at least. A Block
+// handler takes a whole batch, whatever its size, before the writer waits for room.
+func (inf *Informer[K, V]) batchLimits() (keys, deltas int) {
+	if !inf.autoBatch || !inf.store.reading.Load() {
+		return inf.opts.MaxBatch, math.MaxInt
+	}
+	room := inf.proc.coalesceRoom(math.MaxInt)
+	if room == math.MaxInt {
+		return defaultReadingBatch, math.MaxInt
+	}
+	if room < defaultBatch {
+		return defaultBatch, math.MaxInt
+	}
+	return defaultReadingBatch, room
 }
 
 // advance records the watermark a batch reached and wakes WaitForRevision callers.

@@ -695,6 +695,27 @@ func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() (
 	return l.reg, nil
 }
 
+// coalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
+// it is full (0 for one already merging), at most limit: a batch of at most that many
+// merges nothing in a handler that kept up.
+func (p *processor[K, V]) coalesceRoom(limit int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.listeners {
+		if l.opts.Policy == Block {
+			continue
+		}
+		l.mu.Lock()
+		free := l.opts.QueueLength - l.queued
+		if len(l.order) > 0 {
+			free = 0
+		}
+		l.mu.Unlock()
+		limit = min(limit, max(free, 0))
+	}
+	return limit
+}
+
 // setResyncLocked sets a new listener's resync period: the informer's when it asks for 0,
 // never when negative or when the informer has no resync, at least minimumResyncPeriod. A
 // period shorter than the informer's check period lowers the check period before the

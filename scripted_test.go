@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -252,5 +253,46 @@ func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
 	}
 	if got := yields.Load() - before; got != 0 {
 		t.Fatalf("a read after the queue drained gave way %d times", got)
+	}
+}
+
+// Batch sizes: Options.MaxBatch keys; when it is left to the informer, 1024, or, while
+// goroutines read the cache, up to 16384 keys as far as every Coalesce handler's queue has
+// room for their deltas (a Block handler takes any batch whole), and 1024 at least.
+func TestInformer_BatchLimits(t *testing.T) {
+	const unlimited = math.MaxInt
+	key := func(s string) (string, error) { return s, nil }
+	for _, c := range []struct {
+		name       string
+		maxBatch   int
+		handlers   []HandlerOptions
+		reading    bool
+		keys, dels int
+	}{
+		{"no readers", 0, nil, false, 1024, unlimited},
+		{"readers, no handler", 0, nil, true, 16384, unlimited},
+		{"readers, Block handlers", 0, []HandlerOptions{{Policy: Block}, {Policy: Block, QueueLength: 1}}, true, 16384, unlimited},
+		{"readers, a Coalesce handler with room for 5000", 0, []HandlerOptions{{Policy: Block}, {QueueLength: 5000}}, true, 16384, 5000},
+		{"readers, the smallest room decides", 0, []HandlerOptions{{QueueLength: 5000}, {QueueLength: 3000}}, true, 16384, 3000},
+		{"readers, a Coalesce handler with room for less than 1024", 0, []HandlerOptions{{QueueLength: 100}}, true, 1024, unlimited},
+		{"MaxBatch set, readers", 10, []HandlerOptions{{Policy: Block}}, true, 10, unlimited},
+		{"MaxBatch set, no readers", 10, nil, false, 10, unlimited},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := &scripted{rev: "1", events: make(chan Event[string])}
+			inf, err := New[string, string](src, Options[string, string]{Key: key, MaxBatch: c.maxBatch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range c.handlers {
+				if _, err := inf.AddHandler(&recorder{}, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inf.store.reading.Store(c.reading)
+			if keys, dels := inf.batchLimits(); keys != c.keys || dels != c.dels {
+				t.Fatalf("batchLimits() = %d keys, %d deltas; want %d, %d", keys, dels, c.keys, c.dels)
+			}
+		})
 	}
 }
