@@ -405,8 +405,9 @@ func (f *deltaFIFO[K, V]) resync() error {
 }
 
 // popBatch waits for pending keys and takes up to maxKeys of them, in queue order, and no
-// more than fit in maxDeltas deltas (one key at least), appending to buf. Until finishBatch is called, Replace and Resync wait. It reports the watermark
-// the batch reaches and whether the batch completes the initial population.
+// more than fit in maxDeltas deltas (one key at least), appending to buf. Until
+// finishBatch is called, Replace and Resync wait. It reports the watermark the batch
+// reaches and whether the batch completes the initial population.
 func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) ([]popped[K, V], watermark, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

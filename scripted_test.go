@@ -192,8 +192,8 @@ func TestInformer_SourceReportsThroughTheInformer(t *testing.T) {
 // writer; a read with nothing queued does not.
 func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
 	var yields atomic.Int64
-	yield = func() { yields.Add(1) }
-	t.Cleanup(func() { yield = runtime.Gosched })
+	giveWay = func() { yields.Add(1) }
+	t.Cleanup(func() { giveWay = runtime.Gosched })
 
 	src := &scripted{items: []string{"a=1"}, rev: "1", events: make(chan Event[string])}
 	key := func(s string) (string, error) { return s[:1], nil }
