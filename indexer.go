@@ -227,7 +227,7 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 		var ok bool
 		if compare, ok = defaultCompare[K](); !ok {
 			var k K
-			return nil, fmt.Errorf("informer: key type %T has no natural order", k)
+			return nil, fmt.Errorf("informer: New: key type %T has no natural order; set Options.CompareKeys", k)
 		}
 	}
 	s := &store[K, V]{compare: compare, nodes: &btree.FreeList[K, V]{}}

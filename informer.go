@@ -161,15 +161,6 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if opts.Key == nil {
 		return nil, errors.New("informer: New: Options.Key is required")
 	}
-	natural := opts.CompareKeys == nil
-	if natural {
-		c, ok := defaultCompare[K]()
-		if !ok {
-			var k K
-			return nil, fmt.Errorf("informer: New: key type %T has no natural order; set Options.CompareKeys", k)
-		}
-		opts.CompareKeys = c
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -198,11 +189,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if autoBatch {
 		opts.MaxBatch = defaultBatch
 	}
-	var order func(a, b K) int // nil: the natural order, which the store compares faster
-	if !natural {
-		order = opts.CompareKeys
-	}
-	st, err := newStore[K, V](order, opts.Indexers)
+	st, err := newStore[K, V](opts.CompareKeys, opts.Indexers) // nil: K's natural order
 	if err != nil {
 		return nil, err
 	}
@@ -567,7 +554,7 @@ func (inf *Informer[K, V]) batchLimits() (keys, deltas int) {
 	if !inf.autoBatch || !inf.store.reading.Load() {
 		return inf.opts.MaxBatch, math.MaxInt
 	}
-	room := inf.proc.coalesceRoom(math.MaxInt)
+	room := inf.proc.coalesceRoom()
 	if room == math.MaxInt {
 		return defaultReadingBatch, math.MaxInt
 	}

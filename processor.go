@@ -2,6 +2,7 @@ package informer
 
 import (
 	"fmt"
+	"math"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -696,9 +697,10 @@ func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() (
 }
 
 // coalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
-// it is full (0 for one already merging), at most limit: a batch of at most that many
-// merges nothing in a handler that kept up.
-func (p *processor[K, V]) coalesceRoom(limit int) int {
+// it is full (0 for one already merging; math.MaxInt with no Coalesce handler): a batch of
+// at most that many merges nothing in a handler that kept up.
+func (p *processor[K, V]) coalesceRoom() int {
+	limit := math.MaxInt
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, l := range p.listeners {
