@@ -918,3 +918,20 @@ func waitRev[K comparable](t *testing.T, inf *informer.Informer[K, *obj], rev in
 		t.Fatal(err)
 	}
 }
+
+// A key type without a natural order needs Options.CompareKeys, and New says so.
+func TestInformer_KeyWithoutOrderNeedsCompareKeys(t *testing.T) {
+	type ref struct{ p *obj }
+	src := newSource(memory.Options{})
+	_, err := informer.New[ref, *obj](src, informer.Options[ref, *obj]{Key: func(o *obj) (ref, error) { return ref{o}, nil }})
+	if err == nil || err.Error() != "informer: New: key type informer_test.ref has no natural order; set Options.CompareKeys" {
+		t.Fatalf("New = %v", err)
+	}
+	inf, err := informer.New[ref, *obj](src, informer.Options[ref, *obj]{
+		Key:         func(o *obj) (ref, error) { return ref{o}, nil },
+		CompareKeys: func(a, b ref) int { return strings.Compare(a.p.Key, b.p.Key) },
+	})
+	if err != nil || inf == nil {
+		t.Fatalf("New with CompareKeys = %v", err)
+	}
+}
