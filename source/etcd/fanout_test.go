@@ -20,6 +20,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
 	httpsource "github.com/informer-go/informer/source/http"
 )
@@ -290,7 +291,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 
 	var replicas []*replica
 	for range 3 {
-		replicas = append(replicas, startFanoutReplica(t, c, prefix, freeAddr(t)))
+		replicas = append(replicas, startFanoutReplica(t, c, prefix, testkit.StableAddr(t)))
 	}
 	transport := &http.Transport{MaxIdleConnsPerHost: nClient}
 	t.Cleanup(transport.CloseIdleConnections)

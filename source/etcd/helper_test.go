@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +21,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -36,30 +34,7 @@ import (
 // is left when it starts, and names what is left when it ends (clusterLeftovers), so a
 // leak of any other test, before or after it, still fails the package.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := findLeaks(clusterLeftovers...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left at the end of the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// findLeaks is goleak.Find with patience: goleak retries for about half a second, and an
-// etcd server's or client's connections can take longer than that to wind down on a
-// loaded machine (the package then failed with no failing test); a real leak stays.
-func findLeaks(opts ...goleak.Option) error {
-	start := time.Now()
-	for tries := 1; ; tries++ {
-		err := goleak.Find(opts...)
-		if err == nil && tries > 1 {
-			fmt.Fprintf(os.Stderr, "goleak: the goroutines left took %v to end\n", time.Since(start).Round(time.Millisecond))
-		}
-		if err == nil || time.Since(start) > 15*time.Second {
-			return err
-		}
-	}
+	testkit.VerifyTestMain(m, func() []goleak.Option { return clusterLeftovers })
 }
 
 // clusterLeftovers ignores the goroutines left when a multi-member cluster test ended.
@@ -70,7 +45,7 @@ var clusterLeftovers []goleak.Option
 // connections (see TestMain).
 func letClusterLeftoversGo(t *testing.T) {
 	t.Helper()
-	if err := findLeaks(clusterLeftovers...); err != nil {
+	if err := testkit.FindLeaks(clusterLeftovers...); err != nil {
 		t.Fatalf("goroutines left by the tests before this one: %v", err)
 	}
 	t.Cleanup(func() { // registered first, so it runs after every other cleanup
@@ -148,49 +123,10 @@ func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duratio
 	}
 }
 
-// freeURL returns an http URL on a loopback port that was free a moment ago (freeAddr).
+// freeURL returns an http URL on a loopback port that stays free until something listens
+// on it (testkit.StableAddr).
 func freeURL(t testing.TB) url.URL {
-	return url.URL{Scheme: "http", Host: freeAddr(t)}
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago, picked below the
-// kernel's ephemeral port range: an outgoing connection takes its local port from that
-// range, and so does a listener on port 0, so neither can take this one while nothing
-// listens on it, between the pick and the start of a server or while a member or replica
-// that restarts on it is down. (A port from the range was taken so once, in a run where
-// other test processes shared the machine: "address already in use".)
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	low := ephemeralLow()
-	for range 200 {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000)))
-		if err != nil {
-			continue // in use
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		return addr
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (Linux's; 32768, its
-// default, elsewhere).
-func ephemeralLow() int {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				low = n
-			}
-		}
-	}
-	return low
+	return url.URL{Scheme: "http", Host: testkit.StableAddr(t)}
 }
 
 // Endpoint is the client address.

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -125,7 +126,7 @@ func TestAbandonedListStreamEnds(t *testing.T) {
 		}
 		token = l.Continue
 	}
-	if err := findLeaks(before); err != nil {
+	if err := testkit.FindLeaks(before); err != nil {
 		t.Fatalf("goroutines left by the lists' streams: %v", err)
 	}
 }

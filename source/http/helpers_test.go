@@ -8,41 +8,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
-// TestMain checks that no goroutine is left when the tests end, with patience: goleak
-// retries for about half a second, and servers' and clients' connections can take longer
-// than that to wind down on a loaded machine (the package then failed with no failing
-// test); a real leak stays.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		start := time.Now()
-		err := goleak.Find()
-		for err != nil && time.Since(start) < 15*time.Second {
-			if err = goleak.Find(); err == nil {
-				fmt.Fprintf(os.Stderr, "goleak: the goroutines left took %v to end\n", time.Since(start).Round(time.Millisecond))
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left at the end of the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain checks that no goroutine is left when the tests end, with patience.
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m, nil) }
 
 // obj is the test object.
 type obj struct {

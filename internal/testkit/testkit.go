@@ -1,0 +1,106 @@
+// Package testkit holds what the tests of the repository's modules share and that none of
+// them should write again: a goroutine-leak check with patience, and loopback addresses
+// that stay free while a server restarts on them. It is for tests only.
+package testkit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// leakPatience is how long FindLeaks waits for goroutines to end. goleak alone retries for
+// about half a second, and servers' and clients' connections (an etcd member's, an HTTP
+// server's) can take longer than that to wind down on a loaded machine: packages then
+// failed with no failing test. A real leak stays.
+const leakPatience = 15 * time.Second
+
+// FindLeaks is goleak.Find with patience (up to 15 s); it says on stderr when the
+// goroutines it found at first ended later.
+func FindLeaks(opts ...goleak.Option) error { return findLeaks(leakPatience, opts...) }
+
+func findLeaks(patience time.Duration, opts ...goleak.Option) error {
+	start := time.Now()
+	for tries := 1; ; tries++ {
+		err := goleak.Find(opts...)
+		if err == nil && tries > 1 {
+			fmt.Fprintf(os.Stderr, "goleak: the goroutines left took %v to end\n", time.Since(start).Round(time.Millisecond))
+		}
+		if err == nil || time.Since(start) > patience {
+			return err
+		}
+	}
+}
+
+// VerifyTestMain runs the tests of m and, if they pass, fails the package when goroutines
+// are left (FindLeaks, with the options ignore returns then; ignore may be nil), then
+// exits. Call it from TestMain.
+func VerifyTestMain(m *testing.M, ignore func() []goleak.Option) {
+	code := m.Run()
+	if code == 0 {
+		var opts []goleak.Option
+		if ignore != nil {
+			opts = ignore()
+		}
+		if err := FindLeaks(opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left at the end of the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	addrsMu sync.Mutex
+	given   = map[string]bool{} // the addresses StableAddr returned in this process
+)
+
+// StableAddr returns a loopback address whose port was free a moment ago and that it has
+// not returned before in this process, picked below the kernel's ephemeral port range:
+// an outgoing connection takes its local port from that range, and so does a listener on
+// port 0, so neither can take this one while nothing listens on it (between the pick and
+// a server's start, or while a server that restarts on it is down). A port from the range
+// was taken so once, on a machine shared with other test processes: "address already in
+// use".
+func StableAddr(t testing.TB) string {
+	t.Helper()
+	low := ephemeralLow()
+	addrsMu.Lock()
+	defer addrsMu.Unlock()
+	for range 1000 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000)))
+		if err != nil {
+			continue // in use
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !given[addr] {
+			given[addr] = true
+			return addr
+		}
+	}
+	t.Fatalf("testkit: no free port found below %d", low)
+	return ""
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's; 32768, its
+// default, elsewhere).
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
+	}
+	return low
+}
