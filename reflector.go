@@ -289,6 +289,15 @@ func (r *reflector[V]) lastSyncRevision() string {
 	return r.lastSync
 }
 
+// received records rev, when not empty, as the last revision received (LastSyncRevision),
+// before the list or event that carries it is handed to the queue: whoever sees its
+// effect (the cache synced, a handler called) sees the revision too.
+func (r *reflector[V]) received(rev string) {
+	if rev != "" {
+		r.setLastSync(rev)
+	}
+}
+
 func (r *reflector[V]) setLastSync(rev string) {
 	r.mu.Lock()
 	r.lastSync = rev
@@ -490,10 +499,10 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
 	r.recovered() // before the replace, so that a caller who sees the sync sees it too
+	r.received(rev)
 	if err := r.sink.replace(items, rev); err != nil {
 		return r.opErr("unable to sync list result", err)
 	}
-	r.setLastSync(rev)
 	return nil
 }
 
@@ -690,11 +699,11 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 			r.cfg.stats.ListItems.Observe(float64(len(items)))
 			r.recovered()
+			r.received(ev.Revision)
 			if err := r.sink.replace(items, ev.Revision); err != nil {
 				w.Stop()
 				return nil, r.opErr("unable to sync list result", err)
 			}
-			r.setLastSync(ev.Revision)
 			return w, nil
 		case ev.Type == Bookmark:
 		default:
@@ -821,6 +830,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 				return fmt.Errorf("%w: %v event at revision %q with a nil object", ErrBadInput, ev.Type, ev.Revision)
 			}
 			r.cfg.stats.countEvent(ev.Type)
+			r.received(ev.Revision)
 			if r.transform != nil {
 				obj, ok := r.transform(ev.Object)
 				if !ok {
@@ -837,6 +847,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 			}
 		case Bookmark:
 			r.cfg.stats.Bookmarks.Add(1)
+			r.received(ev.Revision)
 			if ev.Revision != "" {
 				r.sink.bookmark(ev.Revision)
 			}
@@ -845,7 +856,6 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		}
 		if ev.Revision != "" {
 			rev = ev.Revision
-			r.setLastSync(rev)
 		}
 		if count == 0 {
 			// Progress: the backoff starts again from Initial, the source has recovered.

@@ -80,6 +80,9 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
+	if got := inf.LastSyncRevision(); got != "2" { // received before the cache had the list
+		t.Fatalf("LastSyncRevision() = %q once synced, want the list's 2", got)
+	}
 	src.events <- Event[string]{Type: Modified, Object: "a=2", Revision: "3"}
 	src.events <- Event[string]{Type: Added, Object: "c=1", Revision: "4"}
 	src.events <- Event[string]{Type: Deleted, Object: "b=1", Revision: "5"}
