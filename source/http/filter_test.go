@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -330,10 +331,12 @@ func TestFilteredClient_CacheIsTheMatchingSubset(t *testing.T) {
 	}
 }
 
-// gatedTransport holds every request while closed.
+// gatedTransport holds every new connection, and so every request, while closed.
 type gatedTransport struct {
 	mu   sync.Mutex
 	gate chan struct{} // nil: open
+	once sync.Once
+	t    *http.Transport
 }
 
 func (g *gatedTransport) close() {
@@ -349,18 +352,29 @@ func (g *gatedTransport) open() {
 	g.mu.Unlock()
 }
 
+// RoundTrip sends r on a transport of its own whose new connections wait for the gate:
+// gating at the dial, not at RoundTrip, also holds the request net/http retries by itself
+// on a new connection when its connection is closed before the response (a watch cut
+// before its headers came), which slipped past a gate at RoundTrip.
 func (g *gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-r.Context().Done():
-			return nil, r.Context().Err()
+	g.once.Do(func() {
+		g.t = http.DefaultTransport.(*http.Transport).Clone()
+		dial := g.t.DialContext
+		g.t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			g.mu.Lock()
+			gate := g.gate
+			g.mu.Unlock()
+			if gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return dial(ctx, network, addr)
 		}
-	}
-	return http.DefaultTransport.RoundTrip(r)
+	})
+	return g.t.RoundTrip(r)
 }
 
 // TestFilteredClient_RelistsWhenItsRevisionIsCompacted: a filtered client cut off while
@@ -374,6 +388,11 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 	step(t, srv, 1, func() { put(up.src, "a", "payments:1") })
 	step(t, srv, 2, func() { put(up.src, "b", "search:1") })
 	gate := &gatedTransport{}
+	t.Cleanup(func() {
+		if gate.t != nil {
+			gate.t.CloseIdleConnections()
+		}
+	})
 	c := newTestClient(t, ts.URL, ClientOptions[*obj]{HTTPClient: &http.Client{Transport: gate}, Filter: Filter{Index: "team", Value: "payments"}})
 	d := newDownstream(t, c, "filtered", nil)
 	converge(t, d, func() string { return "a=payments:1" })
