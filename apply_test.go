@@ -173,3 +173,63 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 		t.Fatalf("nox index holds %v for a=y", keys)
 	}
 }
+
+// A batch of many keys is written in a scattered order, not the queue's (applyBatch).
+// Keys are independent, so it must make the notifications, in the queue's order, and the
+// cache that writing the keys one at a time in the queue's order makes; with mostly
+// updates and with mostly adds.
+func TestApply_LargeBatchEqualsKeyByKey(t *testing.T) {
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		big, small := applyTestInformer(t), applyTestInformer(t)
+		keys := make([]string, 300)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%03d", rng.IntN(1000)) // some repeat: fewer distinct keys
+		}
+		for _, k := range keys[:150] { // half the keys are cached before the batch
+			d := []scriptedDelta{{typ: deltaAdded, key: k, obj: k + "=v0"}}
+			applyScript(t, big, d, true)
+			applyScript(t, small, d, true)
+		}
+		adds := seed%2 == 1
+		var script []scriptedDelta
+		for range 500 {
+			k := keys[rng.IntN(len(keys))]
+			typ := []deltaType{deltaUpdated, deltaUpdated, deltaUpdated, deltaAdded, deltaDeleted, deltaReplaced, deltaSync}[rng.IntN(7)]
+			if adds && rng.IntN(4) != 0 {
+				typ = deltaAdded
+			}
+			val := fmt.Sprintf("%s=v%d", k, rng.IntN(3))
+			if rng.IntN(20) == 0 {
+				val = k + "=bad"
+			}
+			script = append(script, scriptedDelta{typ: typ, key: k, obj: val, unknown: typ == deltaDeleted && rng.IntN(3) == 0})
+		}
+		got := applyScript(t, big, script, true)
+		var want []string
+		var order []string // keys by first arrival: the queue's order
+		for _, d := range script {
+			if !slices.Contains(order, d.key) {
+				order = append(order, d.key)
+			}
+		}
+		if len(order) < scatterAbove {
+			t.Fatalf("seed %d: %d keys, a batch below %d is written in the queue's order", seed, len(order), scatterAbove)
+		}
+		for _, k := range order {
+			var mine []scriptedDelta
+			for _, d := range script {
+				if d.key == k {
+					mine = append(mine, d)
+				}
+			}
+			want = append(want, applyScript(t, small, mine, true)...)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("seed %d: one batch of %d keys: %v\nkey by key: %v", seed, len(order), got, want)
+		}
+		if g, w := dumpStore(big.store), dumpStore(small.store); g != w {
+			t.Fatalf("seed %d: one batch's cache: %s\nkey by key: %s", seed, g, w)
+		}
+	}
+}
