@@ -13,11 +13,17 @@
 // EPYC). Its iterations take
 // the caller's yield function as it is, with no wrapper.
 //
+// The states of source/memory and of source/http's Server are kept in it too, so that the
+// module builds with one B-tree (google/btree remains only in this package's comparison
+// benchmarks).
+//
 // A Tree is changed by one goroutine at a time; any number may read a Tree nobody changes
 // (such as a clone no longer written).
 package btree
 
 import (
+	"cmp"
+	"reflect"
 	"strings"
 	"unsafe"
 )
@@ -44,6 +50,15 @@ func ByCompare[K any](cmp func(a, b K) int) Order[K] { return Order[K]{kind: byC
 // ByString orders keys whose underlying type is string as strings. Any other K is an error
 // of the caller that the Tree does not detect.
 func ByString[K any]() Order[K] { return Order[K]{kind: byString} }
+
+// Natural orders keys in cmp.Compare's order: as strings, compared in place, when K's
+// underlying type is string.
+func Natural[K cmp.Ordered]() Order[K] {
+	if reflect.TypeFor[K]().Kind() == reflect.String {
+		return ByString[K]()
+	}
+	return ByCompare(cmp.Compare[K])
+}
 
 // ByStringFields orders struct keys by two string fields, at offsets o0 and o1 of the
 // struct, as the tuple (field at o0, field at o1).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -325,5 +326,32 @@ func TestNewRejectsBadArguments(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// Natural orders as cmp.Compare does: a named string type as strings (compared in place),
+// numbers by value, NaN first.
+func TestNaturalOrder(t *testing.T) {
+	type name string
+	names := New[name, int](2, Natural[name](), nil)
+	for i, k := range []name{"b", "", "ab", "a", "ba"} {
+		names.Set(k, i)
+	}
+	var got []name
+	names.Ascend(func(k name, _ int) bool { got = append(got, k); return true })
+	if want := []name{"", "a", "ab", "b", "ba"}; !slices.Equal(got, want) {
+		t.Errorf("named strings in the order %q, want %q", got, want)
+	}
+	if names.order.kind != byString {
+		t.Errorf("a named string type is compared through a function, not in place")
+	}
+	nums := New[float64, int](2, Natural[float64](), nil)
+	for i, k := range []float64{2, -1, math.NaN(), 10, 0.5} {
+		nums.Set(k, i)
+	}
+	var gotNums []string
+	nums.Ascend(func(k float64, _ int) bool { gotNums = append(gotNums, fmt.Sprint(k)); return true })
+	if got, want := strings.Join(gotNums, " "), "NaN -1 0.5 2 10"; got != want {
+		t.Errorf("numbers in the order %s, want %s", got, want)
 	}
 }

@@ -15,10 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/btree"
-
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/btree"
 )
 
 // Filter asks a Server for the objects indexed under one value of one of its filter
@@ -166,7 +165,7 @@ func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Durati
 
 // snapshot returns the state a list with filter f reads, and its log revision: the whole
 // state, or the bucket of f's value; either is an O(1) copy-on-write clone.
-func (s *Server[K, V]) snapshot(f Filter) (*btree.BTreeG[*record[K]], int64) {
+func (s *Server[K, V]) snapshot(f Filter) (*btree.Tree[K, *record[K]], int64) {
 	if f.Index == "" || s.mirror.filters == nil {
 		return s.mirror.snapshot()
 	}
@@ -213,11 +212,11 @@ type filterIndex[K cmp.Ordered, V any] struct {
 type filterValue[K cmp.Ordered, V any] struct {
 	index   int
 	value   string
-	bucket  *btree.BTreeG[*record[K]] // the objects indexed under value
-	history []filterEvent[K]          // its events after the compacted revision
-	dropped int64                     // events dropped from the front of history, ever
-	waiters []*filterWatch[K, V]      // watches blocked in Next
-	watches int                       // watches open
+	bucket  *btree.Tree[K, *record[K]] // the objects indexed under value, by key
+	history []filterEvent[K]           // its events after the compacted revision
+	dropped int64                      // events dropped from the front of history, ever
+	waiters []*filterWatch[K, V]       // watches blocked in Next
+	watches int                        // watches open
 
 	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
 }
@@ -236,7 +235,10 @@ type filterQueued[K cmp.Ordered, V any] struct {
 	fv  *filterValue[K, V]
 }
 
-func recordLess[K cmp.Ordered](a, b *record[K]) bool { return cmp.Less(a.key, b.key) }
+// newRecords returns an empty tree of records by key, of the given degree.
+func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
+	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
+}
 
 func (h *filterHub[K, V]) names() []string { return h.indexNames }
 
@@ -373,7 +375,7 @@ func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
 		if fv == nil || fv.bucket == nil {
 			continue // cannot happen: a value holds its objects
 		}
-		if last, ok := fv.bucket.Delete(&record[K]{key: k}); ok {
+		if last, ok := fv.bucket.Delete(k); ok {
 			h.append(fv, informer.Deleted, last)
 		}
 	}
@@ -384,9 +386,9 @@ func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
 			typ = informer.Modified
 		}
 		if fv.bucket == nil {
-			fv.bucket = btree.NewG(16, recordLess[K])
+			fv.bucket = newRecords[K](16)
 		}
-		fv.bucket.ReplaceOrInsert(r)
+		fv.bucket.Set(k, r)
 		h.append(fv, typ, r)
 	}
 	if len(vals) == 0 {
@@ -460,7 +462,7 @@ func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
 
 // snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
 // reflects.
-func (h *filterHub[K, V]) snapshot(f Filter) (*btree.BTreeG[*record[K]], int64) {
+func (h *filterHub[K, V]) snapshot(f Filter) (*btree.Tree[K, *record[K]], int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {
@@ -468,7 +470,7 @@ func (h *filterHub[K, V]) snapshot(f Filter) (*btree.BTreeG[*record[K]], int64) 
 			return fv.bucket.Clone(), h.rev
 		}
 	}
-	return btree.NewG(2, recordLess[K]), h.rev
+	return newRecords[K](2), h.rev
 }
 
 // watch opens a watch of f's value. It behaves as the log's watches do (see
@@ -555,10 +557,10 @@ type filterWatch[K cmp.Ordered, V any] struct {
 
 	// Guarded by the hub's mu.
 	fv           *filterValue[K, V]
-	next         int64                     // the number of the next history event to deliver (counting dropped ones)
-	initial      *btree.BTreeG[*record[K]] // the initial events still to send: a clone of the bucket; nil when done
-	initialAfter K                         // the key of the last initial event sent
-	initialSent  bool                      // initialAfter is set
+	next         int64                      // the number of the next history event to deliver (counting dropped ones)
+	initial      *btree.Tree[K, *record[K]] // the initial events still to send: a clone of the bucket; nil when done
+	initialAfter K                          // the key of the last initial event sent
+	initialSent  bool                       // initialAfter is set
 	initialRev   string
 	endOfInitial bool
 	waiting      bool
@@ -648,7 +650,7 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 // the last, and sets initialMore when another follows it; O(log n).
 func (w *filterWatch[K, V]) nextInitial() *record[K] {
 	var next *record[K]
-	visit := func(r *record[K]) bool {
+	visit := func(_ K, r *record[K]) bool {
 		if w.initialSent && !cmp.Less(w.initialAfter, r.key) {
 			return true
 		}
@@ -660,7 +662,7 @@ func (w *filterWatch[K, V]) nextInitial() *record[K] {
 		return true
 	}
 	if w.initialSent {
-		w.initial.AscendGreaterOrEqual(&record[K]{key: w.initialAfter}, visit)
+		w.initial.AscendFrom(w.initialAfter, visit)
 	} else {
 		w.initial.Ascend(visit)
 	}

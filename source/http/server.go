@@ -16,10 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/btree"
-
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/btree"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -245,7 +244,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	}
 	s.mirror = &mirror[K, V]{
 		src: s.src, key: key, encode: encode, head: &head, up: s.up,
-		tree:      btree.NewG(32, func(a, b *record[K]) bool { return cmp.Less(a.key, b.key) }),
+		tree:      newRecords[K](32),
 		maxObject: maxObject, historyBytes: historyBytes,
 		report: func(err error) { s.core.report(err) },
 		stats:  &s.core.stats,
@@ -373,14 +372,14 @@ type mirror[K cmp.Ordered, V any] struct {
 	stats        *Stats
 	filters      *filterHub[K, V] // nil without ServerOptions.Filters
 
-	mu        sync.Mutex                // the tree and head change together; lists clone both
-	tree      *btree.BTreeG[*record[K]] // the served state, by key
-	log       []logged                  // size of each change in the history, oldest first from first
-	first     int                       // log[:first] is dropped
-	held      int64                     // sum of the sizes kept
-	pending   []pendingChange[K]        // changes held back until the next revision (up set), one per key
-	ops       []logOp[K]                // OnRevision's buffer
-	pendingAt map[K]int                 // the index of a key's change in pending
+	mu        sync.Mutex                 // the tree and head change together; lists clone both
+	tree      *btree.Tree[K, *record[K]] // the served state, by key
+	log       []logged                   // size of each change in the history, oldest first from first
+	first     int                        // log[:first] is dropped
+	held      int64                      // sum of the sizes kept
+	pending   []pendingChange[K]         // changes held back until the next revision (up set), one per key
+	ops       []logOp[K]                 // OnRevision's buffer
+	pendingAt map[K]int                  // the index of a key's change in pending
 }
 
 // logOp is one change OnRevision logs.
@@ -421,7 +420,7 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	defer m.mu.Unlock()
 	ops := m.ops[:0]
 	for _, c := range m.pending {
-		old, present := m.tree.Get(&record[K]{key: c.key})
+		old, present := m.tree.Get(c.key)
 		switch {
 		case !c.deleted && present && bytes.Equal(old.json, c.json):
 		case !c.deleted:
@@ -466,14 +465,14 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 // returns its log revision; false if it changed nothing (a delete of a key not served).
 func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
 	if o.delete {
-		m.tree.Delete(o.r)
+		m.tree.Delete(o.r.key)
 		r, ok := m.src.Delete(o.r.key)
 		if ok {
 			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
 		}
 		return r, ok
 	}
-	m.tree.ReplaceOrInsert(o.r)
+	m.tree.Set(o.r.key, o.r)
 	r := m.src.Put(o.r)
 	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
 	return r, true
@@ -528,12 +527,12 @@ func (m *mirror[K, V]) put(obj V) {
 		m.hold(k, b, vals, false)
 		return
 	}
-	if old, ok := m.tree.Get(&record[K]{key: k}); ok && bytes.Equal(old.json, b) {
+	if old, ok := m.tree.Get(k); ok && bytes.Equal(old.json, b) {
 		return
 	}
 	r := &record[K]{key: k, json: b}
 	rev := m.src.Put(r)
-	m.tree.ReplaceOrInsert(r)
+	m.tree.Set(k, r)
 	m.logged(rev, int64(len(b)))
 	m.filters.put(rev, r, vals, m.src.CompactedRevision())
 }
@@ -551,7 +550,7 @@ func (m *mirror[K, V]) delete(obj V) {
 		m.hold(k, nil, nil, true)
 		return
 	}
-	old, ok := m.tree.Delete(&record[K]{key: k})
+	old, ok := m.tree.Delete(k)
 	if !ok {
 		return
 	}
@@ -591,7 +590,7 @@ func (m *mirror[K, V]) logged(rev, size int64) {
 
 // snapshot returns the current state and its log revision; the tree is a copy-on-write
 // clone, O(1).
-func (m *mirror[K, V]) snapshot() (*btree.BTreeG[*record[K]], int64) {
+func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tree.Clone(), m.head.Load()
@@ -699,7 +698,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 	}
 	pg := page[*record[K]]{rev: s.wire(rev)}
 	if req.limit <= 0 || int64(tree.Len()) <= req.limit {
-		pg.items = func(yield func(*record[K]) bool) { tree.Ascend(btree.ItemIteratorG[*record[K]](yield)) }
+		pg.items = func(yield func(*record[K]) bool) { tree.Ascend(func(_ K, r *record[K]) bool { return yield(r) }) }
 		return pg, nil
 	}
 	p := &pin[K]{tree: tree, rev: rev, client: client}
@@ -767,7 +766,7 @@ func (s *Server[K, V]) token(p *pin[K]) string {
 type pin[K cmp.Ordered] struct {
 	id     uint64
 	client string
-	tree   *btree.BTreeG[*record[K]]
+	tree   *btree.Tree[K, *record[K]]
 	rev    int64
 
 	mu          sync.Mutex
@@ -783,7 +782,7 @@ type pin[K cmp.Ordered] struct {
 func (p *pin[K]) take(limit int64) []*record[K] {
 	items := make([]*record[K], 0, min(limit, int64(p.tree.Len()), 4096))
 	p.more = false
-	visit := func(r *record[K]) bool {
+	visit := func(_ K, r *record[K]) bool {
 		if p.started && !cmp.Less(p.after, r.key) {
 			return true
 		}
@@ -795,7 +794,7 @@ func (p *pin[K]) take(limit int64) []*record[K] {
 		return true
 	}
 	if p.started {
-		p.tree.AscendGreaterOrEqual(&record[K]{key: p.after}, visit)
+		p.tree.AscendFrom(p.after, visit)
 	} else {
 		p.tree.Ascend(visit)
 	}

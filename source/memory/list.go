@@ -11,9 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/btree"
-
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/btree"
 )
 
 // maxPins bounds the snapshots kept for paged lists that were started and never finished.
@@ -24,7 +23,7 @@ const maxPins = 64
 type pin[K cmp.Ordered, V any] struct {
 	rev    int64
 	revStr string
-	tree   *btree.BTreeG[entry[K, V]]
+	tree   *btree.Tree[K, V]
 }
 
 // List implements informer.ListerWatcher: it returns one page of the objects, sorted by
@@ -89,21 +88,21 @@ func (s *Source[K, V]) List(ctx context.Context, opts informer.ListOptions) (inf
 	items := make([]V, 0, min(limit, int64(tree.Len())))
 	more := false
 	var last K
-	visit := func(e entry[K, V]) bool {
+	visit := func(k K, obj V) bool {
 		if int64(len(items)) == limit {
 			more = true
 			return false
 		}
-		items = append(items, e.obj)
-		last = e.key
+		items = append(items, obj)
+		last = k
 		return true
 	}
 	if opts.Continue != "" {
-		tree.AscendGreaterOrEqual(entry[K, V]{key: tok.after}, func(e entry[K, V]) bool {
-			if !cmp.Less(tok.after, e.key) {
+		tree.AscendFrom(tok.after, func(k K, obj V) bool {
+			if !cmp.Less(tok.after, k) {
 				return true // the last key served, skip it
 			}
-			return visit(e)
+			return visit(k, obj)
 		})
 	} else {
 		tree.Ascend(visit)

@@ -9,8 +9,7 @@
 // (Options.HistoryLimit), after which old revisions answer informer.ErrExpired, as etcd's
 // do.
 //
-// The state is a github.com/google/btree BTreeG, whose O(1) copy-on-write Clone pins a
-// paged list's snapshot. The log holds ready-made events in fixed-size segments (no copying
+// The state is a copy-on-write B-tree, whose O(1) Clone pins a paged list's snapshot. The log holds ready-made events in fixed-size segments (no copying
 // as it grows; compaction frees whole segments), and revision strings are cut from one
 // shared string per 256 revisions, so a Put costs one O(log n) B-tree insert and about 48
 // bytes of log, and a watch's Next costs one mutex acquisition and no allocation. Watches
@@ -32,10 +31,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/btree"
-
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/btree"
 )
 
 // Options configures a Source. The zero value is a valid configuration: the wall clock, no
@@ -71,7 +69,7 @@ type Source[K cmp.Ordered, V any] struct {
 	opts  Options
 
 	mu        sync.Mutex
-	tree      *btree.BTreeG[entry[K, V]]
+	tree      *btree.Tree[K, V]
 	rev       int64
 	revStr    string
 	revs      revStrings
@@ -96,12 +94,6 @@ var (
 	_ informer.StreamingLister    = (*Source[string, int])(nil)
 )
 
-// entry is one object in the state tree.
-type entry[K cmp.Ordered, V any] struct {
-	key K
-	obj V
-}
-
 // New returns an empty Source whose objects are keyed by key. The key function must be
 // deterministic and cheap: Put calls it once per object, outside the Source's lock.
 func New[K cmp.Ordered, V any](key func(V) K, opts Options) *Source[K, V] {
@@ -110,12 +102,10 @@ func New[K cmp.Ordered, V any](key func(V) K, opts Options) *Source[K, V] {
 		c = clock.Real{}
 	}
 	return &Source[K, V]{
-		key:   key,
-		clock: c,
-		opts:  opts,
-		tree: btree.NewG(32, func(a, b entry[K, V]) bool {
-			return cmp.Less(a.key, b.key)
-		}),
+		key:        key,
+		clock:      c,
+		opts:       opts,
+		tree:       btree.New[K, V](32, btree.Natural[K](), nil),
 		revStr:     "0",
 		pins:       make(map[uint64]*pin[K, V]),
 		watches:    make(map[*watch[K, V]]struct{}),
@@ -131,7 +121,7 @@ func (s *Source[K, V]) Put(obj V) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	typ := informer.Added
-	if _, replaced := s.tree.ReplaceOrInsert(entry[K, V]{key: k, obj: obj}); replaced {
+	if _, replaced := s.tree.Set(k, obj); replaced {
 		typ = informer.Modified
 	}
 	return s.appendLocked(typ, obj)
@@ -143,11 +133,11 @@ func (s *Source[K, V]) Put(obj V) int64 {
 func (s *Source[K, V]) Delete(k K) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, ok := s.tree.Delete(entry[K, V]{key: k})
+	old, ok := s.tree.Delete(k)
 	if !ok {
 		return s.rev, false
 	}
-	return s.appendLocked(informer.Deleted, old.obj), true
+	return s.appendLocked(informer.Deleted, old), true
 }
 
 // appendLocked logs one change at the next revision and wakes the blocked watches.
@@ -166,8 +156,7 @@ func (s *Source[K, V]) appendLocked(typ informer.EventType, obj V) int64 {
 func (s *Source[K, V]) Get(k K) (V, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.tree.Get(entry[K, V]{key: k})
-	return e.obj, ok
+	return s.tree.Get(k)
 }
 
 // Items returns the current objects sorted by key, in a new slice that belongs to the
@@ -176,8 +165,8 @@ func (s *Source[K, V]) Items() []V {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	items := make([]V, 0, s.tree.Len())
-	s.tree.Ascend(func(e entry[K, V]) bool {
-		items = append(items, e.obj)
+	s.tree.Ascend(func(_ K, obj V) bool {
+		items = append(items, obj)
 		return true
 	})
 	return items

@@ -79,8 +79,8 @@ func (s *Source[K, V]) Watch(ctx context.Context, opts informer.WatchOptions) (i
 	}
 	if opts.SendInitialEvents {
 		w.initial = make([]V, 0, s.tree.Len())
-		s.tree.Ascend(func(e entry[K, V]) bool {
-			w.initial = append(w.initial, e.obj)
+		s.tree.Ascend(func(_ K, obj V) bool {
+			w.initial = append(w.initial, obj)
 			return true
 		})
 		w.initialRev = s.revStr
