@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/etcdgateway
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261124151117-0344e28047af
-	github.com/informer-go/informer/source/etcd v0.0.0-20261124151117-0344e28047af
+	github.com/informer-go/informer v0.0.0-20261124153800-5cd7130a78a1
+	github.com/informer-go/informer/source/etcd v0.0.0-20261124153800-5cd7130a78a1
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
@@ -22,7 +22,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect

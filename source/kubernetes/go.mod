@@ -3,7 +3,7 @@ module github.com/informer-go/informer/source/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261124151117-0344e28047af
+	github.com/informer-go/informer v0.0.0-20261124153800-5cd7130a78a1
 	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -29,7 +29,6 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
