@@ -3,7 +3,7 @@ module github.com/informer-go/informer/source/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261124153800-5cd7130a78a1
+	github.com/informer-go/informer v0.0.0-20261124155527-3e3e12d3773a
 	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
