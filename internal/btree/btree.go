@@ -261,7 +261,15 @@ func ascend[K, V any](n *node[K, V], yield func(K, V) bool) bool {
 // returns false.
 func (t *Tree[K, V]) AscendFrom(from K, yield func(K, V) bool) {
 	if t.root != nil {
-		t.ascendBetween(t.root, &from, nil, yield)
+		t.ascendBetween(t.root, &from, false, nil, yield)
+	}
+}
+
+// AscendAfter calls yield with every key > after and its value in order, until yield
+// returns false: the rest of a walk whose last key was after (a paged list's next page).
+func (t *Tree[K, V]) AscendAfter(after K, yield func(K, V) bool) {
+	if t.root != nil {
+		t.ascendBetween(t.root, &after, true, nil, yield)
 	}
 }
 
@@ -269,21 +277,32 @@ func (t *Tree[K, V]) AscendFrom(from K, yield func(K, V) bool) {
 // order, until yield returns false.
 func (t *Tree[K, V]) AscendRange(from, to K, yield func(K, V) bool) {
 	if t.root != nil {
-		t.ascendBetween(t.root, &from, &to, yield)
+		t.ascendBetween(t.root, &from, false, &to, yield)
 	}
 }
 
-// ascendBetween yields the items of n's subtree from the first ≥ from, and before to
-// (when not nil). It returns false once yield did, or an item reached to.
-func (t *Tree[K, V]) ascendBetween(n *node[K, V], from, to *K, yield func(K, V) bool) bool {
+// ascendBetween yields the items of n's subtree from the first ≥ from (> from when
+// after is set), and before to (when not nil). It returns false once yield did, or an
+// item reached to.
+func (t *Tree[K, V]) ascendBetween(n *node[K, V], from *K, after bool, to *K, yield func(K, V) bool) bool {
 	i := 0
 	if from != nil {
-		i, _ = t.find(n, from)
-		// Items before i are < from; so is every item of the children before i.
-		if n.children != nil && !t.ascendBetween(n.children[i], from, to, yield) {
-			return false
+		var found bool
+		i, found = t.find(n, from)
+		switch {
+		case found && after:
+			// Item i is from itself: its left subtree is below it, its right one above.
+			if n.children != nil && !t.ascendBetween(n.children[i+1], nil, false, to, yield) {
+				return false
+			}
+			i++
+		case n.children != nil:
+			// Items before i are < from; so is every item of the children before i.
+			if !t.ascendBetween(n.children[i], from, after, to, yield) {
+				return false
+			}
 		}
-	} else if n.children != nil && !t.ascendBetween(n.children[0], nil, to, yield) {
+	} else if n.children != nil && !t.ascendBetween(n.children[0], nil, false, to, yield) {
 		return false
 	}
 	for ; i < len(n.items); i++ {
@@ -294,7 +313,7 @@ func (t *Tree[K, V]) ascendBetween(n *node[K, V], from, to *K, yield func(K, V) 
 		if !yield(it.key, it.val) {
 			return false
 		}
-		if n.children != nil && !t.ascendBetween(n.children[i+1], nil, to, yield) {
+		if n.children != nil && !t.ascendBetween(n.children[i+1], nil, false, to, yield) {
 			return false
 		}
 	}

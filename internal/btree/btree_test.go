@@ -204,6 +204,17 @@ func runModel[K comparable](t *testing.T, ord Order[K], compare func(a, b K) int
 			if !slices.Equal(got, wantFrom) {
 				t.Fatalf("op %d: AscendFrom(%v) stopped after %d = %v, want %v", op, k, limit, got, wantFrom)
 			}
+			got = got[:0]
+			p.tr.AscendAfter(k, func(k K, _ *int) bool { got = append(got, k); return len(got) < limit })
+			var wantAfter []K
+			for _, mk := range slices.SortedFunc(maps.Keys(p.m), compare) {
+				if compare(mk, k) > 0 && len(wantAfter) < max(limit, 1) {
+					wantAfter = append(wantAfter, mk)
+				}
+			}
+			if !slices.Equal(got, wantAfter) {
+				t.Fatalf("op %d: AscendAfter(%v) stopped after %d = %v, want %v", op, k, limit, got, wantAfter)
+			}
 		default:
 			c := pair{p.tr.Clone(), maps.Clone(p.m)}
 			if len(trees) < 4 {
@@ -286,6 +297,7 @@ func TestAscendStops(t *testing.T) {
 	empty := New[int, int](2, ByCompare(cmp.Compare[int]), nil)
 	empty.Ascend(func(int, int) bool { t.Fatal("an empty tree yielded"); return false })
 	empty.AscendFrom(0, func(int, int) bool { t.Fatal("an empty tree yielded"); return false })
+	empty.AscendAfter(0, func(int, int) bool { t.Fatal("an empty tree yielded"); return false })
 	if _, _, ok := empty.Min(); ok {
 		t.Fatal("an empty tree has a Min")
 	}

@@ -235,11 +235,6 @@ type filterQueued[K cmp.Ordered, V any] struct {
 	fv  *filterValue[K, V]
 }
 
-// newRecords returns an empty tree of records by key, of the given degree.
-func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
-	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
-}
-
 func (h *filterHub[K, V]) names() []string { return h.indexNames }
 
 // values computes obj's values in every filter index, outside the mirror's lock. An index
@@ -651,9 +646,6 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 func (w *filterWatch[K, V]) nextInitial() *record[K] {
 	var next *record[K]
 	visit := func(_ K, r *record[K]) bool {
-		if w.initialSent && !cmp.Less(w.initialAfter, r.key) {
-			return true
-		}
 		if next != nil {
 			w.initialMore = true
 			return false
@@ -662,7 +654,7 @@ func (w *filterWatch[K, V]) nextInitial() *record[K] {
 		return true
 	}
 	if w.initialSent {
-		w.initial.AscendFrom(w.initialAfter, visit)
+		w.initial.AscendAfter(w.initialAfter, visit)
 	} else {
 		w.initial.Ascend(visit)
 	}

@@ -183,6 +183,11 @@ type record[K any] struct {
 	json []byte
 }
 
+// newRecords returns an empty tree of records by key, of the given degree.
+func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
+	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
+}
+
 // NewServer returns a server of inf's collection. key must return the key the informer
 // uses; nil means the informer's own (inf.Key), so that the key function is written once.
 // The server's handler is added to inf at once; the informer may already be running. Call
@@ -783,9 +788,6 @@ func (p *pin[K]) take(limit int64) []*record[K] {
 	items := make([]*record[K], 0, min(limit, int64(p.tree.Len()), 4096))
 	p.more = false
 	visit := func(_ K, r *record[K]) bool {
-		if p.started && !cmp.Less(p.after, r.key) {
-			return true
-		}
 		if int64(len(items)) == limit {
 			p.more = true
 			return false
@@ -794,7 +796,7 @@ func (p *pin[K]) take(limit int64) []*record[K] {
 		return true
 	}
 	if p.started {
-		p.tree.AscendFrom(p.after, visit)
+		p.tree.AscendAfter(p.after, visit)
 	} else {
 		p.tree.Ascend(visit)
 	}

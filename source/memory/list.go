@@ -98,12 +98,7 @@ func (s *Source[K, V]) List(ctx context.Context, opts informer.ListOptions) (inf
 		return true
 	}
 	if opts.Continue != "" {
-		tree.AscendFrom(tok.after, func(k K, obj V) bool {
-			if !cmp.Less(tok.after, k) {
-				return true // the last key served, skip it
-			}
-			return visit(k, obj)
-		})
+		tree.AscendAfter(tok.after, visit) // after the last key served
 	} else {
 		tree.Ascend(visit)
 	}

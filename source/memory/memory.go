@@ -9,10 +9,11 @@
 // (Options.HistoryLimit), after which old revisions answer informer.ErrExpired, as etcd's
 // do.
 //
-// The state is a copy-on-write B-tree, whose O(1) Clone pins a paged list's snapshot. The log holds ready-made events in fixed-size segments (no copying
-// as it grows; compaction frees whole segments), and revision strings are cut from one
-// shared string per 256 revisions, so a Put costs one O(log n) B-tree insert and about 48
-// bytes of log, and a watch's Next costs one mutex acquisition and no allocation. Watches
+// The state is a copy-on-write B-tree, whose O(1) Clone pins a paged list's snapshot. The
+// log holds ready-made events in fixed-size segments (no copying as it grows; compaction
+// frees whole segments), and revision strings are cut from one shared string per 256
+// revisions, so a Put costs one O(log n) B-tree insert and about 48 bytes of log, and a
+// watch's Next costs one mutex acquisition and no allocation. Watches
 // need no goroutine: Next waits on the watch's own wake-up channel, its context and its
 // timers. Memory grows with the history kept: compact it, or set Options.HistoryLimit, in
 // long-running uses.
