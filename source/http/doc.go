@@ -48,7 +48,7 @@
 //	410 Gone              the revision or continue token expired: list again
 //	429 Too Many Requests too many watchers or lists (in all, or of this client): wait Retry-After, then retry (a watch from the same revision, no relist)
 //	503, other 5xx        transient: back off, watch again from the same revision (a Server replica behind the revision asked for answers 503 after ServerOptions.CatchUpWait)
-//	400, 401, 403, 404    the request is wrong or refused: reported, backed off, relisted
+//	400, 401, 403, 404    the request is wrong or refused (a GET with a body is answered 400): reported, backed off, relisted
 //
 // Client sorts these (and connection failures and timeouts) into the informer's error
 // classes; see StatusError. Anything malformed that a server sends — a bad list, a frame

@@ -463,6 +463,10 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, &StatusError{Code: http.StatusMethodNotAllowed, Reason: "MethodNotAllowed", Message: "only GET is served"}, 0)
 		return
 	}
+	if r.ContentLength != 0 {
+		c.refuseBody(w, r)
+		return
+	}
 	req, se := parseRequest(r)
 	if se == nil {
 		se = c.checkFilter(req.filter)
@@ -490,6 +494,20 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		c.serveList(w, r, req, client)
 	}
+}
+
+// refuseBody answers 400 to a GET that carries a body (any length but 0, or none
+// given), before it takes a slot: net/http would otherwise read up to 256 KiB of the
+// unread body, with no deadline, before the response's header, so that a body that never
+// ends would hold a list or watch slot for good. The connection's read deadline is set
+// to now and the connection closed after the answer, so that nothing of the body is read.
+func (c *core[V]) refuseBody(w http.ResponseWriter, r *http.Request) {
+	c.stats.BadRequests.Add(1)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	writeStatus(w, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: "a GET of this server carries no body"}, 0)
 }
 
 // refuse answers a request Authorize refused: 401 with a challenge, or 403. The error's
