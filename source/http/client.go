@@ -86,6 +86,8 @@ type Client[V any] struct {
 	maxFrame      int
 	maxListBytes  int64
 	maxListItems  int
+	maxBatch      int
+	maxBatchBytes int64
 	headerTimeout time.Duration
 	listTimeout   time.Duration
 	watchGrace    time.Duration
@@ -168,6 +170,8 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 		maxFrame:      orDefault(opts.MaxFrameSize, DefaultMaxFrameSize),
 		maxListBytes:  orDefault(opts.MaxListBytes, DefaultMaxListBytes),
 		maxListItems:  orDefault(opts.MaxListItems, DefaultMaxListItems),
+		maxBatch:      orDefault(opts.MaxBatch, DefaultMaxBatch),
+		maxBatchBytes: orDefault(opts.MaxBatchBytes, DefaultMaxBatchBytes),
 		headerTimeout: orDefault(opts.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
 		listTimeout:   orDefault(opts.ListTimeout, DefaultListTimeout),
 		watchGrace:    orDefault(opts.WatchGrace, DefaultWatchGrace),

@@ -20,6 +20,12 @@ const (
 	// DefaultMaxListItems is the largest number of items a Client accepts in one list
 	// page: 1,000,000.
 	DefaultMaxListItems = 1_000_000
+	// DefaultMaxBatch is the largest number of events a Client holds of one batch (see
+	// ClientOptions.MaxBatch): DefaultMaxListItems, since a replay of the state is a batch.
+	DefaultMaxBatch = DefaultMaxListItems
+	// DefaultMaxBatchBytes bounds the frames a Client reads while it holds one batch:
+	// DefaultMaxListBytes, since a replay of the state is a batch.
+	DefaultMaxBatchBytes = DefaultMaxListBytes
 	// DefaultResponseHeaderTimeout bounds the time from sending a request (connecting
 	// included) to the end of the response headers: 1 minute.
 	DefaultResponseHeaderTimeout = time.Minute
@@ -123,6 +129,17 @@ type ClientOptions[V any] struct {
 	// (1,000,000). A page with more fails the List with an error that matches
 	// informer.ErrBadInput, found while the page is split, before any item is decoded.
 	MaxListItems int
+	// MaxBatch bounds the events a watch holds of one batch — the changes a server marks
+	// as one revision ("11~", …, "11"), the initial events of a streaming list or replay
+	// included — until the batch's last event comes; 0 means DefaultMaxBatch. A longer
+	// batch ends the watch with an error that matches informer.ErrBadInput, and the
+	// informer lists again: a server that never ends a batch cannot make the Client hold
+	// more than this.
+	MaxBatch int
+	// MaxBatchBytes bounds the bytes of the frames read while one batch is held, as
+	// MaxListBytes bounds a list; 0 means DefaultMaxBatchBytes. Beyond it the watch ends
+	// as beyond MaxBatch.
+	MaxBatchBytes int64
 	// ResponseHeaderTimeout bounds the time from sending a request, connecting included,
 	// to the end of the response headers; 0 means DefaultResponseHeaderTimeout (1 minute).
 	// It holds whatever HTTPClient is given, http.DefaultClient included. Beyond it the

@@ -3,9 +3,13 @@ package httpsource
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,5 +79,81 @@ func TestServerEndlessRequestBody(t *testing.T) {
 	}
 	if n := srv.Stats().BadRequests.Load(); n != 18 {
 		t.Errorf("Stats.BadRequests = %d, want 18", n)
+	}
+}
+
+// endlessBatch serves lists as empty at revision 10 and answers every watch with a batch
+// at revision 11 that never ends: changes marked partial ("11~"), forever, each carrying
+// an object of size bytes. lists counts the lists served.
+func endlessBatch(t testing.TB, size int, lists *atomic.Int64) *httptest.Server {
+	t.Helper()
+	val := strings.Repeat("v", size)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "" {
+			lists.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"metadata":{"resourceVersion":"10"},"items":[]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		bw := bufio.NewWriterSize(w, 64<<10)
+		for i := 0; r.Context().Err() == nil; i++ {
+			if _, err := fmt.Fprintf(bw, `{"type":"ADDED","resourceVersion":"11~","object":{"name":"k%d","val":%q}}`+"\n", i, val); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// A batch that never ends (changes marked as one revision, forever) is bounded by
+// ClientOptions.MaxBatch and MaxBatchBytes: the watch ends with an error that matches
+// informer.ErrBadInput and names the limit, having held no more than the limit.
+func TestClientBatchBound(t *testing.T) {
+	var lists atomic.Int64
+	for _, tc := range []struct {
+		name  string
+		size  int
+		opts  ClientOptions[*obj]
+		limit string
+	}{
+		{"events", 10, ClientOptions[*obj]{MaxBatch: 1000}, "MaxBatch)"},
+		{"bytes", 4 << 10, ClientOptions[*obj]{MaxBatchBytes: 1 << 20}, "MaxBatchBytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestClient(t, endlessBatch(t, tc.size, &lists).URL, tc.opts)
+			w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			ev, err := w.Next()
+			if !errors.Is(err, informer.ErrBadInput) || !strings.Contains(err.Error(), tc.limit) {
+				t.Fatalf("Next = %v, %v; want an error matching ErrBadInput naming %s", ev, err, tc.limit)
+			}
+			if held := cap(w.(*watch[*obj]).held); held > 2048 {
+				t.Errorf("the watch held up to %d events of the batch, want at most 2048", held)
+			}
+		})
+	}
+}
+
+// An informer over a server that streams one batch forever reports the bound's error
+// and lists again, with its memory bounded.
+func TestClientBatchBoundRelists(t *testing.T) {
+	var lists atomic.Int64
+	c := newTestClient(t, endlessBatch(t, 100, &lists).URL, ClientOptions[*obj]{MaxBatch: 500})
+	d := newDownstream(t, c, "endless-batch", nil)
+	eventually(t, "the bound's error and a relist", func() bool {
+		for _, err := range d.rec.errors() {
+			if errors.Is(err, informer.ErrBadInput) && strings.Contains(err.Error(), "MaxBatch") {
+				return lists.Load() >= 2
+			}
+		}
+		return false
+	})
+	if n := d.inf.Len(); n != 0 {
+		t.Errorf("the cache holds %d objects of a batch that never ended, want 0", n)
 	}
 }
