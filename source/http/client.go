@@ -527,7 +527,7 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 }
 
 func (c *Client[V]) newWatch(ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *watch[V] {
-	w := &watch[V]{c: c, ctx: ctx, cancel: cancel, body: body, frames: c.framing.NewReader(body, c.maxFrame), items: itemDecoder[V]{custom: c.decode}}
+	w := &watch[V]{c: c, ctx: ctx, cancel: cancel, body: body, frames: c.framing.NewReader(body, c.maxFrame), items: itemDecoder[V]{custom: c.decode}, frame0: -1}
 	if c.decodeFrame != nil {
 		w.frame = &Frame[V]{items: &w.items}
 	}

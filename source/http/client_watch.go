@@ -36,8 +36,11 @@ type watch[V any] struct {
 	pos   int       // the next of frame.events to deliver
 	last  string    // the revision of the frame's event delivered last
 
-	held  []informer.Event[V] // the events of a batch whose last event has not come yet
-	ready []informer.Event[V] // the events of a complete batch, to deliver
+	held   []informer.Event[V] // the events of a batch whose last event has not come yet
+	read   int64               // the bytes of the frames read so far
+	frame0 int64               // read before the frame that opened the held batch
+	last0  int                 // the length of the frame read last
+	ready  []informer.Event[V] // the events of a complete batch, to deliver
 
 	timer   *time.Timer   // ends a watch the server does not end (nil in benchmarks)
 	limit   time.Duration // the timer's duration
@@ -88,6 +91,17 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 			return ev, err
 		}
 		rev, partial := strings.CutSuffix(ev.Revision, string(partialMark))
+		if partial {
+			if err := w.holdBatch(); err != nil {
+				clear(w.held)
+				w.held = w.held[:0]
+				w.err = err
+				w.close()
+				return informer.Event[V]{}, err
+			}
+		} else {
+			w.frame0 = -1
+		}
 		switch {
 		case partial && ev.Type == informer.Bookmark:
 			continue
@@ -101,6 +115,21 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 		w.ready = append(w.held, ev)
 		w.held = nil
 	}
+}
+
+// holdBatch checks that one more partial event of the open batch (a bookmark marked
+// partial included) keeps it within ClientOptions.MaxBatch and MaxBatchBytes.
+func (w *watch[V]) holdBatch() error {
+	if len(w.held) == 0 && w.frame0 < 0 {
+		w.frame0 = w.read - int64(w.last0)
+	}
+	switch {
+	case len(w.held) >= w.c.maxBatch:
+		return badInput("%s: a batch (changes marked as one revision with '~') of more than %d events (ClientOptions.MaxBatch): the server never ends it, or raise the limit; listing again", w.what, w.c.maxBatch)
+	case w.read-w.frame0 > w.c.maxBatchBytes:
+		return badInput("%s: a batch (changes marked as one revision with '~') of more than %d bytes (ClientOptions.MaxBatchBytes): the server never ends it, or raise the limit; listing again", w.what, w.c.maxBatchBytes)
+	}
+	return nil
 }
 
 // MoreAtRevision implements informer.BatchedWatch: the rest of a batch Next is
@@ -131,6 +160,8 @@ func (w *watch[V]) readFrame() ([]byte, error) {
 	if err != nil {
 		return nil, w.readError(err)
 	}
+	w.last0 = len(frame)
+	w.read += int64(len(frame))
 	if w.idle && !w.timer.Reset(w.limit) {
 		// The timer fired while the frame was read: the watch is being closed.
 		w.expired.Store(true)

@@ -140,7 +140,8 @@
 //
 // A Client bounds what a server can make it hold and how long it can make it wait; each
 // bound is an option of ClientOptions with a documented default: MaxListBytes (256 MiB,
-// after decompression), MaxListItems (1,000,000 per page), MaxFrameSize (16 MiB),
+// after decompression), MaxListItems (1,000,000 per page), MaxBatch and MaxBatchBytes
+// (the same for the events held of one batch, which a server may never end), MaxFrameSize (16 MiB),
 // ResponseHeaderTimeout (1 minute, connecting included, whatever HTTPClient is given),
 // ListTimeout (5 minutes for a whole page), WatchGrace (30 seconds past the requested
 // watch timeout), WatchIdleTimeout (10 minutes between frames of a watch requested
