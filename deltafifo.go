@@ -256,6 +256,14 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 		copy(buf, l.deltas)
 		clear(l.deltas)
 		l.deltas = buf
+	} else if n == cap(l.deltas) && n == spareDeltas {
+		// Outgrowing the room carved from the shared chunk: move to a buffer of the list's
+		// own and clear the room it leaves, which the chunk (still referenced by the other
+		// lists carved from it) would otherwise keep alive with its objects.
+		grown := make([]delta[V], n, 2*n)
+		copy(grown, l.deltas)
+		clear(l.deltas)
+		l.deltas = grown
 	}
 	l.deltas = append(l.deltas, d)
 	f.pending++
