@@ -22,7 +22,8 @@ import (
 //	format       uint32   formatVersion
 //	header size  uint32   at most maxHeader
 //	header sum   uint32   CRC-32C of the 16 bytes above and of the header
-//	header                schema, codec, informer (each a uvarint length and bytes),
+//	header                schema, codec, informer, object type, source identity (each
+//	                      a uvarint length and bytes),
 //	                      the number of index names and each name (likewise),
 //	                      revision (likewise), object count (uvarint)
 //	records               count times: a uvarint length and the codec's bytes
@@ -51,6 +52,7 @@ var (
 // header is the snapshot's description.
 type header struct {
 	schema, codec, informer string
+	typ, source             string // informer.PersistedCache's Type and Source
 	indexes                 []string
 	revision                string
 	count                   uint64
@@ -62,6 +64,8 @@ func (h *header) encode() []byte {
 	str(h.schema)
 	str(h.codec)
 	str(h.informer)
+	str(h.typ)
+	str(h.source)
 	b = binary.AppendUvarint(b, uint64(len(h.indexes)))
 	for _, s := range h.indexes {
 		str(s)
@@ -99,6 +103,12 @@ func decodeHeader(b []byte) (*header, error) {
 		return nil, bad
 	}
 	if h.informer, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.typ, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.source, ok = str(); !ok {
 		return nil, bad
 	}
 	n, ok := num()
