@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"math"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -135,6 +136,7 @@ type Informer[K comparable, V any] struct {
 	syncedCh chan struct{}
 	restored atomic.Bool // the cache holds a restored state that no list has replaced yet
 	savedGen uint64      // the store generation last saved (Options.Persist)
+	sourceID string      // the source's SourceID, once it answered (Options.Persist)
 
 	warnMu sync.Mutex
 	warned map[string]warned // by kind: see warnLimited
@@ -940,14 +942,31 @@ func (s *counters) countError(kind string) {
 
 // --- warm restart (Options.Persist) ---
 
-// persistedCache describes this informer's cache to its Persister.
-func (inf *Informer[K, V]) persistedCache() PersistedCache {
+// persistedCache describes this informer's cache to its Persister. It asks a
+// SourceIdentifier who it is until it answers (at most 30 s a call).
+func (inf *Informer[K, V]) persistedCache(ctx context.Context) (PersistedCache, error) {
 	names := make([]string, 0, len(inf.opts.Indexers))
 	for name := range inf.opts.Indexers {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	return PersistedCache{Informer: inf.opts.Name, Indexes: names}
+	if id, ok := inf.lw.(SourceIdentifier); ok && inf.sourceID == "" {
+		idCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var err error
+		if inf.sourceID, err = id.SourceID(idCtx); err != nil {
+			return PersistedCache{}, fmt.Errorf("asking the source for its identity: %w", err)
+		}
+	}
+	t, ptrs := reflect.TypeFor[V](), ""
+	for t.Kind() == reflect.Pointer && t.Name() == "" {
+		t, ptrs = t.Elem(), ptrs+"*"
+	}
+	typ := ptrs + t.String()
+	if t.PkgPath() != "" {
+		typ = ptrs + t.PkgPath() + "." + t.Name()
+	}
+	return PersistedCache{Informer: inf.opts.Name, Type: typ, Source: inf.sourceID, Indexes: names}, nil
 }
 
 // restore loads the saved state, if the Persister has one it accepts, into the cache in
@@ -957,7 +976,7 @@ func (inf *Informer[K, V]) persistedCache() PersistedCache {
 func (inf *Informer[K, V]) restore(ctx context.Context) {
 	var keys []K
 	var objs []V
-	rev, err := inf.opts.Persist.Load(ctx, inf.persistedCache(), func(obj V) {
+	add := func(obj V) {
 		k, err := inf.key(obj)
 		if err != nil {
 			inf.report(err)
@@ -965,7 +984,12 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		}
 		keys = append(keys, k)
 		objs = append(objs, obj)
-	})
+	}
+	desc, err := inf.persistedCache(ctx)
+	var rev string
+	if err == nil {
+		rev, err = inf.opts.Persist.Load(ctx, desc, add)
+	}
 	switch {
 	case errors.Is(err, ErrNoPersistedState):
 		inf.logger.Info("no persisted cache: listing", "reason", err)
@@ -1026,7 +1050,11 @@ func (inf *Informer[K, V]) save(ctx context.Context) {
 		inf.logger.Debug("cache not saved: changes are still queued", "revision", sn.revision)
 		return
 	}
-	if err := inf.opts.Persist.Save(ctx, inf.persistedCache(), sn); err != nil {
+	desc, err := inf.persistedCache(ctx)
+	if err == nil {
+		err = inf.opts.Persist.Save(ctx, desc, sn)
+	}
+	if err != nil {
 		inf.report(fmt.Errorf("informer %q: saving the cache: %w", inf.opts.Name, err))
 		return
 	}

@@ -185,6 +185,21 @@ type ErrorReporting interface {
 	ReportErrorsTo(report func(error))
 }
 
+// SourceIdentifier is implemented by a source that can say which collection it serves and
+// which history its revisions belong to. Two sources answer the same identity only if
+// each accepts the other's revisions with the same meaning: the same cluster and prefix
+// of etcd, the same server process behind a URL, the same Source value in memory. A
+// warm restart (Options.Persist) restores a saved cache only into a source of the same
+// identity; a source that does not implement it is taken to be the one the state was
+// saved from. The informer calls SourceID before it loads a saved state and, if it did
+// not get an answer then, before it saves one; an error there makes it list instead of
+// restoring, and skip that save.
+type SourceIdentifier interface {
+	// SourceID returns the source's identity, an opaque string. It may ask the source
+	// (one round trip) and must return promptly once ctx is done.
+	SourceID(ctx context.Context) (string, error)
+}
+
 // The error classes a source sorts its errors into. Match them with errors.Is. Their
 // messages carry no "informer:" prefix: they are wrapped into errors that already say
 // which informer and which call they come from.

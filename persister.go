@@ -39,6 +39,14 @@ type Persister[K comparable, V any] interface {
 type PersistedCache struct {
 	// Informer is the informer's name (Options.Name).
 	Informer string
+	// Type is the Go type of the objects, with its package path
+	// ("*example.com/app.Host"): a state saved by an informer of another type must not be
+	// decoded into this one.
+	Type string
+	// Source is the source's identity (SourceIdentifier), "" for a source that does not
+	// implement it: a state saved from another collection (another etcd cluster or
+	// prefix, another server) must not be restored, since its revision means nothing there.
+	Source string
 	// Indexes are the names of Options.Indexers, sorted. Indexes are rebuilt from the
 	// objects when a state is loaded; the names are recorded because a Transform that
 	// strips fields may have left out what a new index needs. Indexes added with

@@ -38,8 +38,10 @@ type Handler[V any] interface {
 // cache then holds every change up to rev and none newer), after a restore, and after the
 // replay to a handler added to a running informer whose cache was then exact. It is not
 // called after a batch that left changes queued, nor while the handler's queue coalesces
-// (Coalesce policy, queue full): the first call after that is exact again. It costs one
-// queued marker per batch, and nothing for handlers that do not implement it.
+// (Coalesce policy, queue full); when the coalesced changes are delivered, the newest
+// revision they make exactly is delivered after them, so that a handler is never left
+// without the revision its state reached. It costs one queued marker per batch, and
+// nothing for handlers that do not implement it.
 type RevisionHandler interface {
 	// OnRevision reports that the notifications so far are the source's state at rev.
 	OnRevision(rev string)
@@ -213,9 +215,13 @@ type listener[K comparable, V any] struct {
 
 	overflow map[K]*coalesced[K, V]
 	order    []overflowSlot[K]
-	stopped  atomic.Bool // set under mu; the delivery loop reads it without
-	wake     chan struct{}
-	done     chan struct{}
+	// overflowRev is the revision of the last RevisionHandler marker merged into the
+	// overflow when no change was merged after it: the overflow then ends in the exact
+	// state at that revision, and its drain ends with that marker. "" otherwise.
+	overflowRev string
+	stopped     atomic.Bool // set under mu; the delivery loop reads it without
+	wake        chan struct{}
+	done        chan struct{}
 
 	// resync state, guarded by the processor's lock
 	resyncPeriod time.Duration
@@ -302,7 +308,10 @@ type segment[K comparable, V any] struct {
 
 type overflowSlot[K comparable] struct {
 	key    K
-	marker bool
+	marker bool // the synced marker
+	// revision holds the place of a RevisionHandler marker (see listener.overflowRev) in
+	// an overflow that has nothing else; the drain skips it.
+	revision bool
 }
 
 // coalesced is what the overflow holds for one key: the merge of its notifications, and
@@ -379,7 +388,7 @@ func (l *listener[K, V]) enqueue(b *noteBatch[K, V], force bool) {
 	for lo < len(ns) && !l.stopped.Load() {
 		switch {
 		case len(l.order) > 0:
-			l.coalesceLocked(ns[lo])
+			l.coalesceLocked(ns[lo], b.rev)
 			lo++
 		case l.queued < l.opts.QueueLength || force:
 			room := len(ns) - lo
@@ -394,7 +403,7 @@ func (l *listener[K, V]) enqueue(b *noteBatch[K, V], force bool) {
 			if len(l.order) == 0 {
 				l.overflowSince = now
 			}
-			l.coalesceLocked(ns[lo])
+			l.coalesceLocked(ns[lo], b.rev)
 			lo++
 		}
 	}
@@ -447,14 +456,24 @@ func (l *listener[K, V]) signal() {
 // before the overflow, everything in pending; the overflow only has to end each key in
 // its newest state with a valid sequence (no add on top of an add, no update after a
 // delete).
-func (l *listener[K, V]) coalesceLocked(n notification[K, V]) {
+//
+// A RevisionHandler marker is never lost: the overflow reorders, so a marker followed by
+// changes says nothing exact and is dropped, but the marker of the newest revision, when
+// no change follows it, ends the overflow's drain (the overflow then holds every key's
+// state at that revision).
+func (l *listener[K, V]) coalesceLocked(n notification[K, V], rev string) {
 	if n.kind == notifySynced {
 		l.order = append(l.order, overflowSlot[K]{marker: true})
 		return
 	}
 	if n.kind == notifyRevision {
-		return // the overflow reorders: what it holds is no exact state
+		if len(l.order) == 0 {
+			l.order = append(l.order, overflowSlot[K]{revision: true})
+		}
+		l.overflowRev = rev
+		return
 	}
+	l.overflowRev = "" // a change after the last marker: no exact revision until the next
 	if l.overflow == nil {
 		l.overflow = make(map[K]*coalesced[K, V])
 	}
@@ -530,7 +549,9 @@ func (l *listener[K, V]) run() {
 				drained = newNoteBatch[K, V](nil)
 			}
 			l.drained = nil
+			drained.rev = l.overflowRev
 			drained.notes = l.drainOverflowLocked(drained.notes[:0])
+			l.overflowRev = ""
 			n = len(drained.notes)
 			segs = append(l.spare[:0], segment[K, V]{b: drained, hi: n, at: l.overflowSince})
 		}
@@ -571,6 +592,9 @@ func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notific
 			out = append(out, notification[K, V]{kind: notifySynced})
 			continue
 		}
+		if slot.revision {
+			continue
+		}
 		c := l.overflow[slot.key]
 		if c.first.kind != 0 {
 			out = append(out, c.first)
@@ -579,6 +603,9 @@ func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notific
 			out = append(out, c.second)
 		}
 		delete(l.overflow, slot.key)
+	}
+	if l.overflowRev != "" {
+		out = append(out, notification[K, V]{kind: notifyRevision})
 	}
 	clear(l.order)
 	l.order = l.order[:0]

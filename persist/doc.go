@@ -26,9 +26,12 @@
 //     reports why through its ErrorHandler and lists, as on a first start
 //     (TestWarmRestartRefusesCorrupt).
 //   - Never loaded wrong: the header records Options.Schema (your version of the key
-//     function, Transform and object type), the codec's name, the informer's name and its
-//     index names; a snapshot written with any of them different is refused with
-//     ErrIncompatible and the informer starts cold (TestWarmRestartRefusesIncompatible).
+//     function, Transform and object type), the codec's name, the informer's name, the
+//     objects' Go type, the source's identity (informer.SourceIdentifier: the etcd
+//     cluster and prefix, the server behind a URL, …) and the index names; a snapshot
+//     written with any of them different is refused with ErrIncompatible and the informer
+//     starts cold (TestWarmRestartRefusesIncompatible, TestWarmRestartRefusesOtherType,
+//     TestWarmRestartRefusesOtherSource).
 //   - A warm start tells handlers of each restored object once, as an initial add, then
 //     only of what changed while the process was down; if the saved revision expired,
 //     the informer lists and delivers only the differences: updates for changed objects,

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -89,9 +90,9 @@ func TestRoundTrip(t *testing.T) {
 // region names the part of the file an offset falls in, so that a failure says which.
 func region(size, hsize, off int64) string {
 	switch {
-	case off < 16:
+	case off < fixedSize:
 		return "fixed header"
-	case off < 16+hsize:
+	case off < fixedSize+hsize:
 		return "header"
 	case off < size-12:
 		return "records"
@@ -144,9 +145,9 @@ func TestLoadRefusesTruncated(t *testing.T) {
 	}
 }
 
-// A snapshot damaged at any byte, in any of several ways, is refused: as corrupt, or, for
-// a header byte that still decodes, as written by another configuration. It never loads
-// and never panics.
+// A snapshot damaged at any byte, in any of several ways, is refused as corrupt, the
+// header too: its checksum is checked before its fields, so a damaged header never reads
+// as written by another configuration. It never loads and never panics.
 func TestLoadRefusesCorrupted(t *testing.T) {
 	path, data := writtenSnapshot(t)
 	size, hsize := int64(len(data)), headerSize(t, data)
@@ -160,7 +161,7 @@ func TestLoadRefusesCorrupted(t *testing.T) {
 			}
 			_, err := read(path)
 			r := region(size, hsize, off)
-			if !errors.Is(err, ErrCorrupt) && !(errors.Is(err, ErrIncompatible) && off < 16+hsize) {
+			if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrIncompatible) {
 				t.Fatalf("byte %d of %d (in the %s) xor %#x: got %v, want ErrCorrupt", off, size, r, flip, err)
 			}
 			seen[r]++
@@ -270,5 +271,20 @@ func TestKilledMidWrite(t *testing.T) {
 		if tmps, _ := filepath.Glob(filepath.Join(dir, "*"+tempSuffix+"*")); len(tmps) != 0 {
 			t.Fatalf("crash point %s: temporary files left: %v", point, tmps)
 		}
+	}
+}
+
+// A whole snapshot of another format version (its header checksum right) is refused as
+// written by another configuration, not as corrupt.
+func TestLoadRefusesOtherFormat(t *testing.T) {
+	path, data := writtenSnapshot(t)
+	hsize := headerSize(t, data)
+	data[8]++ // the format version
+	binary.LittleEndian.PutUint32(data[16:], headerSum(data[:16], data[fixedSize:fixedSize+hsize]))
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read(path); !errors.Is(err, ErrIncompatible) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("format %d: got %v, want ErrIncompatible", formatVersion+1, err)
 	}
 }

@@ -21,18 +21,23 @@ import (
 //	magic        8 bytes  "INFSNAP\x00"
 //	format       uint32   formatVersion
 //	header size  uint32   at most maxHeader
-//	header                schema, codec, informer (each a uvarint length and bytes),
+//	header sum   uint32   CRC-32C of the 16 bytes above and of the header
+//	header                schema, codec, informer, object type, source identity (each
+//	                      a uvarint length and bytes),
 //	                      the number of index names and each name (likewise),
 //	                      revision (likewise), object count (uvarint)
 //	records               count times: a uvarint length and the codec's bytes
 //	trailer      8 bytes  "INFSEND\x00"
 //	checksum     uint32   CRC-32C of every byte before it
 //
-// Records are read in one sequential pass with a reused buffer; the checksum covers the
-// header, so a torn or damaged header is refused like a damaged record.
+// The first 20 bytes keep this layout in every format version, so the header's checksum
+// is checked before any of its fields, the format version included: a damaged header is
+// refused as corrupt, never as written by another configuration. Records are read in one
+// sequential pass with a reused buffer and covered by the checksum at the end.
 
 const (
-	formatVersion = 1
+	formatVersion = 2
+	fixedSize     = 20 // magic, format, header size, header sum
 	maxHeader     = 1 << 20
 	tempSuffix    = ".tmp-"
 	bufferSize    = 1 << 20
@@ -47,6 +52,7 @@ var (
 // header is the snapshot's description.
 type header struct {
 	schema, codec, informer string
+	typ, source             string // informer.PersistedCache's Type and Source
 	indexes                 []string
 	revision                string
 	count                   uint64
@@ -58,6 +64,8 @@ func (h *header) encode() []byte {
 	str(h.schema)
 	str(h.codec)
 	str(h.informer)
+	str(h.typ)
+	str(h.source)
 	b = binary.AppendUvarint(b, uint64(len(h.indexes)))
 	for _, s := range h.indexes {
 		str(s)
@@ -95,6 +103,12 @@ func decodeHeader(b []byte) (*header, error) {
 		return nil, bad
 	}
 	if h.informer, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.typ, ok = str(); !ok {
+		return nil, bad
+	}
+	if h.source, ok = str(); !ok {
 		return nil, bad
 	}
 	n, ok := num()
@@ -176,10 +190,11 @@ func writeFile[V any](ctx context.Context, path string, h *header, objects func(
 	fw := &fileWriter{f: f, crc: crc32.New(castagnoli)}
 	bw := bufio.NewWriterSize(fw, bufferSize)
 	hb := h.encode()
-	var fixed [16]byte
+	var fixed [fixedSize]byte
 	copy(fixed[:8], magic[:])
 	binary.LittleEndian.PutUint32(fixed[8:], formatVersion)
 	binary.LittleEndian.PutUint32(fixed[12:], uint32(len(hb)))
+	binary.LittleEndian.PutUint32(fixed[16:], headerSum(fixed[:16], hb))
 	bw.Write(fixed[:])
 	bw.Write(hb)
 	var lenBuf [binary.MaxVarintLen64]byte
@@ -266,40 +281,41 @@ func readFile[V any](ctx context.Context, path string, codec Codec[V], check fun
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("persist: %s (%d bytes): %w: %s", path, size, ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if size < 16+8+4 {
+	if size < fixedSize+8+4 {
 		return nil, corrupt("shorter than an empty snapshot")
 	}
 	fr := &fileReader{f: f, hashTo: size - 4}
 	br := bufio.NewReaderSize(fr, bufferSize)
-	var fixed [16]byte
+	var fixed [fixedSize]byte
 	if _, err := io.ReadFull(br, fixed[:]); err != nil {
 		return nil, corrupt("reading the header: %v", err)
 	}
 	if [8]byte(fixed[:8]) != magic {
 		return nil, corrupt("not a snapshot file (bad magic)")
 	}
-	if v := binary.LittleEndian.Uint32(fixed[8:]); v != formatVersion {
-		return nil, fmt.Errorf("persist: %s: %w: file format %d, this version reads %d", path, ErrIncompatible, v, formatVersion)
-	}
 	hsize := int64(binary.LittleEndian.Uint32(fixed[12:]))
-	if hsize > maxHeader || 16+hsize+12 > size {
+	if hsize > maxHeader || fixedSize+hsize+12 > size {
 		return nil, corrupt("header size %d out of bounds", hsize)
 	}
 	hb := make([]byte, hsize)
 	if _, err := io.ReadFull(br, hb); err != nil {
 		return nil, corrupt("reading the header: %v", err)
 	}
+	if want, got := binary.LittleEndian.Uint32(fixed[16:]), headerSum(fixed[:16], hb); want != got {
+		return nil, corrupt("header checksum mismatch: the file says %08x, its header gives %08x", want, got)
+	}
+	if v := binary.LittleEndian.Uint32(fixed[8:]); v != formatVersion {
+		return nil, fmt.Errorf("persist: %s: %w: file format %d, this version reads %d", path, ErrIncompatible, v, formatVersion)
+	}
 	h, err := decodeHeader(hb)
 	if err != nil {
 		return nil, corrupt("%v", err)
 	}
-	// The header is checked before the checksum (at the end) is known: a damaged header
-	// that happens to decode may be refused as incompatible rather than corrupt; either
-	// way it is refused.
+	// The header's own checksum matched: what check refuses is another configuration.
 	if err := check(h); err != nil {
 		return nil, fmt.Errorf("persist: %s: %w", path, err)
 	}
-	pos := 16 + hsize
+	pos := fixedSize + hsize
 	end := size - 12 // the trailer
 	if h.count > uint64(end-pos) {
 		return nil, corrupt("%d objects cannot fit in the file", h.count)
@@ -343,6 +359,12 @@ func readFile[V any](ctx context.Context, path string, codec Codec[V], check fun
 		return nil, corrupt("checksum mismatch: the file says %08x, its content gives %08x", want, got)
 	}
 	return h, nil
+}
+
+// headerSum is the header's checksum: CRC-32C of the fixed bytes before it and of the
+// header.
+func headerSum(fixed, hb []byte) uint32 {
+	return crc32.Update(crc32.Checksum(fixed, castagnoli), castagnoli, hb)
 }
 
 func uvarintLen(v uint64) int {

@@ -330,7 +330,8 @@ func TestPeriodicSave(t *testing.T) {
 	l.rec.Expect(t, "add*a=1")
 	src.Put(&item{Name: "b", Value: "1"})
 	want := strconv.FormatInt(src.Revision(), 10)
-	desc := informer.PersistedCache{Informer: "informer", Indexes: []string{"group"}}
+	id, _ := src.SourceID(context.Background())
+	desc := informer.PersistedCache{Informer: "informer", Type: "*github.com/informer-go/informer/persist_test.item", Source: id, Indexes: []string{"group"}}
 	informertest.Eventually(t, informertest.DefaultTimeout, func() bool {
 		var n int
 		rev, err := f.Load(context.Background(), desc, func(*item) { n++ })
@@ -338,16 +339,27 @@ func TestPeriodicSave(t *testing.T) {
 	}, "no snapshot of revision %s with 2 objects", want)
 }
 
-// A snapshot whose revision the source has never reached (the source was reset, or it
-// is another source): the source says the revision expired, and the relist delivers the
-// differences.
+// resetSource is a source that claims the identity of another: the same collection, reset
+// to an older state (restored from a backup, say).
+type resetSource struct {
+	*memory.Source[string, *item]
+	id string
+}
+
+func (r resetSource) SourceID(context.Context) (string, error) { return r.id, nil }
+
+// A snapshot whose revision the source of the same identity has never reached (the source
+// was reset): the source says the revision expired, and the relist delivers the
+// differences. (Another source is refused by its identity: identity_test.go.)
 func TestWarmRestartSourceReset(t *testing.T) {
 	f := newFile(t, t.TempDir())
-	firstLife(t, newSource(), f)
-	src := newSource() // a new source, at revision 2 where the snapshot is at 3
+	old := newSource()
+	firstLife(t, old, f)
+	id, _ := old.SourceID(context.Background())
+	src := newSource() // reset: at revision 2 where the snapshot is at 3
 	src.Put(&item{Name: "a", Group: "g1", Value: "1"})
 	src.Put(&item{Name: "e", Group: "g1", Value: "1"})
-	l := start(t, src, f, nil)
+	l := start(t, resetSource{src, id}, f, nil)
 	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add e=1", "delete?b=1", "delete?c=1")
 	catchUp(t, l, src)
 	if got := l.inf.Keys(); !slices.Equal(got, []string{"a", "e"}) {

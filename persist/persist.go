@@ -114,7 +114,8 @@ var (
 	// a malformed header or record, an object the codec cannot decode.
 	ErrCorrupt = errors.New("snapshot corrupt")
 	// ErrIncompatible means the snapshot is whole but was written for another
-	// configuration: another Schema, codec, informer name or index set.
+	// configuration: another Schema, codec, informer name, object type, source or index
+	// set.
 	ErrIncompatible = errors.New("snapshot written by another configuration")
 )
 
@@ -175,6 +176,10 @@ func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, f.opts.Codec.Name())
 	case h.informer != desc.Informer:
 		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, desc.Informer)
+	case h.typ != desc.Type:
+		return fmt.Errorf("%w: objects of type %s, want %s (give each informer its own Options.Name or FileName)", ErrIncompatible, h.typ, desc.Type)
+	case h.source != desc.Source:
+		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, desc.Source)
 	case !equalStrings(h.indexes, desc.Indexes):
 		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
 	}
@@ -202,6 +207,8 @@ func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, sta
 		schema:   f.opts.Schema,
 		codec:    f.opts.Codec.Name(),
 		informer: desc.Informer,
+		typ:      desc.Type,
+		source:   desc.Source,
 		indexes:  desc.Indexes,
 		revision: state.Revision(),
 		count:    uint64(state.Len()),

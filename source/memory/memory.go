@@ -25,8 +25,10 @@ package memory
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +61,8 @@ type Options struct {
 }
 
 // Source is an in-memory, revisioned collection and its change log. It implements
-// informer.ListerWatcher[V], informer.RevisionComparer and informer.StreamingLister.
+// informer.ListerWatcher[V], informer.RevisionComparer, informer.StreamingLister and
+// informer.SourceIdentifier (an identity of its own per Source).
 //
 // Revisions are decimal int64 strings. Revision 0 is the empty collection before the first
 // change; each Put or Delete adds one. A Source is safe for concurrent use. Create one with
@@ -68,6 +71,7 @@ type Source[K cmp.Ordered, V any] struct {
 	key   func(V) K
 	clock clock.Clock
 	opts  Options
+	id    string // SourceID
 
 	mu        sync.Mutex
 	tree      *btree.Tree[K, V]
@@ -93,6 +97,7 @@ var (
 	_ informer.ListerWatcher[int] = (*Source[string, int])(nil)
 	_ informer.RevisionComparer   = (*Source[string, int])(nil)
 	_ informer.StreamingLister    = (*Source[string, int])(nil)
+	_ informer.SourceIdentifier   = (*Source[string, int])(nil)
 )
 
 // New returns an empty Source whose objects are keyed by key. The key function must be
@@ -106,6 +111,7 @@ func New[K cmp.Ordered, V any](key func(V) K, opts Options) *Source[K, V] {
 		key:        key,
 		clock:      c,
 		opts:       opts,
+		id:         fmt.Sprintf("memory/%016x", rand.Uint64()),
 		tree:       btree.New[K, V](32, btree.Natural[K](), nil),
 		revStr:     "0",
 		pins:       make(map[uint64]*pin[K, V]),
@@ -113,6 +119,10 @@ func New[K cmp.Ordered, V any](key func(V) K, opts Options) *Source[K, V] {
 		watchAdded: make(chan struct{}),
 	}
 }
+
+// SourceID returns the Source's identity, random and its own: a cache saved from one
+// Source is never restored over another (see informer.SourceIdentifier).
+func (s *Source[K, V]) SourceID(context.Context) (string, error) { return s.id, nil }
 
 // Put adds obj (an Added event) or replaces the object with the same key (a Modified
 // event) and returns the new revision. It costs one B-tree insert, O(log n), and one
