@@ -980,6 +980,9 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		}
 		return
 	}
+	// The revision is set before the sync is published (LastSyncRevision is never ""
+	// once the informer is synced), and the reflector, not yet running, resumes from it.
+	inf.refl.resumeFrom(rev)
 	// A Block handler stalled on the initial adds must not hold a stop.
 	stop := context.AfterFunc(ctx, inf.proc.abortWaits)
 	defer stop()
@@ -999,7 +1002,6 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.proc.markRevisionLocked(rev)
 	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
-	inf.refl.resumeFrom(rev)
 	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))
 }
 
