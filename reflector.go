@@ -44,7 +44,11 @@ import (
 // its history past a revision the informer had been following): the reflector relists
 // after a small jitter only (uniform in [0, Backoff.Initial/4)), so that informers that
 // expired together do not all relist at the same instant. An expiry with no progress since
-// the last list waits the backoff like any failure.
+// the last list waits the backoff like any failure; but a list that succeeded after such
+// an expiry starts the backoff again from Initial, so that a quiet source compacting past
+// every watch (no change to deliver between compactions) is relisted after Initial each
+// time, not after a wait that grows to Max. A list after any other failure (a watch that
+// fails at once, say) leaves the backoff growing.
 //
 // How it fails. Whatever a source returns, the reflector does not panic: a nil watch, a
 // nil object, an empty or malformed revision from a source with ordered revisions, an
@@ -198,6 +202,7 @@ type reflector[V any] struct {
 	// Used by the reflector's goroutine only.
 	unservable string               // a revision the source answered expired to a list at
 	progressed bool                 // a watch delivered an event since the last list
+	expired    bool                 // the pass ended because the watch expired with no progress
 	warned     map[string]time.Time // when each kind of failure was last logged at Warn
 
 	mu       sync.Mutex
@@ -499,6 +504,11 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
 	r.recovered() // before the replace, so that a caller who sees the sync sees it too
+	if r.expired {
+		// The source served a list after an expiry: it compacted, it did not fail.
+		r.backoff.reset()
+	}
+	r.expired = false
 	r.received(rev)
 	if err := r.sink.replace(items, rev); err != nil {
 		return r.opErr("unable to sync list result", err)
@@ -782,6 +792,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 			return false, errRelistPromptly
 		}
 		r.cfg.logger.Debug("watch revision expired with no progress since the list; relisting after a backoff", "err", err)
+		r.expired = true
 		return false, nil
 	case errors.Is(err, ErrRetryable):
 		d := r.backoff.next()
