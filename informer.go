@@ -153,10 +153,14 @@ type Informer[K comparable, V any] struct {
 	afterStop  map[uint64]func()
 }
 
-// New returns an informer over lw. It does nothing until Run.
+// New returns an informer over lw. It does nothing until Run. It returns an error for a
+// nil lw, a ListerWatcherFuncs with a nil function, or a nil Options.Key.
 func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informer[K, V], error) {
 	if lw == nil {
 		return nil, errors.New("informer: New: nil ListerWatcher")
+	}
+	if err := checkFuncs(lw); err != nil {
+		return nil, err
 	}
 	if opts.Key == nil {
 		return nil, errors.New("informer: New: Options.Key is required")
@@ -236,6 +240,27 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		er.ReportErrorsTo(inf.ReportError)
 	}
 	return inf, nil
+}
+
+// checkFuncs refuses a ListerWatcherFuncs with a nil function, which would crash the
+// informer at its first list or watch.
+func checkFuncs[V any](lw ListerWatcher[V]) error {
+	var f ListerWatcherFuncs[V]
+	switch v := lw.(type) {
+	case ListerWatcherFuncs[V]:
+		f = v
+	case *ListerWatcherFuncs[V]:
+		if v == nil {
+			return errors.New("informer: New: nil *ListerWatcherFuncs")
+		}
+		f = *v
+	default:
+		return nil
+	}
+	if f.ListFunc == nil || f.WatchFunc == nil {
+		return errors.New("informer: New: ListerWatcherFuncs needs both ListFunc and WatchFunc")
+	}
+	return nil
 }
 
 // Name returns the informer's name.

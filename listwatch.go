@@ -262,7 +262,8 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// ListerWatcherFuncs adapts two functions into a ListerWatcher.
+// ListerWatcherFuncs adapts two functions into a ListerWatcher. Both are required: New
+// refuses a ListerWatcherFuncs with a nil function.
 type ListerWatcherFuncs[V any] struct {
 	// ListFunc serves List.
 	ListFunc func(ctx context.Context, opts ListOptions) (List[V], error)
