@@ -18,12 +18,13 @@ import (
 )
 
 // replace stops the server and starts a fresh one, with an empty data directory, on the
-// same URLs: another cluster at the same endpoints.
-func (s *server) replace() {
+// same URLs: another cluster at the same endpoints, with token as its cluster token (the
+// same token gives the same cluster ID).
+func (s *server) replace(token string) {
 	s.t.Helper()
 	s.Stop()
-	s.dir = s.t.TempDir()
-	e, err := startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification)
+	s.dir, s.token = s.t.TempDir(), token
+	e, err := startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification, s.token)
 	if err != nil {
 		s.t.Fatalf("starting the new etcd: %v", err)
 	}
@@ -119,14 +120,18 @@ func newPersistFile(t *testing.T, dir string) *persist.File[string, *item] {
 }
 
 // A warm restart against another etcd cluster on the same endpoints ends with the new
-// cluster's state: with fewer revisions than the saved state's (refused by the watch, and
-// by the identity) and with more (refused by the identity).
+// cluster's state, having listed: a new cluster behind the saved revision with the same
+// cluster ID (the same URLs, name and token) is refused by the watch; one with another
+// cluster ID, behind or ahead, by the snapshot's source identity.
 func TestWarmRestartReplacedEtcd(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		old, new int // puts in the old and the new cluster, over 50 keys
+		old, new int    // puts in the old and the new cluster, over 50 keys
+		token    string // the new cluster's token
 	}{
-		{"new behind", 300, 5},
+		{"behind, same cluster ID", 300, 5, ""},
+		{"behind", 300, 5, "replaced"},
+		{"ahead", 5, 300, "replaced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startServer(t, serverOptions{})
@@ -139,7 +144,7 @@ func TestWarmRestartReplacedEtcd(t *testing.T) {
 			dir := t.TempDir()
 			firstEtcdLife(t, c, p, dir, rev)
 
-			srv.replace()
+			srv.replace(tc.token)
 			want := map[string]string{}
 			for i := range tc.new {
 				key, value := fmt.Sprintf("%sk%02d", p, i%50), fmt.Sprintf("b%d", i)
@@ -149,9 +154,45 @@ func TestWarmRestartReplacedEtcd(t *testing.T) {
 			errs := newErrorLog()
 			inf, _, _ := warmLife(t, newSource(t, c, p, etcd.Options{}), newPersistFile(t, dir), errs)
 			waitCache(t, inf, want)
-			if st := inf.Stats(); st.Lists == 0 {
+			st := inf.Stats()
+			if st.Lists == 0 {
 				t.Fatal("no list after a restart against another cluster")
 			}
+			e := errs.all()
+			if tc.token == "" && (st.Expirations == 0 || len(errorsNot(e, informer.ErrExpired)) != 0) ||
+				tc.token != "" && (len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible)) {
+				t.Fatalf("%d expirations, reported %v; want an expiry (same cluster ID) or one ErrIncompatible (another)", st.Expirations, e)
+			}
 		})
+	}
+}
+
+// errorsNot returns the errors that do not match target.
+func errorsNot(errs []error, target error) []error {
+	var out []error
+	for _, err := range errs {
+		if !errors.Is(err, target) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// A warm restart with another prefix and the same state directory does not keep the old
+// prefix's keys.
+func TestWarmRestartNewPrefix(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := newClient(t, srv.Endpoint())
+	put(t, c, "/p1/a", "1")
+	rev := put(t, c, "/p1/b", "1")
+	dir := t.TempDir()
+	firstEtcdLife(t, c, "/p1/", dir, rev)
+	put(t, c, "/p2/x", "2")
+	errs := newErrorLog()
+	inf, _, _ := warmLife(t, newSource(t, c, "/p2/", etcd.Options{}), newPersistFile(t, dir), errs)
+	waitCache(t, inf, map[string]string{"/p2/x": "2"})
+	e := errs.all()
+	if len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible) || !strings.Contains(e[0].Error(), "/p1/") || !strings.Contains(e[0].Error(), "/p2/") {
+		t.Fatalf("reported %v, want one ErrIncompatible naming both prefixes", e)
 	}
 }
