@@ -127,6 +127,7 @@ func parseTarget(baseURL string) (target, error) {
 var (
 	_ informer.ListerWatcher[int] = (*Client[int])(nil)
 	_ informer.StreamingLister    = (*Client[int])(nil)
+	_ informer.SourceIdentifier   = (*Client[int])(nil)
 	_ informer.RevisionComparer   = OrderedClient[int]{}
 )
 
@@ -582,6 +583,37 @@ func (c *Client[V]) failover(at int, err error) {
 		return
 	}
 	c.current.CompareAndSwap(int32(at), int32((at+1)%len(c.targets)))
+}
+
+// SourceID implements informer.SourceIdentifier: the URL given to NewClient (without
+// user information) and, for a Server of this package, the instance it names in
+// InstanceHeader, "<URL> instance <id>"; a server that names none (a plain API, a
+// Handler, which serves its source's revisions) is its URL alone. It costs one list
+// request of one item (ClientOptions.ListRequest applies), whose body is not read. A
+// Server's instance is its process: an informer restarted warm after the Server
+// restarted lists again.
+func (c *Client[V]) SourceID(ctx context.Context) (string, error) {
+	at, q := c.params()
+	q.Set(paramLimit, "1")
+	q.Set(paramResourceVersion, "0")
+	req := c.request(at, q, c.codec.ContentType())
+	if c.listRequest != nil {
+		if err := c.listRequest(req, informer.ListOptions{Limit: 1}); err != nil {
+			return "", fmt.Errorf("httpsource: ListRequest: %w", err)
+		}
+	}
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	base := c.targets[0].base
+	base.RawQuery = c.targets[0].query.Encode()
+	id := redact(&base)
+	if instance := resp.Header.Get(InstanceHeader); instance != "" {
+		id += " instance " + instance
+	}
+	return id, nil
 }
 
 // URL returns the base URL the next request goes to: the one given to NewClient, or,

@@ -33,6 +33,11 @@ const (
 	initialEventsEnd = "k8s.io/initial-events-end"
 )
 
+// InstanceHeader is the response header in which a Server names its instance: its
+// revisions and continue tokens mean something to that instance only. A Client's SourceID
+// includes it, so that a cache saved from one instance is not restored over another.
+const InstanceHeader = "Informer-Instance"
+
 // The event types of a watch frame.
 const (
 	typeAdded    = "ADDED"

@@ -213,6 +213,8 @@ type core[V any] struct {
 	// or "0") before it is served: it waits, bounded, until the source has reached it
 	// (a Server replica behind its client), or returns an error for answerRequestError.
 	await func(ctx context.Context, rev string) error
+	// instance, when set, is sent in InstanceHeader with every response (a Server's).
+	instance string
 
 	authorize         func(*http.Request) (string, error)
 	challenge         string
@@ -446,6 +448,9 @@ func negotiate(accepts []string) (sse, ok bool) {
 
 // ServeHTTP serves one request: auth, validation, then a list or a watch.
 func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.instance != "" {
+		w.Header().Set(InstanceHeader, c.instance)
+	}
 	var client string
 	if c.authorize != nil {
 		var err error

@@ -237,6 +237,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		}),
 		synced: make(chan struct{}),
 	}
+	s.core.instance = tag
 	var head atomic.Int64
 	if order := inf.RevisionComparer(); order != nil {
 		s.up = newUpstreamRevisions(order, tag, &head)
