@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,4 +157,97 @@ func TestClientBatchBoundRelists(t *testing.T) {
 	if n := d.inf.Len(); n != 0 {
 		t.Errorf("the cache holds %d objects of a batch that never ended, want 0", n)
 	}
+}
+
+// silencer serves a handler and, once frozen, drops every byte of the responses already
+// begun, as a middlebox that lost a connection without a reset: the client sees a
+// server gone silent. Responses begun later are served. watches counts watch requests.
+type silencer struct {
+	h       http.Handler
+	mu      sync.Mutex
+	open    []*atomic.Bool
+	watches atomic.Int64
+}
+
+func (s *silencer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("watch") != "" {
+		s.watches.Add(1)
+	}
+	mute := new(atomic.Bool)
+	s.mu.Lock()
+	s.open = append(s.open, mute)
+	s.mu.Unlock()
+	s.h.ServeHTTP(silentWriter{w, mute}, r)
+}
+
+func (s *silencer) freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.open {
+		m.Store(true)
+	}
+}
+
+type silentWriter struct {
+	http.ResponseWriter
+	mute *atomic.Bool
+}
+
+func (w silentWriter) Write(b []byte) (int, error) {
+	if w.mute.Load() {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w silentWriter) FlushError() error {
+	if w.mute.Load() {
+		return nil
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w silentWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// A server that goes silent is noticed within two of its bookmark intervals with the
+// default options of Client and informer (whose watches ask for a timeout of minutes):
+// the Server tells its interval (a response header), the watch ends with an error that
+// matches informer.ErrRetryable, LastError has it, and the informer watches again.
+func TestClientNoticesSilentServer(t *testing.T) {
+	const interval = time.Second
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{BookmarkInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sil := &silencer{h: srv}
+	ts := httptest.NewServer(sil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
+	converge(t, d, func() string { return "a=1" })
+	watches := sil.watches.Load()
+	frozen := time.Now()
+	sil.freeze()
+	var noticed time.Duration
+	eventually(t, "the silence to be noticed", func() bool {
+		if at, err := d.inf.LastError(); err != nil && errors.Is(err, informer.ErrRetryable) && at.After(frozen) {
+			noticed = at.Sub(frozen)
+			return true
+		}
+		return false
+	})
+	t.Logf("silence noticed after %v (bookmark interval %v)", noticed, interval)
+	if noticed > 2*interval+interval/2 {
+		t.Errorf("silence noticed after %v, want within 2 bookmark intervals (%v)", noticed, 2*interval)
+	}
+	eventually(t, "a new watch", func() bool { return sil.watches.Load() > watches })
+	put(up.src, "a", "2")
+	converge(t, d, func() string { return "a=2" })
 }
