@@ -470,7 +470,8 @@ func (c *Client[V]) listTimeoutError(req *Request) error {
 // ERROR event with code 410; a classified *StatusError for other ERROR events; an error
 // matching informer.ErrRetryable for a connection that broke between two events, or for
 // a server that did not end the watch within opts.Timeout plus ClientOptions.WatchGrace
-// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout; with
+// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout, or sent
+// none for twice the bookmark interval the server told; with
 // ClientOptions.EndWatchAtTimeout, the Client ends the watch at opts.Timeout with io.EOF);
 // informer.ErrBadInput for a frame that cannot be used (see Client); ctx.Err() once ctx is
 // done; ErrWatchStopped after Stop. Stop and a cancelled ctx make a blocked Next return at
@@ -514,16 +515,32 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	}
 	switch {
 	case opts.Timeout > 0 && c.endAtTimeout:
-		w.limit = opts.Timeout
+		w.deadline = time.Now().Add(opts.Timeout)
 	case opts.Timeout > 0:
-		w.limit = opts.Timeout + c.watchGrace
+		w.deadline = time.Now().Add(opts.Timeout + c.watchGrace)
 	default:
-		w.limit, w.idle = c.watchIdle, true
+		w.idle = c.watchIdle
+	}
+	if iv, ok := bookmarkInterval(resp.Header); ok && opts.AllowBookmarks && (w.idle == 0 || 2*iv < w.idle) {
+		w.idle, w.told = 2*iv, true
 	}
 	// Armed once w.timer is set: expire reads it.
 	w.timer = time.AfterFunc(math.MaxInt64, w.expire)
-	w.timer.Reset(w.limit)
+	w.timer.Reset(w.nextLimit())
 	return w, nil
+}
+
+// bookmarkInterval reads the bookmark interval a Server tells in a watch's response.
+func bookmarkInterval(h http.Header) (time.Duration, bool) {
+	v := h.Get(headerBookmarkInterval)
+	if v == "" {
+		return 0, false
+	}
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(secs > 0) || secs > 1e6 {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }
 
 func (c *Client[V]) newWatch(ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *watch[V] {

@@ -232,14 +232,17 @@ func TestClientNoticesSilentServer(t *testing.T) {
 	waitSynced(t, srv)
 	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
 	converge(t, d, func() string { return "a=1" })
-	watches := sil.watches.Load()
+	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	watches, seen := sil.watches.Load(), len(d.rec.errors())
 	frozen := time.Now()
 	sil.freeze()
 	var noticed time.Duration
 	eventually(t, "the silence to be noticed", func() bool {
-		if at, err := d.inf.LastError(); err != nil && errors.Is(err, informer.ErrRetryable) && at.After(frozen) {
-			noticed = at.Sub(frozen)
-			return true
+		for _, err := range d.rec.errors()[seen:] {
+			if errors.Is(err, informer.ErrRetryable) && strings.Contains(err.Error(), "bookmark interval") {
+				noticed = time.Since(frozen)
+				return true
+			}
 		}
 		return false
 	})

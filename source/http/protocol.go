@@ -25,6 +25,12 @@ const (
 	paramAllowBookmarks    = "allowWatchBookmarks"
 	paramSendInitialEvents = "sendInitialEvents"
 
+	// headerBookmarkInterval is the response header of a watch by which a Server tells a
+	// client that asked for bookmarks how often it sends one to an idle watcher, in
+	// seconds (a decimal number): a Client ends the watch after two intervals without a
+	// frame.
+	headerBookmarkInterval = "Informer-Bookmark-Interval"
+
 	// rvMatchNotOlderThan is the only resourceVersionMatch this package sends or serves.
 	rvMatchNotOlderThan = "NotOlderThan"
 

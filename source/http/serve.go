@@ -209,6 +209,9 @@ type core[V any] struct {
 	plainIsBad bool
 	// filters serves filtered lists and watches (a Server's filter indexes); nil: none.
 	filters filterer[V]
+	// bookmarks is the interval of the source's bookmarks to an idle watcher that asked
+	// for them, told to the client in a header; 0: not known (a Handler), not told.
+	bookmarks time.Duration
 	// await, when set, is called with the resourceVersion of a watch or a list (not ""
 	// or "0") before it is served: it waits, bounded, until the source has reached it
 	// (a Server replica behind its client), or returns an error for answerRequestError.
@@ -848,6 +851,9 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	h.Set("Cache-Control", "no-cache, no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if req.bookmarks && c.bookmarks > 0 {
+		h.Set(headerBookmarkInterval, strconv.FormatFloat(c.bookmarks.Seconds(), 'f', -1, 64))
+	}
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
 	defer c.stats.OpenWatches.Add(-1)

@@ -87,7 +87,10 @@ type ServerOptions[V any] struct {
 	PagedListsPerClient int
 	// BookmarkInterval is how often an idle watcher that asked for bookmarks
 	// (allowWatchBookmarks=true) is sent one at the newest revision, so that it can
-	// resume from there. 0 means DefaultBookmarkInterval; negative means no bookmarks.
+	// resume from there. The watch's response tells the interval (header
+	// Informer-Bookmark-Interval, in seconds), and a Client ends a watch that goes two
+	// intervals without a frame: a server gone silent is noticed within two intervals.
+	// 0 means DefaultBookmarkInterval; negative means no bookmarks.
 	BookmarkInterval time.Duration
 	// QueueLength is the length of the queue of the handler the server registers on the
 	// informer (informer.HandlerOptions.QueueLength); the handler coalesces per key when it
@@ -269,6 +272,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
 	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
+	s.core.bookmarks = bookmarks
 	s.core.replayOnEmpty = true
 	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
