@@ -2,9 +2,11 @@ package httpsource
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -253,4 +255,58 @@ func TestClientNoticesSilentServer(t *testing.T) {
 	eventually(t, "a new watch", func() bool { return sil.watches.Load() > watches })
 	put(up.src, "a", "2")
 	converge(t, d, func() string { return "a=2" })
+}
+
+// A list or a streaming list still being sent when its revision leaves the history is cut
+// (the connection is closed mid-body; a streaming list ends with an ERROR event, 410), so
+// that a slow reader never pins more of the state than the changes the history holds.
+func TestServerSlowListReaderCut(t *testing.T) {
+	const objects, history = 2000, 100
+	for _, q := range []string{"limit=0", "watch=1&sendInitialEvents=true"} {
+		t.Run(q, func(t *testing.T) {
+			up := newUpstream(t, memory.Options{})
+			val := strings.Repeat("v", 1<<10)
+			for i := range objects {
+				put(up.src, fmt.Sprintf("k%05d", i), val)
+			}
+			srv, err := newServer(t, up, ServerOptions[*obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := startServer(t, srv)
+			rc := dialAs(t, ts.Listener.Addr().String(), q, "", 64<<10)
+			if rc.resp.StatusCode != 200 {
+				t.Fatalf("status %d", rc.resp.StatusCode)
+			}
+			if _, err := io.ReadFull(rc.r, make([]byte, 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+			// The state changes past the history while the reader is still at the start.
+			for i := range 2 * history {
+				put(up.src, fmt.Sprintf("k%05d", i), "changed")
+			}
+			eventually(t, "the server to log the changes", func() bool { return srv.src.Revision() >= objects+2*history })
+			_ = rc.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+			var rest []byte
+			err = nil
+			if strings.HasPrefix(q, "watch") {
+				for err == nil && !bytes.Contains(rest, []byte(initialEventsEnd)) && !bytes.Contains(rest, []byte(`"type":"ERROR"`)) {
+					var l []byte
+					l, err = rc.r.ReadBytes('\n')
+					rest = append(rest, l...)
+				}
+			} else {
+				rest, err = io.ReadAll(rc.r)
+			}
+			if err == nil && (bytes.Contains(rest, []byte(initialEventsEnd)) || bytes.HasSuffix(rest, []byte("]}\n"))) {
+				t.Fatalf("the slow reader got the whole state (%d bytes more) though its revision left the history", len(rest))
+			}
+			if strings.HasPrefix(q, "watch") && !bytes.Contains(rest, []byte(`"code":410`)) {
+				t.Errorf("the streaming list ended with %q, want an ERROR event with code 410", excerpt(rest[max(0, len(rest)-300):]))
+			}
+			if n := srv.Stats().Evicted.Load(); n != 1 {
+				t.Errorf("Stats.Evicted = %d, want 1", n)
+			}
+		})
+	}
 }
