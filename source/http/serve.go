@@ -245,6 +245,9 @@ type page[V any] struct {
 	rev   string
 	cont  string // "" on the last page
 	items iter.Seq[V]
+	// stale, when set, reports that the page's revision has left the history: the list
+	// is cut, so that a slow reader does not pin an old state.
+	stale func() bool
 }
 
 // slots counts requests in progress, in all and per client, under core.mu.
@@ -716,6 +719,15 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				default:
 					c.sourceError(w, ctx.Err())
 				}
+				return
+			}
+			if pg.stale != nil && pg.stale() {
+				c.stats.Evicted.Add(1)
+				c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, pg.rev))
+				if started {
+					panic(http.ErrAbortHandler)
+				}
+				c.answerRequestError(w, fmt.Errorf("the list's revision %s left the server's history: %w", pg.rev, informer.ErrExpired))
 				return
 			}
 			if !started {
