@@ -310,3 +310,21 @@ func TestServerSlowListReaderCut(t *testing.T) {
 		})
 	}
 }
+
+// A client that AuthorizeClient does not name is its IPv4 address, or its IPv6 /64: an
+// IPv6 host is given a /64, so that counting its addresses one by one would let one host
+// be as many clients as it likes.
+func TestRemoteHostIPv6Prefix(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.2:4000":                 "127.0.0.2",
+		"[2001:db8:1:2::1]:4000":         "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:1:2:3]:4001": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:4000":         "2001:db8:1:3::/64",
+		"[::ffff:10.0.0.1]:80":           "10.0.0.1",
+		"not an address":                 "not an address",
+	} {
+		if got := remoteHost(addr); got != want {
+			t.Errorf("remoteHost(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
