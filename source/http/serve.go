@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -61,13 +62,15 @@ type ServeOptions struct {
 	// other error 403, each with a Status body. The body says only "unauthorized" or
 	// "forbidden": the error's own text goes to the debug log, never to the caller, unless
 	// the error was made with ClientMessage, whose message is shown. Nil lets every request
-	// through. The caller is identified by its remote IP address for the per-client limits;
-	// use AuthorizeClient to name it.
+	// through. The caller is identified by its remote IP address (an IPv6 address by its
+	// /64) for the per-client limits; use AuthorizeClient to name it.
 	Authorize func(*http.Request) error
 	// AuthorizeClient is Authorize that also names the caller: the identity its per-client
 	// limits (MaxWatchersPerClient, MaxListsPerClient, a Server's paged-list snapshots) are
-	// counted under. An empty name means the remote IP address. When set, Authorize is
-	// not called.
+	// counted under. An empty name means the remote IP address (an IPv6 address's /64).
+	// When set, Authorize is not called. Set it on a server open to untrusted networks:
+	// source addresses are cheap (an IPv6 host has a /64, a botnet many hosts), so
+	// limits per address bound an attacker only as far as its addresses do.
 	AuthorizeClient func(*http.Request) (client string, err error)
 	// Challenge is the WWW-Authenticate header of a 401 answer. Empty means "Bearer".
 	Challenge string
@@ -534,12 +537,24 @@ func (c *core[V]) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // remoteHost is the client identity of a request that Authorize did not name: the
-// remote address without its port.
+// remote IPv4 address, or the /64 of an IPv6 address (a host is given a /64, so one host
+// must not count as many clients).
 func remoteHost(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
 	}
-	return addr
+	ip, err := netip.ParseAddr(host)
+	switch {
+	case err != nil:
+		return host
+	case ip.Is4In6():
+		return ip.Unmap().String()
+	case ip.Is6():
+		p, _ := ip.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return host
 }
 
 // tooMany answers 429 for a request beyond a limit.
