@@ -328,3 +328,18 @@ func TestRemoteHostIPv6Prefix(t *testing.T) {
 		}
 	}
 }
+
+// A retryAfterSeconds too large for a time.Duration (≥ 9.22e9 s) is cut to MaxRetryAfter,
+// in an ERROR event and in a response's Status body alike, never taken as no wait.
+func TestRetryAfterSecondsOverflow(t *testing.T) {
+	for _, secs := range []int{9_223_372_037, 1 << 62, 9_300_000_000} {
+		err := statusEventError(&StatusError{Code: 429, Details: &StatusDetails{RetryAfterSeconds: secs}}, 5*time.Minute)
+		if d, ok := informer.RetryAfterOf(err); !ok || d != 5*time.Minute {
+			t.Errorf("ERROR event with retryAfterSeconds %d: delay %v (%v), want 5m", secs, d, ok)
+		}
+		resp := &http.Response{StatusCode: 429, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(fmt.Sprintf(`{"kind":"Status","code":429,"details":{"retryAfterSeconds":%d}}`, secs)))}
+		if _, d := statusFromResponse(resp, 5*time.Minute); d != 5*time.Minute {
+			t.Errorf("429 with retryAfterSeconds %d: delay %v, want 5m", secs, d)
+		}
+	}
+}
