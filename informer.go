@@ -155,10 +155,14 @@ type Informer[K comparable, V any] struct {
 	afterStop  map[uint64]func()
 }
 
-// New returns an informer over lw. It does nothing until Run.
+// New returns an informer over lw. It does nothing until Run. It returns an error for a
+// nil lw, a ListerWatcherFuncs with a nil function, or a nil Options.Key.
 func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informer[K, V], error) {
 	if lw == nil {
 		return nil, errors.New("informer: New: nil ListerWatcher")
+	}
+	if err := checkFuncs(lw); err != nil {
+		return nil, err
 	}
 	if opts.Key == nil {
 		return nil, errors.New("informer: New: Options.Key is required")
@@ -238,6 +242,27 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		er.ReportErrorsTo(inf.ReportError)
 	}
 	return inf, nil
+}
+
+// checkFuncs refuses a ListerWatcherFuncs with a nil function, which would crash the
+// informer at its first list or watch.
+func checkFuncs[V any](lw ListerWatcher[V]) error {
+	var f ListerWatcherFuncs[V]
+	switch v := lw.(type) {
+	case ListerWatcherFuncs[V]:
+		f = v
+	case *ListerWatcherFuncs[V]:
+		if v == nil {
+			return errors.New("informer: New: nil *ListerWatcherFuncs")
+		}
+		f = *v
+	default:
+		return nil
+	}
+	if f.ListFunc == nil || f.WatchFunc == nil {
+		return errors.New("informer: New: ListerWatcherFuncs needs both ListFunc and WatchFunc")
+	}
+	return nil
 }
 
 // Name returns the informer's name.
@@ -1004,6 +1029,9 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		}
 		return
 	}
+	// The revision is set before the sync is published (LastSyncRevision is never ""
+	// once the informer is synced), and the reflector, not yet running, resumes from it.
+	inf.refl.resumeFrom(rev)
 	// A Block handler stalled on the initial adds must not hold a stop.
 	stop := context.AfterFunc(ctx, inf.proc.abortWaits)
 	defer stop()
@@ -1023,7 +1051,6 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.proc.markRevisionLocked(rev)
 	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
-	inf.refl.resumeFrom(rev)
 	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))
 }
 

@@ -27,6 +27,12 @@ type ListerWatcher[V any] interface {
 	// Watch streams the changes made after opts.Revision, in revision order. If that
 	// revision is no longer available the source returns an error that matches ErrExpired,
 	// either from Watch itself or from Watch.Next.
+	//
+	// A revision newer than any the source has reached is refused the same way, never
+	// waited for: it comes from another history (a replaced cluster, a reset server, a
+	// state saved from another source), and a watch that waited for it would keep the
+	// other history's objects. List refuses a ListOptions.Revision it has not reached
+	// likewise (or answers a list at least as fresh once it has reached it).
 	Watch(ctx context.Context, opts WatchOptions) (Watch[V], error)
 }
 
@@ -277,7 +283,8 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// ListerWatcherFuncs adapts two functions into a ListerWatcher.
+// ListerWatcherFuncs adapts two functions into a ListerWatcher. Both are required: New
+// refuses a ListerWatcherFuncs with a nil function.
 type ListerWatcherFuncs[V any] struct {
 	// ListFunc serves List.
 	ListFunc func(ctx context.Context, opts ListOptions) (List[V], error)

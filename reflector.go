@@ -44,12 +44,17 @@ import (
 // its history past a revision the informer had been following): the reflector relists
 // after a small jitter only (uniform in [0, Backoff.Initial/4)), so that informers that
 // expired together do not all relist at the same instant. An expiry with no progress since
-// the last list waits the backoff like any failure.
+// the last list waits the backoff like any failure; but a list that succeeded after such
+// an expiry starts the backoff again from Initial, so that a quiet source compacting past
+// every watch (no change to deliver between compactions) is relisted after Initial each
+// time, not after a wait that grows to Max. A list after any other failure (a watch that
+// fails at once, say) leaves the backoff growing.
 //
 // How it fails. Whatever a source returns, the reflector does not panic: a nil watch, a
 // nil object, an empty or malformed revision from a source with ordered revisions, an
 // event of no known type, a continue token that repeats or cycles, more than MaxListPages
-// pages: each is an error matching ErrBadInput, reported to Options.ErrorHandler and
+// pages, a panic in List, Watch, Watch.Next or Watch.Stop (recovered, and named in the
+// error): each is an error matching ErrBadInput, reported to Options.ErrorHandler and
 // counted in Stats, and the reflector lists again after the backoff. A nil item of a list
 // is skipped and reported; the rest of the list is used.
 //
@@ -198,6 +203,7 @@ type reflector[V any] struct {
 	// Used by the reflector's goroutine only.
 	unservable string               // a revision the source answered expired to a list at
 	progressed bool                 // a watch delivered an event since the last list
+	expired    bool                 // the pass ended because the watch expired with no progress
 	warned     map[string]time.Time // when each kind of failure was last logged at Warn
 
 	mu       sync.Mutex
@@ -422,7 +428,7 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 	}
 	if ctx.Err() != nil {
 		if w != nil {
-			w.Stop()
+			r.stop(w)
 		}
 		return nil
 	}
@@ -499,6 +505,11 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
 	r.recovered() // before the replace, so that a caller who sees the sync sees it too
+	if r.expired {
+		// The source served a list after an expiry: it compacted, it did not fail.
+		r.backoff.reset()
+	}
+	r.expired = false
 	r.received(rev)
 	if err := r.sink.replace(items, rev); err != nil {
 		return r.opErr("unable to sync list result", err)
@@ -554,7 +565,7 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit in
 		if page == MaxListPages {
 			return nil, "", fmt.Errorf("%w: the list did not end after %d pages (MaxListPages)", ErrBadInput, MaxListPages)
 		}
-		l, err := r.lw.List(ctx, opts)
+		l, err := r.callList(ctx, opts)
 		if err != nil {
 			if page > 0 && errors.Is(err, ErrExpired) {
 				return nil, "", &continueExpiredError{err: err}
@@ -651,14 +662,14 @@ func (r *reflector[V]) keepItems(items []V, op string, page int) []V {
 func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	start := r.cfg.clock.Now()
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
-	w, err := r.lw.Watch(ctx, opts)
+	w, err := r.callWatch(ctx, opts)
 	r.cfg.stats.Lists.Add(1)
 	if err == nil && w == nil {
 		err = errNoWatch
 	}
 	if err != nil {
 		if w != nil {
-			w.Stop()
+			r.stop(w)
 		}
 		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 		r.cfg.stats.ListErrors.Add(1)
@@ -672,7 +683,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	}
 	var items []V
 	fail := func(err error) (Watch[V], error) {
-		w.Stop()
+		r.stop(w)
 		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 		r.cfg.stats.ListErrors.Add(1)
 		if ctx.Err() != nil {
@@ -681,7 +692,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		return nil, r.opErr("streaming list", err)
 	}
 	for {
-		ev, err := w.Next()
+		ev, err := r.next(w)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: stream ended before the end of the initial events", io.ErrUnexpectedEOF)
@@ -701,7 +712,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			r.recovered()
 			r.received(ev.Revision)
 			if err := r.sink.replace(items, ev.Revision); err != nil {
-				w.Stop()
+				r.stop(w)
 				return nil, r.opErr("unable to sync list result", err)
 			}
 			return w, nil
@@ -726,14 +737,14 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 	for {
 		if ctx.Err() != nil {
 			if w != nil {
-				w.Stop()
+				r.stop(w)
 			}
 			return nil
 		}
 		start := r.cfg.clock.Now()
 		if w == nil {
 			var err error
-			w, err = r.lw.Watch(ctx, WatchOptions{
+			w, err = r.callWatch(ctx, WatchOptions{
 				Revision:       r.lastSyncRevision(),
 				Timeout:        r.watchTimeout(),
 				AllowBookmarks: true,
@@ -744,7 +755,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 			}
 			if err != nil {
 				if w != nil {
-					w.Stop()
+					r.stop(w)
 					w = nil
 				}
 				r.cfg.stats.WatchErrors.Add(1)
@@ -755,7 +766,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 			}
 		}
 		err := r.handleWatch(ctx, w)
-		w.Stop()
+		r.stop(w)
 		w = nil
 		r.cfg.stats.WatchDuration.ObserveDuration(r.cfg.clock.Since(start))
 		if err == nil {
@@ -782,6 +793,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 			return false, errRelistPromptly
 		}
 		r.cfg.logger.Debug("watch revision expired with no progress since the list; relisting after a backoff", "err", err)
+		r.expired = true
 		return false, nil
 	case errors.Is(err, ErrRetryable):
 		d := r.backoff.next()
@@ -802,7 +814,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	rev := r.lastSyncRevision()
 	batched, _ := w.(BatchedWatch)
 	for {
-		ev, err := w.Next()
+		ev, err := r.next(w)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // a stop is not an error
@@ -865,6 +877,54 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		}
 		count++
 	}
+}
+
+// The source's calls are a trust boundary: a panic in List, Watch, Watch.Next or
+// Watch.Stop is recovered and becomes an error matching ErrBadInput that names the call,
+// reported like any failure of the source; the reflector backs off and lists again.
+
+func sourcePanic(call string, p any) error {
+	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
+}
+
+// callList calls the source's List, recovering a panic.
+func (r *reflector[V]) callList(ctx context.Context, opts ListOptions) (l List[V], err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l, err = List[V]{}, sourcePanic("List", p)
+		}
+	}()
+	return r.lw.List(ctx, opts)
+}
+
+// callWatch calls the source's Watch, recovering a panic.
+func (r *reflector[V]) callWatch(ctx context.Context, opts WatchOptions) (w Watch[V], err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			w, err = nil, sourcePanic("Watch", p)
+		}
+	}()
+	return r.lw.Watch(ctx, opts)
+}
+
+// next calls w.Next, recovering a panic.
+func (r *reflector[V]) next(w Watch[V]) (ev Event[V], err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ev, err = Event[V]{}, sourcePanic("Watch.Next", p)
+		}
+	}()
+	return w.Next()
+}
+
+// stop calls w.Stop; a panic is recovered and reported (the watch is over either way).
+func (r *reflector[V]) stop(w Watch[V]) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(r.opErr("watch", sourcePanic("Watch.Stop", p)))
+		}
+	}()
+	w.Stop()
 }
 
 // --- warm restart (Options.Persist) ---

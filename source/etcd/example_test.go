@@ -43,7 +43,7 @@ func ExampleNew() {
 	}
 	defer os.RemoveAll(dir)
 	local := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	server, err := startEmbedded(dir, local, local, 0)
+	server, err := startEmbedded(dir, local, local, 0, "")
 	if err != nil {
 		panic(err)
 	}

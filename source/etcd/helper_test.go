@@ -63,6 +63,7 @@ type server struct {
 	dir                  string
 	clientURL, peerURL   url.URL
 	progressNotification time.Duration
+	token                string // --initial-cluster-token; "" is etcd's default
 	e                    *embed.Etcd
 }
 
@@ -81,7 +82,7 @@ func startServer(t testing.TB, opts serverOptions) *server {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken meanwhile
 		s.clientURL, s.peerURL = freeURL(t), freeURL(t)
-		if s.e, err = startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification); err == nil {
+		if s.e, err = startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification, s.token); err == nil {
 			break
 		}
 	}
@@ -93,14 +94,18 @@ func startServer(t testing.TB, opts serverOptions) *server {
 }
 
 // startEmbedded starts an etcd member on the given URLs and data directory, quiet and
-// without fsync, and waits until it serves.
-func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duration) (*embed.Etcd, error) {
+// without fsync, and waits until it serves. token is the cluster token ("": etcd's
+// default), which with the URLs and name makes the cluster ID.
+func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duration, token string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
 	cfg.Dir = dir
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
 	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	if token != "" {
+		cfg.InitialClusterToken = token
+	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true
 	cfg.WatchProgressNotifyInterval = 10 * time.Minute
@@ -145,7 +150,7 @@ func (s *server) Stop() {
 func (s *server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	e, err := startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification)
+	e, err := startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification, s.token)
 	if err != nil {
 		s.t.Fatalf("restarting etcd: %v", err)
 	}

@@ -145,6 +145,22 @@ func NewKV[V any](client *clientv3.Client, prefix string, decode KVDecoder[V], o
 	return s, nil
 }
 
+// SourceID implements informer.SourceIdentifier: "etcd cluster <ID> prefix <prefix>",
+// the cluster ID from the header of one single-key read (a round trip bounded by
+// Options.RequestTimeout). A cache saved from another cluster or prefix is then not
+// restored. etcd derives the cluster ID from the members' names, peer URLs and
+// --initial-cluster-token: a cluster created again with all three the same has the same
+// ID, so give a new cluster its own token (as etcd advises). If the same ID hides a
+// replaced cluster whose revision is behind the saved one, Watch still refuses the saved
+// revision (ErrExpired) and the informer relists.
+func (s *Source[V]) SourceID(ctx context.Context) (string, error) {
+	resp, err := s.get(ctx, s.start, clientv3.WithKeysOnly())
+	if err != nil {
+		return "", classify(ctx, s.at("identity read"), err)
+	}
+	return fmt.Sprintf("etcd cluster %x prefix %q", resp.Header.ClusterId, s.prefix), nil
+}
+
 // Prefix returns the key prefix the Source mirrors.
 func (s *Source[V]) Prefix() string { return s.prefix }
 

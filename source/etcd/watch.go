@@ -36,8 +36,9 @@ var errWatchStopped = errors.New("etcd: watch stopped")
 //
 // The stream ends with io.EOF once opts.Timeout has passed (0: never), and never in the
 // middle of a transaction. It ends with an error matching informer.ErrExpired when
-// opts.Revision has been compacted or a delete cannot be decoded (see the package
-// documentation), with one matching informer.ErrUnavailable when etcd has no leader, and
+// opts.Revision has been compacted, when it is newer than the cluster's revision (a
+// revision of another history: the cluster was replaced), or when a delete cannot be
+// decoded (see the package documentation), with one matching informer.ErrUnavailable when etcd has no leader, and
 // with the context's error once ctx is done. Opening the watch fails with an error
 // matching informer.ErrUnavailable if etcd has not accepted it within
 // Options.RequestTimeout, for example while the cluster is unreachable. Streaming lists
@@ -55,7 +56,9 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	}
 	ops := []clientv3.OpOption{clientv3.WithRange(s.end), clientv3.WithPrevKV()}
 	if after > 0 {
-		ops = append(ops, clientv3.WithRev(after+1))
+		// The created notification carries the cluster's revision: a start above it is
+		// refused (see take).
+		ops = append(ops, clientv3.WithRev(after+1), clientv3.WithCreatedNotify())
 	}
 	if opts.AllowBookmarks {
 		ops = append(ops, clientv3.WithProgressNotify())
@@ -81,7 +84,7 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		return nil, classify(ctx, s.at("watch"), ctx.Err())
 	}
 
-	w := &watch[V]{src: s, parent: ctx, ctx: wctx, cancel: cancel, ch: ch, bookmarks: opts.AllowBookmarks}
+	w := &watch[V]{src: s, parent: ctx, ctx: wctx, cancel: cancel, ch: ch, bookmarks: opts.AllowBookmarks, after: after}
 	if opts.Timeout > 0 {
 		w.timer = time.NewTimer(opts.Timeout)
 		w.timeout = w.timer.C
@@ -105,6 +108,7 @@ type watch[V any] struct {
 	timer     *time.Timer
 	timeout   <-chan time.Time
 	bookmarks bool
+	after     int64 // the revision the watch streams changes after
 
 	// The events of the current etcd response not yet returned, and their etcd revisions.
 	buf  []informer.Event[V]
@@ -192,6 +196,10 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 			w.push(informer.Event[V]{Type: informer.Bookmark}, resp.Header.Revision)
 			w.finishRevisions(0)
 		}
+		return
+	}
+	if resp.Created && resp.Header.Revision < w.after {
+		w.fail(newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", w.src.at("watch"), w.after, resp.Header.Revision))
 		return
 	}
 	if len(resp.Events) == 0 {

@@ -129,6 +129,7 @@ func parseTarget(baseURL string) (target, error) {
 var (
 	_ informer.ListerWatcher[int] = (*Client[int])(nil)
 	_ informer.StreamingLister    = (*Client[int])(nil)
+	_ informer.SourceIdentifier   = (*Client[int])(nil)
 	_ informer.RevisionComparer   = OrderedClient[int]{}
 )
 
@@ -470,7 +471,8 @@ func (c *Client[V]) listTimeoutError(req *Request) error {
 // ERROR event with code 410; a classified *StatusError for other ERROR events; an error
 // matching informer.ErrRetryable for a connection that broke between two events, or for
 // a server that did not end the watch within opts.Timeout plus ClientOptions.WatchGrace
-// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout; with
+// (or, without opts.Timeout, sent no frame for ClientOptions.WatchIdleTimeout, or sent
+// none for twice the bookmark interval the server told; with
 // ClientOptions.EndWatchAtTimeout, the Client ends the watch at opts.Timeout with io.EOF);
 // informer.ErrBadInput for a frame that cannot be used (see Client); ctx.Err() once ctx is
 // done; ErrWatchStopped after Stop. Stop and a cancelled ctx make a blocked Next return at
@@ -514,16 +516,32 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	}
 	switch {
 	case opts.Timeout > 0 && c.endAtTimeout:
-		w.limit = opts.Timeout
+		w.deadline = time.Now().Add(opts.Timeout)
 	case opts.Timeout > 0:
-		w.limit = opts.Timeout + c.watchGrace
+		w.deadline = time.Now().Add(opts.Timeout + c.watchGrace)
 	default:
-		w.limit, w.idle = c.watchIdle, true
+		w.idle = c.watchIdle
+	}
+	if iv, ok := bookmarkInterval(resp.Header); ok && opts.AllowBookmarks && (w.idle == 0 || 2*iv < w.idle) {
+		w.idle, w.told = 2*iv, true
 	}
 	// Armed once w.timer is set: expire reads it.
 	w.timer = time.AfterFunc(math.MaxInt64, w.expire)
-	w.timer.Reset(w.limit)
+	w.timer.Reset(w.nextLimit())
 	return w, nil
+}
+
+// bookmarkInterval reads the bookmark interval a Server tells in a watch's response.
+func bookmarkInterval(h http.Header) (time.Duration, bool) {
+	v := h.Get(headerBookmarkInterval)
+	if v == "" {
+		return 0, false
+	}
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(secs > 0) || secs > 1e6 {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }
 
 func (c *Client[V]) newWatch(ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *watch[V] {
@@ -586,6 +604,37 @@ func (c *Client[V]) failover(at int, err error) {
 		return
 	}
 	c.current.CompareAndSwap(int32(at), int32((at+1)%len(c.targets)))
+}
+
+// SourceID implements informer.SourceIdentifier: the URL given to NewClient (without
+// user information) and, for a Server of this package, the instance it names in
+// InstanceHeader, "<URL> instance <id>"; a server that names none (a plain API, a
+// Handler, which serves its source's revisions) is its URL alone. It costs one list
+// request of one item (ClientOptions.ListRequest applies), whose body is not read. A
+// Server's instance is its process: an informer restarted warm after the Server
+// restarted lists again.
+func (c *Client[V]) SourceID(ctx context.Context) (string, error) {
+	at, q := c.params()
+	q.Set(paramLimit, "1")
+	q.Set(paramResourceVersion, "0")
+	req := c.request(at, q, c.codec.ContentType())
+	if c.listRequest != nil {
+		if err := c.listRequest(req, informer.ListOptions{Limit: 1}); err != nil {
+			return "", fmt.Errorf("httpsource: ListRequest: %w", err)
+		}
+	}
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	base := c.targets[0].base
+	base.RawQuery = c.targets[0].query.Encode()
+	id := redact(&base)
+	if instance := resp.Header.Get(InstanceHeader); instance != "" {
+		id += " instance " + instance
+	}
+	return id, nil
 }
 
 // URL returns the base URL the next request goes to: the one given to NewClient, or,

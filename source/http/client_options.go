@@ -164,7 +164,11 @@ type ClientOptions[V any] struct {
 	EndWatchAtTimeout bool
 	// WatchIdleTimeout bounds, for a watch requested without a timeout, the time between
 	// two complete frames; 0 means DefaultWatchIdleTimeout (10 minutes). Beyond it Next
-	// fails with an error that matches informer.ErrRetryable.
+	// fails with an error that matches informer.ErrRetryable. Whatever the timeout, a
+	// watch that asked for bookmarks from a server that tells its bookmark interval (a
+	// Server does, in the header Informer-Bookmark-Interval) is bounded the same way by
+	// twice that interval, if shorter: a Server gone silent is noticed within two of its
+	// bookmark intervals (2 minutes by default), not at the end of the watch's timeout.
 	WatchIdleTimeout time.Duration
 	// MaxRetryAfter caps the delay of a server's Retry-After header or retryAfterSeconds;
 	// 0 means DefaultMaxRetryAfter (5 minutes). A longer delay is cut to it.

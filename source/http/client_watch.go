@@ -42,10 +42,11 @@ type watch[V any] struct {
 	last0  int                 // the length of the frame read last
 	ready  []informer.Event[V] // the events of a complete batch, to deliver
 
-	timer   *time.Timer   // ends a watch the server does not end (nil in benchmarks)
-	limit   time.Duration // the timer's duration
-	idle    bool          // the timer restarts at every frame
-	expired atomic.Bool   // the timer fired
+	timer    *time.Timer   // ends a watch the server does not end (nil in benchmarks)
+	deadline time.Time     // the end of the watch's time (its timeout plus grace); zero: none
+	idle     time.Duration // the longest time between two frames; 0: no bound
+	told     bool          // idle is twice the interval the server told (headerBookmarkInterval)
+	expired  atomic.Bool   // the timer fired
 }
 
 // expire ends a watch that outlived its limit.
@@ -154,6 +155,18 @@ func isRetryableBreak(err error) bool {
 	return err != io.EOF && !errors.Is(err, ErrWatchStopped) && !errors.Is(err, context.Canceled) && errors.Is(err, informer.ErrRetryable)
 }
 
+// nextLimit is the time the watch may wait for its next frame: the idle bound, cut to
+// the watch's deadline.
+func (w *watch[V]) nextLimit() time.Duration {
+	d := w.idle
+	if !w.deadline.IsZero() {
+		if left := time.Until(w.deadline); d <= 0 || left < d {
+			d = max(left, 1)
+		}
+	}
+	return d
+}
+
 // readFrame reads the next frame and restarts an idle timer.
 func (w *watch[V]) readFrame() ([]byte, error) {
 	frame, err := w.frames.ReadFrame()
@@ -162,7 +175,7 @@ func (w *watch[V]) readFrame() ([]byte, error) {
 	}
 	w.last0 = len(frame)
 	w.read += int64(len(frame))
-	if w.idle && !w.timer.Reset(w.limit) {
+	if w.idle > 0 && !w.timer.Reset(w.nextLimit()) {
 		// The timer fired while the frame was read: the watch is being closed.
 		w.expired.Store(true)
 		return nil, w.readError(io.ErrUnexpectedEOF)
@@ -288,10 +301,13 @@ func (w *watch[V]) readError(err error) error {
 		return ErrWatchStopped
 	case w.ctx.Err() != nil:
 		return w.ctx.Err()
-	case w.expired.Load() && !w.idle && w.c.endAtTimeout:
+	case w.expired.Load() && w.idle > 0 && (w.deadline.IsZero() || time.Now().Before(w.deadline)):
+		if w.told {
+			return fmt.Errorf("httpsource %s: %w: no complete watch frame for %v, twice the bookmark interval the server told: the server went silent; watching again", w.what, informer.ErrRetryable, w.idle)
+		}
+		return fmt.Errorf("httpsource %s: %w: no complete watch frame for %v (ClientOptions.WatchIdleTimeout): the server went silent; watching again", w.what, informer.ErrRetryable, w.idle)
+	case w.expired.Load() && w.c.endAtTimeout:
 		return io.EOF // the watch's time is up (ClientOptions.EndWatchAtTimeout)
-	case w.expired.Load() && w.idle:
-		return fmt.Errorf("httpsource %s: %w: no complete watch frame for %v (ClientOptions.WatchIdleTimeout): the server went silent; watching again", w.what, informer.ErrRetryable, w.limit)
 	case w.expired.Load():
 		return fmt.Errorf("httpsource %s: %w: the server did not end the watch within its timeout plus %v (ClientOptions.WatchGrace); watching again", w.what, informer.ErrRetryable, w.c.watchGrace)
 	case err == io.EOF:

@@ -145,7 +145,8 @@
 // ResponseHeaderTimeout (1 minute, connecting included, whatever HTTPClient is given),
 // ListTimeout (5 minutes for a whole page), WatchGrace (30 seconds past the requested
 // watch timeout), WatchIdleTimeout (10 minutes between frames of a watch requested
-// without a timeout) and MaxRetryAfter (5 minutes). A server that goes silent, sends
+// without a timeout; any watch of a Server, twice the bookmark interval the Server tells
+// in its answer) and MaxRetryAfter (5 minutes). A server that goes silent, sends
 // headers and nothing more, or drips bytes that never make a frame produces a retryable
 // error and a new watch, not a stale cache reported as synced. A Client follows
 // redirects only within the origin of its request (scheme, host and port): a redirect

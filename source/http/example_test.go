@@ -179,6 +179,9 @@ func ExampleServer_hardened() {
 		panic(err)
 	}
 	tokens := map[string]string{"s3cr3t-token": "billing"} // bearer token → client name
+	// AuthorizeClient names every client, so that the per-client limits
+	// (MaxWatchersPerClient, MaxListsPerClient, paged-list snapshots) count clients,
+	// not source addresses, which an attacker has many of (an IPv6 host has a /64).
 	srv, err := httpsource.NewServer(upstream, configKey, httpsource.ServerOptions[*Config]{
 		ServeOptions: httpsource.ServeOptions{
 			AuthorizeClient: func(r *http.Request) (string, error) {

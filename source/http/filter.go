@@ -616,6 +616,10 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 	default:
 	}
 	w.initialMore = false
+	if w.initial != nil && w.next < w.fv.dropped {
+		w.endLocked(fmt.Errorf("httpsource: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		return ev, w.err, true
+	}
 	if w.initial != nil {
 		if r := w.nextInitial(); r != nil {
 			return informer.Event[*record[K]]{Type: informer.Added, Object: r, Revision: w.initialRev}, nil, true

@@ -2,13 +2,16 @@ package httpsource
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,5 +158,188 @@ func TestClientBatchBoundRelists(t *testing.T) {
 	})
 	if n := d.inf.Len(); n != 0 {
 		t.Errorf("the cache holds %d objects of a batch that never ended, want 0", n)
+	}
+}
+
+// silencer serves a handler and, once frozen, drops every byte of the responses already
+// begun, as a middlebox that lost a connection without a reset: the client sees a
+// server gone silent. Responses begun later are served. watches counts watch requests.
+type silencer struct {
+	h       http.Handler
+	mu      sync.Mutex
+	open    []*atomic.Bool
+	watches atomic.Int64
+}
+
+func (s *silencer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("watch") != "" {
+		s.watches.Add(1)
+	}
+	mute := new(atomic.Bool)
+	s.mu.Lock()
+	s.open = append(s.open, mute)
+	s.mu.Unlock()
+	s.h.ServeHTTP(silentWriter{w, mute}, r)
+}
+
+func (s *silencer) freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.open {
+		m.Store(true)
+	}
+}
+
+type silentWriter struct {
+	http.ResponseWriter
+	mute *atomic.Bool
+}
+
+func (w silentWriter) Write(b []byte) (int, error) {
+	if w.mute.Load() {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w silentWriter) FlushError() error {
+	if w.mute.Load() {
+		return nil
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w silentWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// A server that goes silent is noticed within two of its bookmark intervals with the
+// default options of Client and informer (whose watches ask for a timeout of minutes):
+// the Server tells its interval (a response header), the watch ends with an error that
+// matches informer.ErrRetryable, LastError has it, and the informer watches again.
+func TestClientNoticesSilentServer(t *testing.T) {
+	const interval = time.Second
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{BookmarkInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sil := &silencer{h: srv}
+	ts := httptest.NewServer(sil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
+	converge(t, d, func() string { return "a=1" })
+	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	watches, seen := sil.watches.Load(), len(d.rec.errors())
+	frozen := time.Now()
+	sil.freeze()
+	var noticed time.Duration
+	eventually(t, "the silence to be noticed", func() bool {
+		for _, err := range d.rec.errors()[seen:] {
+			if errors.Is(err, informer.ErrRetryable) && strings.Contains(err.Error(), "bookmark interval") {
+				noticed = time.Since(frozen)
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("silence noticed after %v (bookmark interval %v)", noticed, interval)
+	if noticed > 2*interval+interval/2 {
+		t.Errorf("silence noticed after %v, want within 2 bookmark intervals (%v)", noticed, 2*interval)
+	}
+	eventually(t, "a new watch", func() bool { return sil.watches.Load() > watches })
+	put(up.src, "a", "2")
+	converge(t, d, func() string { return "a=2" })
+}
+
+// A list or a streaming list still being sent when its revision leaves the history is cut
+// (the connection is closed mid-body; a streaming list ends with an ERROR event, 410), so
+// that a slow reader never pins more of the state than the changes the history holds.
+func TestServerSlowListReaderCut(t *testing.T) {
+	const objects, history = 2000, 100
+	for _, q := range []string{"limit=0", "watch=1&sendInitialEvents=true"} {
+		t.Run(q, func(t *testing.T) {
+			up := newUpstream(t, memory.Options{})
+			val := strings.Repeat("v", 1<<10)
+			for i := range objects {
+				put(up.src, fmt.Sprintf("k%05d", i), val)
+			}
+			srv, err := newServer(t, up, ServerOptions[*obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := startServer(t, srv)
+			rc := dialAs(t, ts.Listener.Addr().String(), q, "", 64<<10)
+			if rc.resp.StatusCode != 200 {
+				t.Fatalf("status %d", rc.resp.StatusCode)
+			}
+			if _, err := io.ReadFull(rc.r, make([]byte, 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+			// The state changes past the history while the reader is still at the start.
+			for i := range 2 * history {
+				put(up.src, fmt.Sprintf("k%05d", i), "changed")
+			}
+			eventually(t, "the server to log the changes", func() bool { return srv.src.Revision() >= objects+2*history })
+			_ = rc.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+			var rest []byte
+			err = nil
+			if strings.HasPrefix(q, "watch") {
+				for err == nil && !bytes.Contains(rest, []byte(initialEventsEnd)) && !bytes.Contains(rest, []byte(`"type":"ERROR"`)) {
+					var l []byte
+					l, err = rc.r.ReadBytes('\n')
+					rest = append(rest, l...)
+				}
+			} else {
+				rest, err = io.ReadAll(rc.r)
+			}
+			if err == nil && (bytes.Contains(rest, []byte(initialEventsEnd)) || bytes.HasSuffix(rest, []byte("]}\n"))) {
+				t.Fatalf("the slow reader got the whole state (%d bytes more) though its revision left the history", len(rest))
+			}
+			if strings.HasPrefix(q, "watch") && !bytes.Contains(rest, []byte(`"code":410`)) {
+				t.Errorf("the streaming list ended with %q, want an ERROR event with code 410", excerpt(rest[max(0, len(rest)-300):]))
+			}
+			if n := srv.Stats().Evicted.Load(); n != 1 {
+				t.Errorf("Stats.Evicted = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// A client that AuthorizeClient does not name is its IPv4 address, or its IPv6 /64: an
+// IPv6 host is given a /64, so that counting its addresses one by one would let one host
+// be as many clients as it likes.
+func TestRemoteHostIPv6Prefix(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.2:4000":                 "127.0.0.2",
+		"[2001:db8:1:2::1]:4000":         "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:1:2:3]:4001": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:4000":         "2001:db8:1:3::/64",
+		"[::ffff:10.0.0.1]:80":           "10.0.0.1",
+		"not an address":                 "not an address",
+	} {
+		if got := remoteHost(addr); got != want {
+			t.Errorf("remoteHost(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+// A retryAfterSeconds too large for a time.Duration (≥ 9.22e9 s) is cut to MaxRetryAfter,
+// in an ERROR event and in a response's Status body alike, never taken as no wait.
+func TestRetryAfterSecondsOverflow(t *testing.T) {
+	for _, secs := range []int{9_223_372_037, 1 << 62, 9_300_000_000} {
+		err := statusEventError(&StatusError{Code: 429, Details: &StatusDetails{RetryAfterSeconds: secs}}, 5*time.Minute)
+		if d, ok := informer.RetryAfterOf(err); !ok || d != 5*time.Minute {
+			t.Errorf("ERROR event with retryAfterSeconds %d: delay %v (%v), want 5m", secs, d, ok)
+		}
+		resp := &http.Response{StatusCode: 429, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(fmt.Sprintf(`{"kind":"Status","code":429,"details":{"retryAfterSeconds":%d}}`, secs)))}
+		if _, d := statusFromResponse(resp, 5*time.Minute); d != 5*time.Minute {
+			t.Errorf("429 with retryAfterSeconds %d: delay %v, want 5m", secs, d)
+		}
 	}
 }

@@ -25,6 +25,12 @@ const (
 	paramAllowBookmarks    = "allowWatchBookmarks"
 	paramSendInitialEvents = "sendInitialEvents"
 
+	// headerBookmarkInterval is the response header of a watch by which a Server tells a
+	// client that asked for bookmarks how often it sends one to an idle watcher, in
+	// seconds (a decimal number): a Client ends the watch after two intervals without a
+	// frame.
+	headerBookmarkInterval = "Informer-Bookmark-Interval"
+
 	// rvMatchNotOlderThan is the only resourceVersionMatch this package sends or serves.
 	rvMatchNotOlderThan = "NotOlderThan"
 
@@ -32,6 +38,11 @@ const (
 	// ends the initial events of a streaming list.
 	initialEventsEnd = "k8s.io/initial-events-end"
 )
+
+// InstanceHeader is the response header in which a Server names its instance: its
+// revisions and continue tokens mean something to that instance only. A Client's SourceID
+// includes it, so that a cache saved from one instance is not restored over another.
+const InstanceHeader = "Informer-Instance"
 
 // The event types of a watch frame.
 const (

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -61,13 +62,15 @@ type ServeOptions struct {
 	// other error 403, each with a Status body. The body says only "unauthorized" or
 	// "forbidden": the error's own text goes to the debug log, never to the caller, unless
 	// the error was made with ClientMessage, whose message is shown. Nil lets every request
-	// through. The caller is identified by its remote IP address for the per-client limits;
-	// use AuthorizeClient to name it.
+	// through. The caller is identified by its remote IP address (an IPv6 address by its
+	// /64) for the per-client limits; use AuthorizeClient to name it.
 	Authorize func(*http.Request) error
 	// AuthorizeClient is Authorize that also names the caller: the identity its per-client
 	// limits (MaxWatchersPerClient, MaxListsPerClient, a Server's paged-list snapshots) are
-	// counted under. An empty name means the remote IP address. When set, Authorize is
-	// not called.
+	// counted under. An empty name means the remote IP address (an IPv6 address's /64).
+	// When set, Authorize is not called. Set it on a server open to untrusted networks:
+	// source addresses are cheap (an IPv6 host has a /64, a botnet many hosts), so
+	// limits per address bound an attacker only as far as its addresses do.
 	AuthorizeClient func(*http.Request) (client string, err error)
 	// Challenge is the WWW-Authenticate header of a 401 answer. Empty means "Bearer".
 	Challenge string
@@ -209,10 +212,15 @@ type core[V any] struct {
 	plainIsBad bool
 	// filters serves filtered lists and watches (a Server's filter indexes); nil: none.
 	filters filterer[V]
+	// bookmarks is the interval of the source's bookmarks to an idle watcher that asked
+	// for them, told to the client in a header; 0: not known (a Handler), not told.
+	bookmarks time.Duration
 	// await, when set, is called with the resourceVersion of a watch or a list (not ""
 	// or "0") before it is served: it waits, bounded, until the source has reached it
 	// (a Server replica behind its client), or returns an error for answerRequestError.
 	await func(ctx context.Context, rev string) error
+	// instance, when set, is sent in InstanceHeader with every response (a Server's).
+	instance string
 
 	authorize         func(*http.Request) (string, error)
 	challenge         string
@@ -242,6 +250,9 @@ type page[V any] struct {
 	rev   string
 	cont  string // "" on the last page
 	items iter.Seq[V]
+	// stale, when set, reports that the page's revision has left the history: the list
+	// is cut, so that a slow reader does not pin an old state.
+	stale func() bool
 }
 
 // slots counts requests in progress, in all and per client, under core.mu.
@@ -446,6 +457,9 @@ func negotiate(accepts []string) (sse, ok bool) {
 
 // ServeHTTP serves one request: auth, validation, then a list or a watch.
 func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.instance != "" {
+		w.Header().Set(InstanceHeader, c.instance)
+	}
 	var client string
 	if c.authorize != nil {
 		var err error
@@ -528,12 +542,24 @@ func (c *core[V]) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // remoteHost is the client identity of a request that Authorize did not name: the
-// remote address without its port.
+// remote IPv4 address, or the /64 of an IPv6 address (a host is given a /64, so one host
+// must not count as many clients).
 func remoteHost(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
 	}
-	return addr
+	ip, err := netip.ParseAddr(host)
+	switch {
+	case err != nil:
+		return host
+	case ip.Is4In6():
+		return ip.Unmap().String()
+	case ip.Is6():
+		p, _ := ip.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return host
 }
 
 // tooMany answers 429 for a request beyond a limit.
@@ -715,6 +741,15 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				}
 				return
 			}
+			if pg.stale != nil && pg.stale() {
+				c.stats.Evicted.Add(1)
+				c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, pg.rev))
+				if started {
+					panic(http.ErrAbortHandler)
+				}
+				c.answerRequestError(w, fmt.Errorf("the list's revision %s left the server's history: %w", pg.rev, informer.ErrExpired))
+				return
+			}
 			if !started {
 				start()
 			}
@@ -848,6 +883,9 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	h.Set("Cache-Control", "no-cache, no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if req.bookmarks && c.bookmarks > 0 {
+		h.Set(headerBookmarkInterval, strconv.FormatFloat(c.bookmarks.Seconds(), 'f', -1, 64))
+	}
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
 	defer c.stats.OpenWatches.Add(-1)

@@ -87,7 +87,10 @@ type ServerOptions[V any] struct {
 	PagedListsPerClient int
 	// BookmarkInterval is how often an idle watcher that asked for bookmarks
 	// (allowWatchBookmarks=true) is sent one at the newest revision, so that it can
-	// resume from there. 0 means DefaultBookmarkInterval; negative means no bookmarks.
+	// resume from there. The watch's response tells the interval (header
+	// Informer-Bookmark-Interval, in seconds), and a Client ends a watch that goes two
+	// intervals without a frame: a server gone silent is noticed within two intervals.
+	// 0 means DefaultBookmarkInterval; negative means no bookmarks.
 	BookmarkInterval time.Duration
 	// QueueLength is the length of the queue of the handler the server registers on the
 	// informer (informer.HandlerOptions.QueueLength); the handler coalesces per key when it
@@ -121,8 +124,19 @@ type ServerOptions[V any] struct {
 // (BenchmarkWatcherCost), plus a pooled 32 KiB write buffer while it has something to
 // send, whatever the rate of changes; the
 // memory of the server is the state, the history (bounded by HistoryLimit and
-// HistoryBytes) and the snapshots of paged lists in progress (PagedLists). Encoding is
-// done once per change, not once per watcher.
+// HistoryBytes) and the snapshots of lists in progress. Encoding is done once per change,
+// not once per watcher.
+//
+// Lists in progress. A list (paged or not, or the initial events of a streaming list)
+// reads a copy-on-write snapshot of the state, which costs nothing until the state
+// changes, then keeps the earlier version of each object changed since. A list is cut when
+// its revision leaves the history — a page being sent has its connection closed, a later
+// page's continue token is answered 410, a streaming list is sent an ERROR event (410) —
+// and counted in Stats.Evicted, however fast its reader reads. So all lists in progress
+// together, whatever their number, pin at most the earlier versions of the objects changed
+// within the history: at most HistoryLimit objects, about HistoryBytes when objects keep
+// their size. A reader slower than the history's span (HistoryLimit changes at the rate
+// of changes) should ask for pages.
 //
 // Revisions. When the informer's source has ordered revisions (it implements
 // informer.RevisionComparer, as source/memory and source/etcd do), the Server serves the
@@ -237,6 +251,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		}),
 		synced: make(chan struct{}),
 	}
+	s.core.instance = tag
 	var head atomic.Int64
 	if order := inf.RevisionComparer(); order != nil {
 		s.up = newUpstreamRevisions(order, tag, &head)
@@ -269,6 +284,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
 	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
+	s.core.bookmarks = bookmarks
 	s.core.replayOnEmpty = true
 	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
@@ -701,7 +717,7 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 			return page[*record[K]]{}, &requestError{fmt.Errorf("resourceVersion %s is newer than the server's newest revision %s: %w", req.rv, s.wire(rev), informer.ErrExpired)}
 		}
 	}
-	pg := page[*record[K]]{rev: s.wire(rev)}
+	pg := page[*record[K]]{rev: s.wire(rev), stale: s.staleAt(rev)}
 	if req.limit <= 0 || int64(tree.Len()) <= req.limit {
 		pg.items = func(yield func(*record[K]) bool) { tree.Ascend(func(_ K, r *record[K]) bool { return yield(r) }) }
 		return pg, nil
@@ -744,13 +760,18 @@ func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
 		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q is not the next page of its list: %w", req.cont, informer.ErrExpired)}
 	}
 	items := p.take(limit)
-	pg := page[*record[K]]{rev: s.wire(p.rev), items: slices.Values(items)}
+	pg := page[*record[K]]{rev: s.wire(p.rev), items: slices.Values(items), stale: s.staleAt(p.rev)}
 	if p.more {
 		pg.cont = s.token(p)
 	} else {
 		s.pins.remove(p)
 	}
 	return pg, nil
+}
+
+// staleAt returns a check that the log revision rev has left the history.
+func (s *Server[K, V]) staleAt(rev int64) func() bool {
+	return func() bool { return rev < s.src.CompactedRevision() }
 }
 
 func (s *Server[K, V]) wire(rev int64) string {

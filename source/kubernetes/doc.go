@@ -71,6 +71,11 @@
 // versions; apimachinery's resourceversion.CompareResourceVersion). Aggregated APIs served
 // by other servers may use revisions of another shape: use Source.Unordered for them.
 //
+// A Source's identity (informer.SourceIdentifier, used by warm restarts) is
+// Options.Cluster, the resource, NewDynamic's namespace and the selectors; set
+// Options.Cluster with ClusterID so that a cache saved from one cluster is never
+// restored over another.
+//
 // # Memory
 //
 // Objects from a list are copied out of the list's Items slice one by one, so that the

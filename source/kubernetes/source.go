@@ -2,8 +2,10 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 // Client is the part of a client-go client that a Source uses: the List and Watch of one
@@ -48,6 +51,12 @@ type Options struct {
 	// client-go's IsWatchListSemanticsUnSupported marker, such as the fake dynamic client
 	// given to NewDynamic, turns streaming lists off by itself.
 	DisableStreamingList bool
+	// Cluster names the cluster the client talks to, for the Source's identity
+	// (SourceID), so that a warm restart (informer.Options.Persist) never restores a
+	// cache saved from another cluster: ClusterID(restConfig) does, and for a typed
+	// client scoped to a namespace add the namespace (NewDynamic adds its own). Empty:
+	// the identity names the resource and the selectors only.
+	Cluster string
 }
 
 // Source is an informer.ListerWatcher over one Kubernetes resource, as objects of type V
@@ -59,6 +68,7 @@ type Source[V metav1.Object] struct {
 	list      func(ctx context.Context, opts metav1.ListOptions) ([]V, metav1.ListInterface, error)
 	watch     func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	resource  string // names the resource in errors
+	namespace string // NewDynamic's, for SourceID
 	opts      Options
 	streaming bool
 }
@@ -68,6 +78,31 @@ var (
 	_ informer.RevisionComparer                          = (*Source[*unstructured.Unstructured])(nil)
 	_ informer.StreamingLister                           = (*Source[*unstructured.Unstructured])(nil)
 )
+
+// ClusterID identifies the cluster cfg talks to, for Options.Cluster: its host and a
+// SHA-256 of its certificate authority (CAData, or CAFile's content), so that another
+// cluster behind the same address (recreated, with a new CA) is another cluster.
+func ClusterID(cfg *rest.Config) string {
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		b, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return cfg.Host + " ca file " + cfg.CAFile
+		}
+		ca = b
+	}
+	if len(ca) == 0 {
+		return cfg.Host
+	}
+	return fmt.Sprintf("%s ca sha256:%x", cfg.Host, sha256.Sum256(ca))
+}
+
+// SourceID implements informer.SourceIdentifier without a request: Options.Cluster, the
+// resource, NewDynamic's namespace and the selectors.
+func (s *Source[V]) SourceID(context.Context) (string, error) {
+	return fmt.Sprintf("kubernetes cluster %q resource %s namespace %q labels %q fields %q",
+		s.opts.Cluster, s.resource, s.namespace, s.opts.LabelSelector, s.opts.FieldSelector), nil
+}
 
 // New returns a Source over a typed client-go client, for example
 //
@@ -99,7 +134,12 @@ func NewDynamic(client dynamic.Interface, gvr schema.GroupVersionResource, names
 	if watchListUnsupported(client) {
 		opts.DisableStreamingList = true
 	}
-	return newSource[*unstructured.Unstructured, unstructured.Unstructured](rc, name, opts)
+	s, err := newSource[*unstructured.Unstructured, unstructured.Unstructured](rc, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.namespace = namespace
+	return s, nil
 }
 
 func newSource[V interface {

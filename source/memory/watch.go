@@ -42,7 +42,9 @@ var ErrWatchStopped = errors.New("memory: watch stopped")
 //   - ctx is done: ctx.Err();
 //   - opts.Timeout (if > 0) has passed on the Options clock: io.EOF;
 //   - DropWatches is called: its error, io.EOF for nil;
-//   - the next event to deliver was compacted away: an error matching informer.ErrExpired.
+//   - the next event to deliver was compacted away, or the first change after the
+//     initial events was while some of them were still to deliver (a slow reader would
+//     otherwise pin the old state): an error matching informer.ErrExpired.
 //
 // The consumer then watches again from the last revision it received. Stop is idempotent
 // and releases the watch's timers; a stream that ended keeps its first error.
@@ -192,6 +194,12 @@ func (w *watch[K, V]) nextLocked() (ev informer.Event[V], err error, ok bool) {
 	default:
 	}
 	w.initialMore = false
+	if len(w.initial) > 0 && w.pos < s.compacted {
+		// The changes after the initial state have left the history: the watch could not
+		// resume after them, and would pin the state it started from meanwhile.
+		w.endLocked(fmt.Errorf("memory: watch's initial events outlived the history: %w", compactedError(w.pos+1, s.compacted)))
+		return ev, w.err, true
+	}
 	if len(w.initial) > 0 {
 		ev = informer.Event[V]{Type: informer.Added, Object: w.initial[0], Revision: w.initialRev}
 		var zero V
