@@ -454,11 +454,11 @@ func (inf *Informer[K, V]) listPage(items []V) {
 	inf.handed += n
 }
 
-// listAborted says that the list whose pages listPage saw failed; the next list starts
-// afresh.
-func (inf *Informer[K, V]) listAborted() {
+// listAborted says that the list whose pages listPage saw failed, at revision rev; the
+// next list starts afresh.
+func (inf *Informer[K, V]) listAborted(rev string) {
 	if inf.handed > 0 {
-		inf.fifo.abortFirst()
+		inf.fifo.abortFirst(rev)
 	}
 	inf.handed = 0
 }
