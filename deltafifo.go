@@ -45,9 +45,12 @@ type delta[V any] struct {
 	finalStateUnknown bool
 	// initial: an object of the informer's first list. Only such a delta makes an add
 	// that handlers are told is part of the initial state.
-	initial  bool
-	object   V
-	revision string
+	initial bool
+	// unchanged: a Replaced delta of a list at the revision the cached object was listed
+	// at (the retry of a first list whose pages were applied): a resync, not an update.
+	unchanged bool
+	object    V
+	revision  string
 	// prepared: the store prepared the object as it was queued (see addPrepared). The
 	// list keeps the hint of its newest prepared delta.
 	prepared bool
@@ -161,6 +164,7 @@ type deltaFIFO[K comparable, V any] struct {
 
 	wholeFirst bool               // queue a first list into an empty queue and cache by pages
 	firstOpen  bool               // pages of a first list are being queued; its last is to come
+	abortedRev string             // the revision of an aborted first list's pages, the whole cache
 	bulks      []*firstList[K, V] // pages of a first list not yet popped; popped before any key
 	spare      []delta[V]         // room for lists past their inline deltas; see spareDeltas
 
@@ -280,6 +284,7 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	if f.firstOpen || (!f.populated && f.canStartFirst()) {
 		// The last page of a first list queued by pages, or a first list in one page.
 		f.firstOpen = false
+		f.abortedRev = ""
 		f.bulks = append(f.bulks, &firstList[K, V]{keys: keys, objs: objs, rev: rev, last: true})
 		f.lastRev = rev
 		f.wmDirty = true
@@ -295,10 +300,14 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 		return errFIFOClosed
 	}
 	initial := !f.populated
+	// After an aborted first list nothing but its pages reached the cache: a list at the
+	// same revision finds those objects unchanged.
+	unchanged := f.abortedRev != "" && f.abortedRev == rev
+	f.abortedRev = ""
 	listed := make(map[K]struct{}, len(keys))
 	for i, k := range keys {
 		listed[k] = struct{}{}
-		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial})
+		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial, unchanged: unchanged})
 	}
 	// Keys only queued: client-go forgets those, so a key added and then gone during a
 	// disconnect would never be deleted.
@@ -365,12 +374,14 @@ func (f *deltaFIFO[K, V]) takesPagesLocked() bool {
 }
 
 // abortFirst ends a first list whose pages were being queued without its last page (the
-// list failed). The pages queued are applied; the next list is queued per key, against
-// the cache they left, so that what it lacks is deleted.
-func (f *deltaFIFO[K, V]) abortFirst() {
+// list failed); rev is the revision of its pages. The pages queued are applied; the next
+// list is queued per key, against the cache they left, so that what it lacks is deleted,
+// and, if it is at rev too, what it lists again is unchanged: a resync, not an update.
+func (f *deltaFIFO[K, V]) abortFirst(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.firstOpen = false
+	f.abortedRev = rev
 }
 
 // canStartFirst reports whether a first list may be queued by pages: nothing is queued,

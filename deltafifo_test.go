@@ -371,7 +371,7 @@ func TestDeltaFIFO_FirstListAbortedAfterPages(t *testing.T) {
 	f := newDeltaFIFO[string, string](known, 0)
 	f.wholeFirst = true
 	f.firstPage([]string{"a", "b"}, []string{"a1", "b1"})
-	f.abortFirst()
+	f.abortFirst("1")
 	got, _, _ := popAll(t, f)
 	equal(t, got, []string{"page:a=a1,b=b1"})
 	known["a"], known["b"] = "a1", "b1"

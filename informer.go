@@ -87,6 +87,14 @@ type Options[K comparable, V any] struct {
 	// and a larger batch shares that cost among more changes.
 	MaxBatch int
 
+	// StopTimeout bounds how long Run waits, once its context is done, for handler calls
+	// in progress to return. A handler that has not returned by then is named in a Warn
+	// log with the key of its call, and Run returns anyway: that handler's goroutine is
+	// left running until the call returns (Go cannot stop it), and then exits without
+	// calling the handler again. 0 means 10 seconds; negative means no bound (Run waits
+	// for every handler, as client-go does).
+	StopTimeout time.Duration
+
 	// Persist, when set, makes restarts warm (package persist implements it with a
 	// snapshot file). Run first loads the saved state: if there is one and the Persister
 	// accepts it, the cache is filled with it in one write, handlers receive each object as
@@ -182,6 +190,9 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	case opts.PageSize < 0:
 		opts.PageSize = 0
 	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 10 * time.Second
+	}
 	if opts.MinWatchTimeout <= 0 {
 		opts.MinWatchTimeout = 5 * time.Minute
 	}
@@ -275,7 +286,9 @@ var ErrStopped = errors.New("informer: stopped")
 var ErrAlreadyStarted = errors.New("informer: already started")
 
 // Run lists and watches the source and delivers notifications until ctx is done; then it
-// stops every goroutine it started, handlers included, and returns. It returns
+// stops every goroutine it started, handlers included, and returns. It waits at most
+// Options.StopTimeout for handler calls in progress: a handler that does not return is
+// named in a Warn log and its goroutine left running until its call returns. It returns
 // ErrAlreadyStarted if the informer has run before.
 func (inf *Informer[K, V]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
@@ -304,7 +317,10 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 
 	// The handlers stop strictly after the pipeline that feeds them.
 	inf.stopped.Store(true)
-	inf.proc.stop()
+	inf.proc.stop(inf.opts.StopTimeout, func(handler string, key K) {
+		inf.logger.Warn("a handler did not return after the informer stopped; Run returns, and the handler's goroutine stays until its call returns",
+			"handler", handler, "key", key, "stop_timeout", inf.opts.StopTimeout)
+	})
 	inf.wmMu.Lock()
 	if inf.wmCh != nil {
 		close(inf.wmCh)
@@ -456,11 +472,11 @@ func (inf *Informer[K, V]) listPage(items []V) {
 	inf.handed += n
 }
 
-// listAborted says that the list whose pages listPage saw failed; the next list starts
-// afresh.
-func (inf *Informer[K, V]) listAborted() {
+// listAborted says that the list whose pages listPage saw failed, at revision rev; the
+// next list starts afresh.
+func (inf *Informer[K, V]) listAborted(rev string) {
 	if inf.handed > 0 {
-		inf.fifo.abortFirst()
+		inf.fifo.abortFirst(rev)
 	}
 	inf.handed = 0
 }

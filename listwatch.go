@@ -28,11 +28,12 @@ type ListerWatcher[V any] interface {
 	// revision is no longer available the source returns an error that matches ErrExpired,
 	// either from Watch itself or from Watch.Next.
 	//
-	// A revision newer than any the source has reached is refused the same way, never
-	// waited for: it comes from another history (a replaced cluster, a reset server, a
-	// state saved from another source), and a watch that waited for it would keep the
-	// other history's objects. List refuses a ListOptions.Revision it has not reached
-	// likewise (or answers a list at least as fresh once it has reached it).
+	// A revision newer than any the source has reached is refused the same way, not
+	// waited for without bound: it comes from another history (a replaced cluster, a
+	// reset server, a state saved from another source), and a watch that waited for it
+	// would keep the other history's objects. (A source whose replicas may lag may first
+	// wait a bounded time for the revision.) List refuses a ListOptions.Revision it has
+	// not reached likewise.
 	Watch(ctx context.Context, opts WatchOptions) (Watch[V], error)
 }
 

@@ -228,6 +228,11 @@ type listener[K comparable, V any] struct {
 	nextResync   time.Time
 	syncing      bool
 
+	// the call in progress, for the stop's report of a handler that does not return
+	callMu  sync.Mutex
+	calling bool
+	callKey K
+
 	synced    atomic.Bool
 	syncedCh  chan struct{}
 	delivered atomic.Uint64
@@ -615,7 +620,14 @@ func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notific
 // deliver calls the handler; a panic is recovered, counted and reported, and the
 // notification is skipped (by choice: the process survives).
 func (l *listener[K, V]) deliver(n *notification[K, V], rev string) {
+	l.callMu.Lock()
+	l.calling, l.callKey = true, n.key
+	l.callMu.Unlock()
 	defer func() {
+		l.callMu.Lock()
+		var zero K
+		l.calling, l.callKey = false, zero
+		l.callMu.Unlock()
 		if r := recover(); r != nil {
 			l.panics.Add(1)
 			if l.onPanic != nil {
@@ -939,13 +951,42 @@ func (p *processor[K, V]) abortWaits() {
 }
 
 // stop stops every listener (what is still queued is dropped) and waits for their
-// goroutines; later adds fail with ErrStopped.
-func (p *processor[K, V]) stop() {
+// goroutines, at most bound (no bound if bound <= 0); later adds fail with ErrStopped. If
+// the bound passes first, stuck is called for each listener still in a handler call, with
+// the handler's name and the key of the call, and stop returns: the goroutines of those
+// handlers are left running, and return once their call does.
+func (p *processor[K, V]) stop(bound time.Duration, stuck func(handler string, key K)) {
 	p.mu.Lock()
 	p.stopped = true
-	for _, l := range p.listeners {
+	ls := slices.Clone(p.listeners)
+	for _, l := range ls {
 		l.stop()
 	}
 	p.mu.Unlock()
-	p.wg.Wait()
+	if bound <= 0 {
+		p.wg.Wait()
+		return
+	}
+	waited := make(chan struct{})
+	go func() { p.wg.Wait(); close(waited) }() // returns once every handler call has
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-waited:
+		return
+	case <-t.C:
+	}
+	for _, l := range ls {
+		select {
+		case <-l.done:
+			continue
+		default:
+		}
+		l.callMu.Lock()
+		calling, key := l.calling, l.callKey
+		l.callMu.Unlock()
+		if calling {
+			stuck(l.opts.Name, key)
+		}
+	}
 }

@@ -164,9 +164,10 @@ func (b *backoff) prompt() time.Duration {
 type reflectorSink[V any] interface {
 	replace(items []V, rev string) error
 	// listPage sees each page of a paged list but the last as it is read, which then
-	// comes with the whole list in replace; listAborted says that the list failed.
+	// comes with the whole list in replace; listAborted says that the list failed, and
+	// the revision its pages were at ("" if none was read).
 	listPage(items []V)
-	listAborted()
+	listAborted(rev string)
 	event(ev Event[V], more bool) error // Added, Modified, Deleted; more: see BatchedWatch
 	bookmark(rev string)
 	resync() error
@@ -550,13 +551,13 @@ func (r *reflector[V]) listAt(ctx context.Context, opts ListOptions) ([]V, strin
 
 // listPages reads every page of one list with the given page size (0: one request).
 func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit int64) (_ []V, _ string, err error) {
+	rev := ""
 	defer func() {
 		if err != nil {
-			r.sink.listAborted()
+			r.sink.listAborted(rev)
 		}
 	}()
 	var items []V
-	rev := ""
 	opts.Limit = limit
 	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
 	// the last power of two is a cycle (a repeat is a cycle of length 1).

@@ -273,8 +273,8 @@ func (w *writeBatch[K, V]) noteFor(key K, d *delta[V], old V, existed bool) noti
 	case !existed:
 		return notification[K, V]{kind: notifyAdd, key: key, new: d.object, initial: d.initial}
 	}
-	sync := d.typ == deltaSync
-	if d.typ == deltaReplaced && w.sameRevision != nil {
+	sync := d.typ == deltaSync || d.unchanged
+	if d.typ == deltaReplaced && w.sameRevision != nil && !sync {
 		sync = w.sameRevision(old, d.object)
 	}
 	return notification[K, V]{kind: notifyUpdate, key: key, old: old, new: d.object, sync: sync}

@@ -79,14 +79,18 @@ func benchOpts(f informer.Persister[string, *item]) informer.Options[string, *it
 	}
 }
 
-// saved returns a File in a new directory holding a snapshot of src.
-func saved(b *testing.B, src *memory.Source[string, *item], codec persist.Codec[*item]) *persist.File[string, *item] {
+// saved returns a File in a new directory holding a snapshot of src, read through lw
+// (src itself when nil): the snapshot records lw's identity.
+func saved(b *testing.B, src *memory.Source[string, *item], lw informer.ListerWatcher[*item], codec persist.Codec[*item]) *persist.File[string, *item] {
 	b.Helper()
 	f, err := persist.New[string, *item](b.TempDir(), persist.Options[*item]{Interval: -1, Codec: codec})
 	if err != nil {
 		b.Fatal(err)
 	}
-	inf, err := informer.New(src, benchOpts(f))
+	if lw == nil {
+		lw = src
+	}
+	inf, err := informer.New(lw, benchOpts(f))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,8 +143,10 @@ func BenchmarkLoad(b *testing.B) {
 
 func benchLoad(b *testing.B, codec persist.Codec[*item]) {
 	n := benchObjects(b)
-	f := saved(b, benchSource(n), codec)
-	desc := informer.PersistedCache{Informer: "informer", Indexes: []string{"group"}}
+	src := benchSource(n)
+	f := saved(b, src, nil, codec)
+	id, _ := src.SourceID(context.Background())
+	desc := informer.PersistedCache{Informer: "informer", Type: "*github.com/informer-go/informer/persist_test.item", Source: id, Indexes: []string{"group"}}
 	st, _ := os.Stat(f.Path(desc))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -244,8 +250,14 @@ func peakHeap() (stop func() uint64) {
 func BenchmarkWarmStart(b *testing.B) {
 	n := benchObjects(b)
 	src := benchSource(n)
-	f := saved(b, src, nil)
-	fb := saved(b, src, binaryCodec)
+	srv := httptest.NewServer(httpsource.NewHandler[*item](src, httpsource.HandlerOptions[*item]{}))
+	defer srv.Close()
+	client, err := httpsource.NewClient[*item](srv.URL, httpsource.ClientOptions[*item]{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := saved(b, src, client.Ordered(), nil) // ordered, for WaitForRevision
+	fb := saved(b, src, client.Ordered(), binaryCodec)
 	for i := range 100 { // changes while the process was down
 		it := *benchItem(i)
 		it.Group = "changed"
@@ -257,8 +269,6 @@ func BenchmarkWarmStart(b *testing.B) {
 		}
 	}()
 	ct := &countingTransport{}
-	srv := httptest.NewServer(httpsource.NewHandler[*item](src, httpsource.HandlerOptions[*item]{}))
-	defer srv.Close()
 	last := benchItem(99).Name
 
 	for _, mode := range []string{"cold", "warm", "warm-binary"} {

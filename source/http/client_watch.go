@@ -328,7 +328,7 @@ func statusEventError(se *StatusError, maxRetryAfter time.Duration) error {
 	}
 	var d time.Duration
 	if se.Details != nil && se.Details.RetryAfterSeconds > 0 {
-		d = min(time.Duration(se.Details.RetryAfterSeconds)*time.Second, maxRetryAfter)
+		d = secondsUpTo(se.Details.RetryAfterSeconds, maxRetryAfter)
 	}
 	return withRetryAfter(se, d)
 }

@@ -163,9 +163,17 @@ func statusFromResponse(resp *http.Response, maxRetryAfter time.Duration) (*Stat
 	se.Body = body
 	d, _ := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if d == 0 && se.Details != nil && se.Details.RetryAfterSeconds > 0 {
-		d = time.Duration(se.Details.RetryAfterSeconds) * time.Second
+		d = secondsUpTo(se.Details.RetryAfterSeconds, maxRetryAfter)
 	}
 	return se, min(d, maxRetryAfter)
+}
+
+// secondsUpTo is n seconds (n > 0), or limit if that is longer, without overflow.
+func secondsUpTo(n int, limit time.Duration) time.Duration {
+	if int64(n) > int64(limit/time.Second) {
+		return limit
+	}
+	return min(time.Duration(n)*time.Second, limit)
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.
