@@ -3,7 +3,6 @@ module github.com/informer-go/informer
 go 1.26.0
 
 require (
-	github.com/google/btree v1.1.3
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.22.0

@@ -900,12 +900,12 @@ type Stats struct {
 
 	// ListDuration is the distribution of list attempts' durations in seconds, failed ones
 	// and streaming lists included.
-	ListDuration HistogramSnapshot
+	ListDuration Histogram
 	// ListItems is the distribution of the objects per successful list.
-	ListItems HistogramSnapshot
+	ListItems Histogram
 	// WatchDuration is the distribution of how long watches stayed open in seconds, from
 	// the request to the end.
-	WatchDuration HistogramSnapshot
+	WatchDuration Histogram
 }
 
 // counters are the live counters behind Stats, updated atomically by the informer's
@@ -944,9 +944,9 @@ func (s *counters) snapshot() Stats {
 		DecodeErrors: s.DecodeErrors.Load(), SourceErrors: s.SourceErrors.Load(),
 		HandlerPanics: s.HandlerPanics.Load(), OtherErrors: s.OtherErrors.Load(),
 		Applied:       s.Applied.Load(),
-		ListDuration:  s.ListDuration.Snapshot(),
-		ListItems:     s.ListItems.Snapshot(),
-		WatchDuration: s.WatchDuration.Snapshot(),
+		ListDuration:  Histogram(s.ListDuration.Snapshot()),
+		ListItems:     Histogram(s.ListItems.Snapshot()),
+		WatchDuration: Histogram(s.WatchDuration.Snapshot()),
 	}
 }
 

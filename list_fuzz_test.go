@@ -127,9 +127,9 @@ func FuzzListPages(f *testing.F) {
 				mu.Unlock()
 				if first {
 					// The watch after the fuzzed list expires once released: a relist follows.
-					return &expiringWatch{ctx: ctx, release: release}, nil
+					return expiringWatch(ctx, release), nil
 				}
-				return &scriptedWatch{ctx: ctx, events: make(chan Event[string])}, nil
+				return ChanWatch[string](ctx, nil, nil), nil
 			},
 		}
 		inf, err := New[string, string](lw, Options[string, string]{
@@ -183,19 +183,14 @@ func FuzzListPages(f *testing.F) {
 	})
 }
 
-// expiringWatch fails with ErrExpired once released.
-type expiringWatch struct {
-	ctx     context.Context
-	release chan struct{}
+// expiringWatch returns a watch that fails with ErrExpired once release is closed.
+func expiringWatch(ctx context.Context, release <-chan struct{}) Watch[string] {
+	return FuncWatch(func() (Event[string], error) {
+		select {
+		case <-release:
+			return Event[string]{}, ErrExpired
+		case <-ctx.Done():
+			return Event[string]{}, ctx.Err()
+		}
+	}, nil)
 }
-
-func (w *expiringWatch) Next() (Event[string], error) {
-	select {
-	case <-w.release:
-		return Event[string]{}, ErrExpired
-	case <-w.ctx.Done():
-		return Event[string]{}, w.ctx.Err()
-	}
-}
-
-func (w *expiringWatch) Stop() {}

@@ -4,12 +4,24 @@ import (
 	"github.com/informer-go/informer/internal/histogram"
 )
 
-// HistogramSnapshot is a histogram's content at one moment: Stats and HandlerStats carry
-// them, and the metrics package exports them as Prometheus histograms. Bounds are the
-// bucket upper bounds, increasing (nil for a histogram not kept); Counts the observations
-// per bucket, not cumulative, with a last one for +Inf; Count and Sum the number and sum
-// of all observations. Cumulative returns the counts as Prometheus reports them.
-type HistogramSnapshot = histogram.Snapshot
+// Histogram is a histogram's content at one moment: Stats and HandlerStats carry them, and
+// the metrics package exports them as Prometheus histograms. It is a value the informer
+// copies out when asked; changing it changes nothing in the informer.
+type Histogram struct {
+	// Bounds are the buckets' upper bounds, increasing; nil for a histogram not kept.
+	Bounds []float64
+	// Counts are the observations per bucket, not cumulative: len(Bounds)+1 of them, the
+	// last one for the observations above every bound (+Inf).
+	Counts []uint64
+	// Count is the number of observations in all.
+	Count uint64
+	// Sum is the sum of all observations.
+	Sum float64
+}
+
+// Cumulative returns the number of observations ≤ each bound, as Prometheus histograms
+// report them (the +Inf bucket is Count). It allocates a map of len(Bounds) entries.
+func (h Histogram) Cumulative() map[float64]uint64 { return histogram.Snapshot(h).Cumulative() }
 
 // AfterStop arranges for f to run once the informer has stopped: when Run returns, after
 // every handler goroutine has returned. If the informer has stopped already f runs at once,

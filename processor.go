@@ -186,7 +186,7 @@ type HandlerStats struct {
 	Panics uint64
 	// Latency is the distribution of the time notifications waited in the queue, in
 	// seconds; empty (nil Bounds) unless HandlerOptions.MeasureLatency is set.
-	Latency HistogramSnapshot
+	Latency Histogram
 }
 
 // listener delivers to one handler: the informer appends to pending; the listener's
@@ -369,7 +369,7 @@ func (l *listener[K, V]) stats() HandlerStats {
 		Coalesced: l.coalesce.Load(),
 		Blocked:   l.blocked.Load(),
 		Panics:    l.panics.Load(),
-		Latency:   l.latency.Snapshot(),
+		Latency:   Histogram(l.latency.Snapshot()),
 	}
 }
 

@@ -100,27 +100,8 @@ func (w *sliceWatch) Stop() {
 	}
 }
 
-// idleWatch delivers nothing until it is stopped or its context ends.
-type idleWatch struct {
-	ctx  context.Context
-	once sync.Once
-	stop chan struct{}
-}
-
-func newIdleWatch(ctx context.Context) *idleWatch {
-	return &idleWatch{ctx: ctx, stop: make(chan struct{})}
-}
-
-func (w *idleWatch) Next() (Event[*string], error) {
-	select {
-	case <-w.ctx.Done():
-		return Event[*string]{}, w.ctx.Err()
-	case <-w.stop:
-		return Event[*string]{}, io.EOF
-	}
-}
-
-func (w *idleWatch) Stop() { w.once.Do(func() { close(w.stop) }) }
+// newIdleWatch returns a watch that delivers nothing until it is stopped or ctx ends.
+func newIdleWatch(ctx context.Context) Watch[*string] { return ChanWatch[*string](ctx, nil, nil) }
 
 // runBadSource runs an informer over lw and returns it, its reported errors and a stop.
 func runBadSource(t *testing.T, lw ListerWatcher[*string]) (*Informer[string, *string], *errList, *calls) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"runtime"
 	"slices"
@@ -28,38 +27,7 @@ func (s *scripted) List(ctx context.Context, opts ListOptions) (List[string], er
 }
 
 func (s *scripted) Watch(ctx context.Context, opts WatchOptions) (Watch[string], error) {
-	return &scriptedWatch{ctx: ctx, events: s.events}, nil
-}
-
-type scriptedWatch struct {
-	ctx    context.Context
-	events chan Event[string]
-	once   sync.Once
-	stop   chan struct{}
-}
-
-func (w *scriptedWatch) Next() (Event[string], error) {
-	w.once.Do(func() { w.stop = make(chan struct{}) })
-	select {
-	case ev, ok := <-w.events:
-		if !ok {
-			return ev, io.EOF
-		}
-		return ev, nil
-	case <-w.ctx.Done():
-		return Event[string]{}, w.ctx.Err()
-	case <-w.stop:
-		return Event[string]{}, io.EOF
-	}
-}
-
-func (w *scriptedWatch) Stop() {
-	w.once.Do(func() { w.stop = make(chan struct{}) })
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
+	return ChanWatch(ctx, s.events, nil), nil
 }
 
 // The order of notifications end to end on a scripted source: the handler sees the list, then each event, in
@@ -124,7 +92,7 @@ func TestReflector_MalformedPageRelists(t *testing.T) {
 			}
 		},
 		WatchFunc: func(ctx context.Context, opts WatchOptions) (Watch[string], error) {
-			return &scriptedWatch{ctx: ctx, events: make(chan Event[string])}, nil
+			return ChanWatch[string](ctx, nil, nil), nil
 		},
 	}
 	var errsMu sync.Mutex

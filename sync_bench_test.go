@@ -38,7 +38,7 @@ func BenchmarkInitialSync(b *testing.B) {
 			return l, nil
 		},
 		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*benchObj], error) {
-			return blockingWatch[*benchObj]{ctx}, nil
+			return informer.ChanWatch[*benchObj](ctx, nil, nil), nil
 		},
 	}
 	b.ReportAllocs()
@@ -59,16 +59,6 @@ func BenchmarkInitialSync(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/object")
 }
 
-// blockingWatch is a watch that sends nothing until its context ends.
-type blockingWatch[V any] struct{ ctx context.Context }
-
-func (w blockingWatch[V]) Next() (informer.Event[V], error) {
-	<-w.ctx.Done()
-	return informer.Event[V]{}, w.ctx.Err()
-}
-
-func (w blockingWatch[V]) Stop() {}
-
 // A key listed twice in a first list: an initial add, then an update by the later
 // object, as for any list, and the cache keeps the later one.
 func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
@@ -77,7 +67,7 @@ func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
 			return informer.List[*obj]{Items: []*obj{newObj("b", "g", "1"), newObj("a", "g", "1"), newObj("b", "g", "2")}, Revision: "3"}, nil
 		},
 		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
-			return blockingWatch[*obj]{ctx}, nil
+			return informer.ChanWatch[*obj](ctx, nil, nil), nil
 		},
 	}
 	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr})
@@ -108,7 +98,7 @@ func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
 			}
 		},
 		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
-			return blockingWatch[*obj]{ctx}, nil
+			return informer.ChanWatch[*obj](ctx, nil, nil), nil
 		},
 	}
 	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, PageSize: 2, Backoff: fastBackoff, ErrorHandler: func(error) {}})

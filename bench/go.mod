@@ -3,6 +3,7 @@ module github.com/informer-go/informer/bench
 go 1.26.0
 
 require (
+	github.com/google/btree v1.1.3
 	github.com/informer-go/informer v0.0.0-20261124160439-97e86846a3cf
 	github.com/informer-go/informer/source/kubernetes v0.0.0-20261124160439-97e86846a3cf
 	gonum.org/v1/plot v0.15.2

@@ -54,15 +54,15 @@ type Options[K comparable] struct {
 	QueueMetrics workqueue.MetricsProvider
 }
 
-// ErrAlreadyStarted is returned by Start, For and Watch once Start has been called.
+// ErrAlreadyStarted is returned by Start, For and Watches once Start has been called.
 var ErrAlreadyStarted = errors.New("controller: already started")
 
-// ErrShutDown is returned by Start, For and Watch after Shutdown was called on a controller
+// ErrShutDown is returned by Start, For and Watches after Shutdown was called on a controller
 // that had not been started.
 var ErrShutDown = errors.New("controller: shut down")
 
 // Controller reconciles keys of type K: its handlers queue the keys of the objects that
-// change in the informers it watches (see For and Watch), and its workers call the
+// change in the informers it watches (see For and Watches), and its workers call the
 // Reconciler for each. See the package documentation for the guarantees.
 //
 // A Controller runs once: Start may be called only once.

@@ -671,8 +671,8 @@ func TestStartOnce(t *testing.T) {
 	if err := c.Start(context.Background()); !errors.Is(err, ErrShutDown) {
 		t.Fatalf("Start after Shutdown: %v", err)
 	}
-	if err := Watch(c, inf, func(o *obj) []string { return nil }); !errors.Is(err, ErrShutDown) {
-		t.Fatalf("Watch after Shutdown: %v", err)
+	if err := Watches(c, inf, func(o *obj) []string { return nil }); !errors.Is(err, ErrShutDown) {
+		t.Fatalf("Watches after Shutdown: %v", err)
 	}
 	if _, err := New[string](nil, Options[string]{}); err == nil {
 		t.Fatal("New accepted a nil Reconciler")
@@ -700,10 +700,10 @@ func TestStoppedInformer(t *testing.T) {
 	}
 }
 
-// TestWatchMapsAndFilters: Watch maps objects to their owners' keys, an update queues the
+// TestWatchesMapsAndFilters: Watches maps objects to their owners' keys, an update queues the
 // old owner and the new, and predicates drop notifications. One worker, so the order of
 // the reconciles is the order of the notifications.
-func TestWatchMapsAndFilters(t *testing.T) {
+func TestWatchesMapsAndFilters(t *testing.T) {
 	src := newSource()
 	src.Put(&obj{Name: "x", Owner: "A"})
 	src.Put(&obj{Name: "y", Owner: "B"})
@@ -725,7 +725,7 @@ func TestWatchMapsAndFilters(t *testing.T) {
 		return []string{o.Owner}
 	}
 	genChanged := PredicateFuncs[*obj]{UpdateFunc: func(old, new *obj) bool { return old.Gen != new.Gen }}
-	if err := Watch(c, inf, owner, genChanged); err != nil {
+	if err := Watches(c, inf, owner, genChanged); err != nil {
 		t.Fatal(err)
 	}
 	start(t, c)

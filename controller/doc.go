@@ -12,7 +12,7 @@
 //	if err != nil { ... }
 //	// Reconcile every config under its own key, and its team when one of its members changes.
 //	controller.For(c, configs, func(cfg *Config) (string, error) { return cfg.Name, nil })
-//	controller.Watch(c, members, func(m *Member) []string { return configsOfTeam(m.Team) })
+//	controller.Watches(c, members, func(m *Member) []string { return configsOfTeam(m.Team) })
 //	go configs.Run(ctx)
 //	go members.Run(ctx)
 //	err = c.Start(ctx) // blocks until ctx is done, then drains
@@ -63,7 +63,7 @@
 // # Costs
 //
 // A notification costs a predicate check and a queue Add (one mutex, no allocation for
-// For; the mapping function's slice for Watch). Each worker is one goroutine; the queue runs
+// For; the mapping function's slice for Watches). Each worker is one goroutine; the queue runs
 // one more while keys wait for a delay. With no Options.Metrics the controller does not
 // read the clock around reconciles.
 package controller

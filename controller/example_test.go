@@ -76,10 +76,10 @@ type Job struct {
 	Pipeline string
 }
 
-// Watch maps an object to the keys of other objects: here every change to a job
+// Watches maps an object to the keys of other objects: here every change to a job
 // reconciles its pipeline, and a job that moves reconciles both pipelines. Notifications
 // that arrive before the workers start are merged per key.
-func ExampleWatch() {
+func ExampleWatches() {
 	src := memory.New(func(j *Job) string { return j.Name }, memory.Options{})
 	src.Put(&Job{Name: "build", Pipeline: "release"})
 	src.Put(&Job{Name: "test", Pipeline: "release"})
@@ -112,7 +112,7 @@ func ExampleWatch() {
 		panic(err)
 	}
 	pipelineOf := func(j *Job) []string { return []string{j.Pipeline} }
-	if err := controller.Watch(c, jobs, pipelineOf); err != nil {
+	if err := controller.Watches(c, jobs, pipelineOf); err != nil {
 		panic(err)
 	}
 

@@ -6,9 +6,11 @@ import (
 	"github.com/informer-go/informer"
 )
 
-// Informer is what a controller needs of an informer: *informer.Informer[K, V] implements
-// it for any key type K, which need not be the controller's.
-type Informer[V any] interface {
+// Notifier is what a controller needs of an informer: a source of typed notifications it
+// can register a handler on, and whose initial state it can wait for.
+// *informer.Informer[K, V] implements it for any key type K, which need not be the
+// controller's.
+type Notifier[V any] interface {
 	// Name identifies the informer in errors and logs.
 	Name() string
 	// AddHandler registers a handler; see informer.Informer.AddHandler.
@@ -67,7 +69,7 @@ func (p PredicateFuncs[V]) Delete(obj V) bool { return p.DeleteFunc == nil || p.
 //
 // For must be called before Start; it fails with ErrAlreadyStarted or ErrShutDown after.
 // The handler is registered on inf when Start runs, so inf may be started before or after c.
-func For[K comparable, V any](c *Controller[K], inf Informer[V], key informer.KeyFunc[K, V], preds ...Predicate[V]) error {
+func For[K comparable, V any](c *Controller[K], inf Notifier[V], key informer.KeyFunc[K, V], preds ...Predicate[V]) error {
 	if key == nil {
 		k, ok := inf.(interface{ Key(V) (K, error) })
 		if !ok {
@@ -78,22 +80,22 @@ func For[K comparable, V any](c *Controller[K], inf Informer[V], key informer.Ke
 	return addWatch(c, inf, &handler[K, V]{c: c, key: key, preds: preds})
 }
 
-// Watch makes c reconcile the keys that keys maps an object of inf to — an owner, the
+// Watches makes c reconcile the keys that keys maps an object of inf to — an owner, the
 // objects that refer to it, or nothing — for each add, update (resyncs included) and delete
 // that passes preds. For an update it queues the keys of both the old and the new object, so
 // that an object that changes owner is reconciled by both. It is what controller-runtime's
 // Watches with EnqueueRequestsFromMapFunc does.
 //
-// Watch must be called before Start; it fails with ErrAlreadyStarted or ErrShutDown after.
+// Watches must be called before Start; it fails with ErrAlreadyStarted or ErrShutDown after.
 // The handler is registered on inf when Start runs, so inf may be started before or after c.
-func Watch[K comparable, V any](c *Controller[K], inf Informer[V], keys func(obj V) []K, preds ...Predicate[V]) error {
+func Watches[K comparable, V any](c *Controller[K], inf Notifier[V], keys func(obj V) []K, preds ...Predicate[V]) error {
 	if keys == nil {
-		return fmt.Errorf("controller %s: Watch: nil mapping function", c.name)
+		return fmt.Errorf("controller %s: Watches: nil mapping function", c.name)
 	}
 	return addWatch(c, inf, &handler[K, V]{c: c, keys: keys, preds: preds})
 }
 
-func addWatch[K comparable, V any](c *Controller[K], inf Informer[V], h *handler[K, V]) error {
+func addWatch[K comparable, V any](c *Controller[K], inf Notifier[V], h *handler[K, V]) error {
 	if inf == nil {
 		return fmt.Errorf("controller %s: nil informer", c.name)
 	}
@@ -126,7 +128,7 @@ type handler[K comparable, V any] struct {
 	c     *Controller[K]
 	inf   string
 	key   informer.KeyFunc[K, V] // For
-	keys  func(V) []K            // Watch
+	keys  func(V) []K            // Watches
 	preds []Predicate[V]
 }
 

@@ -11,9 +11,9 @@ import (
 	"github.com/informer-go/informer"
 )
 
-// Informer is what the metrics read of an informer. *informer.Informer[K, V] implements it
-// for every K and V.
-type Informer interface {
+// StatsProvider is what the metrics read of an informer: its name, counters and handlers,
+// and when it stops. *informer.Informer[K, V] implements it for every K and V.
+type StatsProvider interface {
 	// Name labels the informer's series.
 	Name() string
 	// Stats returns the informer's counters; they are read when the registry is gathered.
@@ -49,9 +49,9 @@ type InformerMetrics struct {
 // It fails, registering nothing, if reg refuses the series, typically with a
 // prometheus.AlreadyRegisteredError because an informer of the same name is registered on
 // reg.
-func RegisterInformer(reg prometheus.Registerer, inf Informer) (*InformerMetrics, error) {
+func RegisterInformer(reg prometheus.Registerer, inf StatsProvider) (*InformerMetrics, error) {
 	if reg == nil || inf == nil {
-		return nil, errors.New("metrics: RegisterInformer: nil Registerer or Informer")
+		return nil, errors.New("metrics: RegisterInformer: nil Registerer or StatsProvider")
 	}
 	c := newInformerCollector(inf)
 	if err := reg.Register(c); err != nil {
@@ -86,7 +86,7 @@ var eventTypes = [...]string{"added", "modified", "deleted", "bookmark"}
 // carry the informer's name as a constant label, so that each informer is a collector of
 // its own, registered and unregistered with it.
 type informerCollector struct {
-	src Informer
+	src StatsProvider
 
 	lists, listErrors, relists, watches, watchErrors, expirations *prometheus.Desc
 	events, errs, applied, quorumLists                            *prometheus.Desc
@@ -96,7 +96,7 @@ type informerCollector struct {
 	hQueued, hDelivered, hCoalesced, hBlocked, hPanics, hSynced, hLatency *prometheus.Desc
 }
 
-func newInformerCollector(src Informer) *informerCollector {
+func newInformerCollector(src StatsProvider) *informerCollector {
 	labels := prometheus.Labels{"name": src.Name()}
 	d := func(name, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, variable, labels)
@@ -205,7 +205,7 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // histogram sends a snapshot of one of the informer's histograms.
-func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, s informer.HistogramSnapshot, labels ...string) {
+func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, s informer.Histogram, labels ...string) {
 	if s.Bounds == nil {
 		return
 	}

@@ -9,12 +9,12 @@
 // informer's write workload (50,000 keys like "ns-012/cm-001234"; 70 % replaces, 15 %
 // inserts, 15 % deletes), at the same degree: 0.84–0.86× google/btree's time per write
 // with string keys, 0.58–0.62× with struct{Namespace, Name string} keys, 0.79–0.81× per
-// lookup (BenchmarkWrites, BenchmarkGet; medians of two sets of 4 and 6 runs, 2 vCPU AMD
-// EPYC). Its iterations take
-// the caller's yield function as it is, with no wrapper.
+// lookup (BenchmarkBTreeWrites, BenchmarkBTreeGet of the bench module; medians of two
+// sets of 4 and 6 runs, 2 vCPU AMD EPYC). Its iterations take the caller's yield function
+// as it is, with no wrapper.
 //
 // The states of source/memory and of source/http's Server are kept in it too, so that the
-// module builds with one B-tree (google/btree remains only in this package's comparison
+// module builds with one B-tree (google/btree remains only in the bench module's comparison
 // benchmarks).
 //
 // A Tree is changed by one goroutine at a time; any number may read a Tree nobody changes

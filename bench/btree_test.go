@@ -1,4 +1,4 @@
-package btree
+package bench
 
 import (
 	"fmt"
@@ -7,8 +7,14 @@ import (
 	"unsafe"
 
 	google "github.com/google/btree"
+
+	"github.com/informer-go/informer/internal/btree"
 )
 
+// This file compares the cache's B-tree (internal/btree of the root module) with
+// github.com/google/btree, the baseline it replaced; it lives here so that the root module
+// does not require google/btree.
+//
 // The cache's write workload, against github.com/google/btree at the same degree: 50,000
 // keys shaped like "ns-012/cm-001234" (a struct{Namespace, Name} for key=struct), then
 // 70 % replaces of a random key, 15 % inserts of a new one and 15 % deletes, as W1 of the
@@ -52,7 +58,7 @@ func benchOps(n int) ([]string, []benchOp) {
 	return initial, ops
 }
 
-func split(s string) nsName {
+func splitKey(s string) nsName {
 	for i := range len(s) {
 		if s[i] == '/' {
 			return nsName{s[:i], s[i+1:]}
@@ -66,13 +72,13 @@ type googleEntry[K any] struct {
 	obj *int
 }
 
-func BenchmarkWrites(b *testing.B) {
+func BenchmarkBTreeWrites(b *testing.B) {
 	initial, ops := benchOps(1 << 16)
 	var obj int
 	var nk nsName
-	fields := ByStringFields[nsName](unsafe.Offsetof(nk.Namespace), unsafe.Offsetof(nk.Name))
+	fields := btree.ByStringFields[nsName](unsafe.Offsetof(nk.Namespace), unsafe.Offsetof(nk.Name))
 	b.Run("key=string/tree=ours", func(b *testing.B) {
-		tr := New[string, *int](48, ByString[string](), &FreeList[string, *int]{})
+		tr := btree.New[string, *int](48, btree.ByString[string](), &btree.FreeList[string, *int]{})
 		for _, k := range initial {
 			tr.Set(k, &obj)
 		}
@@ -101,12 +107,12 @@ func BenchmarkWrites(b *testing.B) {
 	})
 	structOps := make([]nsName, len(ops))
 	for i, op := range ops {
-		structOps[i] = split(op.key)
+		structOps[i] = splitKey(op.key)
 	}
 	b.Run("key=struct/tree=ours", func(b *testing.B) {
-		tr := New[nsName, *int](48, fields, &FreeList[nsName, *int]{})
+		tr := btree.New[nsName, *int](48, fields, &btree.FreeList[nsName, *int]{})
 		for _, k := range initial {
-			tr.Set(split(k), &obj)
+			tr.Set(splitKey(k), &obj)
 		}
 		b.ResetTimer()
 		for i := range b.N {
@@ -125,7 +131,7 @@ func BenchmarkWrites(b *testing.B) {
 			return a.key.Name < b.key.Name
 		})
 		for _, k := range initial {
-			tr.ReplaceOrInsert(googleEntry[nsName]{split(k), &obj})
+			tr.ReplaceOrInsert(googleEntry[nsName]{splitKey(k), &obj})
 		}
 		b.ResetTimer()
 		for i := range b.N {
@@ -138,7 +144,7 @@ func BenchmarkWrites(b *testing.B) {
 	})
 }
 
-func BenchmarkGet(b *testing.B) {
+func BenchmarkBTreeGet(b *testing.B) {
 	initial, _ := benchOps(0)
 	var obj int
 	probes := make([]string, 1<<16)
@@ -147,7 +153,7 @@ func BenchmarkGet(b *testing.B) {
 		probes[i] = initial[rng.IntN(len(initial))]
 	}
 	b.Run("tree=ours", func(b *testing.B) {
-		tr := New[string, *int](48, ByString[string](), nil)
+		tr := btree.New[string, *int](48, btree.ByString[string](), nil)
 		for _, k := range initial {
 			tr.Set(k, &obj)
 		}
