@@ -292,8 +292,8 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
+		f.Start(base) // before the wait; Shutdown stops what it started
 		launch(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
-			f.Start(ctx)
 			<-ctx.Done()
 			return f.Shutdown()
 		})
