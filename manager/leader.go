@@ -20,7 +20,7 @@ func (m *Manager) lead(ctx context.Context, leaders []entry, fail func(error)) e
 			l, err = m.opts.Elector.Campaign(ctx)
 			if ctx.Err() != nil {
 				if err == nil && l != nil {
-					m.resign(l)
+					m.resign(l, false)
 				}
 				return nil
 			}
@@ -39,7 +39,6 @@ func (m *Manager) lead(ctx context.Context, leaders []entry, fail func(error)) e
 		m.log.Info("leading", "term", l.Term().String())
 		m.leader.Store(&leaderState{l})
 		lost := m.runTerm(ctx, l, leaders, fail)
-		m.leader.Store(nil)
 		if !lost || ctx.Err() != nil {
 			return nil
 		}
@@ -74,6 +73,7 @@ func (m *Manager) runTerm(ctx context.Context, l Leadership, leaders []entry, fa
 	case <-ctx.Done():
 	}
 	cancel()
+	m.leader.Store(nil) // no longer leading, whether or not the runnables have returned
 
 	var hard <-chan time.Time
 	if exp := l.Expires(); !exp.IsZero() {
@@ -107,13 +107,17 @@ func (m *Manager) runTerm(ctx context.Context, l Leadership, leaders []entry, fa
 			}
 		}
 	}
-	m.resign(l)
+	m.resign(l, lost)
 	return lost
 }
 
-// resign resigns l, bounded by the shutdown deadline or 5 s.
-func (m *Manager) resign(l Leadership) {
+// resign resigns l, bounded by the shutdown deadline and 5 s, or 1 s for a lost term (its
+// lease is most likely gone, or the store unreachable).
+func (m *Manager) resign(l Leadership, lost bool) {
 	bound := 5 * time.Second
+	if lost {
+		bound = time.Second
+	}
 	if by := m.stopBy.Load(); by != 0 {
 		bound = min(bound, time.Until(time.Unix(0, by)))
 	}
