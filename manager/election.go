@@ -1,0 +1,95 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Elector campaigns for leadership among the replicas of a service. Implementations: the
+// etcd one in github.com/informer-go/informer/source/etcd/election; any store with a
+// lease and a monotonic counter can provide one.
+type Elector interface {
+	// Campaign blocks until this replica leads, and returns its Leadership; or until ctx
+	// is done, and returns ctx's error. An error other than ctx's means this attempt
+	// failed (the store is unreachable, the session expired while waiting): the manager
+	// campaigns again after Options.CampaignRetry. Campaign must not return a Leadership
+	// whose term is already lost (for etcd: it checks that its key is still there).
+	Campaign(ctx context.Context) (Leadership, error)
+}
+
+// Leadership is one term of leadership, from a successful Campaign until it is lost or
+// resigned. Its methods are safe for concurrent use.
+type Leadership interface {
+	// Term is the term's fencing token; it never changes.
+	Term() Term
+	// Lost is closed when the term ends without Resign: no renewal was acknowledged
+	// within the renew deadline, or the store says the term is over (its key deleted).
+	// The manager then cancels the leader-only runnables at once.
+	Lost() <-chan struct{}
+	// Renewed returns when the last acknowledged renewal was sent: the store holds the
+	// lease until at least Renewed plus the lease's TTL.
+	Renewed() time.Time
+	// RenewDeadline is how long the term survives without an acknowledged renewal: Lost
+	// closes at Renewed + RenewDeadline at the latest. It is below the lease's TTL.
+	RenewDeadline() time.Duration
+	// Expires returns the earliest time at which the store may end the term (the lease
+	// expire) if no renewal is acknowledged after Renewed: the leader-only runnables must
+	// have returned before it. The zero time means never (no election).
+	Expires() time.Time
+	// Resign ends the term: the store deletes the term's key so another replica may lead
+	// at once, and renewal stops. The manager calls it only after every leader-only
+	// runnable has returned. It is safe to call after Lost and more than once.
+	Resign(ctx context.Context) error
+}
+
+// Term identifies one term of leadership. Value increases from term to term of the same
+// election, so a store that remembers or can check the current term refuses a write made
+// under an older one (fencing): see the etcd election package's Fenced for a store that
+// checks it itself.
+type Term struct {
+	// Key is the record of the term in the store: for etcd the election key of this
+	// replica (its create revision is Value).
+	Key string
+	// Holder is the identity of the replica holding the term.
+	Holder string
+	// Value is the fencing token: etcd's create revision of Key, or a Lease's transitions.
+	// It is zero when there is no election.
+	Value int64
+}
+
+// IsZero reports whether t is the zero Term (no election: the manager leads alone).
+func (t Term) IsZero() bool { return t == Term{} }
+
+// String renders the term for logs and the health page.
+func (t Term) String() string {
+	if t.IsZero() {
+		return "none"
+	}
+	return fmt.Sprintf("%d (%s, key %s)", t.Value, t.Holder, t.Key)
+}
+
+type termKey struct{}
+
+// WithTerm returns a copy of ctx that carries t. The manager gives every leader-only
+// runnable a context made with it.
+func WithTerm(ctx context.Context, t Term) context.Context {
+	return context.WithValue(ctx, termKey{}, t)
+}
+
+// TermFrom returns the term ctx carries, and false if it carries none (a context that is
+// not a leader-only runnable's).
+func TermFrom(ctx context.Context) (Term, bool) {
+	t, ok := ctx.Value(termKey{}).(Term)
+	return t, ok
+}
+
+// alone is the Leadership of a manager without an Elector: it leads from Start to stop.
+type alone struct{ never chan struct{} }
+
+func (a alone) Term() Term                   { return Term{} }
+func (a alone) Lost() <-chan struct{}        { return a.never }
+func (a alone) Renewed() time.Time           { return time.Time{} }
+func (a alone) RenewDeadline() time.Duration { return 0 }
+func (a alone) Expires() time.Time           { return time.Time{} }
+func (a alone) Resign(context.Context) error { return nil }

@@ -1,0 +1,243 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/manager"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// The caches sync before any runnable starts; the leader-only runnable gets the term; the
+// stop runs in reverse order: leader-only runnables, runnables from the last added, caches.
+func TestStartsInOrderAndStopsInReverse(t *testing.T) {
+	ev := newEvents()
+	src := memory.New(thingKey, memory.Options{})
+	src.Put(&thing{Name: "a"})
+	inf := newInformer(t, "things", src)
+	el := newFakeElector()
+	m := manager.New(manager.Options{Elector: el, Logger: discard()})
+	if err := m.AddInformer(recordedCache{inf, ev}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"first", "second"} {
+		m.Add(name, manager.RunnableFunc(func(ctx context.Context) error {
+			select {
+			case <-inf.Synced():
+				ev.add("start %s", name)
+			default:
+				ev.add("start %s before the cache synced", name)
+			}
+			<-ctx.Done()
+			ev.add("stop %s", name)
+			return nil
+		}))
+	}
+	m.AddLeader("reconciler", manager.RunnableFunc(func(ctx context.Context) error {
+		term, _ := manager.TermFrom(ctx)
+		ev.add("lead %d", term.Value)
+		<-ctx.Done()
+		ev.add("stop reconciler")
+		return nil
+	}))
+	s := start(t, m)
+	ev.waitFor(t, "start first")
+	ev.waitFor(t, "start second")
+	if got, ok := m.Leading(); ok {
+		t.Fatalf("leading term %v before any was granted", got)
+	}
+	term := newFakeTerm(7)
+	el.grants <- term
+	ev.waitFor(t, "lead 7")
+	if err := s.stop(t); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	got := ev.all()
+	if !slices.Equal(got[3:], []string{"stop reconciler", "stop second", "stop first", "stop informer things"}) {
+		t.Fatalf("events: %q", got)
+	}
+	select {
+	case <-term.resigned:
+	default:
+		t.Fatal("the term was not resigned at stop")
+	}
+}
+
+// A cache that cannot sync fails Start within the bound, naming it, and no runnable starts.
+func TestCacheSyncTimeoutNamesTheInformer(t *testing.T) {
+	good := memory.New(thingKey, memory.Options{})
+	bad := newToggle()
+	bad.failing.Store(true)
+	m := manager.New(manager.Options{CacheSyncTimeout: 200 * time.Millisecond, Logger: discard()})
+	m.AddInformer(newInformer(t, "configs", good))
+	m.AddInformer(newInformer(t, "payments", bad))
+	ran := make(chan struct{}, 1)
+	m.Add("never", manager.RunnableFunc(func(ctx context.Context) error { ran <- struct{}{}; return nil }))
+	err := m.Start(context.Background())
+	if err == nil {
+		t.Fatal("Start returned nil with a cache that never syncs")
+	}
+	if !strings.Contains(err.Error(), `"payments"`) || strings.Contains(err.Error(), `"configs"`) {
+		t.Fatalf("error does not name exactly the unsynced informer: %v", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error does not wrap context.DeadlineExceeded: %v", err)
+	}
+	select {
+	case <-ran:
+		t.Fatal("a runnable started although the caches did not sync")
+	default:
+	}
+}
+
+// A runnable that ignores its context does not hold Start past ShutdownTimeout, and the
+// error names it.
+func TestShutdownTimeoutNamesTheRunnable(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	for _, leaderOnly := range []bool{false, true} {
+		m := manager.New(manager.Options{ShutdownTimeout: 300 * time.Millisecond, Logger: discard()})
+		began := make(chan struct{})
+		stubborn := manager.RunnableFunc(func(ctx context.Context) error { close(began); <-release; return nil })
+		m.Add("polite", manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return nil }))
+		if leaderOnly {
+			m.AddLeader("stubborn", stubborn)
+		} else {
+			m.Add("stubborn", stubborn)
+		}
+		s := start(t, m)
+		recv(t, began, "the stubborn runnable to start")
+		t0 := time.Now()
+		err := s.stop(t)
+		took := time.Since(t0)
+		if !errors.Is(err, manager.ErrShutdownTimeout) || !strings.Contains(err.Error(), "stubborn") {
+			t.Fatalf("leader-only %v: Start: %v; want ErrShutdownTimeout naming stubborn", leaderOnly, err)
+		}
+		if took < 300*time.Millisecond || took > 300*time.Millisecond+2*time.Second {
+			t.Fatalf("leader-only %v: Start returned %v after the stop; want the 300ms bound", leaderOnly, took)
+		}
+		t.Logf("leader-only %v: %v after %v", leaderOnly, err, took.Round(time.Millisecond))
+	}
+}
+
+// A failing runnable stops the manager with its error; the others stop in order.
+func TestFailingRunnableStopsTheManager(t *testing.T) {
+	m := manager.New(manager.Options{Logger: discard()})
+	stopped := make(chan struct{})
+	m.Add("steady", manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); close(stopped); return nil }))
+	m.Add("broken", manager.RunnableFunc(func(ctx context.Context) error { return errTest }))
+	err := m.Start(context.Background())
+	if !errors.Is(err, errTest) || !strings.Contains(err.Error(), "broken") {
+		t.Fatalf("Start: %v; want the error of broken", err)
+	}
+	recv(t, stopped, "steady to stop")
+	if code, body := probe(m.Handler(), "/healthz"); code != 503 || !strings.Contains(body, "stopped after a failure") {
+		t.Fatalf("/healthz after a failure: %d %s", code, body)
+	}
+}
+
+// A term lost stops the leader-only runnables and resigns; the manager campaigns again and
+// leads a later term without a restart, and its caches run throughout.
+func TestDemotedManagerCampaignsAgain(t *testing.T) {
+	ev := newEvents()
+	src := memory.New(thingKey, memory.Options{})
+	inf := newInformer(t, "things", src)
+	el := newFakeElector()
+	m := manager.New(manager.Options{Elector: el, Logger: discard()})
+	m.AddInformer(recordedCache{inf, ev})
+	m.AddLeader("reconciler", manager.RunnableFunc(func(ctx context.Context) error {
+		term, _ := manager.TermFrom(ctx)
+		ev.add("lead %d", term.Value)
+		<-ctx.Done()
+		ev.add("stop %d", term.Value)
+		return nil
+	}))
+	start(t, m)
+	first, second := newFakeTerm(1), newFakeTerm(5)
+	el.grants <- first
+	ev.waitFor(t, "lead 1")
+	close(first.lost)
+	ev.waitFor(t, "stop 1")
+	recv(t, first.resigned, "the lost term to be resigned")
+	eventually(t, "a second campaign", func() bool { return el.campaigns.Load() == 2 })
+	if _, ok := m.Leading(); ok {
+		t.Fatal("still leading after the term was lost")
+	}
+	if code, body := probe(m.Handler(), "/readyz?verbose"); code != 200 || !strings.Contains(body, "role: follower") {
+		t.Fatalf("a follower is not ready: %d %s", code, body)
+	}
+	el.grants <- second
+	ev.waitFor(t, "lead 5")
+	if term, ok := m.Leading(); !ok || term.Value != 5 {
+		t.Fatalf("Leading() = %v, %v; want term 5", term, ok)
+	}
+	if got := ev.all(); !slices.Equal(got, []string{"lead 1", "stop 1", "lead 5"}) {
+		t.Fatalf("events: %q (the informer must not stop)", got)
+	}
+}
+
+// Leader-only runnables that ignore their context past the hard deadline (the lease's
+// expiry less the margin) make the manager call OnLeaderStuck, before the lease expires,
+// and the term is not resigned while they run.
+func TestLeaderStuckPastTheHardDeadline(t *testing.T) {
+	stuck := make(chan []string, 1)
+	el := newFakeElector()
+	m := manager.New(manager.Options{
+		Elector:          el,
+		LeaderStopMargin: 100 * time.Millisecond,
+		OnLeaderStuck:    func(names []string) { stuck <- names },
+		Logger:           discard(),
+	})
+	release, began := make(chan struct{}), make(chan struct{})
+	m.AddLeader("stubborn", manager.RunnableFunc(func(ctx context.Context) error { close(began); <-release; return nil }))
+	m.AddLeader("polite", manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return nil }))
+	start(t, m)
+	term := newFakeTerm(3)
+	el.grants <- term
+	recv(t, began, "the stubborn runnable to start")
+	term.expires = time.Now().Add(500 * time.Millisecond)
+	close(term.lost)
+	names := recv(t, stuck, "OnLeaderStuck")
+	if now := time.Now(); !now.Before(term.expires) {
+		t.Fatalf("OnLeaderStuck called at %v, after the lease could expire at %v", now, term.expires)
+	}
+	if !slices.Equal(names, []string{"stubborn"}) {
+		t.Fatalf("OnLeaderStuck(%q); want stubborn alone", names)
+	}
+	select {
+	case <-term.resigned:
+		t.Fatal("resigned while a leader-only runnable still runs")
+	default:
+	}
+	close(release)
+	recv(t, term.resigned, "the resignation once the runnable returned")
+}
+
+// A factory's informers start and sync with the caches and stop with them.
+func TestFactory(t *testing.T) {
+	f := informer.NewFactory()
+	src := memory.New(thingKey, memory.Options{})
+	src.Put(&thing{Name: "a"})
+	inf, err := informer.InformerFor(f, "things", func() (*informer.Informer[string, *thing], error) {
+		return informer.New(src, informer.Options[string, *thing]{Name: "things", Key: func(o *thing) (string, error) { return o.Name, nil }, Logger: discard()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := manager.New(manager.Options{Logger: discard()})
+	m.AddFactory(f)
+	saw := make(chan int, 1)
+	m.Add("reader", manager.RunnableFunc(func(ctx context.Context) error { saw <- inf.Len(); <-ctx.Done(); return nil }))
+	s := start(t, m)
+	if n := recv(t, saw, "the runnable"); n != 1 {
+		t.Fatalf("the runnable saw %d objects; want the synced 1", n)
+	}
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
