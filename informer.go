@@ -73,6 +73,17 @@ type Options[K comparable, V any] struct {
 	MinWatchTimeout time.Duration
 	// Backoff configures the waits between failed attempts.
 	Backoff Backoff
+	// ProgressTimeout ends a source call that makes no progress, so that a stalled source
+	// is noticed (LastError, a Warn, Stats) and tried again instead of waited on in
+	// silence. The informer cannot see a source's bytes, so progress is what the calls
+	// return: each List call (one page) must return within ProgressTimeout; each initial
+	// event of a streaming list must come within it; and a watch must deliver an event
+	// (a bookmark included) at least every 2×MinWatchTimeout + ProgressTimeout, since
+	// it was asked to end by 2×MinWatchTimeout (a source that sends bookmarks and
+	// knows their interval can notice a silent peer sooner, as source/http's idle
+	// timeout does). Detection takes between one and two of those spans. A call ended so
+	// fails with ErrNoProgress. 0 means 2 minutes; negative means no bound.
+	ProgressTimeout time.Duration
 	// MaxPending bounds the changes received from the source but not yet applied; when it is
 	// reached the informer stops reading the source until the cache catches up. 0 means
 	// 65536; negative means no bound. A list is always accepted whole. With a Block handler
@@ -190,6 +201,9 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	case opts.PageSize < 0:
 		opts.PageSize = 0
 	}
+	if opts.ProgressTimeout == 0 {
+		opts.ProgressTimeout = 2 * time.Minute
+	}
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 10 * time.Second
 	}
@@ -240,6 +254,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		name:            opts.Name,
 		pageSize:        opts.PageSize,
 		minWatchTimeout: opts.MinWatchTimeout,
+		progressTimeout: max(opts.ProgressTimeout, 0),
 		backoff:         opts.Backoff.withDefaults(),
 		clock:           opts.Clock,
 		logger:          inf.logger,
@@ -897,6 +912,10 @@ type Stats struct {
 	OtherErrors uint64
 	// Applied counts the changes (deltas) applied to the cache, resyncs included.
 	Applied uint64
+	// ListStarted is when the list in progress (paged or streaming) started, on the
+	// informer's clock; zero when no list is in progress. A list that stays in progress
+	// with LastError nil is a source that has not answered yet (see ProgressTimeout).
+	ListStarted time.Time
 
 	// ListDuration is the distribution of list attempts' durations in seconds, failed ones
 	// and streaming lists included.
@@ -927,6 +946,7 @@ type counters struct {
 	HandlerPanics        atomic.Uint64
 	OtherErrors          atomic.Uint64
 	Applied              atomic.Uint64
+	ListStarted          atomic.Int64 // UnixNano on the informer's clock; 0: no list in progress
 
 	ListDuration  *histogram.Histogram
 	ListItems     *histogram.Histogram
@@ -944,10 +964,19 @@ func (s *counters) snapshot() Stats {
 		DecodeErrors: s.DecodeErrors.Load(), SourceErrors: s.SourceErrors.Load(),
 		HandlerPanics: s.HandlerPanics.Load(), OtherErrors: s.OtherErrors.Load(),
 		Applied:       s.Applied.Load(),
+		ListStarted:   unixNano(s.ListStarted.Load()),
 		ListDuration:  Histogram(s.ListDuration.Snapshot()),
 		ListItems:     Histogram(s.ListItems.Snapshot()),
 		WatchDuration: Histogram(s.WatchDuration.Snapshot()),
 	}
+}
+
+// unixNano is the time of ns, or the zero time for 0.
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 func (s *counters) countEvent(t EventType) {

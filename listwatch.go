@@ -230,6 +230,11 @@ var (
 	// ErrConnectionRefused means the source could not be reached.
 	ErrConnectionRefused error = &classError{msg: "connection refused", class: ErrRetryable}
 
+	// ErrNoProgress means a source call made no progress within Options.ProgressTimeout:
+	// a list page that did not return, a watch that sent nothing. The informer ended the
+	// call and tries again. It matches ErrRetryable.
+	ErrNoProgress error = &classError{msg: "no progress from the source", class: ErrRetryable}
+
 	// ErrNotSupported means the source does not support what was asked (a streaming list).
 	ErrNotSupported = errors.New("not supported by the source")
 

@@ -180,6 +180,7 @@ type reflectorConfig struct {
 	name            string
 	pageSize        int64
 	minWatchTimeout time.Duration
+	progressTimeout time.Duration // 0: no bound
 	backoff         Backoff
 	clock           clock.Clock
 	logger          *slog.Logger
@@ -473,6 +474,7 @@ func every(ctx context.Context, clk clock.Clock, period time.Duration, fn func()
 // cheapest list that is correct; see the rules at the top of this file.
 func (r *reflector[V]) list(ctx context.Context) error {
 	start := r.cfg.clock.Now()
+	r.cfg.stats.ListStarted.Store(start.UnixNano())
 	opts := ListOptions{Revision: r.lastSyncRevision()}
 	if opts.Revision != "" && opts.Revision == r.unservable {
 		opts = ListOptions{Consistent: true}
@@ -489,6 +491,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		r.unservable = opts.Revision
 		items, rev, err = r.listAt(ctx, ListOptions{Consistent: true})
 	}
+	r.cfg.stats.ListStarted.Store(0) // read: no longer in progress
 	r.cfg.stats.Lists.Add(1)
 	r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 	if err != nil {
@@ -662,6 +665,8 @@ func (r *reflector[V]) keepItems(items []V, op string, page int) []V {
 // the watch, which goes on with changes.
 func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	start := r.cfg.clock.Now()
+	r.cfg.stats.ListStarted.Store(start.UnixNano())
+	defer r.cfg.stats.ListStarted.Store(0)
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
 	w, err := r.callWatch(ctx, opts)
 	r.cfg.stats.Lists.Add(1)
@@ -683,7 +688,12 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		return nil, r.opErr("streaming list", err)
 	}
 	var items []V
+	dog := r.watchdog(w, r.cfg.progressTimeout)
+	defer dog.stop()
 	fail := func(err error) (Watch[V], error) {
+		if dog.stalled.Load() {
+			err = fmt.Errorf("%w: no initial event of the streaming list within %v (Options.ProgressTimeout): %v", ErrNoProgress, r.cfg.progressTimeout, err)
+		}
 		r.stop(w)
 		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
 		r.cfg.stats.ListErrors.Add(1)
@@ -694,6 +704,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	}
 	for {
 		ev, err := r.next(w)
+		dog.moved.Add(1)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: stream ended before the end of the initial events", io.ErrUnexpectedEOF)
@@ -712,6 +723,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			r.cfg.stats.ListItems.Observe(float64(len(items)))
 			r.recovered()
 			r.received(ev.Revision)
+			r.cfg.stats.ListStarted.Store(0)
 			if err := r.sink.replace(items, ev.Revision); err != nil {
 				r.stop(w)
 				return nil, r.opErr("unable to sync list result", err)
@@ -814,11 +826,21 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	count := 0
 	rev := r.lastSyncRevision()
 	batched, _ := w.(BatchedWatch)
+	var bound time.Duration
+	if r.cfg.progressTimeout > 0 {
+		bound = 2*r.cfg.minWatchTimeout + r.cfg.progressTimeout
+	}
+	dog := r.watchdog(w, bound)
+	defer dog.stop()
 	for {
 		ev, err := r.next(w)
+		dog.moved.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // a stop is not an error
+			}
+			if dog.stalled.Load() {
+				return fmt.Errorf("%w: the watch delivered nothing for %v (2×MinWatchTimeout + Options.ProgressTimeout; it was asked to end by 2×MinWatchTimeout): %v", ErrNoProgress, bound, err)
 			}
 			if errors.Is(err, io.EOF) {
 				if count == 0 && r.cfg.clock.Since(start) < time.Second {
@@ -888,8 +910,23 @@ func sourcePanic(call string, p any) error {
 	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
 }
 
-// callList calls the source's List, recovering a panic.
+// errPageTimeout is the cause of a list page's context ended by Options.ProgressTimeout.
+var errPageTimeout = errors.New("list page timeout")
+
+// callList calls the source's List, recovering a panic; the call gets at most
+// progressTimeout.
 func (r *reflector[V]) callList(ctx context.Context, opts ListOptions) (l List[V], err error) {
+	if d := r.cfg.progressTimeout; d > 0 {
+		parent := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errPageTimeout)
+		defer cancel()
+		defer func() {
+			if err != nil && parent.Err() == nil && context.Cause(ctx) == errPageTimeout {
+				err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, d, err)
+			}
+		}()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			l, err = List[V]{}, sourcePanic("List", p)
@@ -916,6 +953,58 @@ func (r *reflector[V]) next(w Watch[V]) (ev Event[V], err error) {
 		}
 	}()
 	return w.Next()
+}
+
+// watchdog stops a watch that returns nothing from Next for a whole bound (checked every
+// bound, so a stall is found between one and two bounds after the last return). The
+// reading goroutine counts each return of Next in moved; stalled says the watchdog
+// stopped the watch. It runs on the wall clock: a fake clock's waiters stay the test's.
+type watchdog struct {
+	moved   atomic.Uint64
+	stalled atomic.Bool
+	mu      sync.Mutex
+	t       *time.Timer // nil: no bound, or stopped
+}
+
+func (r *reflector[V]) watchdog(w Watch[V], bound time.Duration) *watchdog {
+	d := &watchdog{}
+	if bound <= 0 {
+		return d
+	}
+	seen := uint64(0)
+	var check func()
+	check = func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.t == nil {
+			return // stopped
+		}
+		if m := d.moved.Load(); m != seen {
+			seen = m
+			d.t = time.AfterFunc(bound, check)
+			return
+		}
+		d.stalled.Store(true)
+		d.t = nil
+		func() {
+			defer func() { _ = recover() }() // a panic in Stop is reported by the reader's stop
+			w.Stop()
+		}()
+	}
+	d.mu.Lock()
+	d.t = time.AfterFunc(bound, check)
+	d.mu.Unlock()
+	return d
+}
+
+// stop ends the watchdog.
+func (d *watchdog) stop() {
+	d.mu.Lock()
+	if d.t != nil {
+		d.t.Stop()
+		d.t = nil
+	}
+	d.mu.Unlock()
 }
 
 // stop calls w.Stop; a panic is recovered and reported (the watch is over either way).
