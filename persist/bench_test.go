@@ -134,9 +134,10 @@ var binaryCodec = persist.CodecFuncs[*item]{
 }
 
 // BenchmarkLoad reads a snapshot of the benchmark's objects into a slice, with the
-// default JSON codec and with a binary one: the disk side of a warm start, without the
-// cache.
+// default codec (Binary, the item being plain), JSON and a hand-written binary one: the
+// disk side of a warm start, without the cache.
 func BenchmarkLoad(b *testing.B) {
+	b.Run("default", func(b *testing.B) { benchLoad(b, nil) })
 	b.Run("json", func(b *testing.B) { benchLoad(b, persist.JSON[*item]()) })
 	b.Run("binary", func(b *testing.B) { benchLoad(b, binaryCodec) })
 }
@@ -244,7 +245,7 @@ func peakHeap() (stop func() uint64) {
 // BenchmarkWarmStart starts an informer over an HTTP source on loopback (source/http's
 // Handler over source/memory, JSON on the wire) with 100 changes made since the snapshot
 // was saved, cold (a list) and warm (the snapshot and a resumed watch; a snapshot in
-// JSON, and one with a binary codec), and measures the
+// the default codec, in JSON, and with a hand-written binary codec), and measures the
 // time until the cache holds the source's current revision, the bytes read from the
 // source, and the peak heap (sampled each millisecond; the source's own objects included).
 func BenchmarkWarmStart(b *testing.B) {
@@ -256,8 +257,11 @@ func BenchmarkWarmStart(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	f := saved(b, src, client.Ordered(), nil) // ordered, for WaitForRevision
-	fb := saved(b, src, client.Ordered(), binaryCodec)
+	files := map[string]*persist.File[string, *item]{ // saved ordered, for WaitForRevision
+		"warm":        saved(b, src, client.Ordered(), nil),
+		"warm-json":   saved(b, src, client.Ordered(), persist.JSON[*item]()),
+		"warm-binary": saved(b, src, client.Ordered(), binaryCodec),
+	}
 	for i := range 100 { // changes while the process was down
 		it := *benchItem(i)
 		it.Group = "changed"
@@ -271,7 +275,7 @@ func BenchmarkWarmStart(b *testing.B) {
 	ct := &countingTransport{}
 	last := benchItem(99).Name
 
-	for _, mode := range []string{"cold", "warm", "warm-binary"} {
+	for _, mode := range []string{"cold", "warm", "warm-json", "warm-binary"} {
 		b.Run(mode, func(b *testing.B) {
 			var bytes, peak uint64
 			b.ReportAllocs()
@@ -281,11 +285,8 @@ func BenchmarkWarmStart(b *testing.B) {
 					b.Fatal(err)
 				}
 				var p informer.Persister[string, *item]
-				switch mode {
-				case "warm":
+				if f, ok := files[mode]; ok {
 					p = f
-				case "warm-binary":
-					p = fb
 				}
 				b.StopTimer()
 				runtime.GC()

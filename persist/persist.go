@@ -45,8 +45,9 @@ func (c CodecFuncs[V]) Encode(obj V) ([]byte, error) { return c.EncodeFunc(obj) 
 // Decode calls DecodeFunc.
 func (c CodecFuncs[V]) Decode(data []byte) (V, error) { return c.DecodeFunc(data) }
 
-// JSON returns the default codec, named "json": encoding/json's Marshal and Unmarshal.
-// It stores what encoding/json sees (exported fields).
+// JSON returns a codec named "json": encoding/json's Marshal and Unmarshal. It stores
+// what encoding/json sees (exported fields, custom MarshalJSON methods). It is the default
+// for the types Binary does not serve.
 func JSON[V any]() Codec[V] {
 	return CodecFuncs[V]{
 		CodecName:  "json",
@@ -59,13 +60,16 @@ func JSON[V any]() Codec[V] {
 	}
 }
 
-// Options configures a File. The zero value is valid: JSON, a save every minute, schema "".
+// Options configures a File. The zero value is valid: Binary for a plain V and JSON for
+// any other, a save every minute, schema "".
 type Options[V any] struct {
 	// Schema is your version of what the objects mean: bump it when the key function, the
 	// Transform or the object type changes in a way an old snapshot must not be loaded
 	// with. A snapshot written with another Schema is refused (ErrIncompatible). Default "".
 	Schema string
-	// Codec encodes the objects; default JSON.
+	// Codec encodes the objects; default Binary when V is plain (see Binary), JSON
+	// otherwise. Binary decodes several times faster: a warm start of plain objects
+	// costs a fraction of a cold list (see README.md).
 	Codec Codec[V]
 	// Interval is how often a running informer saves its cache (when it changed); 0 means
 	// one minute, negative means only when the informer stops. A save reads an immutable
@@ -97,7 +101,7 @@ func New[K comparable, V any](dir string, opts Options[V]) (*File[K, V], error) 
 		return nil, fmt.Errorf("persist: New: %w", err)
 	}
 	if opts.Codec == nil {
-		opts.Codec = JSON[V]()
+		opts.Codec = defaultCodec[V]()
 	}
 	switch {
 	case opts.Interval == 0:

@@ -260,13 +260,13 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 		<-done
 		return f
 	}
-	files := map[string]*persist.File[string, *item]{"warm-json": save(nil), "warm-binary": save(binaryItem)}
+	files := map[string]*persist.File[string, *item]{"warm": save(nil), "warm-json": save(persist.JSON[*item]()), "warm-binary": save(binaryItem)}
 	var last int64
 	for i := range 100 {
 		last = put(b, c, fmt.Sprintf("%s%08d", prefix, i*(n/100)), "changed")
 	}
 
-	for _, mode := range []string{"cold", "warm-json", "warm-binary"} {
+	for _, mode := range []string{"cold", "warm", "warm-json", "warm-binary"} {
 		b.Run(mode, func(b *testing.B) {
 			var bytes int64
 			var cpu time.Duration
