@@ -56,6 +56,9 @@ func run() error {
 	ttl := flag.Duration("ttl", 15*time.Second, "the election lease's TTL (whole seconds, at least 2s)")
 	healthAddr := flag.String("health-addr", "127.0.0.1:8081", "address of /healthz, /readyz and /metrics")
 	every := flag.Duration("heartbeat", time.Second, "the leader's heartbeat period")
+	careless := flag.Bool("careless-heartbeat", false, "write each heartbeat without checking the term's context first, "+
+		"as a reconciler that ignores its context would: a replica resumed after its term ended then writes under its "+
+		"old term, and etcd refuses it")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("replica", *name)
@@ -146,9 +149,17 @@ func run() error {
 		defer t.Stop()
 		for seq := 0; ; seq++ {
 			key := fmt.Sprintf("%slog/%020d-%06d", *prefix, term.Value, seq)
-			if err := write(ctx, fmt.Sprint(seq), clientv3.OpPut(key, fmt.Sprint(term.Value))); errors.Is(err, election.ErrStaleTerm) {
+			wctx := ctx
+			if *careless {
+				wctx = context.WithoutCancel(ctx) // still carries the term: fencing holds
+			}
+			if err := write(wctx, fmt.Sprint(seq), clientv3.OpPut(key, fmt.Sprint(term.Value))); errors.Is(err, election.ErrStaleTerm) {
 				<-ctx.Done() // the term is over; the manager ends it within its renew deadline
 				return nil
+			}
+			if *careless {
+				<-t.C
+				continue
 			}
 			select {
 			case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +38,7 @@ const (
 // Options configures an Elector. Every zero value is a documented default.
 type Options struct {
 	// Prefix is the election's key prefix, shared by every replica; required. Each
-	// candidate's key is Prefix followed by its lease ID in hex.
+	// candidate's key is Prefix, a "/" unless Prefix ends with one, and its lease ID in hex.
 	Prefix string
 	// Identity is this replica's value under its key, and Term.Holder; default
 	// hostname-pid.
@@ -128,7 +129,7 @@ func (e *Elector) Campaign(ctx context.Context) (manager.Leadership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: session: %w", e.opts.Prefix, err)
 	}
-	el := concurrency.NewElection(sess, e.opts.Prefix)
+	el := concurrency.NewElection(sess, strings.TrimSuffix(e.opts.Prefix, "/")) // it adds the "/"
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(l.ctx, cancel) // the lease lost while waiting: give up
