@@ -562,6 +562,13 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit in
 	}()
 	var items []V
 	opts.Limit = limit
+	// A page must come within progressTimeout: a watchdog, not a timer per page, which
+	// would cost more than a small page.
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(r.cfg.progressTimeout, func() { cancel(errPageTimeout) })
+	defer dog.stop()
 	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
 	// the last power of two is a cycle (a repeat is a cycle of length 1).
 	saved, power, steps := "", 1, 0
@@ -570,6 +577,10 @@ func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit in
 			return nil, "", fmt.Errorf("%w: the list did not end after %d pages (MaxListPages)", ErrBadInput, MaxListPages)
 		}
 		l, err := r.callList(ctx, opts)
+		dog.moved.Add(1)
+		if err != nil && parent.Err() == nil && context.Cause(ctx) == errPageTimeout {
+			err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, r.cfg.progressTimeout, err)
+		}
 		if err != nil {
 			if page > 0 && errors.Is(err, ErrExpired) {
 				return nil, "", &continueExpiredError{err: err}
@@ -910,23 +921,11 @@ func sourcePanic(call string, p any) error {
 	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
 }
 
-// errPageTimeout is the cause of a list page's context ended by Options.ProgressTimeout.
+// errPageTimeout is the cause of a list's context ended by Options.ProgressTimeout.
 var errPageTimeout = errors.New("list page timeout")
 
-// callList calls the source's List, recovering a panic; the call gets at most
-// progressTimeout.
+// callList calls the source's List, recovering a panic.
 func (r *reflector[V]) callList(ctx context.Context, opts ListOptions) (l List[V], err error) {
-	if d := r.cfg.progressTimeout; d > 0 {
-		parent := ctx
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, d, errPageTimeout)
-		defer cancel()
-		defer func() {
-			if err != nil && parent.Err() == nil && context.Cause(ctx) == errPageTimeout {
-				err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, d, err)
-			}
-		}()
-	}
 	defer func() {
 		if p := recover(); p != nil {
 			l, err = List[V]{}, sourcePanic("List", p)
@@ -955,10 +954,11 @@ func (r *reflector[V]) next(w Watch[V]) (ev Event[V], err error) {
 	return w.Next()
 }
 
-// watchdog stops a watch that returns nothing from Next for a whole bound (checked every
-// bound, so a stall is found between one and two bounds after the last return). The
-// reading goroutine counts each return of Next in moved; stalled says the watchdog
-// stopped the watch. It runs on the wall clock: a fake clock's waiters stay the test's.
+// watchdog ends a call that makes no progress for a whole bound (checked every bound, so
+// a stall is found between one and two bounds after the last progress): the reading
+// goroutine counts each return of Next, or each page, in moved; stalled says the
+// watchdog called its end function. It runs on the wall clock: a fake clock's waiters
+// stay the test's.
 type watchdog struct {
 	moved   atomic.Uint64
 	stalled atomic.Bool
@@ -967,6 +967,13 @@ type watchdog struct {
 }
 
 func (r *reflector[V]) watchdog(w Watch[V], bound time.Duration) *watchdog {
+	return newWatchdog(bound, func() {
+		defer func() { _ = recover() }() // a panic in Stop is reported by the reader's stop
+		w.Stop()
+	})
+}
+
+func newWatchdog(bound time.Duration, end func()) *watchdog {
 	d := &watchdog{}
 	if bound <= 0 {
 		return d
@@ -986,10 +993,7 @@ func (r *reflector[V]) watchdog(w Watch[V], bound time.Duration) *watchdog {
 		}
 		d.stalled.Store(true)
 		d.t = nil
-		func() {
-			defer func() { _ = recover() }() // a panic in Stop is reported by the reader's stop
-			w.Stop()
-		}()
+		end()
 	}
 	d.mu.Lock()
 	d.t = time.AfterFunc(bound, check)
