@@ -52,9 +52,10 @@
 // state it writes while it runs). The format is length-prefixed records after a header,
 // chosen for load speed (see format.go): the file is read in one pass while GOMAXPROCS
 // workers decode the records, and the cache is built in one write. Decoding is most of a
-// load's cost: with the default JSON codec an object of 1 KiB costs several
-// microseconds, with a binary codec (CodecFuncs over any Encode/Decode pair) about a
-// tenth of that; give a binary codec to a large cache. Figures: BenchmarkLoad,
+// load's cost: with JSON an object of 1 KiB costs several microseconds, with Binary (the
+// default for plain types) or a codec of your own (CodecFuncs over any Encode/Decode
+// pair) a fraction of that; give a type that is not plain a codec of its own when its
+// cache is large. Figures: BenchmarkLoad,
 // BenchmarkListMemory and BenchmarkWarmStart here, BenchmarkWarmStartEtcd in
 // source/etcd; for 1,000,000 objects of about 1 KiB run
 //
