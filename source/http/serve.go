@@ -696,6 +696,8 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 	}
 	out = append(out, `},"items":[`...)
 	sw := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
+	cut := c.watchStale(&sw, pg.stale)
+	defer cut.stop()
 	started := false
 	start := func() {
 		h := w.Header()
@@ -737,8 +739,7 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				return
 			}
 			if pg.stale != nil && pg.stale() {
-				c.stats.Evicted.Add(1)
-				c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, pg.rev))
+				c.listCut(r, pg.rev)
 				if started {
 					panic(http.ErrAbortHandler)
 				}
@@ -749,6 +750,11 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				start()
 			}
 			if err := sw.write(out, false); err != nil {
+				if cut.cut.Load() {
+					c.listCut(r, pg.rev)
+					sw.abort()
+					return
+				}
 				c.writeFailed(r, &sw, "list reader", err)
 				return
 			}
@@ -765,6 +771,59 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 		return
 	}
 	sw.end()
+}
+
+// staleCheck is how often a list being sent checks that its revision is still in the
+// history, while its writes wait for a slow reader.
+const staleCheck = 500 * time.Millisecond
+
+// staleWatch cuts a list whose revision leaves the history while a write waits for its
+// reader: the write's deadline is moved to now, so that the write fails at once.
+type staleWatch struct {
+	mu    sync.Mutex
+	timer *time.Timer
+	done  bool
+	cut   atomic.Bool
+}
+
+// watchStale starts checking stale (nil: nothing to check) every staleCheck while the
+// list is sent.
+func (c *core[V]) watchStale(sw *streamWriter, stale func() bool) *staleWatch {
+	sc := &staleWatch{}
+	if stale == nil {
+		return sc
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.timer = time.AfterFunc(staleCheck, func() {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		if sc.done {
+			return
+		}
+		if stale() {
+			sc.cut.Store(true)
+			_ = sw.rc.SetWriteDeadline(time.Now())
+		}
+		sc.timer.Reset(staleCheck) // a write may have moved the deadline on since
+	})
+	return sc
+}
+
+// stop ends the checks; none runs after it returns.
+func (sc *staleWatch) stop() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.done = true
+	if sc.timer != nil {
+		sc.timer.Stop()
+	}
+}
+
+// listCut accounts for a list cut because its revision left the history.
+func (c *core[V]) listCut(r *http.Request, rev string) {
+	c.stats.Evicted.Add(1)
+	c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, rev))
 }
 
 // sourceList reads one page from the source (Handler).
