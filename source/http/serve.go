@@ -455,12 +455,31 @@ func negotiate(accepts []string) (sse, ok bool) {
 
 // ServeHTTP serves one request: auth, validation, then a list or a watch.
 func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req, client, ok := c.accept(w, r)
+	if !ok {
+		return
+	}
+	defer c.requests.Done()
+	if req.watch {
+		c.serveWatch(w, r, req, client)
+	} else {
+		c.serveList(w, r, req, client)
+	}
+}
+
+// accept checks a request — authorization, method, body, query, the server's state — and
+// answers it if it is refused; if not, it counts it in c.requests (the caller calls
+// Done). It is a function of its own so that its locals leave the stack of a watch,
+// which stays on it for the watch's life.
+//
+//go:noinline
+func (c *core[V]) accept(w http.ResponseWriter, r *http.Request) (request, string, bool) {
 	var client string
 	if c.authorize != nil {
 		var err error
 		if client, err = c.authorize(r); err != nil {
 			c.refuse(w, r, err)
-			return
+			return request{}, "", false
 		}
 	}
 	if client == "" {
@@ -470,11 +489,11 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.stats.BadRequests.Add(1)
 		w.Header().Set("Allow", http.MethodGet)
 		writeStatus(w, &StatusError{Code: http.StatusMethodNotAllowed, Reason: "MethodNotAllowed", Message: "only GET is served"}, 0)
-		return
+		return request{}, "", false
 	}
 	if r.ContentLength != 0 {
 		c.refuseBody(w, r)
-		return
+		return request{}, "", false
 	}
 	req, se := parseRequest(r)
 	if se == nil {
@@ -483,26 +502,22 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if se != nil {
 		c.stats.BadRequests.Add(1)
 		writeStatus(w, se, 0)
-		return
+		return request{}, "", false
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
-		return
+		return request{}, "", false
 	}
 	c.requests.Add(1)
 	c.mu.Unlock()
-	defer c.requests.Done()
 	if c.ready != nil && !c.ready() {
+		c.requests.Done()
 		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server has not synced its initial state yet"}, c.retryAfter)
-		return
+		return request{}, "", false
 	}
-	if req.watch {
-		c.serveWatch(w, r, req, client)
-	} else {
-		c.serveList(w, r, req, client)
-	}
+	return req, client, true
 }
 
 // refuseBody answers 400 to a GET that carries a body (any length but 0, or none
@@ -888,43 +903,11 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	defer release()
 
-	// The source ends the watch at opts.Timeout; the server ends it at its own bound.
-	ctx, done := c.requestContext(r, c.watchLifetime())
-	defer done()
-	opts := informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
-	replay := false // initial events the client did not ask for by name (Kubernetes' watch without resourceVersion)
-	switch {
-	case req.rv == "" || req.rv == "0":
-		if c.replayOnEmpty && !req.initial {
-			opts.SendInitialEvents, replay = true, true
-		}
-	default:
-		var err error
-		if c.await != nil {
-			if err := c.await(ctx, req.rv); err != nil {
-				if r.Context().Err() == nil {
-					c.answerRequestError(w, err)
-				}
-				return
-			}
-		}
-		if opts.Revision, err = c.revs.watchRevision(req.rv); err != nil {
-			c.answerRequestError(w, err)
-			return
-		}
-	}
-	wat, err := c.watch(ctx, req.filter, opts)
-	if err != nil {
-		switch {
-		case r.Context().Err() != nil:
-			return // the client went away
-		case c.stopCtx.Err() != nil:
-			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
-		default:
-			c.sourceError(w, err)
-		}
+	ctx, done, wat, opts, replay, ok := c.openWatch(w, r, &req)
+	if !ok {
 		return
 	}
+	defer done()
 	defer wat.Stop()
 
 	ww := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
@@ -1031,6 +1014,55 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			}
 		}
 	}
+}
+
+// openWatch opens the source's watch for a request, or answers the request with the
+// failure. done ends ctx. It is a function of its own so that its locals leave the stack
+// of the watch, which stays on it for the watch's life.
+//
+//go:noinline
+func (c *core[V]) openWatch(w http.ResponseWriter, r *http.Request, req *request) (ctx context.Context, done func(), wat informer.Watch[V], opts informer.WatchOptions, replay bool, ok bool) {
+	// The source ends the watch at opts.Timeout; the server ends it at its own bound.
+	ctx, done = c.requestContext(r, c.watchLifetime())
+	opts = informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
+	// replay: initial events the client did not ask for by name (Kubernetes' watch
+	// without resourceVersion)
+	switch {
+	case req.rv == "" || req.rv == "0":
+		if c.replayOnEmpty && !req.initial {
+			opts.SendInitialEvents, replay = true, true
+		}
+	default:
+		var err error
+		if c.await != nil {
+			if err := c.await(ctx, req.rv); err != nil {
+				if r.Context().Err() == nil {
+					c.answerRequestError(w, err)
+				}
+				done()
+				return
+			}
+		}
+		if opts.Revision, err = c.revs.watchRevision(req.rv); err != nil {
+			c.answerRequestError(w, err)
+			done()
+			return
+		}
+	}
+	wat, err := c.watch(ctx, req.filter, opts)
+	if err != nil {
+		switch {
+		case r.Context().Err() != nil:
+			// the client went away
+		case c.stopCtx.Err() != nil:
+			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		default:
+			c.sourceError(w, err)
+		}
+		done()
+		return
+	}
+	return ctx, done, wat, opts, replay, true
 }
 
 // watchBuffers holds the write buffers of watchers that have nothing to send.
