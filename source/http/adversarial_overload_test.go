@@ -2,10 +2,12 @@ package httpsource
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -223,4 +225,70 @@ func BenchmarkAdversarialSilentServer(b *testing.B) {
 		return false
 	})
 	b.ReportMetric(noticed.Seconds()/interval.Seconds(), "noticed-in-bookmark-intervals")
+}
+
+// BenchmarkAdversarialBurstThenQuiet: 20 runs of a burst of 300 puts over an ordered
+// upstream to 1,000 watchers of a Server whose handler queue is 64 long (so that every
+// burst overflows it, as 5,000 puts overflow the default 4,096), then quiet; reports the
+// watchers that have not reached the burst's last revision 5 s after it.
+func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
+	if !*adversarial {
+		b.Skip("run with -adversarial (make adversarial)")
+	}
+	const runs, watchers, burst = 20, 1000, 300
+	raiseFileLimit(b, 2*watchers+1024)
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "0")
+	up := startUpstream(b, src, "upstream", true)
+	srv, ts, _ := startReplica(b, up, ServerOptions[*obj]{QueueLength: 64})
+	addr := ts.Listener.Addr().String()
+	stale, staleRuns := 0, 0
+	for run := range runs {
+		from := srv.Revision()
+		conns := make([]net.Conn, watchers)
+		for i := range conns {
+			conns[i] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+from)
+		}
+		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == watchers })
+		var last int64
+		for i := range burst {
+			last = put(src, fmt.Sprintf("k%03d", i%100), fmt.Sprint(run, ".", i))
+		}
+		want := []byte(fmt.Sprintf(`"resourceVersion":"%d"`, last))
+		deadline := time.Now().Add(5 * time.Second)
+		var behind atomic.Int64
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Go(func() {
+				_ = c.SetReadDeadline(deadline)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					behind.Add(1)
+					return
+				}
+				r := bufio.NewReader(resp.Body)
+				for {
+					l, err := r.ReadSlice('\n')
+					if bytes.Contains(l, want) {
+						return
+					}
+					if err != nil && err != bufio.ErrBufferFull {
+						behind.Add(1)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := int(behind.Load()); n > 0 {
+			stale += n
+			staleRuns++
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+	}
+	b.ReportMetric(float64(stale), "stale-watchers")
+	b.ReportMetric(float64(staleRuns), "stale-runs/20")
 }
