@@ -72,7 +72,7 @@ COMPARE_FLAGS ?=
 compare:
 	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png $(COMPARE_FLAGS)
 
-## adversarial: source/http's Server under attack over loopback (about a minute): per-client fairness, heap held by 50 stalled list readers, the slowest steady reader kept, and the cost of a watcher.
+## adversarial: source/http's Server and Client under attack over loopback (two to three minutes): per-client fairness, heap held by 50 stalled list readers, the slowest steady reader kept, GET bodies that never end, a batch that never ends, slow list readers under churn, a silent server, stale watchers after bursts, and the cost of a watcher.
 .PHONY: adversarial
 adversarial:
 	cd source/http && $(GO) test -run '^$$' -bench 'Adversarial|WatcherCost' -benchtime=1x -count=1 -timeout 10m . -args -adversarial

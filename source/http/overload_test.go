@@ -286,6 +286,10 @@ func TestServerSlowListReaderCut(t *testing.T) {
 				put(up.src, fmt.Sprintf("k%05d", i), "changed")
 			}
 			eventually(t, "the server to log the changes", func() bool { return srv.src.Revision() >= objects+2*history })
+			if !strings.HasPrefix(q, "watch") {
+				// A list whose write waits for its reader is cut too, well before WriteTimeout.
+				eventually(t, "the waiting list to be cut", func() bool { return srv.Stats().Evicted.Load() == 1 })
+			}
 			_ = rc.conn.SetReadDeadline(time.Now().Add(waitTimeout))
 			var rest []byte
 			err = nil

@@ -457,6 +457,25 @@ func negotiate(accepts []string) (sse, ok bool) {
 
 // ServeHTTP serves one request: auth, validation, then a list or a watch.
 func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req, client, ok := c.accept(w, r)
+	if !ok {
+		return
+	}
+	defer c.requests.Done()
+	if req.watch {
+		c.serveWatch(w, r, req, client)
+	} else {
+		c.serveList(w, r, req, client)
+	}
+}
+
+// accept checks a request — authorization, method, body, query, the server's state — and
+// answers it if it is refused; if not, it counts it in c.requests (the caller calls
+// Done). It is a function of its own so that its locals leave the stack of a watch,
+// which stays on it for the watch's life.
+//
+//go:noinline
+func (c *core[V]) accept(w http.ResponseWriter, r *http.Request) (request, string, bool) {
 	if c.instance != "" {
 		w.Header().Set(InstanceHeader, c.instance)
 	}
@@ -465,7 +484,7 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if client, err = c.authorize(r); err != nil {
 			c.refuse(w, r, err)
-			return
+			return request{}, "", false
 		}
 	}
 	if client == "" {
@@ -475,11 +494,11 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.stats.BadRequests.Add(1)
 		w.Header().Set("Allow", http.MethodGet)
 		writeStatus(w, &StatusError{Code: http.StatusMethodNotAllowed, Reason: "MethodNotAllowed", Message: "only GET is served"}, 0)
-		return
+		return request{}, "", false
 	}
 	if r.ContentLength != 0 {
 		c.refuseBody(w, r)
-		return
+		return request{}, "", false
 	}
 	req, se := parseRequest(r)
 	if se == nil {
@@ -488,26 +507,22 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if se != nil {
 		c.stats.BadRequests.Add(1)
 		writeStatus(w, se, 0)
-		return
+		return request{}, "", false
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
-		return
+		return request{}, "", false
 	}
 	c.requests.Add(1)
 	c.mu.Unlock()
-	defer c.requests.Done()
 	if c.ready != nil && !c.ready() {
+		c.requests.Done()
 		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server has not synced its initial state yet"}, c.retryAfter)
-		return
+		return request{}, "", false
 	}
-	if req.watch {
-		c.serveWatch(w, r, req, client)
-	} else {
-		c.serveList(w, r, req, client)
-	}
+	return req, client, true
 }
 
 // refuseBody answers 400 to a GET that carries a body (any length but 0, or none
@@ -701,6 +716,8 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 	}
 	out = append(out, `},"items":[`...)
 	sw := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
+	cut := c.watchStale(&sw, pg.stale)
+	defer cut.stop()
 	started := false
 	start := func() {
 		h := w.Header()
@@ -742,8 +759,7 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				return
 			}
 			if pg.stale != nil && pg.stale() {
-				c.stats.Evicted.Add(1)
-				c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, pg.rev))
+				c.listCut(r, pg.rev)
 				if started {
 					panic(http.ErrAbortHandler)
 				}
@@ -754,6 +770,11 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				start()
 			}
 			if err := sw.write(out, false); err != nil {
+				if cut.cut.Load() {
+					c.listCut(r, pg.rev)
+					sw.abort()
+					return
+				}
 				c.writeFailed(r, &sw, "list reader", err)
 				return
 			}
@@ -770,6 +791,59 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 		return
 	}
 	sw.end()
+}
+
+// staleCheck is how often a list being sent checks that its revision is still in the
+// history, while its writes wait for a slow reader.
+const staleCheck = 500 * time.Millisecond
+
+// staleWatch cuts a list whose revision leaves the history while a write waits for its
+// reader: the write's deadline is moved to now, so that the write fails at once.
+type staleWatch struct {
+	mu    sync.Mutex
+	timer *time.Timer
+	done  bool
+	cut   atomic.Bool
+}
+
+// watchStale starts checking stale (nil: nothing to check) every staleCheck while the
+// list is sent.
+func (c *core[V]) watchStale(sw *streamWriter, stale func() bool) *staleWatch {
+	sc := &staleWatch{}
+	if stale == nil {
+		return sc
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.timer = time.AfterFunc(staleCheck, func() {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		if sc.done {
+			return
+		}
+		if stale() {
+			sc.cut.Store(true)
+			_ = sw.rc.SetWriteDeadline(time.Now())
+		}
+		sc.timer.Reset(staleCheck) // a write may have moved the deadline on since
+	})
+	return sc
+}
+
+// stop ends the checks; none runs after it returns.
+func (sc *staleWatch) stop() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.done = true
+	if sc.timer != nil {
+		sc.timer.Stop()
+	}
+}
+
+// listCut accounts for a list cut because its revision left the history.
+func (c *core[V]) listCut(r *http.Request, rev string) {
+	c.stats.Evicted.Add(1)
+	c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, rev))
 }
 
 // sourceList reads one page from the source (Handler).
@@ -834,43 +908,11 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	defer release()
 
-	// The source ends the watch at opts.Timeout; the server ends it at its own bound.
-	ctx, done := c.requestContext(r, c.watchLifetime())
-	defer done()
-	opts := informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
-	replay := false // initial events the client did not ask for by name (Kubernetes' watch without resourceVersion)
-	switch {
-	case req.rv == "" || req.rv == "0":
-		if c.replayOnEmpty && !req.initial {
-			opts.SendInitialEvents, replay = true, true
-		}
-	default:
-		var err error
-		if c.await != nil {
-			if err := c.await(ctx, req.rv); err != nil {
-				if r.Context().Err() == nil {
-					c.answerRequestError(w, err)
-				}
-				return
-			}
-		}
-		if opts.Revision, err = c.revs.watchRevision(req.rv); err != nil {
-			c.answerRequestError(w, err)
-			return
-		}
-	}
-	wat, err := c.watch(ctx, req.filter, opts)
-	if err != nil {
-		switch {
-		case r.Context().Err() != nil:
-			return // the client went away
-		case c.stopCtx.Err() != nil:
-			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
-		default:
-			c.sourceError(w, err)
-		}
+	ctx, done, wat, opts, replay, ok := c.openWatch(w, r, &req)
+	if !ok {
 		return
 	}
+	defer done()
 	defer wat.Stop()
 
 	ww := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
@@ -977,6 +1019,55 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			}
 		}
 	}
+}
+
+// openWatch opens the source's watch for a request, or answers the request with the
+// failure. done ends ctx. It is a function of its own so that its locals leave the stack
+// of the watch, which stays on it for the watch's life.
+//
+//go:noinline
+func (c *core[V]) openWatch(w http.ResponseWriter, r *http.Request, req *request) (ctx context.Context, done func(), wat informer.Watch[V], opts informer.WatchOptions, replay bool, ok bool) {
+	// The source ends the watch at opts.Timeout; the server ends it at its own bound.
+	ctx, done = c.requestContext(r, c.watchLifetime())
+	opts = informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
+	// replay: initial events the client did not ask for by name (Kubernetes' watch
+	// without resourceVersion)
+	switch {
+	case req.rv == "" || req.rv == "0":
+		if c.replayOnEmpty && !req.initial {
+			opts.SendInitialEvents, replay = true, true
+		}
+	default:
+		var err error
+		if c.await != nil {
+			if err := c.await(ctx, req.rv); err != nil {
+				if r.Context().Err() == nil {
+					c.answerRequestError(w, err)
+				}
+				done()
+				return
+			}
+		}
+		if opts.Revision, err = c.revs.watchRevision(req.rv); err != nil {
+			c.answerRequestError(w, err)
+			done()
+			return
+		}
+	}
+	wat, err := c.watch(ctx, req.filter, opts)
+	if err != nil {
+		switch {
+		case r.Context().Err() != nil:
+			// the client went away
+		case c.stopCtx.Err() != nil:
+			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		default:
+			c.sourceError(w, err)
+		}
+		done()
+		return
+	}
+	return ctx, done, wat, opts, replay, true
 }
 
 // watchBuffers holds the write buffers of watchers that have nothing to send.

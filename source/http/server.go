@@ -120,9 +120,9 @@ type ServerOptions[V any] struct {
 // in-memory revisioned log (source/memory) with a bounded history, and serves from that
 // log: lists are consistent, paginated snapshots with continue tokens; watches resume from
 // any revision within the history. Every watcher reads the one shared log, so a watcher
-// costs a goroutine and a connection, about 17.5 KB of heap and stack while idle
-// (BenchmarkWatcherCost), plus a pooled 32 KiB write buffer while it has something to
-// send, whatever the rate of changes; the
+// costs two goroutines (the handler's and net/http's background reader) and a
+// connection, 28 KB of heap and stacks while idle (BenchmarkWatcherCost), plus a pooled
+// 32 KiB write buffer while it has something to send, whatever the rate of changes; the
 // memory of the server is the state, the history (bounded by HistoryLimit and
 // HistoryBytes) and the snapshots of lists in progress. Encoding is done once per change,
 // not once per watcher.
