@@ -59,7 +59,7 @@ func (m *Manager) runTerm(ctx context.Context, l Leadership, leaders []entry, fa
 		wg.Go(func() {
 			defer m.setLeaderRunning(e.name, false)
 			if err := e.r.Start(tctx); err != nil && tctx.Err() == nil {
-				fail(fmt.Errorf("manager: %s (term %d): %w", e.name, l.Term().Value, err))
+				fail(fmt.Errorf("manager: leader-only runnable %q (term %d): %w", e.name, l.Term().Value, err))
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -306,7 +307,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.phase.Store(phaseRunning)
 		for _, e := range entries {
 			if !e.leaderOnly {
-				launch(e.name, e.r.Start)
+				launch(fmt.Sprintf("runnable %q", e.name), e.r.Start)
 			}
 		}
 		var leaders []entry
@@ -373,7 +374,7 @@ func (m *Manager) stopAll(stack []*running) error {
 			spent = true
 			name := r.name
 			if name == leaderElection {
-				name = fmt.Sprintf("%s (leader-only runnables running: %s)", name, strings.Join(m.leaderRunningNames(), ", "))
+				name = fmt.Sprintf("%s (leader-only runnables running: %s)", name, quoted(m.leaderRunningNames()))
 			}
 			overran = append(overran, name)
 			m.log.Error("shutdown timeout spent waiting for a runnable", "runnable", r.name, "timeout", m.opts.ShutdownTimeout)
@@ -387,6 +388,15 @@ func (m *Manager) stopAll(stack []*running) error {
 		msg += fmt.Sprintf("; not waited for: %s", strings.Join(abandoned, ", "))
 	}
 	return fmt.Errorf("%w: %s", ErrShutdownTimeout, msg)
+}
+
+// quoted renders names as a comma-separated list of quoted strings.
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // serveHealth listens on Options.HealthAddr and serves Handler until the stop.
