@@ -347,3 +347,24 @@ func TestRetryAfterSecondsOverflow(t *testing.T) {
 		}
 	}
 }
+
+// After a burst that overflows the Server's handler queue, then quiet, a client reaches
+// the burst's last revision: an overflow never loses the revision marker the Server
+// waits for before it logs the changes it holds.
+func TestServerBurstThenQuiet(t *testing.T) {
+	t.Skip("needs the processor to keep revision markers when a handler's queue overflows (root package, fixed on another branch); fails until that lands")
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "0")
+	up := startUpstream(t, src, "upstream", true)
+	_, ts, _ := startReplica(t, up, ServerOptions[*obj]{QueueLength: 8})
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	var last int64
+	for i := range 200 {
+		last = put(src, fmt.Sprintf("k%03d", i%50), fmt.Sprint(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := d.inf.WaitForRevision(ctx, fmt.Sprint(last)); err != nil {
+		t.Fatalf("WaitForRevision(%d) after a burst then quiet: %v", last, err)
+	}
+}
