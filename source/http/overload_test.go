@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -366,5 +367,34 @@ func TestServerBurstThenQuiet(t *testing.T) {
 	defer cancel()
 	if err := d.inf.WaitForRevision(ctx, fmt.Sprint(last)); err != nil {
 		t.Fatalf("WaitForRevision(%d) after a burst then quiet: %v", last, err)
+	}
+}
+
+// A filtered client's WaitForRevision of a write to another value returns soon, not after
+// a bookmark interval (a minute by default): the Server sends its idle filtered watchers a
+// bookmark at the newest revision shortly after it moves.
+func TestFilteredClientWaitsForAWriteElsewhere(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "payments:0")
+	up := startUpstream(t, src, "upstream", true)
+	_, ts, _ := startReplica(t, up, filterOptions())
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r := strconv.FormatInt(put(src, "b", fmt.Sprintf("search:%d", i)), 10)
+		start := time.Now()
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.inf.WaitForRevision(wctx, r)
+		wcancel()
+		if err != nil {
+			t.Fatalf("WaitForRevision(%s) of a write to another value: %v after %v", r, err, time.Since(start))
+		}
+	}
+	if n := d.inf.Len(); n != 1 {
+		t.Errorf("the filtered cache holds %d objects, want 1", n)
 	}
 }
