@@ -398,3 +398,37 @@ func TestFilteredClientWaitsForAWriteElsewhere(t *testing.T) {
 		t.Errorf("the filtered cache holds %d objects, want 1", n)
 	}
 }
+
+// Behind a round-robin balancer the pages of one list go to different replicas: a
+// continue token of one replica is served by another at the same upstream revision.
+func TestPagedListAcrossReplicas(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	for i := range 10 {
+		put(src, fmt.Sprintf("k%02d", i), "v")
+	}
+	up := startUpstream(t, src, "upstream", true)
+	_, a, _ := startReplica(t, up, ServerOptions[*obj]{})
+	_, b, _ := startReplica(t, up, ServerOptions[*obj]{})
+	ca, cb := newTestClient(t, a.URL, ClientOptions[*obj]{}), newTestClient(t, b.URL, ClientOptions[*obj]{})
+	var got []string
+	l, err := ca.List(context.Background(), informer.ListOptions{Limit: 4})
+	for i := 0; err == nil; i++ {
+		for _, o := range l.Items {
+			got = append(got, o.Name)
+		}
+		if l.Continue == "" {
+			break
+		}
+		next := ca
+		if i%2 == 0 {
+			next = cb
+		}
+		l, err = next.List(context.Background(), informer.ListOptions{Limit: 4, Continue: l.Continue})
+	}
+	if err != nil {
+		t.Fatalf("a paged list across replicas: %v after %v", err, got)
+	}
+	if s := strings.Join(got, ","); s != "k00,k01,k02,k03,k04,k05,k06,k07,k08,k09" {
+		t.Fatalf("a paged list across replicas gave %s", s)
+	}
+}
