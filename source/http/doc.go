@@ -76,7 +76,9 @@
 // (or whose index function fails) as DELETED, carrying the last state the value served.
 // A filtered client's cache is therefore exactly the matching subset, and its revisions
 // are the server's: it resumes from any of them, gets bookmarks at the server's newest
-// revision while its value is idle, and lists again (filtered) on 410. A multi-valued
+// revision while its value is idle (within 250 ms of a change elsewhere, so that its
+// WaitForRevision of a write to another value returns soon), and lists again (filtered)
+// on 410. A multi-valued
 // index puts an object under each of its values.
 //
 // The server computes an object's values once per change, outside its lock, keeps for

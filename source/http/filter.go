@@ -200,7 +200,14 @@ type filterHub[K cmp.Ordered, V any] struct {
 	batchLen  int    // events appended since beginBatch
 	inBatch   bool   // between beginBatch and endBatch
 	batches   uint64 // batches ended, to mark the values endBatch has seen
+	progress  bool   // a progress broadcast is due (progressDelay after a change)
 }
+
+// progressDelay is how soon after its revision moves a Server sends its idle filtered
+// watchers that asked for bookmarks one at the newest revision, so that a filtered
+// client's WaitForRevision of a write to another value returns within about this, not a
+// bookmark interval. It costs at most one bookmark per idle watcher per delay.
+const progressDelay = 250 * time.Millisecond
 
 // filterIndex is one filter index.
 type filterIndex[K cmp.Ordered, V any] struct {
@@ -347,6 +354,33 @@ func (h *filterHub[K, V]) endBatch(seq int64) {
 
 func (h *filterHub[K, V]) advance(rev int64) {
 	h.rev, h.revStr = rev, ""
+	if h.bookmarks > 0 && !h.progress {
+		h.progress = true
+		time.AfterFunc(progressDelay, h.broadcastProgress)
+	}
+}
+
+// broadcastProgress wakes the idle watches that asked for bookmarks, each to send one at
+// the newest revision (filterWatch.progress). It runs under mu, so never inside a batch.
+func (h *filterHub[K, V]) broadcastProgress() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.progress = false
+	for i := range h.indexes {
+		for _, fv := range h.indexes[i].values {
+			keep := fv.waiters[:0]
+			for _, w := range fv.waiters {
+				if w.bookmarkEvery <= 0 {
+					keep = append(keep, w)
+					continue
+				}
+				w.waiting, w.progress = false, true
+				w.signal()
+			}
+			clear(fv.waiters[len(keep):])
+			fv.waiters = keep
+		}
+	}
 }
 
 func (h *filterHub[K, V]) revString() string {
@@ -559,6 +593,7 @@ type filterWatch[K cmp.Ordered, V any] struct {
 	initialRev   string
 	endOfInitial bool
 	waiting      bool
+	progress     bool // send a bookmark at the newest revision once idle (broadcastProgress)
 	err          error
 }
 
@@ -641,6 +676,10 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 		w.next++
 		w.more = i+1 < int64(len(fv.history))
 		return informer.Event[*record[K]]{Type: e.typ, Object: e.rec, Revision: e.revStr}, nil, true
+	}
+	if w.progress {
+		w.progress = false
+		return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}, nil, true
 	}
 	return ev, nil, false
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,5 +346,89 @@ func TestRetryAfterSecondsOverflow(t *testing.T) {
 		if _, d := statusFromResponse(resp, 5*time.Minute); d != 5*time.Minute {
 			t.Errorf("429 with retryAfterSeconds %d: delay %v, want 5m", secs, d)
 		}
+	}
+}
+
+// After a burst that overflows the Server's handler queue, then quiet, a client reaches
+// the burst's last revision: an overflow never loses the revision marker the Server
+// waits for before it logs the changes it holds.
+func TestServerBurstThenQuiet(t *testing.T) {
+	t.Skip("needs the processor to keep revision markers when a handler's queue overflows (root package, fixed on another branch); fails until that lands")
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "0")
+	up := startUpstream(t, src, "upstream", true)
+	_, ts, _ := startReplica(t, up, ServerOptions[*obj]{QueueLength: 8})
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	var last int64
+	for i := range 200 {
+		last = put(src, fmt.Sprintf("k%03d", i%50), fmt.Sprint(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := d.inf.WaitForRevision(ctx, fmt.Sprint(last)); err != nil {
+		t.Fatalf("WaitForRevision(%d) after a burst then quiet: %v", last, err)
+	}
+}
+
+// A filtered client's WaitForRevision of a write to another value returns soon, not after
+// a bookmark interval (a minute by default): the Server sends its idle filtered watchers a
+// bookmark at the newest revision shortly after it moves.
+func TestFilteredClientWaitsForAWriteElsewhere(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "payments:0")
+	up := startUpstream(t, src, "upstream", true)
+	_, ts, _ := startReplica(t, up, filterOptions())
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r := strconv.FormatInt(put(src, "b", fmt.Sprintf("search:%d", i)), 10)
+		start := time.Now()
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.inf.WaitForRevision(wctx, r)
+		wcancel()
+		if err != nil {
+			t.Fatalf("WaitForRevision(%s) of a write to another value: %v after %v", r, err, time.Since(start))
+		}
+	}
+	if n := d.inf.Len(); n != 1 {
+		t.Errorf("the filtered cache holds %d objects, want 1", n)
+	}
+}
+
+// Behind a round-robin balancer the pages of one list go to different replicas: a
+// continue token of one replica is served by another at the same upstream revision.
+func TestPagedListAcrossReplicas(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	for i := range 10 {
+		put(src, fmt.Sprintf("k%02d", i), "v")
+	}
+	up := startUpstream(t, src, "upstream", true)
+	_, a, _ := startReplica(t, up, ServerOptions[*obj]{})
+	_, b, _ := startReplica(t, up, ServerOptions[*obj]{})
+	ca, cb := newTestClient(t, a.URL, ClientOptions[*obj]{}), newTestClient(t, b.URL, ClientOptions[*obj]{})
+	var got []string
+	l, err := ca.List(context.Background(), informer.ListOptions{Limit: 4})
+	for i := 0; err == nil; i++ {
+		for _, o := range l.Items {
+			got = append(got, o.Name)
+		}
+		if l.Continue == "" {
+			break
+		}
+		next := ca
+		if i%2 == 0 {
+			next = cb
+		}
+		l, err = next.List(context.Background(), informer.ListOptions{Limit: 4, Continue: l.Continue})
+	}
+	if err != nil {
+		t.Fatalf("a paged list across replicas: %v after %v", err, got)
+	}
+	if s := strings.Join(got, ","); s != "k00,k01,k02,k03,k04,k05,k06,k07,k08,k09" {
+		t.Fatalf("a paged list across replicas gave %s", s)
 	}
 }

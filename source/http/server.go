@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -705,7 +706,7 @@ func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
 // pages.
 func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error) {
 	if req.cont != "" {
-		return s.nextPage(req)
+		return s.nextPage(client, req)
 	}
 	tree, rev := s.snapshot(req.filter)
 	if req.rv != "" && req.rv != "0" {
@@ -730,20 +731,31 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 	return pg, nil
 }
 
-// nextPage serves a later page of a paged list from its snapshot.
-func (s *Server[K, V]) nextPage(req request) (page[*record[K]], error) {
+// nextPage serves a later page of a paged list from its snapshot; a token of another
+// replica, or of a snapshot this one dropped, is served from the state if it is at the
+// token's upstream revision (portablePage).
+func (s *Server[K, V]) nextPage(client string, req request) (page[*record[K]], error) {
 	tok, err := s.core.revs.continueToken(req.cont)
 	if err != nil {
+		if pg, ok := s.portablePage(client, req); ok {
+			return pg, nil
+		}
 		return page[*record[K]]{}, &requestError{err}
 	}
-	idPart, seqPart, ok := strings.Cut(tok, ".")
-	id, err1 := strconv.ParseUint(idPart, 36, 64)
-	seq, err2 := strconv.ParseInt(seqPart, 36, 64)
-	if !ok || err1 != nil || err2 != nil || seq < 1 {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 2 && len(parts) != 4 {
+		return page[*record[K]]{}, &requestError{fmt.Errorf("malformed continue token %q", req.cont)}
+	}
+	id, err1 := strconv.ParseUint(parts[0], 36, 64)
+	seq, err2 := strconv.ParseInt(parts[1], 36, 64)
+	if err1 != nil || err2 != nil || seq < 1 {
 		return page[*record[K]]{}, &requestError{fmt.Errorf("malformed continue token %q", req.cont)}
 	}
 	p, err := s.pins.get(id, s.src.CompactedRevision())
 	if err != nil {
+		if pg, ok := s.portablePage(client, req); ok {
+			return pg, nil
+		}
 		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q: %w", req.cont, err)}
 	}
 	limit := req.limit
@@ -780,12 +792,52 @@ func (s *Server[K, V]) wire(rev int64) string {
 }
 
 // token is the continue token of p's next page: the server's tag, the list's id and the
-// page's number.
+// page's number; over an ordered upstream also the list's upstream revision and the last
+// key served, so that a replica at that revision can serve the next page
+// (portablePage).
 func (s *Server[K, V]) token(p *pin[K]) string {
 	b := strconv.AppendUint(nil, p.id, 36)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, p.seq, 36)
+	if key, err := json.Marshal(p.after); s.up != nil && p.started && err == nil {
+		b = append(b, '.')
+		b = base64.RawURLEncoding.AppendEncode(b, []byte(s.wire(p.rev)))
+		b = append(b, '.')
+		b = base64.RawURLEncoding.AppendEncode(b, key)
+	}
 	return string(s.core.revs.appendContinue(nil, string(b)))
+}
+
+// portablePage serves the next page of a list another replica began (behind a
+// round-robin balancer), or whose snapshot this one dropped: when the server's state is at
+// the token's upstream revision, the page continues after the token's last key.
+func (s *Server[K, V]) portablePage(client string, req request) (page[*record[K]], bool) {
+	parts := strings.Split(req.cont, ".")
+	if s.up == nil || len(parts) != 5 {
+		return page[*record[K]]{}, false
+	}
+	wire, err1 := base64.RawURLEncoding.DecodeString(parts[3])
+	rawKey, err2 := base64.RawURLEncoding.DecodeString(parts[4])
+	var after K
+	if err1 != nil || err2 != nil || json.Unmarshal(rawKey, &after) != nil {
+		return page[*record[K]]{}, false
+	}
+	tree, rev := s.snapshot(req.filter)
+	if s.wire(rev) != string(wire) {
+		return page[*record[K]]{}, false
+	}
+	p := &pin[K]{tree: tree, rev: rev, client: client, after: after, started: true, seq: 1}
+	limit := req.limit
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	items := p.take(limit)
+	pg := page[*record[K]]{rev: string(wire), items: slices.Values(items), stale: s.staleAt(rev)}
+	if p.more {
+		s.pins.add(p)
+		pg.cont = s.token(p)
+	}
+	return pg, true
 }
 
 // pin is the snapshot a paged list reads its later pages from.
