@@ -31,6 +31,7 @@ const (
 // Runnable is anything the manager runs: Start blocks until ctx is done (or its work is
 // finished) and returns nil, or an error that stops the manager.
 type Runnable interface {
+	// Start runs until ctx is done or the work is finished. An error stops the manager.
 	Start(ctx context.Context) error
 }
 
@@ -44,9 +45,13 @@ func (f RunnableFunc) Start(ctx context.Context) error { return f(ctx) }
 // manager runs it, waits for it to sync before it starts any runnable, and checks it for
 // readiness.
 type Cache interface {
+	// Name names the cache in errors, logs and health checks.
 	Name() string
+	// Run runs the cache until ctx is done.
 	Run(ctx context.Context) error
+	// Synced is closed once the cache holds the source's state.
 	Synced() <-chan struct{}
+	// Stats reports the cache's counters; readiness reads its last source error.
 	Stats() informer.Stats
 }
 

@@ -39,7 +39,10 @@ import (
 
 // Item is one desired item: its name (the key after <prefix>desired/) and value.
 type Item struct {
-	Name, Value string
+	// Name is the key after <prefix>desired/.
+	Name string
+	// Value is the desired value.
+	Value string
 }
 
 func main() {
