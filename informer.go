@@ -579,16 +579,13 @@ func (inf *Informer[K, V]) processLoop() {
 				inf.store.compactIfLoose()
 			}
 			return notes
-		}, synced, func() {
+		}, marks{synced: synced, rev: rev}, func() {
 			// Once the handlers have the batch queued: after WaitForRevision or a sync,
 			// every notification up to there is on its way to every handler.
 			inf.advance(wm)
 			if synced {
 				inf.synced.Store(true)
 				close(inf.syncedCh)
-			}
-			if wm.inclusive && wm.rev != "" {
-				inf.proc.markRevisionLocked(wm.rev)
 			}
 		})
 	}
@@ -654,19 +651,17 @@ func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Regis
 		return nil, fmt.Errorf("informer %q: AddHandler: nil handler", inf.opts.Name)
 	}
 	// The replay runs between two batches: the cache as it is now.
-	return inf.proc.add(h, opts, func() ([]notification[K, V], string) {
+	return inf.proc.add(h, opts, func() ([]notification[K, V], marks) {
 		sn := inf.store.snapshot()
-		replay := make([]notification[K, V], 0, sn.Len()+2)
+		replay := make([]notification[K, V], 0, sn.Len())
 		for k, v := range sn.All() {
 			replay = append(replay, notification[K, V]{kind: notifyAdd, key: k, new: v, initial: true})
 		}
-		if inf.synced.Load() {
-			replay = append(replay, notification[K, V]{kind: notifySynced})
+		m := marks{synced: inf.synced.Load()}
+		if sn.exact {
+			m.rev = sn.revision
 		}
-		if sn.exact && sn.revision != "" {
-			replay = append(replay, notification[K, V]{kind: notifyRevision})
-		}
-		return replay, sn.revision
+		return replay, m
 	})
 }
 
@@ -1087,13 +1082,12 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		inf.fifo.markRestored(rev)
 		inf.restored.Store(true)
 		return notes
-	}, true, func() {
+	}, marks{synced: true, rev: rev}, func() {
 		// As after a batch: the revision and the sync are published once the handlers
 		// have the restored objects queued.
 		inf.advance(watermark{rev: rev, inclusive: true})
 		inf.synced.Store(true)
 		close(inf.syncedCh)
-		inf.proc.markRevisionLocked(rev)
 	})
 	inf.savedGen = inf.store.generation() // what was loaded need not be written again
 	inf.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys))

@@ -935,3 +935,61 @@ func TestInformer_KeyWithoutOrderNeedsCompareKeys(t *testing.T) {
 		t.Fatalf("New with CompareKeys = %v", err)
 	}
 }
+
+// Plain handlers (no OnRevision) added to a running, synced informer get the replay and
+// the live changes, and nothing is reported: no panic, no error.
+func TestInformer_LatePlainHandlers(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	var mu sync.Mutex
+	var calls []string
+	record := func(s string) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
+	var regs []*informer.Registration
+	for i := range 3 {
+		name := fmt.Sprintf("late%d", i)
+		reg, err := f.inf.AddHandler(informer.HandlerFuncs[*obj]{
+			AddFunc:    func(o *obj, initial bool) { record(fmt.Sprintf("%s add %s=%s %v", name, o.Key, o.Val, initial)) },
+			UpdateFunc: func(_, o *obj) { record(fmt.Sprintf("%s update %s=%s", name, o.Key, o.Val)) },
+		}, informer.HandlerOptions{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	src.Put(newObj("a", "g", "2"))
+	waitUntil(t, func() bool {
+		for _, reg := range regs {
+			if !reg.HasSynced() || reg.Stats().Delivered < 2 || reg.Stats().Queued > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	got := slices.Clone(calls)
+	mu.Unlock()
+	for i := range regs {
+		name := fmt.Sprintf("late%d", i)
+		var mine []string
+		for _, c := range got {
+			if strings.HasPrefix(c, name+" ") {
+				mine = append(mine, c)
+			}
+		}
+		if want := []string{name + " add a=1 true", name + " update a=2"}; !slices.Equal(mine, want) {
+			t.Errorf("%s got %q, want %q", name, mine, want)
+		}
+		if p := regs[i].Stats().Panics; p != 0 {
+			t.Errorf("%s: %d panics", name, p)
+		}
+	}
+	if n := f.inf.Stats().HandlerPanics; n != 0 {
+		t.Errorf("Stats().HandlerPanics = %d", n)
+	}
+	f.errs.mu.Lock()
+	defer f.errs.mu.Unlock()
+	if len(f.errs.list) != 0 {
+		t.Errorf("errors reported: %v", f.errs.list)
+	}
+}

@@ -707,11 +707,11 @@ func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, on
 	return p
 }
 
-// add registers a handler. If the processor runs, replay gives the notifications that bring
-// the new handler up to date (the cache as it is now, and the synced marker if it synced);
-// it is called under the lock, between two batches. add fails with ErrStopped once the
-// processor stopped.
-func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() ([]notification[K, V], string)) (*Registration, error) {
+// add registers a handler. If the processor runs, replay gives what brings the new handler
+// up to date: the cache as it is now, and the markers that follow it (queued as after a
+// batch, by queueMarks); it is called under the lock, between two batches. add fails with
+// ErrStopped once the processor stopped.
+func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() ([]notification[K, V], marks)) (*Registration, error) {
 	l := newListener[K, V](h, opts, p.clock, p.onPanic)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -727,12 +727,47 @@ func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() (
 	p.publishLocked()
 	if p.started {
 		p.startLocked(l)
-		notes, rev := replay()
-		b := newNoteBatch(notes)
-		b.rev = rev
-		l.enqueue(b, true)
+		notes, m := replay()
+		l.enqueue(newNoteBatch(notes), true)
+		queueMarks([]*listener[K, V]{l}, m, true)
 	}
 	return l.reg, nil
+}
+
+// marks are the markers that follow a batch's notifications (or a replay) in a handler's
+// queue: synced, the initial state is complete; rev, if not empty, the revision the
+// notifications so far are exactly the source's state at.
+type marks struct {
+	synced bool
+	rev    string
+}
+
+// queueMarks queues m's markers to the listeners, after what they were given last. It is
+// the one place that decides which handler gets which marker: every handler the synced
+// marker, only a RevisionHandler the revision marker. A replay forces the revision
+// marker in as it forces the replay; after a batch, a Coalesce handler whose queue is
+// full drops it (what it then holds is no exact state). Called under the lock.
+func queueMarks[K comparable, V any](ls []*listener[K, V], m marks, replay bool) {
+	if m.synced {
+		marker := newNoteBatch([]notification[K, V]{{kind: notifySynced}})
+		for _, l := range ls {
+			l.enqueue(marker, true)
+		}
+	}
+	if m.rev == "" {
+		return
+	}
+	var b *noteBatch[K, V]
+	for _, l := range ls {
+		if l.revs == nil {
+			continue
+		}
+		if b == nil {
+			b = newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
+			b.rev = m.rev
+		}
+		l.enqueue(b, replay)
+	}
 }
 
 // coalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
@@ -823,13 +858,13 @@ func (p *processor[K, V]) handlers() []*Registration {
 
 // deliver writes a batch and hands its notifications to every listener. write is called
 // under the lock with an empty buffer, applies the batch to the cache and returns the
-// buffer filled with the batch's notifications; synced adds the synced marker after them;
+// buffer filled with the batch's notifications; m's markers follow them (see queueMarks);
 // queued, if not nil, is called under the lock once every listener has them (so that what
 // it publishes, a revision reached, implies the notifications are queued). Listeners share
 // the notifications; resyncs (sync set) go only to listeners due for one, and those not due
 // share a filtered copy. Once the lock is released, deliver waits while a Block listener's
 // queue is full, so that the source is read no faster than it drains.
-func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], synced bool, queued func()) {
+func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], m marks, queued func()) {
 	p.mu.Lock()
 	b := p.batches.get()
 	b.notes = write(b.notes)
@@ -858,12 +893,7 @@ func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notific
 	}
 	p.batches.low.Store(len(b.notes) < idleBufferCap)
 	b.release()
-	if synced {
-		marker := newNoteBatch([]notification[K, V]{{kind: notifySynced}})
-		for _, l := range p.listeners {
-			l.enqueue(marker, true)
-		}
-	}
+	queueMarks(p.listeners, m, false)
 	if queued != nil {
 		queued()
 	}
@@ -878,23 +908,6 @@ func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notific
 	for i, l := range blocking {
 		l.waitForRoom(&p.aborting)
 		blocking[i] = nil
-	}
-}
-
-// markRevisionLocked queues a RevisionHandler marker for rev to the listeners whose
-// handler wants one: everything queued before it makes the state at rev. Called with the
-// lock held, after a batch's notifications are queued.
-func (p *processor[K, V]) markRevisionLocked(rev string) {
-	var b *noteBatch[K, V]
-	for _, l := range p.listeners {
-		if l.revs == nil {
-			continue
-		}
-		if b == nil {
-			b = newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
-			b.rev = rev
-		}
-		l.enqueue(b, false)
 	}
 }
 
