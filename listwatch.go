@@ -18,6 +18,21 @@ import (
 // Both methods must return promptly once ctx is cancelled. Errors are classified with
 // errors.Is against ErrExpired and ErrRetryable (see those); any other error makes the
 // informer back off and list again.
+//
+// A source may also implement optional capabilities, each an interface of one method that
+// New (or the reflector, for a Watch) finds with a type assertion; this is the complete
+// list, and SOURCES.md at the root of the repository says when to implement which:
+//
+//   - RevisionComparer: the source's revisions are ordered. Turns on WaitForRevision and
+//     the check that a stream never goes back in time.
+//   - PageSizer: the page size the source serves best, used when Options.PageSize is 0.
+//   - StreamingLister: the source can serve a list as the start of a watch.
+//   - ErrorReporting: the source reports errors it finds without failing a call (an object
+//     it could not decode) to the informer's ReportError.
+//   - SourceIdentifier: the source says which collection and history it serves, so that a
+//     warm restart restores a saved cache only into the same one.
+//   - BatchedWatch (on a Watch, not the source): several changes at one revision are
+//     counted as reached only once the last of them is in the cache.
 type ListerWatcher[V any] interface {
 	// List returns one page of the collection. The first page is requested with an empty
 	// ListOptions.Continue; every later page with the Continue token of the page before, and
