@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 )
 
 // A list page that never returns (a source that stalls after its headers) is ended after
@@ -49,15 +50,7 @@ func TestReflector_StalledListEndsAfterProgressTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	ctx := informertest.Run(t, inf)
 	<-entered
 	if st := inf.Stats(); st.ListStarted.IsZero() {
 		t.Fatalf("a list is in progress but Stats.ListStarted is zero: %+v", st)
@@ -105,15 +98,7 @@ func TestReflector_SilentWatchEndsAfterProgressTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	informertest.Run(t, inf)
 	waitUntil(t, func() bool { return watches.Load() >= 3 })
 	_, lastErr := inf.LastError()
 	if !errors.Is(lastErr, informer.ErrNoProgress) || !strings.Contains(lastErr.Error(), "delivered nothing") {
