@@ -11,6 +11,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // A list page that never returns (a source that stalls after its headers) is ended after
@@ -33,13 +34,13 @@ func TestReflector_StalledListEndsAfterProgressTimeout(t *testing.T) {
 			return newChanWatch(ctx, make(chan watchResult)), nil
 		},
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.LogBuffer{}
 	var reported atomic.Pointer[error]
 	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
 		Key:             objKeyErr,
 		Name:            "stalled-list",
 		ProgressTimeout: 200 * time.Millisecond,
-		Logger:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:          logs.Logger(slog.LevelWarn),
 		ErrorHandler: func(err error) {
 			if errors.Is(err, informer.ErrNoProgress) {
 				reported.Store(&err)

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 	"github.com/informer-go/informer/workqueue"
 )
@@ -122,26 +122,9 @@ func (s *started) stop(t *testing.T) error {
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // logBuffer collects log output safely from many goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer struct{ testkit.LogBuffer }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func (b *logBuffer) logger() *slog.Logger { return b.Logger(slog.LevelDebug) }
 
 // limiterOp is one call the controller made to the rate limiter.
 type limiterOp struct {

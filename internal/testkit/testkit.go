@@ -4,7 +4,9 @@
 package testkit
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -103,4 +105,30 @@ func ephemeralLow() int {
 		}
 	}
 	return low
+}
+
+// LogBuffer collects log output, safe for writes from many goroutines; the zero value is
+// ready for use.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Logger returns a text logger that writes to b the records at level and above.
+func (b *LogBuffer) Logger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level}))
 }
