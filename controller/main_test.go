@@ -25,30 +25,18 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // waitLimit bounds every wait of the tests; reaching it is a failure, never a way to
 // synchronise.
-const waitLimit = 10 * time.Second
+const waitLimit = testkit.WaitLimit
 
 // recv waits for a value from ch, failing the test after waitLimit.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitLimit):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
+	return testkit.Recv(t, ch, what)
 }
 
 // eventually polls cond until it holds, for the few states nothing can be waited on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Until(t, what, time.Millisecond, cond)
 }
 
 // obj is the object the tests' informers hold.
