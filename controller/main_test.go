@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 	"github.com/informer-go/informer/workqueue"
@@ -63,15 +64,7 @@ func runInformer(t *testing.T, lw informer.ListerWatcher[*obj], opts informer.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("informer %s: Run: %v", inf.Name(), err)
-		}
-	})
+	informertest.Run(t, inf)
 	return inf
 }
 

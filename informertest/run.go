@@ -14,7 +14,8 @@ type Runner interface {
 // Run starts r.Run in a goroutine for the length of the test and returns the context it
 // runs under. At the test's cleanup it calls each release function first (to let go of
 // handlers the test holds up, which Run would otherwise wait for), then cancels the
-// context, waits for Run to return and fails the test if Run returned an error. It does
+// context, waits for Run to return and fails the test if Run returned an error (naming
+// r if it has a Name method). It does
 // not wait for a sync: follow with informer.WaitForCacheSync, or use RunSynced.
 //
 // Run costs one goroutine, which has ended when the test's cleanup returns.
@@ -29,6 +30,10 @@ func Run(t testing.TB, r Runner, release ...func()) context.Context {
 		}
 		cancel()
 		if err := <-done; err != nil {
+			if n, ok := r.(interface{ Name() string }); ok {
+				t.Errorf("informer %s: Run: %v", n.Name(), err)
+				return
+			}
 			t.Errorf("Run: %v", err)
 		}
 	})
