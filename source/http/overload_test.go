@@ -202,16 +202,7 @@ func serveSilenceable(t testing.TB, interval time.Duration) (*silencer, *upstrea
 		t.Fatal(err)
 	}
 	sil := &silencer{h: srv}
-	ts := httptest.NewUnstartedServer(sil)
-	ts.Config.ConnContext = ConnContext
-	ts.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
-	})
-	waitSynced(t, srv)
+	ts := serveFront(t, srv, sil)
 	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
 	converge(t, d, func() string { return "a=1" })
 	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
