@@ -9,6 +9,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/informertest"
 )
 
 // Backoff: a list that succeeded resets the backoff. A quiet source (no change between
@@ -48,15 +49,7 @@ func TestReflector_SuccessfulListResetsBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	ctx := informertest.Run(t, inf)
 	timeout := time.After(30 * time.Second)
 	var waits []time.Duration
 	for cycle := range cycles {

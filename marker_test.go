@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -50,16 +51,7 @@ func TestProcessor_CoalesceOverflowKeepsRevisionMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := sync.OnceFunc(func() { close(h.gate) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	ctx := informertest.Run(t, inf, release)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}

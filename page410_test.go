@@ -60,15 +60,7 @@ func TestInformer_ExpiredSecondPageDeliversOnce(t *testing.T) {
 			if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- inf.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			})
+			ctx := informertest.Run(t, inf)
 			if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // A list page that never returns (a source that stalls after its headers) is ended after
@@ -32,13 +34,13 @@ func TestReflector_StalledListEndsAfterProgressTimeout(t *testing.T) {
 			return newChanWatch(ctx, make(chan watchResult)), nil
 		},
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.LogBuffer{}
 	var reported atomic.Pointer[error]
 	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
 		Key:             objKeyErr,
 		Name:            "stalled-list",
 		ProgressTimeout: 200 * time.Millisecond,
-		Logger:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:          logs.Logger(slog.LevelWarn),
 		ErrorHandler: func(err error) {
 			if errors.Is(err, informer.ErrNoProgress) {
 				reported.Store(&err)
@@ -49,15 +51,7 @@ func TestReflector_StalledListEndsAfterProgressTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	ctx := informertest.Run(t, inf)
 	<-entered
 	if st := inf.Stats(); st.ListStarted.IsZero() {
 		t.Fatalf("a list is in progress but Stats.ListStarted is zero: %+v", st)
@@ -105,15 +99,7 @@ func TestReflector_SilentWatchEndsAfterProgressTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	informertest.Run(t, inf)
 	waitUntil(t, func() bool { return watches.Load() >= 3 })
 	_, lastErr := inf.LastError()
 	if !errors.Is(lastErr, informer.ErrNoProgress) || !strings.Contains(lastErr.Error(), "delivered nothing") {

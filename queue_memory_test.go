@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -38,7 +39,7 @@ func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := runGated(t, inf, release)
+	ctx := informertest.Run(t, inf, release)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}

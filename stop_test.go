@@ -1,7 +1,6 @@
 package informer_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -10,26 +9,9 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes, for a logger's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Run returns within Options.StopTimeout after its context ends even if a handler never
 // returns, and a Warn names the handler and the key of its call.
@@ -37,12 +19,12 @@ func TestInformer_RunReturnsDespiteStuckHandler(t *testing.T) {
 	const bound = 100 * time.Millisecond
 	src := memory.New[string, *obj](objKey, memory.Options{})
 	src.Put(newObj("stuck-key", "", "1"))
-	logs := &syncBuffer{}
+	logs := &testkit.LogBuffer{}
 	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
 		Key:          objKeyErr,
 		Name:         "stopping",
 		StopTimeout:  bound,
-		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:       logs.Logger(slog.LevelWarn),
 		ErrorHandler: func(error) {},
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -98,15 +99,7 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- inf.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			})
+			ctx := informertest.Run(t, inf)
 			if call == "Watch.Stop" {
 				// A watch is stopped when it ends: end the first one.
 				if err := src.WaitForWatches(ctx, 1); err != nil {

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 	"github.com/informer-go/informer/workqueue"
 )
@@ -25,30 +26,18 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // waitLimit bounds every wait of the tests; reaching it is a failure, never a way to
 // synchronise.
-const waitLimit = 10 * time.Second
+const waitLimit = testkit.WaitLimit
 
 // recv waits for a value from ch, failing the test after waitLimit.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitLimit):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
+	return testkit.Recv(t, ch, what)
 }
 
 // eventually polls cond until it holds, for the few states nothing can be waited on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Until(t, what, time.Millisecond, cond)
 }
 
 // obj is the object the tests' informers hold.
@@ -75,15 +64,7 @@ func runInformer(t *testing.T, lw informer.ListerWatcher[*obj], opts informer.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("informer %s: Run: %v", inf.Name(), err)
-		}
-	})
+	informertest.Run(t, inf)
 	return inf
 }
 
@@ -122,26 +103,9 @@ func (s *started) stop(t *testing.T) error {
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // logBuffer collects log output safely from many goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer struct{ testkit.LogBuffer }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func (b *logBuffer) logger() *slog.Logger { return b.Logger(slog.LevelDebug) }
 
 // limiterOp is one call the controller made to the rate limiter.
 type limiterOp struct {

@@ -26,32 +26,20 @@ import (
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m, nil) }
 
 // waitLimit bounds every wait; reaching it is a failure, never a way to synchronise.
-const waitLimit = 10 * time.Second
+const waitLimit = testkit.WaitLimit
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // recv waits for a value from ch, failing the test after waitLimit.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitLimit):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
+	return testkit.Recv(t, ch, what)
 }
 
-// eventually polls cond until it holds, for states nothing can be waited on (a probe).
+// eventually polls cond until it holds, for the few states nothing can be waited on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Until(t, what, 5*time.Millisecond, cond)
 }
 
 // events records what happened, in order, from many goroutines.

@@ -3,7 +3,6 @@ package metrics_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -12,14 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 	"github.com/informer-go/informer/workqueue"
 )
 
-// The workload of the root package's BenchmarkPipeline, rebuilt here (test helpers are
-// not importable): 50,000 objects listed, then 500,000 events (70 % modify, 15 % add, 15 %
-// delete) drawn from the same seed, 2 indexes, 4 handlers with the Block policy.
+// The workload of the root package's BenchmarkPipeline (testkit.W1): 50,000 objects
+// listed, then 500,000 events (70 % modify, 15 % add, 15 % delete) drawn from the same
+// seed, 2 indexes, 4 handlers with the Block policy.
 const (
 	pipeInitial = 50_000
 	pipeEvents  = 500_000
@@ -32,42 +32,14 @@ type pipeObj struct {
 
 func pipeKey(o *pipeObj) string { return o.Key }
 
-type pipeOp struct {
-	obj    *pipeObj
-	delete bool
-}
+type pipeOp = testkit.Op[*pipeObj]
 
 func pipeWorkload() (initial []*pipeObj, ops []pipeOp) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	mk := func(i, rev int) *pipeObj {
+	return testkit.W1(pipeInitial, pipeEvents, func(i, rev int) *pipeObj {
 		ns, name := fmt.Sprintf("ns-%03d", i%100), fmt.Sprintf("obj-%07d", i)
 		return &pipeObj{Key: ns + "/" + name, Namespace: ns, Name: name,
 			App: fmt.Sprintf("app-%03d", (i*7919)%500), Revision: fmt.Sprint(rev), Payload: make([]byte, 64)}
-	}
-	live := make([]int, 0, 2*pipeInitial)
-	for i := range pipeInitial {
-		initial = append(initial, mk(i, 0))
-		live = append(live, i)
-	}
-	next := pipeInitial
-	ops = make([]pipeOp, 0, pipeEvents)
-	for e := range pipeEvents {
-		switch r := rng.IntN(100); {
-		case r < 70 && len(live) > 0:
-			ops = append(ops, pipeOp{obj: mk(live[rng.IntN(len(live))], e+1)})
-		case r < 85 || len(live) == 0:
-			ops = append(ops, pipeOp{obj: mk(next, e+1)})
-			live = append(live, next)
-			next++
-		default:
-			j := rng.IntN(len(live))
-			i := live[j]
-			live[j] = live[len(live)-1]
-			live = live[:len(live)-1]
-			ops = append(ops, pipeOp{obj: mk(i, e+1), delete: true})
-		}
-	}
-	return initial, ops
+	})
 }
 
 // pipeCounter counts handler calls and closes reached at the target count.
@@ -169,10 +141,10 @@ func benchPipeline(b *testing.B, initial []*pipeObj, ops []pipeOp, withMetrics b
 		}
 		start, startCPU := time.Now(), cpuTime()
 		for _, op := range ops {
-			if op.delete {
-				src.Delete(op.obj.Key)
+			if op.Delete {
+				src.Delete(op.Obj.Key)
 			} else {
-				src.Put(op.obj)
+				src.Put(op.Obj)
 			}
 		}
 		for _, h := range handlers {

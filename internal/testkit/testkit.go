@@ -4,7 +4,9 @@
 package testkit
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -103,4 +105,60 @@ func ephemeralLow() int {
 		}
 	}
 	return low
+}
+
+// LogBuffer collects log output, safe for writes from many goroutines; the zero value is
+// ready for use.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Logger returns a text logger that writes to b the records at level and above.
+func (b *LogBuffer) Logger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level}))
+}
+
+// WaitLimit bounds every wait of Recv and Until; reaching it is a failure, never a way to
+// synchronise.
+const WaitLimit = 10 * time.Second
+
+// Recv waits for a value from ch and returns it, failing t ("timed out waiting for what")
+// after WaitLimit.
+func Recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(WaitLimit):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// Until polls cond every interval until it holds, failing t ("timed out waiting for
+// what") after WaitLimit. Use it only for state that nothing can be waited on.
+func Until(t testing.TB, what string, interval time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(WaitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(interval) // polling interval, not synchronisation
+	}
 }

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -48,4 +49,40 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// W1 is the same for the same arguments, keeps its mix of changes, and never changes or
+// deletes an id that is not live.
+func TestW1(t *testing.T) {
+	type o struct{ id, rev int }
+	mk := func(id, rev int) o { return o{id, rev} }
+	objs, ops := W1(1000, 20000, mk)
+	_, again := W1(1000, 20000, mk)
+	if len(objs) != 1000 || len(ops) != 20000 || !slices.Equal(ops, again) {
+		t.Fatalf("%d objects, %d ops; the same twice: %v", len(objs), len(ops), slices.Equal(ops, again))
+	}
+	live := map[int]bool{}
+	for _, x := range objs {
+		live[x.id] = true
+	}
+	var adds, deletes int
+	for e, op := range ops {
+		if op.Obj.rev != e+1 {
+			t.Fatalf("op %d has revision %d", e, op.Obj.rev)
+		}
+		switch {
+		case op.Delete:
+			if !live[op.Obj.id] {
+				t.Fatalf("op %d deletes %d, not live", e, op.Obj.id)
+			}
+			delete(live, op.Obj.id)
+			deletes++
+		case !live[op.Obj.id]:
+			live[op.Obj.id] = true
+			adds++
+		}
+	}
+	if adds < 2700 || adds > 3300 || deletes < 2700 || deletes > 3300 {
+		t.Fatalf("%d adds and %d deletes of 20000 changes, want about 15 %% each", adds, deletes)
+	}
 }

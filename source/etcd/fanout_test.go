@@ -96,33 +96,15 @@ func startCluster(t testing.TB, n int) *cluster {
 
 // start starts a member and waits until it serves (which needs a quorum).
 func (c *cluster) start(m *member) error {
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{m.clientURL}, []url.URL{m.clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peerURL}, []url.URL{m.peerURL}
-	cfg.InitialCluster = c.initial
-	cfg.InitialClusterToken = "fanout"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true
-	cfg.WatchProgressNotifyInterval = 10 * time.Minute
+	cfg := memberConfig(m.name, m.dir, m.clientURL, m.peerURL, c.initial, "fanout")
 	// Short elections, so that a stopped leader is replaced quickly.
 	cfg.TickMs, cfg.ElectionMs = 20, 200
-	e, err := embed.StartEtcd(cfg)
+	e, err := startMember(cfg, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-		m.e = e
-		return nil
-	case err := <-e.Err():
-		e.Close()
-		return err
-	case <-time.After(60 * time.Second):
-		e.Close()
-		return fmt.Errorf("etcd member %s not ready after 60s", m.name)
-	}
+	m.e = e
+	return nil
 }
 
 func (c *cluster) stop(m *member) {

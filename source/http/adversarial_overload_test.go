@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -191,26 +190,7 @@ func BenchmarkAdversarialSilentServer(b *testing.B) {
 		b.Skip("run with -adversarial (make adversarial)")
 	}
 	const interval = time.Second
-	up := newUpstream(b, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(b, up, ServerOptions[*obj]{BookmarkInterval: interval})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sil := &silencer{h: srv}
-	ts := httptest.NewUnstartedServer(sil)
-	ts.Config.ConnContext = ConnContext
-	ts.Start()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
-	})
-	waitSynced(b, srv)
-	d := newDownstream(b, newTestClient(b, ts.URL, ClientOptions[*obj]{}), "silent", nil)
-	converge(b, d, func() string { return "a=1" })
-	eventually(b, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	sil, _, d := serveSilenceable(b, interval)
 	seen := len(d.rec.errors())
 	frozen := time.Now()
 	sil.freeze()

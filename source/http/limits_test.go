@@ -63,7 +63,13 @@ func byToken(r *http.Request) (string, error) {
 // (ConnContext installed), and shuts both down at the end of the test.
 func startServer(t testing.TB, srv *Server[string, *obj]) *httptest.Server {
 	t.Helper()
-	ts := httptest.NewUnstartedServer(srv)
+	return serveFront(t, srv, srv)
+}
+
+// serveFront is startServer with front (a handler that passes requests to srv) served.
+func serveFront(t testing.TB, srv *Server[string, *obj], front http.Handler) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(front)
 	ts.Config.ConnContext = ConnContext
 	ts.Start()
 	t.Cleanup(func() {

@@ -191,6 +191,25 @@ func (s *silencer) freeze() {
 	}
 }
 
+// serveSilenceable serves, behind a silencer on loopback (ConnContext installed), a Server
+// with the bookmark interval over an upstream that holds a=1, and returns the silencer,
+// the upstream and an informer (default Client and informer options) that has converged on a=1 and watches.
+func serveSilenceable(t testing.TB, interval time.Duration) (*silencer, *upstream, *downstream) {
+	t.Helper()
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{BookmarkInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sil := &silencer{h: srv}
+	ts := serveFront(t, srv, sil)
+	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
+	converge(t, d, func() string { return "a=1" })
+	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	return sil, up, d
+}
+
 type silentWriter struct {
 	http.ResponseWriter
 	mute *atomic.Bool
@@ -218,24 +237,7 @@ func (w silentWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // matches informer.ErrRetryable, LastError has it, and the informer watches again.
 func TestClientNoticesSilentServer(t *testing.T) {
 	const interval = time.Second
-	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{BookmarkInterval: interval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sil := &silencer{h: srv}
-	ts := httptest.NewServer(sil)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
-	})
-	waitSynced(t, srv)
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
-	converge(t, d, func() string { return "a=1" })
-	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	sil, up, d := serveSilenceable(t, interval)
 	watches, seen := sil.watches.Load(), len(d.rec.errors())
 	frozen := time.Now()
 	sil.freeze()

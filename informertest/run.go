@@ -1,0 +1,62 @@
+package informertest
+
+import (
+	"context"
+	"testing"
+)
+
+// Runner is what Run starts: an *informer.Informer, or anything else whose Run blocks
+// until its context ends.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Run starts r.Run in a goroutine for the length of the test and returns the context it
+// runs under. At the test's cleanup it calls each release function first (to let go of
+// handlers the test holds up, which Run would otherwise wait for), then cancels the
+// context, waits for Run to return and fails the test if Run returned an error (naming
+// r if it has a Name method). It does
+// not wait for a sync: follow with informer.WaitForCacheSync, or use RunSynced.
+//
+// Run costs one goroutine, which has ended when the test's cleanup returns.
+func Run(t testing.TB, r Runner, release ...func()) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		for _, f := range release {
+			f()
+		}
+		cancel()
+		if err := <-done; err != nil {
+			if n, ok := r.(interface{ Name() string }); ok {
+				t.Errorf("informer %s: Run: %v", n.Name(), err)
+				return
+			}
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
+}
+
+// SyncRunner is a Runner that reports its first sync, as *informer.Informer does.
+type SyncRunner interface {
+	Runner
+	Synced() <-chan struct{}
+}
+
+// RunSynced is Run that also waits, up to DefaultTimeout, for r's first sync, and fails
+// the test with "no sync" if it does not come.
+func RunSynced(t testing.TB, r SyncRunner, release ...func()) context.Context {
+	t.Helper()
+	ctx := Run(t, r, release...)
+	wctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	select {
+	case <-r.Synced():
+	case <-wctx.Done():
+		t.Fatal("no sync")
+	}
+	return ctx
+}

@@ -1,0 +1,43 @@
+package testkit
+
+import "math/rand/v2"
+
+// Op is one change of a generated workload: the object of Obj, or its delete.
+type Op[V any] struct {
+	Obj    V
+	Delete bool
+}
+
+// W1 builds bench/'s W1 workload, the one the pipeline benchmarks of every package run:
+// initial objects listed (ids 0 to initial-1, revision 0), then events changes drawn from
+// a fixed seed, 70 % a modify of a live object, 15 % an add of a new id, 15 % a delete of
+// a live object; change e has revision e+1. mk builds the object of an id at a revision.
+// The same arguments give the same workload in every package and run.
+func W1[V any](initial, events int, mk func(id, rev int) V) (objs []V, ops []Op[V]) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := make([]int, 0, 2*initial)
+	objs = make([]V, 0, initial)
+	for i := range initial {
+		objs = append(objs, mk(i, 0))
+		live = append(live, i)
+	}
+	next := initial
+	ops = make([]Op[V], 0, events)
+	for e := range events {
+		switch r := rng.IntN(100); {
+		case r < 70 && len(live) > 0:
+			ops = append(ops, Op[V]{Obj: mk(live[rng.IntN(len(live))], e+1)})
+		case r < 85 || len(live) == 0:
+			ops = append(ops, Op[V]{Obj: mk(next, e+1)})
+			live = append(live, next)
+			next++
+		default:
+			j := rng.IntN(len(live))
+			i := live[j]
+			live[j] = live[len(live)-1]
+			live = live[:len(live)-1]
+			ops = append(ops, Op[V]{Obj: mk(i, e+1), Delete: true})
+		}
+	}
+	return objs, ops
+}
