@@ -37,9 +37,12 @@ import (
 	"github.com/informer-go/informer/source/etcd/election"
 )
 
-// Item is one desired item: its name (the key after <prefix>desired/) and value.
+// Item is one desired item.
 type Item struct {
-	Name, Value string
+	// Name is the key after <prefix>desired/.
+	Name string
+	// Value is the value, reconciled into <prefix>status/<Name>.
+	Value string
 }
 
 func main() {
