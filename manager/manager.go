@@ -31,7 +31,8 @@ const (
 // Runnable is anything the manager runs: Start blocks until ctx is done (or its work is
 // finished) and returns nil, or an error that stops the manager.
 type Runnable interface {
-	// Start runs until ctx is done or the work is finished. An error stops the manager.
+	// Start runs until ctx is done or the work is finished. A non-nil error returned
+	// before ctx is done stops the manager.
 	Start(ctx context.Context) error
 }
 
@@ -45,13 +46,14 @@ func (f RunnableFunc) Start(ctx context.Context) error { return f(ctx) }
 // manager runs it, waits for it to sync before it starts any runnable, and checks it for
 // readiness.
 type Cache interface {
-	// Name names the cache in errors, logs and health checks.
+	// Name identifies the cache in errors and health checks.
 	Name() string
-	// Run runs the cache until ctx is done.
+	// Run runs the cache until ctx is done; an error returned before stops the manager.
 	Run(ctx context.Context) error
-	// Synced is closed once the cache holds the source's state.
+	// Synced is closed once the cache holds its initial list.
 	Synced() <-chan struct{}
-	// Stats reports the cache's counters; readiness reads its last source error.
+	// Stats are the counters /readyz reads to tell a failing source: list and watch
+	// errors, and lists and watches that succeeded.
 	Stats() informer.Stats
 }
 

@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261125210647-d8b5c76fab0f
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261125210647-d8b5c76fab0f
+	github.com/informer-go/informer v0.0.0-20261125221802-30652fa915c3
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261125221802-30652fa915c3
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )

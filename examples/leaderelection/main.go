@@ -37,11 +37,11 @@ import (
 	"github.com/informer-go/informer/source/etcd/election"
 )
 
-// Item is one desired item: its name (the key after <prefix>desired/) and value.
+// Item is one desired item.
 type Item struct {
 	// Name is the key after <prefix>desired/.
 	Name string
-	// Value is the desired value.
+	// Value is the value, reconciled into <prefix>status/<Name>.
 	Value string
 }
 
