@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261125221802-30652fa915c3
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261125221802-30652fa915c3
+	github.com/informer-go/informer v0.0.0-20261125222609-6c38b41e05d6
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261125222609-6c38b41e05d6
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )
