@@ -8,6 +8,7 @@ import (
 // Runner is what Run starts: an *informer.Informer, or anything else whose Run blocks
 // until its context ends.
 type Runner interface {
+	// Run blocks until ctx ends, then returns nil or why it stopped early.
 	Run(ctx context.Context) error
 }
 
@@ -43,6 +44,7 @@ func Run(t testing.TB, r Runner, release ...func()) context.Context {
 // SyncRunner is a Runner that reports its first sync, as *informer.Informer does.
 type SyncRunner interface {
 	Runner
+	// Synced is closed once the first sync is done.
 	Synced() <-chan struct{}
 }
 

@@ -4,7 +4,9 @@ import "math/rand/v2"
 
 // Op is one change of a generated workload: the object of Obj, or its delete.
 type Op[V any] struct {
-	Obj    V
+	// Obj is the object put, or the last state of the object deleted.
+	Obj V
+	// Delete says the change deletes Obj.
 	Delete bool
 }
 
