@@ -166,12 +166,7 @@ type Informer[K comparable, V any] struct {
 	wmCh     chan struct{}
 	wmHasSet bool
 
-	// stop notification: Done and AfterStop
-	done       chan struct{}
-	stopMu     sync.Mutex
-	doneClosed bool
-	stopSeq    uint64
-	afterStop  map[uint64]func()
+	stopNote *stopNotice // Done and AfterStop
 }
 
 // New returns an informer over lw. It does nothing until Run. It returns an error for a
@@ -231,7 +226,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		logger:    opts.Logger.With("informer", opts.Name),
 		store:     st,
 		syncedCh:  make(chan struct{}),
-		done:      make(chan struct{}),
+		stopNote:  newStopNotice(),
 		warned:    map[string]warned{},
 	}
 	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
@@ -342,7 +337,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 		inf.wmCh = nil
 	}
 	inf.wmMu.Unlock()
-	inf.markStopped()
+	inf.stopNote.mark()
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package informer
 
 import (
+	"sync"
+
 	"github.com/informer-go/informer/internal/histogram"
 )
 
@@ -28,41 +30,58 @@ func (h Histogram) Cumulative() map[float64]uint64 { return histogram.Snapshot(h
 // in the caller's goroutine. The returned function cancels the call; it reports whether it
 // did so before f was started. The metrics package uses it to remove an informer's series
 // when it stops.
-func (inf *Informer[K, V]) AfterStop(f func()) (cancel func() bool) {
-	inf.stopMu.Lock()
-	if inf.doneClosed {
-		inf.stopMu.Unlock()
+func (inf *Informer[K, V]) AfterStop(f func()) (cancel func() bool) { return inf.stopNote.add(f) }
+
+// Done returns a channel closed once the informer has stopped: when Run returns, after
+// every handler goroutine has returned.
+func (inf *Informer[K, V]) Done() <-chan struct{} { return inf.stopNote.done }
+
+// stopNotice tells that the informer has stopped: it closes done and runs the functions
+// added with add, once.
+type stopNotice struct {
+	done chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	seq    uint64
+	fns    map[uint64]func()
+}
+
+func newStopNotice() *stopNotice { return &stopNotice{done: make(chan struct{})} }
+
+// add runs f once mark is called, or at once if it has been. cancel removes f and reports
+// whether it did so before f ran.
+func (s *stopNotice) add(f func()) (cancel func() bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		f()
 		return func() bool { return false }
 	}
-	inf.stopSeq++
-	id := inf.stopSeq
-	if inf.afterStop == nil {
-		inf.afterStop = make(map[uint64]func())
+	s.seq++
+	id := s.seq
+	if s.fns == nil {
+		s.fns = make(map[uint64]func())
 	}
-	inf.afterStop[id] = f
-	inf.stopMu.Unlock()
+	s.fns[id] = f
+	s.mu.Unlock()
 	return func() bool {
-		inf.stopMu.Lock()
-		defer inf.stopMu.Unlock()
-		_, ok := inf.afterStop[id]
-		delete(inf.afterStop, id)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.fns[id]
+		delete(s.fns, id)
 		return ok
 	}
 }
 
-// Done returns a channel closed once the informer has stopped: when Run returns, after
-// every handler goroutine has returned.
-func (inf *Informer[K, V]) Done() <-chan struct{} { return inf.done }
-
-// markStopped closes Done and runs the AfterStop functions.
-func (inf *Informer[K, V]) markStopped() {
-	inf.stopMu.Lock()
-	inf.doneClosed = true
-	fs := inf.afterStop
-	inf.afterStop = nil
-	close(inf.done)
-	inf.stopMu.Unlock()
+// mark closes done and runs the functions added, in no particular order.
+func (s *stopNotice) mark() {
+	s.mu.Lock()
+	s.closed = true
+	fs := s.fns
+	s.fns = nil
+	close(s.done)
+	s.mu.Unlock()
 	for _, f := range fs {
 		f()
 	}
