@@ -382,13 +382,13 @@ func (r *reader) uvarint() uint64 {
 	return n
 }
 
+// varint reads what binary.AppendVarint wrote: a zig-zag encoded uvarint.
 func (r *reader) varint() int64 {
-	n, k := binary.Varint(r.b)
-	if k <= 0 {
-		r.fail("bad varint")
-		return 0
+	u := r.uvarint()
+	n := int64(u >> 1)
+	if u&1 != 0 {
+		n = ^n
 	}
-	r.b = r.b[k:]
 	return n
 }
 
