@@ -3,13 +3,13 @@ package informer_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -33,15 +33,12 @@ const (
 	benchApps    = 500
 )
 
-type benchOp struct {
-	obj    *benchObj
-	delete bool
-}
+// benchOp is one change of the workload: a put of obj, or its delete.
+type benchOp = testkit.Op[*benchObj]
 
-// benchWorkload builds the initial objects and the event sequence (70 % modify, 15 % add,
-// 15 % delete), all constructed before timing starts.
+// benchWorkload builds the initial objects and the event sequence of W1 (testkit.W1: 70 %
+// modify, 15 % add, 15 % delete), all constructed before timing starts.
 func benchWorkload() (initial []*benchObj, ops []benchOp) {
-	rng := rand.New(rand.NewPCG(1, 2))
 	mk := func(i int, rev int) *benchObj {
 		ns, name := fmt.Sprintf("ns-%03d", i%benchNS), fmt.Sprintf("obj-%07d", i)
 		return &benchObj{
@@ -53,31 +50,7 @@ func benchWorkload() (initial []*benchObj, ops []benchOp) {
 			Payload:   make([]byte, 64),
 		}
 	}
-	live := make([]int, 0, benchInitial*2)
-	for i := range benchInitial {
-		initial = append(initial, mk(i, 0))
-		live = append(live, i)
-	}
-	next := benchInitial
-	ops = make([]benchOp, 0, benchEvents)
-	for e := range benchEvents {
-		switch r := rng.IntN(100); {
-		case r < 70 && len(live) > 0:
-			i := live[rng.IntN(len(live))]
-			ops = append(ops, benchOp{obj: mk(i, e+1)})
-		case r < 85 || len(live) == 0:
-			ops = append(ops, benchOp{obj: mk(next, e+1)})
-			live = append(live, next)
-			next++
-		default:
-			j := rng.IntN(len(live))
-			i := live[j]
-			live[j] = live[len(live)-1]
-			live = live[:len(live)-1]
-			ops = append(ops, benchOp{obj: mk(i, e+1), delete: true})
-		}
-	}
-	return initial, ops
+	return testkit.W1(benchInitial, benchEvents, mk)
 }
 
 // countingHandler counts every call and closes reached when the count hits target; it is
@@ -130,10 +103,10 @@ func benchOptions() informer.Options[string, *benchObj] {
 // applyOps feeds the events to the source.
 func applyOps(src *memory.Source[string, *benchObj], ops []benchOp) {
 	for _, op := range ops {
-		if op.delete {
-			src.Delete(benchKey(op.obj))
+		if op.Delete {
+			src.Delete(benchKey(op.Obj))
 		} else {
-			src.Put(op.obj)
+			src.Put(op.Obj)
 		}
 	}
 }
