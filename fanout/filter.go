@@ -113,11 +113,11 @@ func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Durati
 	for name, fn := range opts.Filters {
 		switch {
 		case name == "":
-			return errors.New("httpsource: NewServer: ServerOptions.Filters has an index with an empty name")
+			return errors.New("fanout: NewServer: ServerOptions.Filters has an index with an empty name")
 		case fn == nil:
-			return fmt.Errorf("httpsource: NewServer: ServerOptions.Filters[%q] is nil", name)
+			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters[%q] is nil", name)
 		case len(name) > maxFilterValue:
-			return fmt.Errorf("httpsource: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
+			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
 		}
 		h.indexNames = append(h.indexNames, name)
 	}
@@ -158,7 +158,7 @@ type filterHub[K cmp.Ordered, V any] struct {
 	clock      clock.Clock
 	bookmarks  time.Duration // 0: none
 	report     func(error)
-	stats      *Stats
+	stats      *counters
 
 	// Changed under the mirror's lock and mu; read under mu.
 	mu        sync.Mutex
@@ -227,7 +227,7 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 		vs, err := callIndex(fn, obj)
 		if err != nil {
 			h.stats.IndexErrors.Add(1)
-			h.report(fmt.Errorf("httpsource: server: filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it)", h.indexNames[i], k, err))
+			h.report(fmt.Errorf("fanout: server: filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it)", h.indexNames[i], k, err))
 			continue
 		}
 		if len(vs) > 1 {

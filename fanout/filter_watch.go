@@ -25,13 +25,13 @@ import (
 func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
 	i, ok := slices.BinarySearch(h.indexNames, f.Index)
 	if !ok {
-		return nil, fmt.Errorf("httpsource: unknown filter index %q", f.Index)
+		return nil, fmt.Errorf("fanout: unknown filter index %q", f.Index)
 	}
 	from := int64(-1)
 	if opts.Revision != "" {
 		n, err := strconv.ParseInt(opts.Revision, 10, 64)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("httpsource: filtered watch: revision %q is not a log revision", opts.Revision)
+			return nil, fmt.Errorf("fanout: filtered watch: revision %q is not a log revision", opts.Revision)
 		}
 		from = n
 	}
@@ -39,9 +39,9 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informe
 	defer h.mu.Unlock()
 	switch {
 	case from > h.rev:
-		return nil, fmt.Errorf("httpsource: filtered watch of %s=%q: the revision is newer than the server's newest: %w", f.Index, f.Value, informer.ErrExpired)
+		return nil, fmt.Errorf("fanout: filtered watch of %s=%q: the revision is newer than the server's newest: %w", f.Index, f.Value, informer.ErrExpired)
 	case from >= 0 && from < h.compacted && !opts.SendInitialEvents:
-		return nil, fmt.Errorf("httpsource: filtered watch of %s=%q: the revision has left the server's history: %w", f.Index, f.Value, informer.ErrExpired)
+		return nil, fmt.Errorf("fanout: filtered watch of %s=%q: the revision has left the server's history: %w", f.Index, f.Value, informer.ErrExpired)
 	}
 	fv := h.value(i, f.Value)
 	fv.watches++
@@ -78,7 +78,7 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informe
 }
 
 // errFilterWatchStopped ends a filtered watch that was stopped.
-var errFilterWatchStopped = errors.New("httpsource: filtered watch stopped")
+var errFilterWatchStopped = errors.New("fanout: filtered watch stopped")
 
 // filterWatch is one watch of a filter value's stream. Next is called by one goroutine;
 // Stop may be called from any.
@@ -166,7 +166,7 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 	}
 	w.initialMore = false
 	if w.initial != nil && w.next < w.fv.dropped {
-		w.endLocked(fmt.Errorf("httpsource: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		w.endLocked(fmt.Errorf("fanout: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if w.initial != nil {
@@ -182,7 +182,7 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 	fv := w.fv
 	i := w.next - fv.dropped
 	if i < 0 {
-		w.endLocked(fmt.Errorf("httpsource: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		w.endLocked(fmt.Errorf("fanout: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if i < int64(len(fv.history)) {

@@ -96,7 +96,7 @@ func (ls *listSender[V]) send() {
 		var err error
 		if out, err = c.appendObject(out, item); err != nil {
 			c.stats.EncodeErrors.Add(1)
-			err = fmt.Errorf("httpsource: list: encoding item %d: %w", i, err)
+			err = fmt.Errorf("fanout: list: encoding item %d: %w", i, err)
 			c.report(err)
 			if !ls.started {
 				writeStatus(ls.sw.w, internalError(err), 0)
@@ -225,10 +225,10 @@ func (sc *staleWatch) stop() {
 // listCut accounts for a list cut because its revision left the history.
 func (c *core[V]) listCut(r *http.Request, rev string) {
 	c.stats.Evicted.Add(1)
-	c.report(fmt.Errorf("httpsource: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, rev))
+	c.report(fmt.Errorf("fanout: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, rev))
 }
 
-// sourceList reads one page from the source (Handler).
+// sourceList reads one page from the source (PassThrough).
 func (c *core[V]) sourceList(ctx context.Context, req request) (page[V], error) {
 	opts := informer.ListOptions{Limit: req.limit}
 	var err error

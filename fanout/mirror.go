@@ -28,7 +28,7 @@ type mirror[K cmp.Ordered, V any] struct {
 	maxObject    int
 	historyBytes int64
 	report       func(error)
-	stats        *Stats
+	stats        *counters
 	filters      *filterHub[K, V] // nil without ServerOptions.Filters
 
 	mu        sync.Mutex                 // the tree and head change together; lists clone both
@@ -164,7 +164,7 @@ func (m *mirror[K, V]) put(obj V) {
 	k, err := m.key(obj)
 	if err != nil {
 		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("httpsource: server: key of an object: %w", err))
+		m.report(fmt.Errorf("fanout: server: key of an object: %w", err))
 		return
 	}
 	b, err := m.encode(obj)
@@ -173,12 +173,12 @@ func (m *mirror[K, V]) put(obj V) {
 	}
 	if err != nil {
 		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("httpsource: server: encoding object %v (not served; clients keep its previous state): %w", k, err))
+		m.report(fmt.Errorf("fanout: server: encoding object %v (not served; clients keep its previous state): %w", k, err))
 		return
 	}
 	if len(b) > m.maxObject {
 		m.stats.TooLarge.Add(1)
-		m.report(fmt.Errorf("httpsource: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
+		m.report(fmt.Errorf("fanout: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
 		return
 	}
 	vals := m.filters.values(k, obj)
@@ -202,7 +202,7 @@ func (m *mirror[K, V]) delete(obj V) {
 	k, err := m.key(obj)
 	if err != nil {
 		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("httpsource: server: key of a deleted object: %w", err))
+		m.report(fmt.Errorf("fanout: server: key of a deleted object: %w", err))
 		return
 	}
 	m.mu.Lock()

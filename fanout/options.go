@@ -36,7 +36,7 @@ const (
 	DefaultRetryAfter = time.Second
 )
 
-// ServeOptions are the options Server and Handler share. Every zero value is a documented
+// ServeOptions are the options Server and PassThrough share. Every zero value is a documented
 // default.
 type ServeOptions struct {
 	// Authorize is called first on every request. A nil error lets the request through; an
@@ -108,7 +108,7 @@ type ServeOptions struct {
 }
 
 // The errors an Authorize function returns to choose the status of a refusal. Wrap them
-// to add detail: fmt.Errorf("token expired: %w", httpsource.ErrUnauthorized).
+// to add detail: fmt.Errorf("token expired: %w", fanout.ErrUnauthorized).
 var (
 	// ErrUnauthorized refuses a request that is not authenticated: 401 Unauthorized.
 	ErrUnauthorized = errors.New("unauthorized")
@@ -133,18 +133,36 @@ func (e *clientMessage) Error() string { return e.message + ": " + e.err.Error()
 
 func (e *clientMessage) Unwrap() error { return e.err }
 
-// Stats are the counters of a Server or Handler, updated atomically; read them at any
-// time.
-type Stats struct {
-	Lists         atomic.Uint64 // list requests served (200)
-	Watches       atomic.Uint64 // watches started (200)
-	OpenWatches   atomic.Int64  // watches open now
-	Rejected      atomic.Uint64 // watches refused by MaxWatchers or MaxWatchersPerClient (429)
-	ListsRejected atomic.Uint64 // lists refused by MaxLists or MaxListsPerClient (429)
-	Evicted       atomic.Uint64 // clients disconnected: a watcher fell behind the history (ERROR 410) or a watcher or list reader stalled (WriteTimeout)
-	BadRequests   atomic.Uint64 // requests refused with 400, 405 or 406
-	Denied        atomic.Uint64 // requests refused by Authorize (401, 403)
-	EncodeErrors  atomic.Uint64 // objects that could not be encoded
-	TooLarge      atomic.Uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
-	IndexErrors   atomic.Uint64 // objects a filter index function failed or panicked on (Server: the object leaves that index's filters)
+// ServeStats are the counters of a Server or PassThrough, as Stats reads them: each
+// counts from the server's start, but OpenWatches, which is the number open now. Each
+// field is read atomically; together they are not one instant.
+type ServeStats struct {
+	Lists         uint64 // list requests served (200)
+	Watches       uint64 // watches started (200)
+	OpenWatches   int64  // watches open now
+	Rejected      uint64 // watches refused by MaxWatchers or MaxWatchersPerClient (429)
+	ListsRejected uint64 // lists refused by MaxLists or MaxListsPerClient (429)
+	Evicted       uint64 // clients disconnected: a watcher fell behind the history (ERROR 410) or a watcher or list reader stalled (WriteTimeout)
+	BadRequests   uint64 // requests refused with 400, 405 or 406
+	Denied        uint64 // requests refused by Authorize (401, 403)
+	EncodeErrors  uint64 // objects that could not be encoded
+	TooLarge      uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
+	IndexErrors   uint64 // objects a filter index function failed or panicked on (Server: the object leaves that index's filters)
+}
+
+// counters are the counters behind ServeStats, updated atomically.
+type counters struct {
+	Lists, Watches, Rejected, ListsRejected, Evicted, BadRequests, Denied atomic.Uint64
+	EncodeErrors, TooLarge, IndexErrors                                   atomic.Uint64
+	OpenWatches                                                           atomic.Int64
+}
+
+// read returns the counters' values.
+func (c *counters) read() ServeStats {
+	return ServeStats{
+		Lists: c.Lists.Load(), Watches: c.Watches.Load(), OpenWatches: c.OpenWatches.Load(),
+		Rejected: c.Rejected.Load(), ListsRejected: c.ListsRejected.Load(), Evicted: c.Evicted.Load(),
+		BadRequests: c.BadRequests.Load(), Denied: c.Denied.Load(), EncodeErrors: c.EncodeErrors.Load(),
+		TooLarge: c.TooLarge.Load(), IndexErrors: c.IndexErrors.Load(),
+	}
 }

@@ -36,7 +36,7 @@ type revisionMap interface {
 	appendContinue(dst []byte, tok string) []byte
 }
 
-// core serves a ListerWatcher in the protocol; Server and Handler are thin layers on it.
+// core serves a ListerWatcher in the protocol; Server and PassThrough are thin layers on it.
 type core[V any] struct {
 	lw           informer.ListerWatcher[V]
 	appendObject func(dst []byte, v V) ([]byte, error)
@@ -57,7 +57,7 @@ type core[V any] struct {
 	// filters serves filtered lists and watches (a Server's filter indexes); nil: none.
 	filters filterer[V]
 	// bookmarks is the interval of the source's bookmarks to an idle watcher that asked
-	// for them, told to the client in a header; 0: not known (a Handler), not told.
+	// for them, told to the client in a header; 0: not known (a PassThrough), not told.
 	bookmarks time.Duration
 	// await, when set, is called with the resourceVersion of a watch or a list (not ""
 	// or "0") before it is served: it waits, bounded, until the source has reached it
@@ -78,7 +78,7 @@ type core[V any] struct {
 	retryAfter        time.Duration
 	logger            *slog.Logger
 	errorHandler      func(error)
-	stats             Stats
+	stats             counters
 
 	mu       sync.Mutex
 	closed   bool
@@ -164,7 +164,7 @@ func (c *core[V]) init(o ServeOptions) {
 
 // report hands a failure nobody else will see to the error handler and the log.
 func (c *core[V]) report(err error) {
-	c.logger.Debug("httpsource: serve error", "err", err)
+	c.logger.Debug("fanout: serve error", "err", err)
 	if c.errorHandler != nil {
 		c.errorHandler(err)
 	}
@@ -267,7 +267,7 @@ func (c *core[V]) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		message = cm.message
 	}
 	c.stats.Denied.Add(1)
-	c.logger.Debug("httpsource: request refused", "remote", r.RemoteAddr, "code", code, "err", err)
+	c.logger.Debug("fanout: request refused", "remote", r.RemoteAddr, "code", code, "err", err)
 	writeStatus(w, &wire.Status{Code: code, Reason: wire.Reason(code), Message: message}, 0)
 }
 

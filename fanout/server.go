@@ -105,8 +105,8 @@ type ServerOptions[V any] struct {
 	CatchUpWait time.Duration
 }
 
-// Server serves an informer's collection over HTTP in the protocol Client speaks (the
-// Kubernetes JSON list+watch shapes; see the package documentation), so that many
+// Server serves an informer's collection over HTTP in the protocol httpsource.Client
+// speaks (the Kubernetes JSON list+watch shapes; see package httpsource), so that many
 // processes can mirror one source through one upstream watch: the fan-out tier.
 //
 // It registers a handler on the informer that copies every change, encoded once, into an
@@ -195,70 +195,34 @@ func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
 	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
 }
 
-// NewServer returns a server of inf's collection. key must return the key the informer
-// uses; nil means the informer's own (inf.Key), so that the key function is written once.
-// The server's handler is added to inf at once; the informer may already be running. Call
+// NewServer returns a server of inf's collection, keyed as inf keys it (inf.Key). The
+// server's handler is added to inf at once; the informer may already be running. Call
 // Shutdown to remove it.
-func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.KeyFunc[K, V], opts ServerOptions[V]) (*Server[K, V], error) {
+func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOptions[V]) (*Server[K, V], error) {
 	if inf == nil {
-		return nil, errors.New("httpsource: NewServer: nil informer")
+		return nil, errors.New("fanout: NewServer: nil informer")
 	}
-	if key == nil {
-		key = inf.Key
+	lim, err := opts.limits()
+	if err != nil {
+		return nil, err
 	}
-	history := opts.HistoryLimit
-	switch {
-	case history == 0:
-		history = DefaultHistoryLimit
-	case history < 0:
-		return nil, fmt.Errorf("httpsource: NewServer: negative HistoryLimit %d", history)
-	}
-	bookmarks := opts.BookmarkInterval
-	switch {
-	case bookmarks == 0:
-		bookmarks = DefaultBookmarkInterval
-	case bookmarks < 0:
-		bookmarks = 0
-	}
-	maxObject := opts.MaxObjectSize
-	if maxObject <= 0 {
-		maxObject = DefaultMaxObjectSize
-	}
-	historyBytes := opts.HistoryBytes
-	if historyBytes == 0 {
-		historyBytes = DefaultHistoryBytes
-	}
-	encode := opts.Encode
-	if encode == nil {
-		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
-	}
-	base := time.Now().UnixNano()
-	tag := strconv.FormatInt(base, 36)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	s := &Server[K, V]{
 		inf: inf,
 		src: memory.New(func(r *record[K]) K { return r.key }, memory.Options{
 			Clock:            opts.Clock,
-			BookmarkInterval: bookmarks,
+			BookmarkInterval: lim.bookmarks,
 			StreamingList:    true,
-			HistoryLimit:     history,
+			HistoryLimit:     lim.history,
 		}),
 		synced: make(chan struct{}),
 	}
-	s.core.instance = tag
 	var head atomic.Int64
-	if order := inf.RevisionComparer(); order != nil {
-		s.up = newUpstreamRevisions(order, tag, &head)
-		s.core.revs = s.up
-		catchUp := cmp.Or(opts.CatchUpWait, DefaultCatchUpWait)
-		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
-	} else {
-		s.revs = &offsetRevisions{tag: tag, head: &head}
-		s.core.revs = s.revs
-	}
+	s.number(tag, &head, cmp.Or(opts.CatchUpWait, DefaultCatchUpWait))
 	s.mirror = &mirror[K, V]{
-		src: s.src, key: key, encode: encode, head: &head, up: s.up,
+		src: s.src, key: inf.Key, encode: lim.encode, head: &head, up: s.up,
 		tree:      newRecords[K](32),
-		maxObject: maxObject, historyBytes: historyBytes,
+		maxObject: lim.maxObject, historyBytes: lim.historyBytes,
 		report: func(err error) { s.core.report(err) },
 		stats:  &s.core.stats,
 	}
@@ -268,9 +232,75 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		byID:      make(map[uint64]*pin[K]),
 		byClient:  make(map[string][]*pin[K]),
 	}
-	if err := s.serveFilters(opts, bookmarks); err != nil {
+	if err := s.serveFilters(opts, lim.bookmarks); err != nil {
 		return nil, err
 	}
+	s.serveLog(tag, lim.bookmarks, opts.ServeOptions)
+	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
+		Name:         "fanout.Server",
+		ResyncPeriod: -1, // resyncs carry nothing new
+		QueueLength:  opts.QueueLength,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fanout: NewServer: %w", err)
+	}
+	s.reg = reg
+	s.core.ready = s.HasSynced
+	return s, nil
+}
+
+// serverLimits are ServerOptions with their defaults applied.
+type serverLimits[V any] struct {
+	history      int
+	bookmarks    time.Duration // 0: none
+	maxObject    int
+	historyBytes int64
+	encode       func(V) ([]byte, error)
+}
+
+// limits applies the defaults of the options that size the server's log.
+func (o ServerOptions[V]) limits() (serverLimits[V], error) {
+	l := serverLimits[V]{history: o.HistoryLimit, bookmarks: o.BookmarkInterval, maxObject: o.MaxObjectSize, historyBytes: o.HistoryBytes, encode: o.Encode}
+	switch {
+	case l.history == 0:
+		l.history = DefaultHistoryLimit
+	case l.history < 0:
+		return l, fmt.Errorf("fanout: NewServer: negative HistoryLimit %d", l.history)
+	}
+	switch {
+	case l.bookmarks == 0:
+		l.bookmarks = DefaultBookmarkInterval
+	case l.bookmarks < 0:
+		l.bookmarks = 0
+	}
+	if l.maxObject <= 0 {
+		l.maxObject = DefaultMaxObjectSize
+	}
+	if l.historyBytes == 0 {
+		l.historyBytes = DefaultHistoryBytes
+	}
+	if l.encode == nil {
+		l.encode = func(v V) ([]byte, error) { return json.Marshal(v) }
+	}
+	return l, nil
+}
+
+// number chooses the revisions the server serves: the upstream's when the informer's
+// source orders them, else its own, <tag>.<n>.
+func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Duration) {
+	if order := s.inf.RevisionComparer(); order != nil {
+		s.up = newUpstreamRevisions(order, tag, head)
+		s.core.revs = s.up
+		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
+		return
+	}
+	s.revs = &offsetRevisions{tag: tag, head: head}
+	s.core.revs = s.revs
+}
+
+// serveLog sets the serving core up over the server's log.
+func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
+	s.core.instance = tag
 	s.core.list = s.list
 	s.core.lw = s.src
 	if s.up != nil {
@@ -281,18 +311,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	s.core.replayOnEmpty = true
 	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
-	s.core.init(opts.ServeOptions)
-	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
-		Name:         "httpsource.Server",
-		ResyncPeriod: -1, // resyncs carry nothing new
-		QueueLength:  opts.QueueLength,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("httpsource: NewServer: %w", err)
-	}
-	s.reg = reg
-	s.core.ready = s.HasSynced
-	return s, nil
+	s.core.init(opts)
 }
 
 // waitSynced closes s.synced once the server serves: its handler has the informer's
@@ -314,7 +333,7 @@ func (s *Server[K, V]) waitSynced() {
 }
 
 // ServeHTTP implements http.Handler. Mount it at the collection's URL; it answers GET
-// only. See the package documentation for the requests and answers.
+// only. See package httpsource for the requests and answers.
 func (s *Server[K, V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.core.ServeHTTP(w, r) }
 
 // Shutdown stops serving: new requests are answered 503; every open watch ends cleanly,
@@ -331,8 +350,8 @@ func (s *Server[K, V]) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Stats returns the server's counters.
-func (s *Server[K, V]) Stats() *Stats { return &s.core.stats }
+// Stats returns the server's counters, read now.
+func (s *Server[K, V]) Stats() ServeStats { return s.core.stats.read() }
 
 // Revision returns the revision of the state the server serves: the upstream's revision
 // its informer's cache has reached, for an ordered upstream ("" before the first);

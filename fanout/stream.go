@@ -19,7 +19,7 @@ func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err
 		return
 	}
 	c.stats.Evicted.Add(1)
-	c.report(fmt.Errorf("httpsource: %s %s stalled: disconnected after %v without a completed write: %w", who, r.RemoteAddr, c.writeTimeout, err))
+	c.report(fmt.Errorf("fanout: %s %s stalled: disconnected after %v without a completed write: %w", who, r.RemoteAddr, c.writeTimeout, err))
 	sw.abort()
 }
 
@@ -27,7 +27,7 @@ func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err
 type connKey struct{}
 
 // ConnContext is an http.Server ConnContext function for a server that mounts a Server or
-// Handler: it records each connection in its context, so that a watch or a list can cap
+// PassThrough: it records each connection in its context, so that a watch or a list can cap
 // the connection's kernel send buffer (ServeOptions.SendBuffer) and a stalled client's
 // connection is reset (SO_LINGER 0) rather than closed, which frees its unsent data at
 // once. Without it a stalled client's connection is closed gracefully, its unsent data

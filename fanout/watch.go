@@ -74,7 +74,7 @@ func (c *core[V]) startWatch(ww *streamWriter, req request) error {
 // watchStream is a watch being sent: the frames not sent yet, and where the watch is in
 // its initial events and in a batch.
 //
-// The changes the watch says share a revision (a transaction of the Handler's source; the
+// The changes the watch says share a revision (a transaction of the PassThrough's source; the
 // initial events of a Server's replay, which share the state's revision) are sent as a
 // batch: each but the last with the partial mark. A bookmark inside a batch would end it
 // early for a client, and is dropped. A Server over an unordered upstream has its own
@@ -139,7 +139,7 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 		s.out, newest, err = s.c.appendEvent(s.out, s.scratch, s.sse, ev, partial)
 		if err != nil {
 			s.c.stats.EncodeErrors.Add(1)
-			err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
+			err = fmt.Errorf("fanout: watch: encoding a %v event: %w", ev.Type, err)
 			s.out = wire.AppendError(s.out[:start], s.sse, internalError(err))
 			return false, err
 		}
@@ -160,7 +160,7 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 		}
 		return false, nil
 	}
-	err = fmt.Errorf("httpsource: watch: the source sent an event of unknown type %v", ev.Type)
+	err = fmt.Errorf("fanout: watch: the source sent an event of unknown type %v", ev.Type)
 	s.out = wire.AppendError(s.out, s.sse, internalError(err))
 	return false, err
 }
