@@ -1,0 +1,249 @@
+package testkit
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Recorder is a handler (it has informer.Handler's methods) that records each call as a
+// line of the repository's one test notation:
+//
+//	add k=v        OnAdd, not initial
+//	add*k=v        OnAdd of the initial state (the first list, or a replay)
+//	update k=a→b   OnUpdate from state a to state b
+//	resync k=v     OnUpdate with the same state twice (a resync)
+//	delete k=v     OnDelete of an observed delete
+//	delete?k=v     OnDelete whose final state is unknown (found gone by a relist)
+//
+// k and v are what the describe function given to NewRecorder returns for the object.
+// It lives here, not in informertest, so that the root package's internal tests can use
+// it too (informertest imports the root); informertest.Recorder is this one. It is safe
+// for concurrent use: a test reads the calls while an informer runs.
+type Recorder[V any] struct {
+	describe func(V) (key, state string)
+	timeout  time.Duration
+	gate     chan struct{} // when non-nil (Hold), each call waits for a token from Step
+	release  sync.Once     // closes gate
+
+	mu      sync.Mutex
+	calls   []string
+	checked int           // the calls Expect, ExpectNext and ExpectNextUnordered have checked
+	signal  chan struct{} // receives (without blocking) after each call
+}
+
+// NewRecorder returns a Recorder that renders objects with describe.
+func NewRecorder[V any](describe func(obj V) (key, state string)) *Recorder[V] {
+	return &Recorder[V]{describe: describe, timeout: WaitLimit, signal: make(chan struct{}, 1)}
+}
+
+// WithTimeout makes the recorder's waits fail after d instead of WaitLimit (for tests
+// against slow real servers), and returns r. Call it before the recorder is in use.
+func (r *Recorder[V]) WithTimeout(d time.Duration) *Recorder[V] {
+	r.timeout = d
+	return r
+}
+
+// Hold makes every later call wait, before it is recorded, until Step lets it through:
+// a test holds a handler inside a call to let a queue fill up behind it. Call it before
+// the recorder gets its first call, and returns r.
+func (r *Recorder[V]) Hold() *Recorder[V] {
+	r.gate = make(chan struct{})
+	return r
+}
+
+// Step lets one held call through and returns its line once it is recorded; it fails t
+// if no call comes within the recorder's timeout.
+func (r *Recorder[V]) Step(t testing.TB) string {
+	t.Helper()
+	n := len(r.Calls())
+	select {
+	case r.gate <- struct{}{}:
+	case <-time.After(r.timeout):
+		t.Fatalf("waited %v for a held call, have %q", r.timeout, r.Calls())
+	}
+	return r.WaitFor(t, n+1)[n]
+}
+
+// Release lets every held call through, now and later, as if Hold had not been called;
+// calling it again does nothing.
+func (r *Recorder[V]) Release() { r.release.Do(func() { close(r.gate) }) }
+
+// Record appends a line of its own (a marker a test wants to see in order with the calls).
+func (r *Recorder[V]) Record(line string) {
+	if r.gate != nil {
+		<-r.gate
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, line)
+	r.mu.Unlock()
+	select {
+	case r.signal <- struct{}{}:
+	default:
+	}
+}
+
+// OnAdd records "add k=v", or "add*k=v" when initial.
+func (r *Recorder[V]) OnAdd(obj V, initial bool) {
+	k, v := r.describe(obj)
+	if initial {
+		r.Record("add*" + k + "=" + v)
+		return
+	}
+	r.Record("add " + k + "=" + v)
+}
+
+// OnUpdate records "update k=old→new", or "resync k=v" when both states are the same.
+func (r *Recorder[V]) OnUpdate(old, new V) {
+	k, nv := r.describe(new)
+	_, ov := r.describe(old)
+	if ov == nv {
+		r.Record("resync " + k + "=" + nv)
+		return
+	}
+	r.Record("update " + k + "=" + ov + "→" + nv)
+}
+
+// OnDelete records "delete k=v", or "delete?k=v" when the final state is unknown.
+func (r *Recorder[V]) OnDelete(obj V, finalStateUnknown bool) {
+	k, v := r.describe(obj)
+	if finalStateUnknown {
+		r.Record("delete?" + k + "=" + v)
+		return
+	}
+	r.Record("delete " + k + "=" + v)
+}
+
+// Calls returns the calls recorded so far, in a new slice.
+func (r *Recorder[V]) Calls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// Reset forgets the calls recorded so far, and what Expect and ExpectNext checked.
+func (r *Recorder[V]) Reset() {
+	r.mu.Lock()
+	r.calls, r.checked = nil, 0
+	r.mu.Unlock()
+}
+
+// Wait waits until at least n calls were recorded and returns them, or returns ctx's
+// error with the calls so far. It waits on the calls, never on time.
+func (r *Recorder[V]) Wait(ctx context.Context, n int) ([]string, error) {
+	for {
+		if got := r.Calls(); len(got) >= n {
+			return got, nil
+		}
+		select {
+		case <-r.signal:
+		case <-ctx.Done():
+			return r.Calls(), ctx.Err()
+		}
+	}
+}
+
+// WaitFor is Wait for a test: it fails t if n calls are not recorded within the
+// recorder's timeout (WaitLimit unless WithTimeout changed it).
+func (r *Recorder[V]) WaitFor(t testing.TB, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	got, err := r.Wait(ctx, n)
+	if err != nil {
+		t.Fatalf("waited %v for %d calls, have %q", r.timeout, n, got)
+	}
+	return got
+}
+
+// Expect waits for len(want) calls and fails t unless the first ones are exactly want, in
+// order. Calls that arrive later are not checked: follow with a barrier (a change whose
+// call must come next), or ExpectNoMore once none can come; ExpectNext checks the calls
+// after these.
+func (r *Recorder[V]) Expect(t testing.TB, want ...string) {
+	t.Helper()
+	if got := r.WaitFor(t, len(want))[:len(want)]; !slices.Equal(got, want) {
+		t.Fatalf("calls:\n got  %q\n want %q", got, want)
+	}
+	r.mu.Lock()
+	r.checked = len(want)
+	r.mu.Unlock()
+}
+
+// ExpectNext waits for the len(want) calls after those Expect and ExpectNext checked so
+// far, and fails t unless they are exactly want, in order: a test checks a run of changes
+// one step at a time with it.
+func (r *Recorder[V]) ExpectNext(t testing.TB, want ...string) {
+	t.Helper()
+	r.expectNext(t, false, want)
+}
+
+// ExpectNextUnordered is ExpectNext for calls whose order is not defined (those of
+// different keys in one list): the next len(want) calls are want in any order.
+func (r *Recorder[V]) ExpectNextUnordered(t testing.TB, want ...string) {
+	t.Helper()
+	r.expectNext(t, true, want)
+}
+
+func (r *Recorder[V]) expectNext(t testing.TB, unordered bool, want []string) {
+	t.Helper()
+	r.mu.Lock()
+	from := r.checked
+	r.mu.Unlock()
+	got := r.WaitFor(t, from+len(want))[from : from+len(want)]
+	g, w := got, want
+	if unordered {
+		g, w = slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
+	}
+	if !slices.Equal(g, w) {
+		t.Fatalf("calls after the first %d:\n got  %q\n want %q", from, got, want)
+	}
+	r.mu.Lock()
+	r.checked = from + len(want)
+	r.mu.Unlock()
+}
+
+// Checked returns how many calls Expect, ExpectNext and ExpectNextUnordered have checked.
+func (r *Recorder[V]) Checked() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checked
+}
+
+// ExpectNoMore fails t if a call came after those Expect and ExpectNext checked. It looks
+// once: a call still on its way is not seen, so a test makes sure first that none can be
+// (a barrier, or a stopped informer).
+func (r *Recorder[V]) ExpectNoMore(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	extra := slices.Clone(r.calls[r.checked:])
+	r.mu.Unlock()
+	if len(extra) != 0 {
+		t.Fatalf("unexpected calls %q", extra)
+	}
+}
+
+// KeyOf returns the key of a line of the notation ("" for a line of Record's that is
+// not one).
+func KeyOf(line string) string {
+	for _, p := range []string{"add ", "add*", "update ", "resync ", "delete ", "delete?"} {
+		if rest, ok := strings.CutPrefix(line, p); ok {
+			k, _, _ := strings.Cut(rest, "=")
+			return k
+		}
+	}
+	return ""
+}
+
+// ByKey groups lines of the notation by their key, keeping their order.
+func ByKey(lines []string) map[string][]string {
+	m := make(map[string][]string)
+	for _, l := range lines {
+		k := KeyOf(l)
+		m[k] = append(m[k], l)
+	}
+	return m
+}
