@@ -88,6 +88,14 @@ func (r *Recorder[V]) Wait(ctx context.Context, n int) ([]string, error) { retur
 // DefaultTimeout.
 func (r *Recorder[V]) WaitFor(t testing.TB, n int) []string { t.Helper(); return r.r.WaitFor(t, n) }
 
+// WaitForLine waits until line is recorded and returns the calls up to it, failing t if it
+// is not within DefaultTimeout: for a test that knows the last call of a run but not how
+// many come before it (updates a Coalesce handler may merge).
+func (r *Recorder[V]) WaitForLine(t testing.TB, line string) []string {
+	t.Helper()
+	return r.r.WaitForLine(t, line)
+}
+
 // Expect waits for len(want) calls and fails t unless the first ones are exactly want, in
 // order. Calls that arrive later are not checked: follow with a barrier (a change whose
 // call must come next), or ExpectNoMore once none can come; ExpectNext checks the calls
