@@ -82,7 +82,7 @@ func TestClientUndecodableItemFixedLater(t *testing.T) {
 	if !rec.hasError(informer.ErrDecode) {
 		t.Errorf("errors %v: want the undecodable item reported", rec.errors())
 	}
-	if got := rec.get(); !slices.Contains(got, "add b=fixed") {
+	if got := rec.Calls(); !slices.Contains(got, "add b=fixed") {
 		t.Errorf("calls %q: want the fix delivered as an add", got)
 	}
 }
