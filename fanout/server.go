@@ -99,8 +99,8 @@ type ServerOptions[V any] struct {
 	Filters map[string]informer.IndexFunc[V]
 	// CatchUpWait is how long a request for a revision the server has not reached yet
 	// waits for it (a client that comes from a replica further ahead; see Server) before
-	// it is answered 503 with a Retry-After, which a Client takes as a cue to retry, here
-	// or at its next URL, without a relist. It applies when the informer's source has
+	// it is answered 410, so that the client lists again rather than retry for good a
+	// revision that may never come here. It applies when the informer's source has
 	// ordered revisions. 0 means DefaultCatchUpWait; negative means no wait.
 	CatchUpWait time.Duration
 }
@@ -143,8 +143,9 @@ type ServerOptions[V any] struct {
 // (ClientOptions.FailoverURLs, or a load balancer in front of them) with no relist. A
 // replica that has not yet reached the revision a request asks for (a client that comes
 // from a replica further ahead) waits for it up to CatchUpWait (DefaultCatchUpWait,
-// 5 s), then answers 503 with a Retry-After: a retry, here or at another replica, never a
-// 410 that would force a relist.
+// 5 s), which a replica that keeps up with its upstream never uses up; then it answers
+// 410 and the client lists again, for the revision may never come here (a revision of
+// another upstream, or of before a restore from a backup).
 //
 // The informer tells its handlers which revision their notifications add up to only
 // when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):
