@@ -24,8 +24,10 @@ import (
 
 // Obj is the test object.
 type Obj struct {
+	// Name is the key.
 	Name string `json:"name"`
-	Val  string `json:"val"`
+	// Val is the state.
+	Val string `json:"val"`
 }
 
 // ObjName is the key of an Obj in a memory.Source.
@@ -51,6 +53,7 @@ var TestBackoff = informer.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time
 // blocking, after each call and error.
 type Recorder struct {
 	*testkit.Recorder[*Obj]
+	// Changed receives, without blocking, after each call and error.
 	Changed chan struct{}
 
 	mu   sync.Mutex
@@ -175,7 +178,9 @@ func Run[K comparable, V any](t testing.TB, inf *informer.Informer[K, V]) {
 
 // Mirror is an informer with a Recorder.
 type Mirror struct {
+	// Inf is the informer.
 	Inf *informer.Informer[string, *Obj]
+	// Rec is its handler, and its ErrorHandler.
 	Rec *Recorder
 }
 
