@@ -124,8 +124,9 @@ type ServerOptions[V any] struct {
 // reads a copy-on-write snapshot of the state, which costs nothing until the state
 // changes, then keeps the earlier version of each object changed since. A list is cut when
 // its revision leaves the history — a page being sent has its connection closed, a later
-// page's continue token is answered 410, a streaming list is sent an ERROR event (410) —
-// and counted in Stats.Evicted, however fast its reader reads. So all lists in progress
+// page's continue token is answered 410, a streaming list is sent an ERROR event (410),
+// or has its connection closed if a write waits for its reader — and counted in
+// Stats.Evicted, however fast its reader reads, within half a second of a stalled one. So all lists in progress
 // together, whatever their number, pin at most the earlier versions of the objects changed
 // within the history: at most HistoryLimit objects, about HistoryBytes when objects keep
 // their size. A reader slower than the history's span (HistoryLimit changes at the rate
@@ -303,6 +304,10 @@ func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Durat
 func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
 	s.core.instance = tag
 	s.core.list = s.list
+	s.core.staleState = func() (func() bool, string) {
+		rev := s.mirror.head.Load() // the watch's state is at this revision or before
+		return s.staleAt(rev), s.onWire(rev)
+	}
 	s.core.lw = s.src
 	if s.up != nil {
 		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
