@@ -51,10 +51,34 @@ type delta[V any] struct {
 	unchanged bool
 	object    V
 	revision  string
-	// prepared: the store prepared the object as it was queued (see addPrepared). The
-	// list keeps the hint of its newest prepared delta.
+	// prepared: the store prepared the object as it was queued (see Add); the queue's
+	// keeper keeps what it prepared.
 	prepared bool
 }
+
+// The store reads a popped delta through these methods, never its fields.
+
+// Deleted reports whether d deletes its key (an observed delete or a tombstone).
+func (d *delta[V]) Deleted() bool { return d.typ == deltaDeleted }
+
+// Unknown reports whether d is a tombstone: its object is the last state known.
+func (d *delta[V]) Unknown() bool { return d.finalStateUnknown }
+
+// Initial reports whether d is of the informer's first list.
+func (d *delta[V]) Initial() bool { return d.initial }
+
+// Resync reports whether d re-delivers an object that did not change: a resync, or a
+// relisted object at the revision it was listed at.
+func (d *delta[V]) Resync() bool { return d.typ == deltaSync || d.unchanged }
+
+// Relisted reports whether d comes from a list.
+func (d *delta[V]) Relisted() bool { return d.typ == deltaReplaced }
+
+// Prepared reports whether the store prepared d's object as it was queued.
+func (d *delta[V]) Prepared() bool { return d.prepared }
+
+// Object returns d's object.
+func (d *delta[V]) Object() V { return d.object }
 
 // deltaList holds the pending deltas of one key, oldest first. Lists are allocated in
 // chunks, keep their first delta inline (more in room carved from a chunk: see
@@ -64,7 +88,7 @@ type deltaList[K comparable, V any] struct {
 	key    K // while queued
 	deltas []delta[V]
 	inline [1]delta[V]
-	hint   *queuedHint[V] // once the list has had a prepared delta; opaque to the queue
+	held   any // what the keeper keeps for the list's prepared deltas; opaque to the queue
 }
 
 // listChunk is how many delta lists are allocated at once.
@@ -82,7 +106,49 @@ func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1]
 // knownObjects is the cache as the delta queue sees it: replace and resync consult it.
 // Its methods are called with no batch in flight, so the cache agrees with what was popped.
 type knownObjects[K comparable, V any] interface {
-	eachKnown(fn func(key K, obj V))
+	EachKnown(fn func(key K, obj V))
+}
+
+// keeper keeps, for a queued key, what was prepared for its deltas as they were queued
+// (the store's index values), which the queue carries without looking inside. Its methods
+// are called under the queue's lock.
+type keeper interface {
+	// Keep records prep, prepared for delta i (from 0) of a list, into held, what the list
+	// kept so far (nil at first), and returns what the list keeps now.
+	Keep(held, prep any, i int) any
+	// Drop empties held as its list is recycled and returns it for reuse, or nil.
+	Drop(held any) any
+}
+
+// batch is what Pop takes from the queue: keys with their deltas, or a page of a first
+// list alone. The store reads it through its methods.
+type batch[K comparable, V any] struct {
+	items []popped[K, V]
+}
+
+// Len returns the number of keys in b (0 for a page of a first list).
+func (b *batch[K, V]) Len() int {
+	if b.Page() != nil {
+		return 0
+	}
+	return len(b.items)
+}
+
+// Key returns the key of entry i.
+func (b *batch[K, V]) Key(i int) K { return b.items[i].key }
+
+// Deltas returns the deltas of entry i, oldest first.
+func (b *batch[K, V]) Deltas(i int) []delta[V] { return b.items[i].list.deltas }
+
+// Held returns what the keeper kept for entry i (nil: nothing prepared).
+func (b *batch[K, V]) Held(i int) any { return b.items[i].list.held }
+
+// Page returns the page of a first list the batch holds, or nil.
+func (b *batch[K, V]) Page() *firstList[K, V] {
+	if len(b.items) == 1 && b.items[0].bulk != nil {
+		return b.items[0].bulk
+	}
+	return nil
 }
 
 // popped is one key taken from the queue by popBatch with its deltas, or a whole first
@@ -108,12 +174,11 @@ type firstList[K comparable, V any] struct {
 	last bool
 }
 
-// watermark says which revisions a popped batch covers: after it is applied, every change
-// with a revision older than rev (or equal to it, when inclusive) is in the cache.
-type watermark struct {
-	rev       string
-	inclusive bool
-}
+// Keys returns the page's keys; Objects(i) is the object of key i.
+func (l *firstList[K, V]) Keys() []K { return l.keys }
+
+// Objects returns the page's objects, in the order of its keys.
+func (l *firstList[K, V]) Objects() []V { return l.objs }
 
 var errFIFOClosed = errors.New("informer: queue closed")
 
@@ -144,6 +209,7 @@ type deltaFIFO[K comparable, V any] struct {
 	queue []*deltaList[K, V] // the lists of keys with pending deltas, in first-arrival order; from head on
 	head  int
 	known knownObjects[K, V]
+	keep  keeper
 
 	pending    int // deltas queued
 	maxPending int // 0: unbounded
@@ -160,21 +226,25 @@ type deltaFIFO[K comparable, V any] struct {
 	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool               // drop free at the next finishBatch
 
-	hints hintChunks[V] // for lists that do not have theirs yet
-
 	wholeFirst bool               // queue a first list into an empty queue and cache by pages
 	firstOpen  bool               // pages of a first list are being queued; its last is to come
 	abortedRev string             // the revision of an aborted first list's pages, the whole cache
 	bulks      []*firstList[K, V] // pages of a first list not yet popped; popped before any key
 	spare      []delta[V]         // room for lists past their inline deltas; see spareDeltas
 
+	restored atomic.Bool // the cache holds a restored state that no list has replaced yet
+
 	// behind is set while keys are queued (from a key's queueing to the pop that takes the
 	// last): the writer has work, and Informer's reads give way to it.
 	behind atomic.Bool
 }
 
-func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
-	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[K, V]), known: known, maxPending: maxPending}
+// newDeltaFIFO returns a queue over the cache known (nil: none), which keeps what keep
+// prepared for queued objects (nil when nothing is prepared) and holds at most maxPending
+// deltas (0: no bound). wholeFirst queues a first list that finds the queue and the cache
+// empty by pages (see firstList).
+func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], keep keeper, maxPending int, wholeFirst bool) *deltaFIFO[K, V] {
+	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[K, V]), known: known, keep: keep, maxPending: maxPending, wholeFirst: wholeFirst}
 	f.cond = sync.NewCond(&f.mu)
 	return f
 }
@@ -185,10 +255,22 @@ func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
 	return f.addPrepared(typ, key, obj, rev, false, nil)
 }
 
-// addPrepared is add with what the store prepared for obj (nil: nothing), queued with it.
-// more says that more changes of revision rev follow (a transaction's): until the last of
-// them, no pop reports rev as reached.
-func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, more bool, hint *storeHint[V]) error {
+// Add queues one watch event of type t (Added, Modified or Deleted) with what the store
+// prepared for obj (nil: nothing), kept by the queue's keeper. more says that more
+// changes of revision rev follow (a transaction's): until the last of them, no pop reports
+// rev as reached. It blocks while the queue is full and returns errFIFOClosed once closed.
+func (f *deltaFIFO[K, V]) Add(t EventType, key K, obj V, rev string, more bool, prep any) error {
+	typ := deltaUpdated
+	switch t {
+	case Added:
+		typ = deltaAdded
+	case Deleted:
+		typ = deltaDeleted
+	}
+	return f.addPrepared(typ, key, obj, rev, more, prep)
+}
+
+func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, more bool, prep any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
@@ -197,12 +279,9 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	if f.closed {
 		return errFIFOClosed
 	}
-	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, prepared: hint != nil})
-	if appended && hint != nil {
-		if l.hint == nil {
-			l.hint = f.hints.get(hint)
-		}
-		l.hint.record(hint, len(l.deltas)-1)
+	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, prepared: prep != nil})
+	if appended && prep != nil {
+		l.held = f.keep.Keep(l.held, prep, len(l.deltas)-1)
 	}
 	if rev != "" && !more {
 		f.lastRev = rev
@@ -210,8 +289,8 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	return nil
 }
 
-// bookmark records that every change up to rev has been added.
-func (f *deltaFIFO[K, V]) bookmark(rev string) {
+// Bookmark records that every change up to rev has been added.
+func (f *deltaFIFO[K, V]) Bookmark(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastRev = rev
@@ -274,11 +353,12 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 	return l, true
 }
 
-// replace queues a list: a Replaced delta for every item and a tombstone for every
+// Replace queues a list: a Replaced delta for every item and a tombstone for every
 // key that is in the cache or queued but not in the list. Tombstones carry the last known
 // object: the newest queued one, or the cached one. The first replace sets the initial
 // population.
-func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
+func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
+	f.restored.Store(false)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.firstOpen || (!f.populated && f.canStartFirst()) {
@@ -323,7 +403,7 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	}
 	// Keys in the cache.
 	if f.known != nil {
-		f.known.eachKnown(func(k K, obj V) {
+		f.known.EachKnown(func(k K, obj V) {
 			if _, ok := listed[k]; ok {
 				return
 			}
@@ -344,12 +424,12 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	return nil
 }
 
-// firstPage queues a page of the informer's first list, not its last, if the list may be
+// FirstPage queues a page of the informer's first list, not its last, if the list may be
 // queued by pages (see firstList): the queue and the cache are empty, or earlier pages of
 // the same list were queued. If it returns false the page must come with the rest of the
 // list in replace. Once a page was queued, replace gets only the pages after it, or
 // abortFirst is called.
-func (f *deltaFIFO[K, V]) firstPage(keys []K, objs []V) bool {
+func (f *deltaFIFO[K, V]) FirstPage(keys []K, objs []V) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.takesPagesLocked() {
@@ -361,9 +441,9 @@ func (f *deltaFIFO[K, V]) firstPage(keys []K, objs []V) bool {
 	return true
 }
 
-// takesPages reports whether firstPage would queue a page now. Only the informer's
+// TakesPages reports whether firstPage would queue a page now. Only the informer's
 // reflector adds to the queue, so nothing but a close changes that before its next call.
-func (f *deltaFIFO[K, V]) takesPages() bool {
+func (f *deltaFIFO[K, V]) TakesPages() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.takesPagesLocked()
@@ -373,11 +453,11 @@ func (f *deltaFIFO[K, V]) takesPagesLocked() bool {
 	return !f.closed && !f.populated && (f.firstOpen || f.canStartFirst())
 }
 
-// abortFirst ends a first list whose pages were being queued without its last page (the
+// AbortFirst ends a first list whose pages were being queued without its last page (the
 // list failed); rev is the revision of its pages. The pages queued are applied; the next
 // list is queued per key, against the cache they left, so that what it lacks is deleted,
 // and, if it is at rev too, what it lists again is unchanged: a resync, not an update.
-func (f *deltaFIFO[K, V]) abortFirst(rev string) {
+func (f *deltaFIFO[K, V]) AbortFirst(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.firstOpen = false
@@ -394,15 +474,15 @@ func (f *deltaFIFO[K, V]) canStartFirst() bool {
 func (f *deltaFIFO[K, V]) anyKnown() bool {
 	known := false
 	if f.known != nil {
-		f.known.eachKnown(func(K, V) { known = true })
+		f.known.EachKnown(func(K, V) { known = true })
 	}
 	return known
 }
 
-// resync queues a Sync delta with the cached object for every cached key that has nothing
+// Resync queues a Sync delta with the cached object for every cached key that has nothing
 // pending. Keys with pending deltas are skipped: those deltas are newer than
 // the cache.
-func (f *deltaFIFO[K, V]) resync() error {
+func (f *deltaFIFO[K, V]) Resync() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for (f.inFlight || len(f.bulks) > 0 || f.firstOpen) && !f.closed {
@@ -414,7 +494,7 @@ func (f *deltaFIFO[K, V]) resync() error {
 	if f.known == nil {
 		return nil
 	}
-	f.known.eachKnown(func(k K, obj V) {
+	f.known.EachKnown(func(k K, obj V) {
 		if _, queued := f.items[k]; queued {
 			return
 		}
@@ -423,10 +503,24 @@ func (f *deltaFIFO[K, V]) resync() error {
 	return nil
 }
 
-// popBatch waits for pending keys and takes up to maxKeys of them, in queue order, and no
-// more than fit in maxDeltas deltas (one key at least), appending to buf. Until
-// finishBatch is called, Replace and Resync wait. It reports the watermark the batch
-// reaches and whether the batch completes the initial population.
+// Pop waits for pending keys and takes up to maxKeys of them into b, in queue order, and
+// no more than fit in maxDeltas deltas (one key at least). Until Done is called, Replace
+// and Resync wait. It reports the revision the batch reaches (once it is applied, every
+// change older than rev, or as old when inclusive, is in the cache; "": none) and whether
+// the batch completes the initial population.
+func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev string, inclusive, synced bool, err error) {
+	var wm watermark
+	b.items, wm, synced, err = f.popBatch(b.items[:0], maxKeys, maxDeltas)
+	return wm.rev, wm.inclusive, synced, err
+}
+
+// watermark says which revisions a popped batch covers: after it is applied, every change
+// with a revision older than rev (or equal to it, when inclusive) is in the cache.
+type watermark struct {
+	rev       string
+	inclusive bool
+}
+
 func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) ([]popped[K, V], watermark, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -504,7 +598,13 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) (
 	return buf, wm, synced, nil
 }
 
-// finishBatch marks the popped batch applied and recycles its delta lists.
+// Done marks the popped batch b applied and recycles its delta lists.
+func (f *deltaFIFO[K, V]) Done(b *batch[K, V]) {
+	f.finishBatch(b.items)
+	clear(b.items)
+	b.items = b.items[:0]
+}
+
 func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -535,8 +635,8 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		} else {
 			l.deltas = l.deltas[:0]
 		}
-		if l.hint != nil && !l.hint.reset() {
-			l.hint = nil
+		if l.held != nil {
+			l.held = f.keep.Drop(l.held)
 		}
 		var zero K
 		l.key = zero
@@ -547,17 +647,21 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 	f.cond.Broadcast()
 }
 
-// hasSynced reports whether the initial population has been popped. The informer
+// Behind reports whether keys are queued: the writer has work, and Informer's reads give
+// way to it.
+func (f *deltaFIFO[K, V]) Behind() bool { return f.behind.Load() }
+
+// HasSynced reports whether the initial population has been popped. The informer
 // reports synced only once that batch is also applied.
-func (f *deltaFIFO[K, V]) hasSynced() bool {
+func (f *deltaFIFO[K, V]) HasSynced() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.populated && f.initialCount == 0 && len(f.bulks) == 0
 }
 
-// close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
+// Close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
 // so that a stop is prompt).
-func (f *deltaFIFO[K, V]) close() {
+func (f *deltaFIFO[K, V]) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
@@ -565,11 +669,16 @@ func (f *deltaFIFO[K, V]) close() {
 	f.cond.Broadcast()
 }
 
-// markRestored records that the cache holds a restored state at rev, as if a first list
+// MarkRestored records that the cache holds a restored state at rev, as if a first list
 // had been applied: the next replace is a relist, whose adds are not initial.
-func (f *deltaFIFO[K, V]) markRestored(rev string) {
+func (f *deltaFIFO[K, V]) MarkRestored(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.populated = true
 	f.lastRev = rev
+	f.restored.Store(true)
 }
+
+// Restored reports whether the cache holds a state MarkRestored recorded that no list
+// has replaced since.
+func (f *deltaFIFO[K, V]) Restored() bool { return f.restored.Load() }

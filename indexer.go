@@ -216,6 +216,7 @@ type store[K comparable, V any] struct {
 	oldScratch []string
 	loose      bool // written before the first sync in an order that left nodes half full
 	settled    bool // the first sync is past: loose is no longer tracked
+	w          writeBatch[K, V]
 }
 
 // newStore makes an empty store ordered by compare; a nil compare is K's natural order
@@ -264,8 +265,8 @@ func newBuckets[K comparable, V any]() *btree.Tree[string, bucket[K, V]] {
 	return btree.New[string, bucket[K, V]](btreeDegree, btree.ByString[string](), nil)
 }
 
-// addIndexers adds indexes to a store in use: see Informer.AddIndexers.
-func (s *store[K, V]) addIndexers(indexers Indexers[V]) error {
+// AddIndexers adds indexes to a store in use: see Informer.AddIndexers.
+func (s *store[K, V]) AddIndexers(indexers Indexers[V]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.addIndexersLocked(indexers); err != nil {
@@ -388,7 +389,7 @@ func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree
 	return t.entries
 }
 
-// compact rebuilds the cache's trees with nearly full nodes, the same contents. Writes in
+// Compact rebuilds the cache's trees with nearly full nodes, the same contents. Writes in
 // key order, as a first list's are within each namespace-like prefix, leave B-tree nodes
 // half full (a full node is split in the middle, and the left half never gets another
 // entry); rebuilt, the trees take half the memory: on W2 of the bench module
@@ -397,7 +398,7 @@ func (s *store[K, V]) writable(ix *storeIndex[K, V], value string, t *bucketTree
 // them took 750 ms); the informer calls it once the first list (or a restored state) is in
 // the cache, before it is synced. Snapshots keep the trees they have. Later inserts
 // into full nodes split them: W1's events allocate 14 % more bytes (not more objects).
-func (s *store[K, V]) compact() {
+func (s *store[K, V]) Compact() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var buf []entry[K, V]
@@ -447,40 +448,6 @@ func insertDense[K comparable, V any](t *btree.Tree[K, V], sorted []entry[K, V])
 		t.Set(sorted[i].key, sorted[i].obj)
 	}
 }
-
-// ObjectError is an error about one object: its key function, an index function or the
-// transform failed. The object is skipped; the informer keeps running.
-type ObjectError struct {
-	// Informer names the informer (Options.Name).
-	Informer string
-	// Op is what failed: "key", "index <name>" or "transform".
-	Op string
-	// Key is the object's key, when known; otherwise Object is the object itself.
-	Key any
-	// Object is the object, when its key is not known.
-	Object any
-	// Err is the function's error, or the panic it raised.
-	Err error
-}
-
-// Error names the informer, the function and the object: by key when known.
-func (e *ObjectError) Error() string {
-	name := e.Informer
-	if name == "" {
-		name = "informer"
-	}
-	if e.Key != nil {
-		return fmt.Sprintf("informer %q: %s of the object with key %v: %v (the object is skipped until it changes)", name, e.Op, e.Key, e.Err)
-	}
-	obj := fmt.Sprintf("%+v", e.Object)
-	if len(obj) > 200 {
-		obj = obj[:200] + "…"
-	}
-	return fmt.Sprintf("informer %q: %s of object %s: %v (the object is skipped until it changes)", name, e.Op, obj, e.Err)
-}
-
-// Unwrap returns the function's error.
-func (e *ObjectError) Unwrap() error { return e.Err }
 
 // upsertLocked stores obj under key and updates every index. If an index function fails
 // for obj nothing changes and the error is returned. pre, when valid, are obj's values.
@@ -635,14 +602,32 @@ func (s *store[K, V]) publishLocked(rev string) {
 	s.gen.Store(next)
 }
 
-// generation counts the store's write batches: a reader that saw the same generation saw
+// Generation counts the store's write batches: a reader that saw the same generation saw
 // the same state.
-func (s *store[K, V]) generation() uint64 { return s.gen.Load() }
+func (s *store[K, V]) Generation() uint64 { return s.gen.Load() }
 
-// snapshot returns the current state. It takes no lock when the newest snapshot is of the
+// Reading reports whether a reader took a snapshot since the writer last made one.
+func (s *store[K, V]) Reading() bool { return s.reading.Load() }
+
+// Exact returns the current state, the revision it is exactly the source's state at (""
+// when changes of a later revision are applied or of an earlier one still queued) and its
+// generation.
+func (s *store[K, V]) Exact() (sn *Snapshot[K, V], rev string, gen uint64) {
+	sn = s.Snapshot()
+	if sn.exact {
+		rev = sn.revision
+	}
+	return sn, rev, sn.gen
+}
+
+// Keeper returns the keeper of what the store prepares for queued objects, for the delta
+// queue (which uses it under its lock).
+func (s *store[K, V]) Keeper() keeper { return &hintChunks[V]{} }
+
+// Snapshot returns the current state. It takes no lock when the newest snapshot is of the
 // newest state, which is so while readers keep reading (publishLocked makes it); otherwise
 // it waits for the writer's current batch and clones the trees.
-func (s *store[K, V]) snapshot() *Snapshot[K, V] {
+func (s *store[K, V]) Snapshot() *Snapshot[K, V] {
 	// The snapshot before the generation: the writer stores them in the other order, so
 	// a snapshot at least as new as the generation read is of the newest state published.
 	if sn := s.snap.Load(); sn != nil && sn.gen >= s.gen.Load() {

@@ -89,4 +89,4 @@ func (s *stopNotice) mark() {
 
 // Handlers returns the handlers registered now, in the order they were added. It never
 // waits, not even for a stalled handler.
-func (inf *Informer[K, V]) Handlers() []*Registration { return inf.proc.handlers() }
+func (inf *Informer[K, V]) Handlers() []*Registration { return inf.proc.Handlers() }

@@ -146,6 +146,24 @@ type notification[K comparable, V any] struct {
 	new     V
 }
 
+// addNote is the OnAdd of obj under key.
+func addNote[K comparable, V any](key K, obj V, initial bool) notification[K, V] {
+	return notification[K, V]{kind: notifyAdd, key: key, new: obj, initial: initial}
+}
+
+// updateNote is the OnUpdate of key from old to obj; sync: a resync.
+func updateNote[K comparable, V any](key K, old, obj V, sync bool) notification[K, V] {
+	return notification[K, V]{kind: notifyUpdate, key: key, old: old, new: obj, sync: sync}
+}
+
+// deleteNote is the OnDelete of key, last seen as obj.
+func deleteNote[K comparable, V any](key K, obj V, unknown bool) notification[K, V] {
+	return notification[K, V]{kind: notifyDelete, key: key, old: obj, unknown: unknown}
+}
+
+// Empty reports whether n is no notification (the zero value).
+func (n *notification[K, V]) Empty() bool { return n.kind == 0 }
+
 // Registration is a handler added to an informer.
 type Registration struct {
 	l listenerControl
@@ -698,7 +716,8 @@ type processor[K comparable, V any] struct {
 	aborting atomic.Bool                     // the informer is stopping: no more waiting for room
 	wg       sync.WaitGroup
 	batches  *batchPool[K, V]
-	blocking []*listener[K, V] // deliver's buffer: Block listeners with full queues
+	blocking []*listener[K, V] // Block listeners whose queues the last Deliver left full
+	next     *noteBatch[K, V]  // the batch Buffer handed out, for Deliver
 }
 
 func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, onPanic func(*HandlerPanicError)) *processor[K, V] {
@@ -707,11 +726,12 @@ func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, on
 	return p
 }
 
-// add registers a handler. If the processor runs, replay gives what brings the new handler
+// Add registers a handler. If the processor runs, replay gives what brings the new handler
 // up to date: the cache as it is now, and the markers that follow it (queued as after a
-// batch, by queueMarks); it is called under the lock, between two batches. add fails with
-// ErrStopped once the processor stopped.
-func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() ([]notification[K, V], marks)) (*Registration, error) {
+// batch, by queueMarks: synced, and the revision the replay is exactly the source's state
+// at, if any). The caller calls Add between two batches. Add fails with ErrStopped once
+// the processor stopped.
+func (p *processor[K, V]) Add(h Handler[V], opts HandlerOptions, replay func() (notes []notification[K, V], synced bool, rev string)) (*Registration, error) {
 	l := newListener[K, V](h, opts, p.clock, p.onPanic)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -727,9 +747,9 @@ func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() (
 	p.publishLocked()
 	if p.started {
 		p.startLocked(l)
-		notes, m := replay()
+		notes, synced, rev := replay()
 		l.enqueue(newNoteBatch(notes), true)
-		queueMarks([]*listener[K, V]{l}, m, true)
+		queueMarks([]*listener[K, V]{l}, marks{synced: synced, rev: rev}, true)
 	}
 	return l.reg, nil
 }
@@ -770,10 +790,10 @@ func queueMarks[K comparable, V any](ls []*listener[K, V], m marks, replay bool)
 	}
 }
 
-// coalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
+// CoalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
 // it is full (0 for one already merging; math.MaxInt with no Coalesce handler): a batch of
 // at most that many merges nothing in a handler that kept up.
-func (p *processor[K, V]) coalesceRoom() int {
+func (p *processor[K, V]) CoalesceRoom() int {
 	limit := math.MaxInt
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -819,9 +839,9 @@ func (p *processor[K, V]) setResyncLocked(l *listener[K, V], requested time.Dura
 	}
 }
 
-// remove unregisters the handler of reg and waits until its goroutine has returned. It
+// Remove unregisters the handler of reg and waits until its goroutine has returned. It
 // reports whether the handler was registered.
-func (p *processor[K, V]) remove(reg *Registration) bool {
+func (p *processor[K, V]) Remove(reg *Registration) bool {
 	l, ok := reg.l.(*listener[K, V])
 	if !ok {
 		return false
@@ -850,24 +870,32 @@ func (p *processor[K, V]) publishLocked() {
 	p.regs.Store(&regs)
 }
 
-// handlers returns the registered handlers in the order they were added, without waiting
+// Handlers returns the registered handlers in the order they were added, without waiting
 // for anything.
-func (p *processor[K, V]) handlers() []*Registration {
+func (p *processor[K, V]) Handlers() []*Registration {
 	return slices.Clone(*p.regs.Load())
 }
 
-// deliver writes a batch and hands its notifications to every listener. write is called
-// under the lock with an empty buffer, applies the batch to the cache and returns the
-// buffer filled with the batch's notifications; m's markers follow them (see queueMarks);
-// queued, if not nil, is called under the lock once every listener has them (so that what
-// it publishes, a revision reached, implies the notifications are queued). Listeners share
-// the notifications; resyncs (sync set) go only to listeners due for one, and those not due
-// share a filtered copy. Once the lock is released, deliver waits while a Block listener's
-// queue is full, so that the source is read no faster than it drains.
-func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], m marks, queued func()) {
+// Buffer returns an empty buffer for a batch's notifications, to be filled and passed to
+// Deliver. It and Deliver are called by one goroutine, the writer's.
+func (p *processor[K, V]) Buffer() []notification[K, V] {
+	p.next = p.batches.get()
+	return p.next.notes
+}
+
+// Deliver hands notes, the notifications of a batch in the buffer Buffer returned, to
+// every listener, followed by the markers (see queueMarks): synced, the initial state is
+// complete; rev, if not empty, the revision the state is then exactly the source's at.
+// Listeners share the notifications; resyncs go only to listeners due for one, and those
+// not due share a filtered copy. It never waits: call WaitForRoom next, after publishing
+// what the batch reached, so that the source is read no faster than a Block handler
+// drains.
+func (p *processor[K, V]) Deliver(notes []notification[K, V], synced bool, rev string) {
+	m := marks{synced: synced, rev: rev}
 	p.mu.Lock()
-	b := p.batches.get()
-	b.notes = write(b.notes)
+	b := p.next
+	p.next = nil
+	b.notes = notes
 	hasSync := false
 	for i := range b.notes {
 		if b.notes[i].sync {
@@ -894,9 +922,6 @@ func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notific
 	p.batches.low.Store(len(b.notes) < idleBufferCap)
 	b.release()
 	queueMarks(p.listeners, m, false)
-	if queued != nil {
-		queued()
-	}
 	blocking := p.blocking[:0]
 	for _, l := range p.listeners {
 		if l.full() {
@@ -905,22 +930,28 @@ func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notific
 	}
 	p.blocking = blocking
 	p.mu.Unlock()
-	for i, l := range blocking {
-		l.waitForRoom(&p.aborting)
-		blocking[i] = nil
-	}
 }
 
-// resyncPeriod is how often the reflector should ask shouldResync; 0 means never.
-func (p *processor[K, V]) resyncPeriod() time.Duration {
+// WaitForRoom waits while a Block listener the last Deliver left full has no room in its
+// queue, holding no lock of the processor: registrations, removals and reads go on.
+func (p *processor[K, V]) WaitForRoom() {
+	for i, l := range p.blocking {
+		l.waitForRoom(&p.aborting)
+		p.blocking[i] = nil
+	}
+	p.blocking = p.blocking[:0]
+}
+
+// ResyncPeriod is how often the reflector should ask ShouldResync; 0 means never.
+func (p *processor[K, V]) ResyncPeriod() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.resyncCheck
 }
 
-// shouldResync marks the listeners due for a resync now and reports whether any is; the
+// ShouldResync marks the listeners due for a resync now and reports whether any is; the
 // resync notifications of the next batches go to those only.
-func (p *processor[K, V]) shouldResync() bool {
+func (p *processor[K, V]) ShouldResync() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
@@ -932,9 +963,9 @@ func (p *processor[K, V]) shouldResync() bool {
 	return due
 }
 
-// start starts the goroutine of every registered listener, and of every listener added
+// Start starts the goroutine of every registered listener, and of every listener added
 // from now on.
-func (p *processor[K, V]) start() {
+func (p *processor[K, V]) Start() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.started = true
@@ -951,9 +982,9 @@ func (p *processor[K, V]) startLocked(l *listener[K, V]) {
 	}()
 }
 
-// abortWaits makes a writer waiting for room in a Block listener's queue give up: the
+// AbortWaits makes a writer waiting for room in a Block listener's queue give up: the
 // informer is stopping, and a stalled handler must not hold its stop.
-func (p *processor[K, V]) abortWaits() {
+func (p *processor[K, V]) AbortWaits() {
 	p.aborting.Store(true)
 	p.mu.Lock()
 	ls := slices.Clone(p.listeners)
@@ -963,12 +994,12 @@ func (p *processor[K, V]) abortWaits() {
 	}
 }
 
-// stop stops every listener (what is still queued is dropped) and waits for their
+// Stop stops every listener (what is still queued is dropped) and waits for their
 // goroutines, at most bound (no bound if bound <= 0); later adds fail with ErrStopped. If
 // the bound passes first, stuck is called for each listener still in a handler call, with
 // the handler's name and the key of the call, and stop returns: the goroutines of those
 // handlers are left running, and return once their call does.
-func (p *processor[K, V]) stop(bound time.Duration, stuck func(handler string, key K)) {
+func (p *processor[K, V]) Stop(bound time.Duration, stuck func(handler string, key K)) {
 	p.mu.Lock()
 	p.stopped = true
 	ls := slices.Clone(p.listeners)

@@ -221,33 +221,6 @@ type sourceError struct {
 	at  time.Time
 }
 
-// opError is a failed operation of the reflector: it names the informer and the operation
-// once, then the source's error.
-type opError struct {
-	name, op string
-	err      error
-	retry    time.Duration // > 0: the operation is retried after this long
-}
-
-func (e *opError) Error() string {
-	if e.retry > 0 {
-		return fmt.Sprintf("informer %q: %s (retrying in %v): %v", e.name, e.op, e.retry, e.err)
-	}
-	return fmt.Sprintf("informer %q: %s: %v", e.name, e.op, e.err)
-}
-func (e *opError) Unwrap() error { return e.err }
-
-// errVeryShortWatch is returned for a watch that ended within a second with no event: the
-// source is probably failing fast, so the reflector relists after a backoff.
-var errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
-
-// errRelistPromptly ends a pass whose watch expired after progress: relist after a small
-// jitter, not a backoff.
-var errRelistPromptly = errors.New("relist promptly")
-
-// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
-var errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
-
 func newReflector[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
 	r := &reflector[V]{cfg: cfg, lw: lw, sink: sink, warned: map[string]time.Time{}}
 	r.compare, _ = lw.(RevisionComparer)
@@ -264,9 +237,9 @@ func newReflector[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflect
 	return r
 }
 
-// setTransform makes the reflector apply fn to every object as it arrives: see
+// SetTransform makes the reflector apply fn to every object as it arrives: see
 // Options.Transform. Call it before run.
-func (r *reflector[V]) setTransform(fn func(V) (V, bool)) { r.transform = fn }
+func (r *reflector[V]) SetTransform(fn func(V) (V, bool)) { r.transform = fn }
 
 // isNil reports whether obj is a nil pointer, interface, map, channel or function (or an
 // interface holding one). It is called for every object: a pointer, map, channel or
@@ -290,8 +263,8 @@ func (r *reflector[V]) isNil(obj V) bool {
 	return false
 }
 
-// lastSyncRevision returns the revision of the last list or watch event applied.
-func (r *reflector[V]) lastSyncRevision() string {
+// LastSyncRevision returns the revision of the last list or watch event applied.
+func (r *reflector[V]) LastSyncRevision() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lastSync
@@ -315,7 +288,7 @@ func (r *reflector[V]) setLastSync(rev string) {
 // lastError returns when the last source error was reported and the error, or the zero
 // time and nil. It is cleared when the source recovers: a list is applied, or a watch delivers an
 // event.
-func (r *reflector[V]) lastError() (at time.Time, err error) {
+func (r *reflector[V]) LastError() (at time.Time, err error) {
 	if e := r.lastErr.Load(); e != nil {
 		return e.at, e.err
 	}
@@ -367,7 +340,7 @@ func (r *reflector[V]) opErr(op string, err error) error {
 
 // run lists and watches until ctx is done: every return of listAndWatch is followed by a
 // wait (a backoff, or a small jitter after progress) and a fresh list.
-func (r *reflector[V]) run(ctx context.Context) {
+func (r *reflector[V]) Run(ctx context.Context) {
 	r.cfg.logger.Debug("starting reflector")
 	defer r.cfg.logger.Debug("stopping reflector")
 	for ctx.Err() == nil {
@@ -474,8 +447,8 @@ func every(ctx context.Context, clk clock.Clock, period time.Duration, fn func()
 // cheapest list that is correct; see the rules at the top of this file.
 func (r *reflector[V]) list(ctx context.Context) error {
 	start := r.cfg.clock.Now()
-	r.cfg.stats.ListStarted.Store(start.UnixNano())
-	opts := ListOptions{Revision: r.lastSyncRevision()}
+	r.cfg.stats.ListBegan(start)
+	opts := ListOptions{Revision: r.LastSyncRevision()}
 	if opts.Revision != "" && opts.Revision == r.unservable {
 		opts = ListOptions{Consistent: true}
 	}
@@ -485,26 +458,26 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		if errors.Is(err, errStaleList) {
 			r.fail(r.opErr("list", err))
 		} else {
-			r.cfg.stats.Expirations.Add(1)
+			r.cfg.stats.Expired()
 			r.cfg.logger.Debug("list at the last revision expired; listing consistently", "revision", opts.Revision, "err", err)
 		}
 		r.unservable = opts.Revision
 		items, rev, err = r.listAt(ctx, ListOptions{Consistent: true})
 	}
-	r.cfg.stats.ListStarted.Store(0) // read: no longer in progress
-	r.cfg.stats.Lists.Add(1)
-	r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
+	r.cfg.stats.ListEnded() // read: no longer in progress
+	r.cfg.stats.Listed()
+	r.cfg.stats.ListTook(r.cfg.clock.Since(start))
 	if err != nil {
-		r.cfg.stats.ListErrors.Add(1)
+		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
 			return nil // a stop during a list is not an error
 		}
 		if errors.Is(err, ErrExpired) {
-			r.cfg.stats.Expirations.Add(1)
+			r.cfg.stats.Expired()
 		}
 		return r.opErr("list", err)
 	}
-	r.cfg.stats.ListItems.Observe(float64(len(items)))
+	r.cfg.stats.ListHeld(len(items))
 	if d := r.cfg.clock.Since(start); d > 10*time.Second {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
@@ -537,15 +510,15 @@ func (e *continueExpiredError) Unwrap() error { return e.err }
 // list again unpaged.
 func (r *reflector[V]) listAt(ctx context.Context, opts ListOptions) ([]V, string, error) {
 	if opts.Consistent {
-		r.cfg.stats.ConsistentLists.Add(1)
+		r.cfg.stats.ConsistentList()
 	}
 	items, rev, err := r.listPages(ctx, opts, r.cfg.pageSize)
 	var ce *continueExpiredError
 	if errors.As(err, &ce) {
-		r.cfg.stats.Expirations.Add(1)
+		r.cfg.stats.Expired()
 		r.cfg.logger.Debug("continue token expired; listing again unpaged", "err", err)
 		if opts.Consistent {
-			r.cfg.stats.ConsistentLists.Add(1)
+			r.cfg.stats.ConsistentList()
 		}
 		items, rev, err = r.listPages(ctx, opts, 0)
 	}
@@ -676,11 +649,11 @@ func (r *reflector[V]) keepItems(items []V, op string, page int) []V {
 // the watch, which goes on with changes.
 func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	start := r.cfg.clock.Now()
-	r.cfg.stats.ListStarted.Store(start.UnixNano())
-	defer r.cfg.stats.ListStarted.Store(0)
+	r.cfg.stats.ListBegan(start)
+	defer r.cfg.stats.ListEnded()
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
 	w, err := r.callWatch(ctx, opts)
-	r.cfg.stats.Lists.Add(1)
+	r.cfg.stats.Listed()
 	if err == nil && w == nil {
 		err = errNoWatch
 	}
@@ -688,8 +661,8 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		if w != nil {
 			r.stop(w)
 		}
-		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-		r.cfg.stats.ListErrors.Add(1)
+		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
+		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
 			return nil, nil
 		}
@@ -706,8 +679,8 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			err = fmt.Errorf("%w: no initial event of the streaming list within %v (Options.ProgressTimeout): %v", ErrNoProgress, r.cfg.progressTimeout, err)
 		}
 		r.stop(w)
-		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-		r.cfg.stats.ListErrors.Add(1)
+		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
+		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
 			return nil, nil
 		}
@@ -730,11 +703,11 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 				return fail(err)
 			}
 			items = r.keepItems(items, "streaming list", -1)
-			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-			r.cfg.stats.ListItems.Observe(float64(len(items)))
+			r.cfg.stats.ListTook(r.cfg.clock.Since(start))
+			r.cfg.stats.ListHeld(len(items))
 			r.recovered()
 			r.received(ev.Revision)
-			r.cfg.stats.ListStarted.Store(0)
+			r.cfg.stats.ListEnded()
 			if err := r.sink.replace(items, ev.Revision); err != nil {
 				r.stop(w)
 				return nil, r.opErr("unable to sync list result", err)
@@ -769,11 +742,11 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 		if w == nil {
 			var err error
 			w, err = r.callWatch(ctx, WatchOptions{
-				Revision:       r.lastSyncRevision(),
+				Revision:       r.LastSyncRevision(),
 				Timeout:        r.watchTimeout(),
 				AllowBookmarks: true,
 			})
-			r.cfg.stats.Watches.Add(1)
+			r.cfg.stats.WatchOpened()
 			if err == nil && w == nil {
 				err = errNoWatch
 			}
@@ -782,7 +755,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 					r.stop(w)
 					w = nil
 				}
-				r.cfg.stats.WatchErrors.Add(1)
+				r.cfg.stats.WatchFailed()
 				if retry, err := r.afterWatchError(ctx, err); !retry {
 					return err
 				}
@@ -792,11 +765,11 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 		err := r.handleWatch(ctx, w)
 		r.stop(w)
 		w = nil
-		r.cfg.stats.WatchDuration.ObserveDuration(r.cfg.clock.Since(start))
+		r.cfg.stats.WatchTook(r.cfg.clock.Since(start))
 		if err == nil {
 			continue
 		}
-		r.cfg.stats.WatchErrors.Add(1)
+		r.cfg.stats.WatchFailed()
 		if retry, err := r.afterWatchError(ctx, err); !retry {
 			return err
 		}
@@ -811,7 +784,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 	case ctx.Err() != nil:
 		return false, nil
 	case errors.Is(err, ErrExpired):
-		r.cfg.stats.Expirations.Add(1)
+		r.cfg.stats.Expired()
 		if r.progressed {
 			r.cfg.logger.Debug("watch revision expired after progress; relisting promptly", "err", err)
 			return false, errRelistPromptly
@@ -835,7 +808,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	start := r.cfg.clock.Now()
 	count := 0
-	rev := r.lastSyncRevision()
+	rev := r.LastSyncRevision()
 	batched, _ := w.(BatchedWatch)
 	var bound time.Duration
 	if r.cfg.progressTimeout > 0 {
@@ -875,7 +848,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 			if r.isNil(ev.Object) {
 				return fmt.Errorf("%w: %v event at revision %q with a nil object", ErrBadInput, ev.Type, ev.Revision)
 			}
-			r.cfg.stats.countEvent(ev.Type)
+			r.cfg.stats.Event(ev.Type)
 			r.received(ev.Revision)
 			if r.transform != nil {
 				obj, ok := r.transform(ev.Object)
@@ -892,7 +865,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 				r.cfg.report(err)
 			}
 		case Bookmark:
-			r.cfg.stats.Bookmarks.Add(1)
+			r.cfg.stats.Bookmark()
 			r.received(ev.Revision)
 			if ev.Revision != "" {
 				r.sink.bookmark(ev.Revision)
@@ -1023,11 +996,11 @@ func (r *reflector[V]) stop(w Watch[V]) {
 
 // --- warm restart (Options.Persist) ---
 
-// resumeFrom makes the next pass of listAndWatch watch from rev, the revision of a state
+// ResumeFrom makes the next pass of listAndWatch watch from rev, the revision of a state
 // the informer restored, instead of listing. If the source says rev expired (a snapshot
 // older than the source's history), the reflector relists promptly, as after an expiry
 // that followed progress: the restored state counts as progress.
-func (r *reflector[V]) resumeFrom(rev string) {
+func (r *reflector[V]) ResumeFrom(rev string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastSync = rev

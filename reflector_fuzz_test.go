@@ -610,7 +610,7 @@ func TestReflector_WarnRateLimitedPerKindAndStep(t *testing.T) {
 	if !slices.Equal(logs.lines, want) || reported != 6 {
 		t.Fatalf("Warn lines %q (want %q), reported %d (want 6)", logs.lines, want, reported)
 	}
-	if at, err := r.lastError(); !errors.Is(err, ErrUnavailable) || !at.Equal(time.Unix(1, 0)) {
+	if at, err := r.LastError(); !errors.Is(err, ErrUnavailable) || !at.Equal(time.Unix(1, 0)) {
 		t.Fatalf("lastError %v at %v", err, at)
 	}
 }
