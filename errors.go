@@ -13,6 +13,14 @@ import (
 // This file holds the package's errors and the reporter, the one way an informer's
 // errors reach Options.ErrorHandler, the log and the error counters of Stats.
 
+// Errors of the read API.
+var (
+	// ErrUnknownIndex is returned by index queries that name an index that does not exist.
+	ErrUnknownIndex = errors.New("informer: no such index")
+	// ErrIndexExists is returned by AddIndexers for a name already in use.
+	ErrIndexExists = errors.New("informer: index already exists")
+)
+
 // ErrStopped is returned for operations on an informer that has stopped.
 var ErrStopped = errors.New("informer: stopped")
 

@@ -574,7 +574,7 @@ func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
 	// With no reader since, the writer makes no snapshot: a batch costs no clone.
 	mustUpsert(t, s, &pod{name: "c", ns: "x"})
 	mustUpsert(t, s, &pod{name: "d", ns: "x"})
-	if sn := s.snap.Load(); sn.Len() != 3 {
+	if sn := s.snap.Load().sn; sn.Len() != 3 {
 		t.Fatalf("the newest snapshot made has %d objects, want 3 (made for the reader's last read, then no more)", sn.Len())
 	}
 	if sn := s.Snapshot(); sn.Len() != 4 {

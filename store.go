@@ -1,118 +1,115 @@
 package informer
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
 
-// This file is the cache's write path: how a batch of deltas popped from the queue becomes
-// a new state of the store and the notifications that tell handlers of it. The delta queue
-// only carries what the store prepared for each object (an storeHint); everything about
-// indexes stays in this file and indexer.go.
+	"github.com/informer-go/informer/internal/btree"
+)
 
-// storeHint is what the store prepares for an object before its write, off the writer's
-// goroutine (store.Prepare): the object's index values, valid while the store's index
-// functions are the ones they were computed with. A delete uses the values of the event's object to find the key's buckets
-// without computing them from the stored object.
-type storeHint[V any] struct {
-	set  *indexSet[V]
-	vals []string
-	ends []int32
+// This file is the store, the indexed cache, and its writes: a batch popped from the
+// queue becomes a new state of the store and the notifications that tell handlers of it.
+
+// store is the indexed cache. One writer (the informer's processing goroutine) changes it
+// under mu; readers read immutable snapshots made with Tree.Clone, an O(1) copy-on-write
+// copy. While readers read, the writer makes the snapshot of each batch as it publishes
+// the batch, so readers take no lock: a reader locks mu only to make a snapshot itself, on
+// its first read after the cache changed with no reader (or after AddIndexers).
+//
+// An index is a tree of buckets, one per value, each holding one (key, object) entry inline
+// or a tree of them like items. A snapshot clones items and each index's tree of buckets,
+// not the buckets' trees: it starts a new epoch, and the writer clones a bucket's tree
+// (O(1) again) the first time it changes it in an epoch, replacing the bucket in the index.
+type store[K comparable, V any] struct {
+	kit *treeKit[K, V] // the key order and what every tree shares
+
+	mu      sync.Mutex // held by the writer for a batch, and by a reader making a snapshot
+	items   *btree.Tree[K, V]
+	indexes []*storeIndex[K, V]
+	set     atomic.Pointer[indexSet[V]] // the functions of indexes, for any goroutine
+	gen     atomic.Uint64               // bumped after every write batch
+	rev     string                      // revision the state reflects, set with the batch
+	exact   bool                        // the state is exactly the source's at rev: nothing applied beyond it
+
+	snap    atomic.Pointer[published[K, V]]
+	reading atomic.Bool // a reader took a snapshot since the writer last made one
+	scratch []string    // writer-only buffer for index values
+	loose   bool        // written before the first sync in an order that left nodes half full
+	settled bool        // the first sync is past: loose is no longer tracked
+	w       writeBatch[K, V]
 }
 
-// Prepare computes obj's index values into h, reusing its buffers, and reports whether
-// every index function succeeded. On a failure h holds nothing valid: the writer computes
-// the values again and reports the error with the object's key.
-func (s *store[K, V]) Prepare(h *storeHint[V], obj V) bool {
-	set := s.set.Load()
-	clear(h.vals)
-	var oe *ObjectError
-	h.vals, h.ends, oe = set.compute(h.vals[:0], h.ends[:0], obj)
-	if oe != nil {
-		h.set = nil
-		return false
+// published is a snapshot the store made, with what the store knows of it.
+type published[K comparable, V any] struct {
+	sn    *Snapshot[K, V]
+	gen   uint64
+	rev   string
+	exact bool
+}
+
+// newStore makes an empty store ordered by compare; a nil compare is K's natural order
+// (see Options.CompareKeys).
+func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V]) (*store[K, V], error) {
+	kit, err := newTreeKit[K, V](compare)
+	if err != nil {
+		return nil, err
 	}
-	h.set = set
-	return true
-}
-
-// current reports whether h holds values computed with the store's index functions.
-func (s *store[K, V]) current(h storeHint[V]) bool {
-	return h.set != nil && h.set == s.set.Load()
-}
-
-// queuedHint is the hint a key's delta list keeps while queued: the values of its newest
-// prepared delta. The queue records into it and reads it back only through its methods.
-type queuedHint[V any] struct {
-	storeHint[V]
-	mixed bool // some deltas were prepared with other index functions (indexes were added)
-	of    int  // the values are of delta of-1; 0: of none
-}
-
-// record keeps h as the hint of delta number i (from 0) of its list.
-func (q *queuedHint[V]) record(h *storeHint[V], i int) {
-	q.mixed = q.mixed || q.of != 0 && q.set != h.set
-	q.set = h.set
-	q.vals = append(q.vals[:0], h.vals...)
-	q.ends = append(q.ends[:0], h.ends...)
-	q.of = i + 1
-}
-
-// forDelta returns the hint of delta i, if q holds it.
-func (q *queuedHint[V]) forDelta(i int) storeHint[V] {
-	if q == nil || q.of != i+1 {
-		return storeHint[V]{}
+	s := &store[K, V]{kit: kit}
+	s.items = kit.NewTree(btreeDegree)
+	if err := s.addIndexersLocked(indexers); err != nil {
+		return nil, err
 	}
-	return q.storeHint
+	return s, nil
 }
 
-// reset empties q for reuse and reports whether it is small enough to keep.
-func (q *queuedHint[V]) reset() bool {
-	clear(q.vals)
-	q.vals, q.ends, q.of, q.set, q.mixed = q.vals[:0], q.ends[:0], 0, nil, false
-	return cap(q.vals) <= 64
-}
-
-// hintChunks is the queue's keeper of hints: it allocates queued hints hintChunk at a
-// time, in three allocations, sized for the hint they first hold. The queue owns one and
-// uses it under its lock.
-type hintChunks[V any] struct {
-	free []*queuedHint[V]
-}
-
-// hintChunk is how many queued hints are allocated at once.
-const hintChunk = 128
-
-// Keep records prep, a *storeHint[V], as the hint of delta i of a list holding held.
-func (c *hintChunks[V]) Keep(held, prep any, i int) any {
-	h := prep.(*storeHint[V])
-	q, _ := held.(*queuedHint[V])
-	if q == nil {
-		q = c.get(h)
+// AddIndexers adds indexes to a store in use: see Informer.AddIndexers.
+func (s *store[K, V]) AddIndexers(indexers Indexers[V]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.addIndexersLocked(indexers); err != nil {
+		return err
 	}
-	q.record(h, i)
-	return q
-}
-
-// Drop empties held for reuse, or lets it go if it grew large.
-func (c *hintChunks[V]) Drop(held any) any {
-	if q, _ := held.(*queuedHint[V]); q != nil && q.reset() {
-		return q
-	}
+	s.gen.Add(1) // readers must see the new index
 	return nil
 }
 
-func (c *hintChunks[V]) get(h *storeHint[V]) *queuedHint[V] {
-	if len(c.free) == 0 {
-		nv, ne := len(h.vals), len(h.ends)
-		chunk := make([]queuedHint[V], hintChunk)
-		vals, ends := make([]string, hintChunk*nv), make([]int32, hintChunk*ne)
-		for i := range chunk {
-			chunk[i].vals = vals[i*nv : i*nv : (i+1)*nv]
-			chunk[i].ends = ends[i*ne : i*ne : (i+1)*ne]
-			c.free = append(c.free, &chunk[i])
+// addIndexersLocked adds indexes and builds them from the current contents. On an error
+// nothing is added.
+func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
+	names := make([]string, 0, len(indexers))
+	for name := range indexers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	added := make([]*storeIndex[K, V], 0, len(names))
+	for _, name := range names {
+		if s.index(name) != nil {
+			return fmt.Errorf("%w: %q", ErrIndexExists, name)
+		}
+		ix, err := newStoreIndex(name, indexers[name], s.kit)
+		if err != nil {
+			return err
+		}
+		if err := ix.Build(s.items); err != nil {
+			return err
+		}
+		added = append(added, ix)
+	}
+	s.indexes = append(s.indexes, added...)
+	s.set.Store(newIndexSet(s.indexes))
+	return nil
+}
+
+func (s *store[K, V]) index(name string) *storeIndex[K, V] {
+	for _, ix := range s.indexes {
+		if ix.Name() == name {
+			return ix
 		}
 	}
-	q := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
-	return q
+	return nil
 }
 
 // EachKnown calls fn for every cached object in key order; the delta queue reads the
@@ -233,22 +230,6 @@ func (s *store[K, V]) applyList(w *writeBatch[K, V], b *batch[K, V], i int, out 
 	}
 }
 
-// allPrepared reports whether every delta of ds that stores an object was prepared, all
-// with the current index functions, and h holds the hint of its last delta unless that is
-// a delete: then no write of ds can fail.
-func (s *store[K, V]) allPrepared(ds []delta[V], h *queuedHint[V]) bool {
-	if h == nil || h.mixed || h.set != s.set.Load() {
-		return false
-	}
-	for j := range ds {
-		if d := &ds[j]; !d.Deleted() && !d.Prepared() {
-			return false
-		}
-	}
-	last := len(ds) - 1
-	return ds[last].Deleted() || h.of == last+1
-}
-
 // applyFinal is applyList for a list that allPrepared. The final state is the last
 // delta's: it is written first, which returns the state before the batch that the
 // notifications start from.
@@ -344,105 +325,57 @@ func (s *store[K, V]) applyFirstList(w *writeBatch[K, V], keys []K, objs []V, no
 	return notes
 }
 
-// appendsInOrder reports whether keys are strictly increasing and all after every cached
-// key.
-func (s *store[K, V]) appendsInOrder(keys []K) bool {
-	if len(keys) == 0 {
-		return true
-	}
-	if last, _, ok := s.items.Max(); ok && s.compare(last, keys[0]) >= 0 {
-		return false
-	}
-	for i := 1; i < len(keys); i++ {
-		if s.compare(keys[i-1], keys[i]) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// appendDense writes a page for which appendsInOrder holds: every object is new, so each
-// is an initial add. Each tree gets its new entries in key order but every other one
-// first, then the others: the first pass leaves the nodes it splits half full with a gap
-// beside each entry, and the second fills the gaps without splitting them. The key tree
-// takes the page so; each index's buckets take their own entries so (grouped by value, in
-// key order), and the index's tree of buckets takes the new values so, in the order the
-// page first shows them. The nodes end nearly full, as compacting leaves them, at the cost
-// of writing in order: a first list of 100,000 objects then needs no rebuild before its
-// sync (the rebuild took longer than the writes).
-func (s *store[K, V]) appendDense(w *writeBatch[K, V], keys []K, objs []V, notes []notification[K, V]) []notification[K, V] {
-	set, nix := s.set.Load(), len(s.indexes)
-	var vals []string                       // a page's: not kept as the writer's scratch
-	ends := make([]int32, 0, len(keys)*nix) // ends[i*nix+x]: the end of object i's values in index x, from begin[i]
-	begin := make([]int32, len(keys))
-	ok := make([]bool, len(keys))
-	for i, obj := range objs {
-		n, m := len(vals), len(ends)
+// upsertLocked stores obj under key and updates every index. If an index function fails
+// for obj nothing changes and the error is returned. hint, when current, holds obj's
+// values.
+func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, existed bool, err error) {
+	vals, bounds, ok := s.Prepared(hint)
+	if !ok {
+		// Compute every new value first, so that a failure leaves the store untouched.
+		var stack [8]int32
 		var oe *ObjectError
-		if vals, ends, oe = set.compute(vals, ends, obj); oe != nil {
-			oe.Key = keys[i]
-			w.report(oe)
-			vals, ends = vals[:n], append(ends[:m], make([]int32, nix)...)
-			continue
-		}
-		begin[i], ok[i] = int32(n), true
-	}
-	for start := range 2 {
-		for i := start; i < len(keys); i += 2 {
-			if ok[i] {
-				s.items.Set(keys[i], objs[i])
-			}
+		vals, bounds, oe = s.set.Load().Compute(s.scratch[:0], stack[:0], obj)
+		s.scratch = vals[:0] // kept for the next call; vals stays valid until then
+		if oe != nil {
+			oe.Key = key
+			return old, false, oe
 		}
 	}
-	for x, ix := range s.indexes {
-		var order []string
-		groups := make(map[string][]int32)
-		for i := range keys {
-			if !ok[i] {
-				continue
-			}
-			from := begin[i]
-			if x > 0 {
-				from += ends[i*nix+x-1]
-			}
-			for _, v := range vals[from : begin[i]+ends[i*nix+x]] {
-				g, seen := groups[v]
-				if !seen {
-					order = append(order, v)
-				}
-				groups[v] = append(g, int32(i))
-			}
-		}
-		for start := range 2 {
-			for j := start; j < len(order); j += 2 {
-				v, g := order[j], groups[order[j]]
-				for start := range 2 {
-					for k := start; k < len(g); k += 2 {
-						s.insertIndexed(ix, v, entry[K, V]{key: keys[g[k]], obj: objs[g[k]]})
-					}
-				}
-			}
-		}
+	prevObj, existed := s.items.Set(key, obj)
+	var start int32
+	for i, ix := range s.indexes {
+		ix.Update(key, prevObj, obj, existed, vals[start:bounds[i]])
+		start = bounds[i]
 	}
-	notes = slices.Grow(notes, len(keys))
-	for i, key := range keys {
-		if ok[i] {
-			notes = append(notes, addNote(key, objs[i], true))
-		}
-	}
-	return notes
+	return prevObj, existed, nil
 }
 
-// CompactIfLoose is called once the first list is in: it compacts the store if that list
-// was written in an order that left the trees' nodes half full (see applyFirstList).
-func (s *store[K, V]) CompactIfLoose() {
-	s.mu.Lock()
-	loose := s.loose
-	s.loose, s.settled = false, true
-	s.mu.Unlock()
-	if loose {
-		s.Compact()
+// deleteLocked removes key and its index entries.
+func (s *store[K, V]) deleteLocked(key K) (old V, existed bool) {
+	return s.deleteHinted(key, storeHint[V]{})
+}
+
+// deleteHinted is deleteLocked with the index values of the object a delete event
+// carried, when known: in a single-valued index the key is in exactly one bucket, and
+// that of the event's object is where it is found unless the object changed since it was
+// stored; only then is the index function called on the stored object (which, written
+// long ago, is likely out of the processor's caches).
+func (s *store[K, V]) deleteHinted(key K, hint storeHint[V]) (old V, existed bool) {
+	prevObj, existed := s.items.Delete(key)
+	if !existed {
+		return old, false
 	}
+	vals, ends, useHint := s.Prepared(hint)
+	var start int32
+	for i, ix := range s.indexes {
+		var mine []string
+		if useHint {
+			mine = vals[start:ends[i]]
+			start = ends[i]
+		}
+		ix.Drop(key, prevObj, mine)
+	}
+	return prevObj, true
 }
 
 // Load fills the empty store with a restored state in one write (a warm restart's bulk
@@ -470,4 +403,78 @@ func (s *store[K, V]) Load(keys []K, objs []V, rev string, report func(error), n
 	})
 	s.publishLocked(rev)
 	return notes
+}
+
+// publishLocked records that a write batch is complete and the state reflects rev. If a
+// reader took a snapshot since the last one was made, it makes the snapshot of the new
+// state before publishing it, so that readers find it ready instead of locking mu.
+func (s *store[K, V]) publishLocked(rev string) {
+	if rev != "" {
+		s.rev = rev
+	}
+	// A batch without a revision left changes queued: the state holds some changes newer
+	// than rev, but not all of them.
+	s.exact = rev != ""
+	next := s.gen.Load() + 1
+	if s.reading.Load() {
+		s.reading.Store(false)
+		s.makeSnapshot(next)
+	}
+	s.gen.Store(next)
+}
+
+// Generation counts the store's write batches: a reader that saw the same generation saw
+// the same state.
+func (s *store[K, V]) Generation() uint64 { return s.gen.Load() }
+
+// Reading reports whether a reader took a snapshot since the writer last made one.
+func (s *store[K, V]) Reading() bool { return s.reading.Load() }
+
+// Exact returns the current state, the revision it is exactly the source's state at (""
+// when changes of a later revision are applied or of an earlier one still queued) and its
+// generation.
+func (s *store[K, V]) Exact() (sn *Snapshot[K, V], rev string, gen uint64) {
+	p := s.published()
+	if p.exact {
+		rev = p.rev
+	}
+	return p.sn, rev, p.gen
+}
+
+// Snapshot returns the current state. It takes no lock when the newest snapshot is of the
+// newest state, which is so while readers keep reading (publishLocked makes it); otherwise
+// it waits for the writer's current batch and clones the trees.
+func (s *store[K, V]) Snapshot() *Snapshot[K, V] { return s.published().sn }
+
+func (s *store[K, V]) published() *published[K, V] {
+	// The snapshot before the generation: the writer stores them in the other order, so
+	// a snapshot at least as new as the generation read is of the newest state published.
+	if p := s.snap.Load(); p != nil && p.gen >= s.gen.Load() {
+		if !s.reading.Load() {
+			s.reading.Store(true)
+		}
+		return p
+	}
+	s.reading.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gen := s.gen.Load()
+	if p := s.snap.Load(); p != nil && p.gen == gen {
+		return p
+	}
+	return s.makeSnapshot(gen)
+}
+
+// makeSnapshot clones the current state as the snapshot of generation gen and makes it
+// the newest. The writer's lock must be held.
+func (s *store[K, V]) makeSnapshot(gen uint64) *published[K, V] {
+	s.kit.NewEpoch() // the buckets' trees are now shared with this snapshot
+	indexes := make(map[string]snapIndex[K, V], len(s.indexes))
+	for _, ix := range s.indexes {
+		indexes[ix.Name()] = ix.Snap()
+	}
+	p := &published[K, V]{gen: gen, rev: s.rev, exact: s.exact}
+	p.sn = newSnapshot(s.kit.Compare, gen, s.rev, s.exact, s.items.Clone(), indexes)
+	s.snap.Store(p)
+	return p
 }
