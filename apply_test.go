@@ -161,7 +161,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inf.store.allPrepared(items[0].list.deltas, items[0].list.held.(*queuedHint[string])) {
+	if inf.store.AllPrepared(items[0].list.deltas, items[0].list.held.(*queuedHint[string])) {
 		t.Fatal("a list prepared with two index sets counted as coalescible")
 	}
 	notes, _, _ := inf.store.Apply(&batch[string, string]{items: items}, "", nil)

@@ -24,7 +24,7 @@ type storeHint[V any] struct {
 // every index function succeeded. On a failure h holds nothing valid: the writer computes
 // the values again and reports the error with the object's key.
 func (s *store[K, V]) Prepare(h *storeHint[V], obj V) bool {
-	set := s.set.Load()
+	set := s.functions()
 	clear(h.vals)
 	var oe *ObjectError
 	h.vals, h.ends, oe = set.Compute(h.vals[:0], h.ends[:0], obj)
@@ -47,7 +47,7 @@ func (s *store[K, V]) Prepared(h storeHint[V]) (vals []string, ends []int32, ok 
 
 // current reports whether h holds values computed with the store's index functions.
 func (s *store[K, V]) current(h storeHint[V]) bool {
-	return h.set != nil && h.set == s.set.Load()
+	return h.set != nil && h.set == s.functions()
 }
 
 // queuedHint is the hint a key's delta list keeps while queued: the values of its newest
@@ -67,8 +67,8 @@ func (q *queuedHint[V]) record(h *storeHint[V], i int) {
 	q.of = i + 1
 }
 
-// forDelta returns the hint of delta i, if q holds it.
-func (q *queuedHint[V]) forDelta(i int) storeHint[V] {
+// ForDelta returns the hint of delta i, if q holds it.
+func (q *queuedHint[V]) ForDelta(i int) storeHint[V] {
 	if q == nil || q.of != i+1 {
 		return storeHint[V]{}
 	}
@@ -131,11 +131,11 @@ func (c *hintChunks[V]) get(h *storeHint[V]) *queuedHint[V] {
 // queue (which uses it under its lock).
 func (s *store[K, V]) Keeper() keeper { return &hintChunks[V]{} }
 
-// allPrepared reports whether every delta of ds that stores an object was prepared, all
+// AllPrepared reports whether every delta of ds that stores an object was prepared, all
 // with the current index functions, and h holds the hint of its last delta unless that is
 // a delete: then no write of ds can fail.
-func (s *store[K, V]) allPrepared(ds []delta[V], h *queuedHint[V]) bool {
-	if h == nil || h.mixed || h.set != s.set.Load() {
+func (s *store[K, V]) AllPrepared(ds []delta[V], h *queuedHint[V]) bool {
+	if h == nil || h.mixed || h.set != s.functions() {
 		return false
 	}
 	for j := range ds {
@@ -146,3 +146,6 @@ func (s *store[K, V]) allPrepared(ds []delta[V], h *queuedHint[V]) bool {
 	last := len(ds) - 1
 	return ds[last].Deleted() || h.of == last+1
 }
+
+// functions returns the store's current index functions, which hints are computed with.
+func (s *store[K, V]) functions() *indexSet[V] { return s.set.Load() }

@@ -170,12 +170,6 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
-	switch {
-	case opts.PageSize == 0:
-		opts.PageSize = defaultPageSize(lw)
-	case opts.PageSize < 0:
-		opts.PageSize = 0
-	}
 	if opts.ProgressTimeout == 0 {
 		opts.ProgressTimeout = 2 * time.Minute
 	}
@@ -190,10 +184,6 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		opts.MaxPending = 65536
 	case opts.MaxPending < 0:
 		opts.MaxPending = 0
-	}
-	autoBatch := opts.MaxBatch <= 0
-	if autoBatch {
-		opts.MaxBatch = defaultBatch
 	}
 	st, err := newStore[K, V](opts.CompareKeys, opts.Indexers) // nil: K's natural order
 	if err != nil {
@@ -221,30 +211,11 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		inf.rep.Report(p)
 	})
 	inf.fifo = newDeltaFIFO[K, V](st, st.Keeper(), opts.MaxPending, true)
-	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats, opts.MaxBatch, autoBatch, inf.cmpRev)
-	inf.sink = &sink[K, V]{
-		name: opts.Name, key: opts.Key, transform: opts.Transform, report: inf.rep.Report,
-		queue: inf.fifo, store: st, proc: inf.proc, stats: inf.stats,
-	}
-	inf.refl = newReflector[V](lw, inf.sink, reflectorConfig{
-		name:            opts.Name,
-		pageSize:        opts.PageSize,
-		minWatchTimeout: opts.MinWatchTimeout,
-		progressTimeout: max(opts.ProgressTimeout, 0),
-		backoff:         opts.Backoff.withDefaults(),
-		clock:           opts.Clock,
-		logger:          inf.logger,
-		report:          inf.rep.Report,
-		stats:           inf.stats,
-	})
-	if opts.Transform != nil {
-		inf.refl.SetTransform(inf.sink.Transform)
-	}
+	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats, opts.MaxBatch, inf.cmpRev)
+	inf.sink = newSink(opts, inf.rep.Report, inf.fifo, st, inf.proc, inf.stats)
+	inf.refl = newReflector(lw, inf.sink, opts, inf.logger, inf.rep.Report, inf.stats)
 	if opts.Persist != nil {
-		inf.warm = &warm[K, V]{
-			opts: opts, lw: lw, logger: inf.logger, report: inf.rep.Report,
-			sink: inf.sink, refl: inf.refl, proc: inf.proc, write: inf.write, store: st,
-		}
+		inf.warm = newWarm(opts, lw, inf.logger, inf.rep.Report, inf.sink, inf.refl, inf.proc, inf.write, st)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
 		er.ReportErrorsTo(inf.ReportError)
@@ -313,7 +284,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 			"handler", handler, "key", key, "stop_timeout", inf.opts.StopTimeout)
 	})
 	inf.write.Stop()
-	inf.stopNote.mark()
+	inf.stopNote.Mark()
 	return nil
 }
 

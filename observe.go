@@ -75,7 +75,7 @@ func (s *stopNotice) add(f func()) (cancel func() bool) {
 }
 
 // mark closes done and runs the functions added, in no particular order.
-func (s *stopNotice) mark() {
+func (s *stopNotice) Mark() {
 	s.mu.Lock()
 	s.closed = true
 	fs := s.fns

@@ -173,6 +173,9 @@ type reflectorSink[V any] interface {
 	resync() error
 	resyncPeriod() time.Duration
 	shouldResync() bool
+	// transform applies Options.Transform; false means the object failed and was
+	// reported.
+	transform(obj V) (V, bool)
 }
 
 // reflectorConfig holds what the informer passes to its reflector.
@@ -221,7 +224,34 @@ type sourceError struct {
 	at  time.Time
 }
 
-func newReflector[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
+// newReflector returns the reflector of lw into sink, configured by opts (with New's
+// defaults applied).
+func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V], opts Options[K, V], logger *slog.Logger, report func(error), stats *counters) *reflector[V] {
+	pageSize := opts.PageSize
+	switch {
+	case pageSize == 0:
+		pageSize = defaultPageSize(lw)
+	case pageSize < 0:
+		pageSize = 0
+	}
+	r := newReflectorOf(lw, sink, reflectorConfig{
+		name:            opts.Name,
+		pageSize:        pageSize,
+		minWatchTimeout: opts.MinWatchTimeout,
+		progressTimeout: max(opts.ProgressTimeout, 0),
+		backoff:         opts.Backoff.withDefaults(),
+		clock:           opts.Clock,
+		logger:          logger,
+		report:          report,
+		stats:           stats,
+	})
+	if opts.Transform != nil {
+		r.transform = sink.transform
+	}
+	return r
+}
+
+func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
 	r := &reflector[V]{cfg: cfg, lw: lw, sink: sink, warned: map[string]time.Time{}}
 	r.compare, _ = lw.(RevisionComparer)
 	r.backoff = &backoff{cfg: cfg.backoff, clock: cfg.clock}
@@ -236,10 +266,6 @@ func newReflector[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflect
 	}
 	return r
 }
-
-// SetTransform makes the reflector apply fn to every object as it arrives: see
-// Options.Transform. Call it before run.
-func (r *reflector[V]) SetTransform(fn func(V) (V, bool)) { r.transform = fn }
 
 // isNil reports whether obj is a nil pointer, interface, map, channel or function (or an
 // interface holding one). It is called for every object: a pointer, map, channel or

@@ -590,7 +590,7 @@ func TestReflector_WarnRateLimitedPerKindAndStep(t *testing.T) {
 	fc := clock.NewFake(time.Unix(0, 0))
 	logs := &warnLines{}
 	var reported int
-	r := newReflector[string](ListerWatcherFuncs[string]{}, nil, reflectorConfig{
+	r := newReflectorOf[string](ListerWatcherFuncs[string]{}, nil, reflectorConfig{
 		name:    "payments",
 		backoff: Backoff{Initial: time.Second, Jitter: -1}.withDefaults(),
 		clock:   fc,

@@ -9,17 +9,24 @@ import (
 // event's index values on the reflector's goroutine (the writer's, the pipeline's busiest,
 // is spared them) and queues the result in the delta queue.
 type sink[K comparable, V any] struct {
-	name      string
-	key       KeyFunc[K, V]
-	transform func(V) (V, error) // nil: none
-	report    func(error)
-	queue     *deltaFIFO[K, V]
-	store     *store[K, V]
-	proc      *processor[K, V]
-	stats     *counters
+	name   string
+	key    KeyFunc[K, V]
+	xform  func(V) (V, error) // Options.Transform; nil: none
+	report func(error)
+	queue  *deltaFIFO[K, V]
+	store  *store[K, V]
+	proc   *processor[K, V]
+	stats  *counters
 
 	hint   storeHint[V] // the reflector goroutine's buffer for an event's index values
 	handed int          // items of the list being read already queued by pages; -1: none will be
+}
+
+func newSink[K comparable, V any](opts Options[K, V], report func(error), queue *deltaFIFO[K, V], st *store[K, V], proc *processor[K, V], stats *counters) *sink[K, V] {
+	return &sink[K, V]{
+		name: opts.Name, key: opts.Key, xform: opts.Transform, report: report,
+		queue: queue, store: st, proc: proc, stats: stats,
+	}
 }
 
 // Key returns obj's key (Options.Key; a panic is an error).
@@ -31,9 +38,8 @@ func (s *sink[K, V]) Key(obj V) (K, error) {
 	return k, nil
 }
 
-// Transform applies Options.Transform; false means the object failed and was reported.
-func (s *sink[K, V]) Transform(obj V) (V, bool) {
-	out, err := safeCall(s.transform, obj)
+func (s *sink[K, V]) transform(obj V) (V, bool) {
+	out, err := safeCall(s.xform, obj)
 	if err != nil {
 		s.report(&ObjectError{Op: "transform", Object: obj, Err: err})
 		return out, false

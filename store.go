@@ -10,9 +10,6 @@ import (
 	"github.com/informer-go/informer/internal/btree"
 )
 
-// This file is the store, the indexed cache, and its writes: a batch popped from the
-// queue becomes a new state of the store and the notifications that tell handlers of it.
-
 // store is the indexed cache. One writer (the informer's processing goroutine) changes it
 // under mu; readers read immutable snapshots made with Tree.Clone, an O(1) copy-on-write
 // copy. While readers read, the writer makes the snapshot of each batch as it publishes
@@ -50,15 +47,14 @@ type published[K comparable, V any] struct {
 	exact bool
 }
 
-// newStore makes an empty store ordered by compare; a nil compare is K's natural order
-// (see Options.CompareKeys).
+// newStore makes an empty store ordered by compare (nil: Options.CompareKeys' default).
 func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V]) (*store[K, V], error) {
 	kit, err := newTreeKit[K, V](compare)
 	if err != nil {
 		return nil, err
 	}
 	s := &store[K, V]{kit: kit}
-	s.items = kit.NewTree(btreeDegree)
+	s.items = kit.NewItems()
 	if err := s.addIndexersLocked(indexers); err != nil {
 		return nil, err
 	}
@@ -221,12 +217,12 @@ func coprimeStride(n int) int {
 func (s *store[K, V]) applyList(w *writeBatch[K, V], b *batch[K, V], i int, out []notification[K, V]) {
 	key, ds := b.Key(i), b.Deltas(i)
 	h, _ := b.Held(i).(*queuedHint[V])
-	if len(ds) > 1 && s.allPrepared(ds, h) {
+	if len(ds) > 1 && s.AllPrepared(ds, h) {
 		s.applyFinal(w, key, ds, h, out)
 		return
 	}
 	for j := range ds {
-		out[j] = s.applyDelta(w, key, &ds[j], h.forDelta(j))
+		out[j] = s.applyDelta(w, key, &ds[j], h.ForDelta(j))
 	}
 }
 
@@ -238,9 +234,9 @@ func (s *store[K, V]) applyFinal(w *writeBatch[K, V], key K, ds []delta[V], h *q
 	var cur V
 	var ex bool
 	if d := &ds[last]; d.Deleted() {
-		cur, ex = s.deleteHinted(key, h.forDelta(last))
+		cur, ex = s.deleteHinted(key, h.ForDelta(last))
 	} else {
-		cur, ex, _ = s.upsertLocked(key, d.Object(), h.forDelta(last)) // values known: no error
+		cur, ex, _ = s.upsertLocked(key, d.Object(), h.ForDelta(last)) // values known: no error
 	}
 	var zero V
 	for j := range ds {
@@ -477,4 +473,128 @@ func (s *store[K, V]) makeSnapshot(gen uint64) *published[K, V] {
 	p.sn = newSnapshot(s.kit.Compare, gen, s.rev, s.exact, s.items.Clone(), indexes)
 	s.snap.Store(p)
 	return p
+}
+
+// CompactIfLoose is called once the first list is in: it compacts the store if that list
+// was written in an order that left the trees' nodes half full (see applyFirstList).
+func (s *store[K, V]) CompactIfLoose() {
+	s.mu.Lock()
+	loose := s.loose
+	s.loose, s.settled = false, true
+	s.mu.Unlock()
+	if loose {
+		s.Compact()
+	}
+}
+
+// Compact rebuilds the cache's trees with nearly full nodes, the same contents. Writes in
+// key order, as a first list's are within each namespace-like prefix, leave B-tree nodes
+// half full (a full node is split in the middle, and the left half never gets another
+// entry); rebuilt, the trees take half the memory: on W2 of the bench module
+// (200,000 objects, two indexes), 69 bytes less per object. It takes the writer's lock
+// for about 1.4 µs per object with two indexes (200,000 objects: 270 ms, where writing
+// them took 750 ms); the informer calls it once the first list (or a restored state) is in
+// the cache, before it is synced. Snapshots keep the trees they have. Later inserts
+// into full nodes split them: W1's events allocate 14 % more bytes (not more objects).
+func (s *store[K, V]) Compact() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var buf []entry[K, V]
+	s.items, buf = s.kit.Dense(s.items, buf)
+	for _, ix := range s.indexes {
+		buf = ix.Compact(buf)
+	}
+}
+
+// This file keeps the cache's trees dense: B-tree nodes written in key order end half
+// full, so a first list that comes sorted is written densely, and a cache written
+// otherwise is compacted once, before the informer is synced.
+
+// appendsInOrder reports whether keys are strictly increasing and all after every cached
+// key.
+func (s *store[K, V]) appendsInOrder(keys []K) bool {
+	if len(keys) == 0 {
+		return true
+	}
+	if last, _, ok := s.items.Max(); ok && s.kit.Compare(last, keys[0]) >= 0 {
+		return false
+	}
+	for i := 1; i < len(keys); i++ {
+		if s.kit.Compare(keys[i-1], keys[i]) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendDense writes a page for which appendsInOrder holds: every object is new, so each
+// is an initial add. Each tree gets its new entries in key order but every other one
+// first, then the others: the first pass leaves the nodes it splits half full with a gap
+// beside each entry, and the second fills the gaps without splitting them. The key tree
+// takes the page so; each index's buckets take their own entries so (grouped by value, in
+// key order), and the index's tree of buckets takes the new values so, in the order the
+// page first shows them. The nodes end nearly full, as compacting leaves them, at the cost
+// of writing in order: a first list of 100,000 objects then needs no rebuild before its
+// sync (the rebuild took longer than the writes).
+func (s *store[K, V]) appendDense(w *writeBatch[K, V], keys []K, objs []V, notes []notification[K, V]) []notification[K, V] {
+	set, nix := s.set.Load(), len(s.indexes)
+	var vals []string                       // a page's: not kept as the writer's scratch
+	ends := make([]int32, 0, len(keys)*nix) // ends[i*nix+x]: the end of object i's values in index x, from begin[i]
+	begin := make([]int32, len(keys))
+	ok := make([]bool, len(keys))
+	for i, obj := range objs {
+		n, m := len(vals), len(ends)
+		var oe *ObjectError
+		if vals, ends, oe = set.Compute(vals, ends, obj); oe != nil {
+			oe.Key = keys[i]
+			w.report(oe)
+			vals, ends = vals[:n], append(ends[:m], make([]int32, nix)...)
+			continue
+		}
+		begin[i], ok[i] = int32(n), true
+	}
+	for start := range 2 {
+		for i := start; i < len(keys); i += 2 {
+			if ok[i] {
+				s.items.Set(keys[i], objs[i])
+			}
+		}
+	}
+	for x, ix := range s.indexes {
+		var order []string
+		groups := make(map[string][]int32)
+		for i := range keys {
+			if !ok[i] {
+				continue
+			}
+			from := begin[i]
+			if x > 0 {
+				from += ends[i*nix+x-1]
+			}
+			for _, v := range vals[from : begin[i]+ends[i*nix+x]] {
+				g, seen := groups[v]
+				if !seen {
+					order = append(order, v)
+				}
+				groups[v] = append(g, int32(i))
+			}
+		}
+		for start := range 2 {
+			for j := start; j < len(order); j += 2 {
+				v, g := order[j], groups[order[j]]
+				for start := range 2 {
+					for k := start; k < len(g); k += 2 {
+						ix.Insert(v, keys[g[k]], objs[g[k]])
+					}
+				}
+			}
+		}
+	}
+	notes = slices.Grow(notes, len(keys))
+	for i, key := range keys {
+		if ok[i] {
+			notes = append(notes, addNote(key, objs[i], true))
+		}
+	}
+	return notes
 }

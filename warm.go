@@ -27,6 +27,10 @@ type warm[K comparable, V any] struct {
 	sourceID string // the source's SourceID, once it answered
 }
 
+func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), sk *sink[K, V], refl *reflector[V], proc *processor[K, V], write *writer[K, V], st *store[K, V]) *warm[K, V] {
+	return &warm[K, V]{opts: opts, lw: lw, logger: logger, report: report, sink: sk, refl: refl, proc: proc, write: write, store: st}
+}
+
 // persistedCache describes this informer's cache to its Persister. It asks a
 // SourceIdentifier who it is until it answers (at most 30 s a call).
 func (w *warm[K, V]) persistedCache(ctx context.Context) (PersistedCache, error) {

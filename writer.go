@@ -32,7 +32,13 @@ type writer[K comparable, V any] struct {
 	wm       watermarks
 }
 
-func newWriter[K comparable, V any](queue *deltaFIFO[K, V], st *store[K, V], proc *processor[K, V], stats *counters, maxBatch int, autoBatch bool, cmpRev RevisionComparer) *writer[K, V] {
+// newWriter returns the writer of queue into st for proc; maxBatch is Options.MaxBatch
+// (0 or less: the informer chooses, see batchLimits).
+func newWriter[K comparable, V any](queue *deltaFIFO[K, V], st *store[K, V], proc *processor[K, V], stats *counters, maxBatch int, cmpRev RevisionComparer) *writer[K, V] {
+	autoBatch := maxBatch <= 0
+	if autoBatch {
+		maxBatch = defaultBatch
+	}
 	return &writer[K, V]{
 		queue: queue, store: st, proc: proc, stats: stats,
 		maxBatch: maxBatch, autoBatch: autoBatch,
