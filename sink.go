@@ -38,7 +38,7 @@ func (s *sink[K, V]) Key(obj V) (K, error) {
 	return k, nil
 }
 
-func (s *sink[K, V]) transform(obj V) (V, bool) {
+func (s *sink[K, V]) Transform(obj V) (V, bool) {
 	out, err := safeCall(s.xform, obj)
 	if err != nil {
 		s.report(&ObjectError{Op: "transform", Object: obj, Err: err})
@@ -57,7 +57,7 @@ func safeCall[T, R any](fn func(T) (R, error), v T) (out R, err error) {
 	return fn(v)
 }
 
-func (s *sink[K, V]) replace(items []V, rev string) error {
+func (s *sink[K, V]) Replace(items []V, rev string) error {
 	items = items[max(s.handed, 0):] // the pages queued already
 	s.handed = 0
 	keys, objs := s.keysOf(items)
@@ -65,11 +65,11 @@ func (s *sink[K, V]) replace(items []V, rev string) error {
 	return s.queue.Replace(keys, objs, rev)
 }
 
-// listPage is a page of a list, not its last, read by the reflector. A first list that
+// ListPage is a page of a list, not its last, read by the reflector. A first list that
 // finds the queue and the cache empty is queued page by page, so that the store loads a
 // page while the next is read; otherwise the page comes again with the whole list in
-// replace.
-func (s *sink[K, V]) listPage(items []V) {
+// Replace.
+func (s *sink[K, V]) ListPage(items []V) {
 	if s.handed < 0 || !s.queue.TakesPages() {
 		s.handed = -1 // the list comes whole
 		return
@@ -83,9 +83,9 @@ func (s *sink[K, V]) listPage(items []V) {
 	s.handed += n
 }
 
-// listAborted says that the list whose pages listPage saw failed, at revision rev; the
+// ListAborted says that the list whose pages ListPage saw failed, at revision rev; the
 // next list starts afresh.
-func (s *sink[K, V]) listAborted(rev string) {
+func (s *sink[K, V]) ListAborted(rev string) {
 	if s.handed > 0 {
 		s.queue.AbortFirst(rev)
 	}
@@ -110,7 +110,7 @@ func (s *sink[K, V]) keysOf(items []V) ([]K, []V) {
 	return keys, objs
 }
 
-func (s *sink[K, V]) event(ev Event[V], more bool) error {
+func (s *sink[K, V]) Event(ev Event[V], more bool) error {
 	k, err := s.Key(ev.Object)
 	if err != nil {
 		return err
@@ -124,10 +124,10 @@ func (s *sink[K, V]) event(ev Event[V], more bool) error {
 	return s.queue.Add(ev.Type, k, ev.Object, ev.Revision, more, prep)
 }
 
-func (s *sink[K, V]) bookmark(rev string) { s.queue.Bookmark(rev) }
+func (s *sink[K, V]) Bookmark(rev string) { s.queue.Bookmark(rev) }
 
-func (s *sink[K, V]) resync() error { return s.queue.Resync() }
+func (s *sink[K, V]) Resync() error { return s.queue.Resync() }
 
-func (s *sink[K, V]) resyncPeriod() time.Duration { return s.proc.ResyncPeriod() }
+func (s *sink[K, V]) ResyncPeriod() time.Duration { return s.proc.ResyncPeriod() }
 
-func (s *sink[K, V]) shouldResync() bool { return s.proc.ShouldResync() }
+func (s *sink[K, V]) ShouldResync() bool { return s.proc.ShouldResync() }
