@@ -64,6 +64,10 @@ type backoff struct {
 	last  time.Time
 }
 
+// newBackoff returns the backoff of cfg (defaults applied: see withDefaults) on clk.
+func newBackoff(cfg Backoff, clk clock.Clock) *backoff { return &backoff{cfg: cfg, clock: clk} }
+
+// Next returns the wait before the next attempt, and grows the wait after it.
 func (b *backoff) Next() time.Duration {
 	now := b.clock.Now()
 	if b.delay == 0 || now.Sub(b.last) > b.cfg.Reset {

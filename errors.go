@@ -193,3 +193,27 @@ func errorKind(err error) string {
 	}
 	return "other"
 }
+
+// failureKind names a failure's operation and class, the key of the Warn rate limit.
+func failureKind(err error) string {
+	op := "source"
+	var oe *opError
+	if errors.As(err, &oe) {
+		op = oe.op
+	}
+	switch {
+	case errors.Is(err, ErrExpired):
+		return op + ": expired"
+	case errors.Is(err, ErrRetryable):
+		return op + ": retryable"
+	case errors.Is(err, ErrBadInput):
+		return op + ": bad input"
+	}
+	return op + ": other"
+}
+
+// newOpError is the failure of op, an operation of the informer named name; retry > 0:
+// the operation is retried after it.
+func newOpError(name, op string, err error, retry time.Duration) error {
+	return &opError{name: name, op: op, err: err, retry: retry}
+}

@@ -216,6 +216,10 @@ func (ls *lister[V]) IsNil(obj V) bool {
 	return false
 }
 
+// SetTransform makes the lister, and Transformed, apply fn to every object as it arrives;
+// false means the object failed (and was reported) and is dropped.
+func (ls *lister[V]) SetTransform(fn func(V) (V, bool)) { ls.transform = fn }
+
 // Transformed applies the transform to obj, if there is one; false means the object
 // failed (and was reported) and is dropped.
 func (ls *lister[V]) Transformed(obj V) (V, bool) {
@@ -223,4 +227,22 @@ func (ls *lister[V]) Transformed(obj V) (V, bool) {
 		return obj, true
 	}
 	return ls.transform(obj)
+}
+
+// MaxListPages bounds the pages of one list. A list that has not ended after this many
+// pages (a source whose continue tokens never run out) fails with an error matching
+// ErrBadInput, as does a list whose continue token comes back (a repeat or a cycle, found
+// in O(1) memory however long the cycle). 100,000 pages of the default 500 objects are
+// 50 million objects.
+const MaxListPages = 100_000
+
+// defaultPageSize is the list Limit of an informer whose Options.PageSize is 0: the
+// source's page size (PageSizer), else 500; 0 for no paging.
+func defaultPageSize[V any](lw ListerWatcher[V]) int64 {
+	if ps, ok := lw.(PageSizer); ok {
+		if n := ps.DefaultPageSize(); n != 0 {
+			return max(n, 0)
+		}
+	}
+	return 500
 }

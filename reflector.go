@@ -60,24 +60,6 @@ import (
 // per backoff step; the informer logs the detail of every error at Debug. The last source
 // error and its time are kept for Informer.LastError until the source recovers.
 
-// MaxListPages bounds the pages of one list. A list that has not ended after this many
-// pages (a source whose continue tokens never run out) fails with an error matching
-// ErrBadInput, as does a list whose continue token comes back (a repeat or a cycle, found
-// in O(1) memory however long the cycle). 100,000 pages of the default 500 objects are
-// 50 million objects.
-const MaxListPages = 100_000
-
-// defaultPageSize is the list Limit of an informer whose Options.PageSize is 0: the
-// source's page size (PageSizer), else 500; 0 for no paging.
-func defaultPageSize[V any](lw ListerWatcher[V]) int64 {
-	if ps, ok := lw.(PageSizer); ok {
-		if n := ps.DefaultPageSize(); n != 0 {
-			return max(n, 0)
-		}
-	}
-	return 500
-}
-
 // reflectorSink is where the reflector writes: the informer's queue.
 type reflectorSink[V any] interface {
 	Replace(items []V, rev string) error
@@ -148,7 +130,7 @@ func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V
 		stats:           stats,
 	})
 	if opts.Transform != nil {
-		r.pages.transform = sink.Transform
+		r.pages.SetTransform(sink.Transform)
 	}
 	return r
 }
@@ -156,7 +138,7 @@ func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V
 func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
 	r := &reflector[V]{cfg: &cfg, lw: lw, sink: sink}
 	r.compare, _ = lw.(RevisionComparer)
-	r.backoff = &backoff{cfg: cfg.backoff, clock: cfg.clock}
+	r.backoff = newBackoff(cfg.backoff, cfg.clock)
 	r.src = newSourceState(cfg.clock, cfg.logger, cfg.report, r.backoff.Step)
 	r.pages = newLister(lw, r.cfg, r.src, sink)
 	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
@@ -456,7 +438,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 		if ra, ok := RetryAfterOf(err); ok && ra > d {
 			d = ra
 		}
-		r.fail(&opError{name: r.cfg.name, op: "watch", err: err, retry: d.Round(time.Millisecond)})
+		r.fail(newOpError(r.cfg.name, "watch", err, d.Round(time.Millisecond)))
 		return r.sleep(ctx, d), nil
 	}
 	return false, r.opErr("watch", err)
@@ -599,7 +581,7 @@ func (r *reflector[V]) fail(err error) { r.src.Fail(err) }
 
 // OpErr is a failed operation of the informer's source, named.
 func (c *reflectorConfig) OpErr(op string, err error) error {
-	return &opError{name: c.name, op: op, err: err}
+	return newOpError(c.name, op, err, 0)
 }
 
 func (r *reflector[V]) opErr(op string, err error) error { return r.cfg.OpErr(op, err) }

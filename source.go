@@ -1,7 +1,6 @@
 package informer
 
 import (
-	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -103,22 +102,4 @@ func (s *sourceState) Fail(err error) {
 type sourceError struct {
 	err error
 	at  time.Time
-}
-
-// failureKind names a failure's operation and class, the key of the Warn rate limit.
-func failureKind(err error) string {
-	op := "source"
-	var oe *opError
-	if errors.As(err, &oe) {
-		op = oe.op
-	}
-	switch {
-	case errors.Is(err, ErrExpired):
-		return op + ": expired"
-	case errors.Is(err, ErrRetryable):
-		return op + ": retryable"
-	case errors.Is(err, ErrBadInput):
-		return op + ": bad input"
-	}
-	return op + ": other"
 }
