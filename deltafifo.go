@@ -20,23 +20,6 @@ const (
 	deltaSync
 )
 
-// String returns the name of the delta type.
-func (t deltaType) String() string {
-	switch t {
-	case deltaAdded:
-		return "Added"
-	case deltaUpdated:
-		return "Updated"
-	case deltaDeleted:
-		return "Deleted"
-	case deltaReplaced:
-		return "Replaced"
-	case deltaSync:
-		return "Sync"
-	}
-	return "deltaType(?)"
-}
-
 // delta is one change of one key. A tombstone is a Deleted delta whose finalStateUnknown
 // is set: the object vanished without an observed delete, and object is its last known
 // state.
@@ -56,34 +39,20 @@ type delta[V any] struct {
 	prepared bool
 }
 
-// The store reads a popped delta through these methods, never its fields.
-
-// Deleted reports whether d deletes its key (an observed delete or a tombstone).
-func (d *delta[V]) Deleted() bool { return d.typ == deltaDeleted }
-
-// Unknown reports whether d is a tombstone: its object is the last state known.
-func (d *delta[V]) Unknown() bool { return d.finalStateUnknown }
-
-// Initial reports whether d is of the informer's first list.
-func (d *delta[V]) Initial() bool { return d.initial }
-
-// Resync reports whether d re-delivers an object that did not change: a resync, or a
-// relisted object at the revision it was listed at.
-func (d *delta[V]) Resync() bool { return d.typ == deltaSync || d.unchanged }
-
-// Relisted reports whether d comes from a list.
+// The store reads a popped delta through these methods, never its fields: whether it
+// deletes its key, is a tombstone (its object the last state known), is of the first
+// list, re-delivers an unchanged object (a resync, or a relisted object at the revision
+// it was listed at), comes from a list, was prepared by the store; and its object.
+func (d *delta[V]) Deleted() bool  { return d.typ == deltaDeleted }
+func (d *delta[V]) Unknown() bool  { return d.finalStateUnknown }
+func (d *delta[V]) Initial() bool  { return d.initial }
+func (d *delta[V]) Resync() bool   { return d.typ == deltaSync || d.unchanged }
 func (d *delta[V]) Relisted() bool { return d.typ == deltaReplaced }
-
-// Prepared reports whether the store prepared d's object as it was queued.
 func (d *delta[V]) Prepared() bool { return d.prepared }
+func (d *delta[V]) Object() V      { return d.object }
 
-// Object returns d's object.
-func (d *delta[V]) Object() V { return d.object }
-
-// deltaList holds the pending deltas of one key, oldest first. Lists are allocated in
-// chunks, keep their first delta inline (more in room carved from a chunk: see
-// spareDeltas) and are recycled after their batch is applied, so a steady stream of
-// events allocates nothing here.
+// deltaList holds the pending deltas of one key, oldest first. Lists come in chunks, keep
+// their first delta inline and are recycled: a steady stream of events allocates nothing.
 type deltaList[K comparable, V any] struct {
 	key    K // while queued
 	deltas []delta[V]
@@ -91,14 +60,11 @@ type deltaList[K comparable, V any] struct {
 	held   any // what the keeper keeps for the list's prepared deltas; opaque to the queue
 }
 
-// listChunk is how many delta lists are allocated at once.
-const listChunk = 128
+const listChunk = 128 // delta lists allocated at once
 
 // spareDeltas is the room a list gets, carved from a chunk shared by many lists, when its
-// inline delta is taken: under load a key often gets more changes while queued, and
-// growing its list one allocation at a time cost W1 of the bench module an allocation
-// every seventh event (lists are let go after a large list, so recycling alone does not
-// keep their grown buffers).
+// inline delta is taken: growing lists one allocation at a time cost W1 of the bench
+// module an allocation every seventh event.
 const spareDeltas = 8
 
 func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
@@ -126,29 +92,24 @@ type batch[K comparable, V any] struct {
 	items []popped[K, V]
 }
 
-// Len returns the number of keys in b (0 for a page of a first list).
-func (b *batch[K, V]) Len() int {
-	if b.Page() != nil {
-		return 0
-	}
-	return len(b.items)
-}
-
-// Key returns the key of entry i.
-func (b *batch[K, V]) Key(i int) K { return b.items[i].key }
-
-// Deltas returns the deltas of entry i, oldest first.
+// Len is the number of keys in b; entry i has a key, its deltas (oldest first) and what
+// the keeper kept for them (nil: nothing prepared). Page is the page of a first list b
+// holds instead, or nil.
+func (b *batch[K, V]) Len() int                { return len(b.items) - b.pages() }
+func (b *batch[K, V]) Key(i int) K             { return b.items[i].key }
 func (b *batch[K, V]) Deltas(i int) []delta[V] { return b.items[i].list.deltas }
-
-// Held returns what the keeper kept for entry i (nil: nothing prepared).
-func (b *batch[K, V]) Held(i int) any { return b.items[i].list.held }
-
-// Page returns the page of a first list the batch holds, or nil.
+func (b *batch[K, V]) Held(i int) any          { return b.items[i].list.held }
 func (b *batch[K, V]) Page() *firstList[K, V] {
-	if len(b.items) == 1 && b.items[0].bulk != nil {
+	if b.pages() == 1 {
 		return b.items[0].bulk
 	}
 	return nil
+}
+func (b *batch[K, V]) pages() int {
+	if len(b.items) == 1 && b.items[0].bulk != nil {
+		return 1
+	}
+	return 0
 }
 
 // popped is one key taken from the queue by popBatch with its deltas, or a whole first
@@ -159,14 +120,11 @@ type popped[K comparable, V any] struct {
 	bulk *firstList[K, V]
 }
 
-// firstList is a page of the informer's first list when that list finds the queue and the
-// cache empty: the pages are queued whole, each as one unit that the store loads in one
-// write, instead of a Replaced delta per key, and the store loads a page while the
-// reflector reads the next. Nothing can be deleted by a first list and nothing is queued
-// before it, so the per-key bookkeeping of a relist (a map of the listed keys, a delta
-// list per key) would buy nothing; at 100,000 objects it was most of the time a first sync
-// spent after the list. keys[i] is the key of objs[i]; last marks the list's last page,
-// which carries its revision and completes the initial population.
+// firstList is a page of a first list that found the queue and the cache empty, queued
+// whole for the store to load in one write while the reflector reads the next: nothing can
+// be deleted by it, so a relist's per-key bookkeeping would buy nothing (at 100,000
+// objects it was most of a first sync's time after the list). keys[i] is the key of
+// objs[i]; last marks the last page, which carries the revision and completes the sync.
 type firstList[K comparable, V any] struct {
 	keys []K
 	objs []V
@@ -174,33 +132,27 @@ type firstList[K comparable, V any] struct {
 	last bool
 }
 
-// Keys returns the page's keys; Objects(i) is the object of key i.
-func (l *firstList[K, V]) Keys() []K { return l.keys }
-
-// Objects returns the page's objects, in the order of its keys.
+// Keys returns the page's keys, Objects their objects (Objects()[i] is of Keys()[i]).
+func (l *firstList[K, V]) Keys() []K    { return l.keys }
 func (l *firstList[K, V]) Objects() []V { return l.objs }
 
 var errFIFOClosed = errors.New("informer: queue closed")
 
-// shrinkAbove: a queue that drains with more capacity than this is reallocated.
-const shrinkAbove = 8192
+const shrinkAbove = 8192 // a queue that drains with more capacity is reallocated
 
 // deltaFIFO is the queue between the reflector and the cache: deltas are grouped per key
 // and keys are popped in order of first arrival. It differs from client-go's in
 // these ways, on purpose:
 //
-//   - popBatch takes many keys at once and the lock is not held while the batch is applied
-//     or handlers run. Replace and Resync wait for the batch in flight to be applied,
-//     so they never read a cache older than what was popped (a resync racing a pop would otherwise queue stale objects).
-//   - Replace emits tombstones for every vanished key, known to the cache or only queued
-//
-// , and counts the keys of the initial population, not list entries.
+//   - Pop takes many keys at once and the lock is not held while the batch is applied or
+//     handlers run. Replace and Resync wait for the batch in flight to be applied, so they
+//     never read a cache older than what was popped (nor queue stale objects).
+//   - Replace emits tombstones for every vanished key, known to the cache or only queued,
+//     and counts the keys of the initial population, not list entries.
 //   - A Delete is always queued: whether the key is known is decided when the batch is
-//     applied, against the cache at that moment, so a delete racing an in-flight add is
-//     never lost.
-//   - Writes before the first Replace do not mark the queue populated: only a
-//     list does.
-//   - add blocks while more than maxPending deltas are queued (backpressure), except for
+//     applied, against the cache then, so a delete racing an in-flight add is never lost.
+//   - Writes before the first Replace do not mark the queue populated: only a list does.
+//   - Add blocks while more than maxPending deltas are queued (backpressure), except for
 //     Replace and Resync, which are bounded by the size of the collection.
 type deltaFIFO[K comparable, V any] struct {
 	mu    sync.Mutex
@@ -239,20 +191,13 @@ type deltaFIFO[K comparable, V any] struct {
 	behind atomic.Bool
 }
 
-// newDeltaFIFO returns a queue over the cache known (nil: none), which keeps what keep
-// prepared for queued objects (nil when nothing is prepared) and holds at most maxPending
-// deltas (0: no bound). wholeFirst queues a first list that finds the queue and the cache
-// empty by pages (see firstList).
+// newDeltaFIFO returns a queue over the cache known (nil: none) that carries what keep
+// keeps, holds at most maxPending deltas (0: no bound), and with wholeFirst queues a first
+// list into an empty queue and cache by pages.
 func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], keep keeper, maxPending int, wholeFirst bool) *deltaFIFO[K, V] {
 	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[K, V]), known: known, keep: keep, maxPending: maxPending, wholeFirst: wholeFirst}
 	f.cond = sync.NewCond(&f.mu)
 	return f
-}
-
-// add queues one watch change. It blocks while the queue is full and returns
-// errFIFOClosed once closed.
-func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
-	return f.addPrepared(typ, key, obj, rev, false, nil)
 }
 
 // Add queues one watch event of type t (Added, Modified or Deleted) with what the store
@@ -353,10 +298,9 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 	return l, true
 }
 
-// Replace queues a list: a Replaced delta for every item and a tombstone for every
-// key that is in the cache or queued but not in the list. Tombstones carry the last known
-// object: the newest queued one, or the cached one. The first replace sets the initial
-// population.
+// Replace queues a list: a Replaced delta per item and a tombstone (with the newest queued
+// or the cached object) for every key cached or queued but not listed. The first replace
+// sets the initial population.
 func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
 	f.restored.Store(false)
 	f.mu.Lock()
@@ -424,11 +368,9 @@ func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
 	return nil
 }
 
-// FirstPage queues a page of the informer's first list, not its last, if the list may be
-// queued by pages (see firstList): the queue and the cache are empty, or earlier pages of
-// the same list were queued. If it returns false the page must come with the rest of the
-// list in replace. Once a page was queued, replace gets only the pages after it, or
-// abortFirst is called.
+// FirstPage queues a page of the first list, not its last, if the list may be queued by
+// pages (see firstList); if not, the page comes with the rest in Replace. Once a page was
+// queued, Replace gets only the pages after it, or AbortFirst is called.
 func (f *deltaFIFO[K, V]) FirstPage(keys []K, objs []V) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -441,8 +383,8 @@ func (f *deltaFIFO[K, V]) FirstPage(keys []K, objs []V) bool {
 	return true
 }
 
-// TakesPages reports whether firstPage would queue a page now. Only the informer's
-// reflector adds to the queue, so nothing but a close changes that before its next call.
+// TakesPages reports whether FirstPage would queue a page now (only a close can change
+// that before the reflector's next call).
 func (f *deltaFIFO[K, V]) TakesPages() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -453,10 +395,9 @@ func (f *deltaFIFO[K, V]) takesPagesLocked() bool {
 	return !f.closed && !f.populated && (f.firstOpen || f.canStartFirst())
 }
 
-// AbortFirst ends a first list whose pages were being queued without its last page (the
-// list failed); rev is the revision of its pages. The pages queued are applied; the next
-// list is queued per key, against the cache they left, so that what it lacks is deleted,
-// and, if it is at rev too, what it lists again is unchanged: a resync, not an update.
+// AbortFirst ends a first list queued by pages that failed at revision rev: the pages
+// queued are applied, and the next list, queued per key against them, deletes what it
+// lacks and, if it is at rev too, finds what it lists again unchanged (a resync).
 func (f *deltaFIFO[K, V]) AbortFirst(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -503,52 +444,42 @@ func (f *deltaFIFO[K, V]) Resync() error {
 	return nil
 }
 
-// Pop waits for pending keys and takes up to maxKeys of them into b, in queue order, and
-// no more than fit in maxDeltas deltas (one key at least). Until Done is called, Replace
-// and Resync wait. It reports the revision the batch reaches (once it is applied, every
-// change older than rev, or as old when inclusive, is in the cache; "": none) and whether
-// the batch completes the initial population.
+// Pop takes into b up to maxKeys pending keys in queue order, within maxDeltas deltas (one
+// key at least), waiting for one; Replace and Resync wait until Done. Once b is applied,
+// every change older than rev (or as old, if inclusive) is in the cache; synced: b
+// completes the initial population.
 func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev string, inclusive, synced bool, err error) {
-	var wm watermark
-	b.items, wm, synced, err = f.popBatch(b.items[:0], maxKeys, maxDeltas)
-	return wm.rev, wm.inclusive, synced, err
-}
-
-// watermark says which revisions a popped batch covers: after it is applied, every change
-// with a revision older than rev (or equal to it, when inclusive) is in the cache.
-type watermark struct {
-	rev       string
-	inclusive bool
-}
-
-func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) ([]popped[K, V], watermark, bool, error) {
+	buf := b.items[:0]
+	defer func() { b.items = buf }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
 		f.cond.Wait()
 	}
 	if f.closed {
-		return buf, watermark{}, false, errFIFOClosed
+		return "", false, false, errFIFOClosed
 	}
 	f.wmDirty = false
 	if len(f.bulks) > 0 {
 		// A page alone in its batch: every key queued since came after its list.
-		b := f.bulks[0]
+		page := f.bulks[0]
 		f.bulks[0] = nil
 		f.bulks = f.bulks[1:]
 		if len(f.bulks) == 0 {
 			f.bulks = nil
 		}
 		f.inFlight = true
-		if !b.last {
-			return append(buf, popped[K, V]{bulk: b}), watermark{}, false, nil
+		if !page.last {
+			buf = append(buf, popped[K, V]{bulk: page})
+			return "", false, false, nil
 		}
-		wm := watermark{rev: b.rev, inclusive: true}
+		rev = page.rev
 		if f.head == len(f.queue) {
-			wm.rev = f.lastRev
+			rev = f.lastRev
 		}
 		f.syncPending = false
-		return append(buf, popped[K, V]{bulk: b}), wm, true, nil
+		buf = append(buf, popped[K, V]{bulk: page})
+		return rev, true, true, nil
 	}
 	n, deltas := 0, 0
 	for _, l := range f.queue[f.head:min(len(f.queue), f.head+maxKeys)] {
@@ -580,32 +511,27 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) (
 		f.queue, f.head = f.queue[:m], 0
 	}
 	f.behind.Store(f.head != len(f.queue))
-	var wm watermark
 	if f.head == len(f.queue) {
-		wm = watermark{rev: f.lastRev, inclusive: true}
+		rev, inclusive = f.lastRev, true
 	} else {
 		// The head key's oldest delta is the oldest change still queued.
-		wm = watermark{rev: f.queue[f.head].deltas[0].revision}
+		rev = f.queue[f.head].deltas[0].revision
 	}
 	f.inFlight = true
 	if f.maxPending > 0 {
 		f.cond.Broadcast() // space freed
 	}
-	synced := f.syncPending && f.initialCount == 0
+	synced = f.syncPending && f.initialCount == 0
 	if synced {
 		f.syncPending = false
 	}
-	return buf, wm, synced, nil
+	return rev, inclusive, synced, nil
 }
 
 // Done marks the popped batch b applied and recycles its delta lists.
 func (f *deltaFIFO[K, V]) Done(b *batch[K, V]) {
-	f.finishBatch(b.items)
-	clear(b.items)
-	b.items = b.items[:0]
-}
-
-func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
+	batch := b.items
+	defer func() { clear(b.items); b.items = b.items[:0] }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(batch) == 1 && batch[0].bulk != nil {
@@ -647,17 +573,8 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 	f.cond.Broadcast()
 }
 
-// Behind reports whether keys are queued: the writer has work, and Informer's reads give
-// way to it.
+// Behind reports whether keys are queued: Informer's reads give way to the writer.
 func (f *deltaFIFO[K, V]) Behind() bool { return f.behind.Load() }
-
-// HasSynced reports whether the initial population has been popped. The informer
-// reports synced only once that batch is also applied.
-func (f *deltaFIFO[K, V]) HasSynced() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.populated && f.initialCount == 0 && len(f.bulks) == 0
-}
 
 // Close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
 // so that a stop is prompt).
@@ -679,6 +596,5 @@ func (f *deltaFIFO[K, V]) MarkRestored(rev string) {
 	f.restored.Store(true)
 }
 
-// Restored reports whether the cache holds a state MarkRestored recorded that no list
-// has replaced since.
+// Restored reports whether the state MarkRestored recorded is not yet replaced by a list.
 func (f *deltaFIFO[K, V]) Restored() bool { return f.restored.Load() }
