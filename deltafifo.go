@@ -39,17 +39,19 @@ type delta[V any] struct {
 	prepared bool
 }
 
-// The store reads a popped delta through these methods, never its fields: whether it
-// deletes its key, is a tombstone (its object the last state known), is of the first
-// list, re-delivers an unchanged object (a resync, or a relisted object at the revision
-// it was listed at), comes from a list, was prepared by the store; and its object.
-func (d *delta[V]) Deleted() bool  { return d.typ == deltaDeleted }
-func (d *delta[V]) Unknown() bool  { return d.finalStateUnknown }
-func (d *delta[V]) Initial() bool  { return d.initial }
-func (d *delta[V]) Resync() bool   { return d.typ == deltaSync || d.unchanged }
-func (d *delta[V]) Relisted() bool { return d.typ == deltaReplaced }
-func (d *delta[V]) Prepared() bool { return d.prepared }
-func (d *delta[V]) Object() V      { return d.object }
+// The store reads a popped delta through these methods, never its fields: whether it is an
+// Added event, deletes its key, is a tombstone (its object the last state known), is of
+// the first list, re-delivers an unchanged object (a resync, or a relisted object at the
+// revision it was listed at), comes from a list, was prepared; its object and revision.
+func (d *delta[V]) Added() bool      { return d.typ == deltaAdded }
+func (d *delta[V]) Deleted() bool    { return d.typ == deltaDeleted }
+func (d *delta[V]) Unknown() bool    { return d.finalStateUnknown }
+func (d *delta[V]) Initial() bool    { return d.initial }
+func (d *delta[V]) Resync() bool     { return d.typ == deltaSync || d.unchanged }
+func (d *delta[V]) Relisted() bool   { return d.typ == deltaReplaced }
+func (d *delta[V]) Prepared() bool   { return d.prepared }
+func (d *delta[V]) Object() V        { return d.object }
+func (d *delta[V]) Revision() string { return d.revision }
 
 // deltaList holds the pending deltas of one key, oldest first. Lists come in chunks, keep
 // their first delta inline and are recycled: a steady stream of events allocates nothing.
@@ -132,8 +134,7 @@ type firstList[K comparable, V any] struct {
 	last bool
 }
 
-// Keys returns the page's keys, Objects their objects (Objects()[i] is of Keys()[i]).
-func (l *firstList[K, V]) Keys() []K    { return l.keys }
+func (l *firstList[K, V]) Keys() []K    { return l.keys } // Objects()[i] is of Keys()[i]
 func (l *firstList[K, V]) Objects() []V { return l.objs }
 
 var errFIFOClosed = errors.New("informer: queue closed")
@@ -573,8 +574,7 @@ func (f *deltaFIFO[K, V]) Done(b *batch[K, V]) {
 	f.cond.Broadcast()
 }
 
-// Behind reports whether keys are queued: Informer's reads give way to the writer.
-func (f *deltaFIFO[K, V]) Behind() bool { return f.behind.Load() }
+func (f *deltaFIFO[K, V]) Behind() bool { return f.behind.Load() } // Informer's reads give way
 
 // Close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
 // so that a stop is prompt).

@@ -147,6 +147,8 @@ type Informer[K comparable, V any] struct {
 
 	warm     *warm[K, V] // Options.Persist; nil: none
 	stopNote *stopNotice // Done and AfterStop
+
+	dupList string // the last list reported for a duplicate key; the writer's goroutine only
 }
 
 // New returns an informer over lw. It does nothing until Run. It returns an error for a
@@ -205,7 +207,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	} else if opts.Persist != nil {
 		sameRevision = opts.Persist.Equal
 	}
-	st.Configure(inf.rep.Report, sameRevision)
+	st.Configure(inf.rep.Report, sameRevision, inf.duplicate)
 	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
 		p.Informer = opts.Name
 		inf.rep.Report(p)
@@ -221,6 +223,18 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		er.ReportErrorsTo(inf.ReportError)
 	}
 	return inf, nil
+}
+
+// duplicate counts an object sent for a key the informer already had and reports a list
+// that holds a key twice, once per list.
+func (inf *Informer[K, V]) duplicate(key K, list string) {
+	inf.stats.Duplicated(1)
+	if list == "" || list == inf.dupList {
+		return
+	}
+	inf.dupList = list
+	inf.rep.Report(fmt.Errorf("%w: informer %q: %s holds the key %q more than once; the last object listed is kept (Stats.Duplicates counts every repeat): check the source's key or Options.Key",
+		ErrBadInput, inf.opts.Name, list, fmt.Sprint(key)))
 }
 
 // checkFuncs refuses a ListerWatcherFuncs with a nil function, which would crash the

@@ -217,3 +217,16 @@ func (t *treeKit[K, V]) Epoch() uint64 { return t.epoch }
 
 // NewEpoch starts a new epoch: every tree made before may be a snapshot's.
 func (t *treeKit[K, V]) NewEpoch() { t.epoch++ }
+
+// scatterAbove is the batch size from which Apply scatters its writes.
+const scatterAbove = 64
+
+// coprimeStride returns a step that visits every index of [0, n) once when repeated.
+func coprimeStride(n int) int {
+	for _, p := range [...]int{7919, 7927, 7933, 7937, 7949} {
+		if n%p != 0 {
+			return p % n
+		}
+	}
+	return 1
+}

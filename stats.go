@@ -47,6 +47,11 @@ type Stats struct {
 	OtherErrors uint64
 	// Applied counts the changes (deltas) applied to the cache, resyncs included.
 	Applied uint64
+	// Duplicates counts objects the source sent for a key the informer already had: a key
+	// listed more than once in one list (each list reports its first such key once, as an
+	// ErrBadInput, counted in SourceErrors too), and an Added event for a cached key. Each
+	// is applied as an update: the last state wins.
+	Duplicates uint64
 	// ListStarted is when the list in progress (paged or streaming) started, on the
 	// informer's clock; zero when no list is in progress. A list that stays in progress
 	// with LastError nil is a source that has not answered yet (see ProgressTimeout).
@@ -81,6 +86,7 @@ type counters struct {
 	HandlerPanics        atomic.Uint64
 	OtherErrors          atomic.Uint64
 	Applied              atomic.Uint64
+	Duplicates           atomic.Uint64
 	ListStarted          atomic.Int64 // UnixNano on the informer's clock; 0: no list in progress
 
 	ListDuration  *histogram.Histogram
@@ -99,6 +105,7 @@ func (s *counters) Snapshot() Stats {
 		DecodeErrors: s.DecodeErrors.Load(), SourceErrors: s.SourceErrors.Load(),
 		HandlerPanics: s.HandlerPanics.Load(), OtherErrors: s.OtherErrors.Load(),
 		Applied:       s.Applied.Load(),
+		Duplicates:    s.Duplicates.Load(),
 		ListStarted:   unixNano(s.ListStarted.Load()),
 		ListDuration:  Histogram(s.ListDuration.Snapshot()),
 		ListItems:     Histogram(s.ListItems.Snapshot()),
@@ -200,3 +207,6 @@ func (s *counters) Wrote(applied, objects int) {
 	s.Applied.Add(uint64(applied))
 	s.Objects.Store(int64(objects))
 }
+
+// Duplicated counts n objects sent for a key the informer already had.
+func (s *counters) Duplicated(n int) { s.Duplicates.Add(uint64(n)) }

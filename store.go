@@ -54,6 +54,7 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 		return nil, err
 	}
 	s := &store[K, V]{kit: kit}
+	s.w.duplicate = func(K, string) {}
 	s.items = kit.NewItems()
 	if err := s.addIndexersLocked(indexers); err != nil {
 		return nil, err
@@ -123,15 +124,18 @@ type writeBatch[K comparable, V any] struct {
 	// an object relisted with its revision unchanged is a resync, not an update.
 	sameRevision func(a, b V) bool
 	report       func(error) // an object an index function failed for
-	offsets      []int
-	slots        []notification[K, V]
+	// duplicate is told of an object sent for a key already there: listed again in the
+	// list named list, or (list "") an Added event for a cached key.
+	duplicate func(key K, list string)
+	offsets   []int
+	slots     []notification[K, V]
 }
 
 // Configure sets how the store reports an object an index function failed for, and, if
 // sameRevision is not nil, how it tells that a relisted object did not change. Call it
 // before the first write.
-func (s *store[K, V]) Configure(report func(error), sameRevision func(a, b V) bool) {
-	s.w.report, s.w.sameRevision = report, sameRevision
+func (s *store[K, V]) Configure(report func(error), sameRevision func(a, b V) bool, duplicate func(key K, list string)) {
+	s.w.report, s.w.sameRevision, s.w.duplicate = report, sameRevision, duplicate
 }
 
 // Apply writes a batch popped from the delta queue to the store under one lock and
@@ -196,19 +200,6 @@ func (s *store[K, V]) Apply(b *batch[K, V], rev string, notes []notification[K, 
 	return notes, applied, s.items.Len()
 }
 
-// scatterAbove is the batch size from which Apply scatters its writes.
-const scatterAbove = 64
-
-// coprimeStride returns a step that visits every index of [0, n) once when repeated.
-func coprimeStride(n int) int {
-	for _, p := range [...]int{7919, 7927, 7933, 7937, 7949} {
-		if n%p != 0 {
-			return p % n
-		}
-	}
-	return 1
-}
-
 // applyList applies the deltas of key i of b, writing their notifications to out (empty:
 // none), which has a slot per delta. Several deltas all prepared with the current index
 // functions are applied as one write of the final state, with the notifications the
@@ -217,6 +208,11 @@ func coprimeStride(n int) int {
 func (s *store[K, V]) applyList(w *writeBatch[K, V], b *batch[K, V], i int, out []notification[K, V]) {
 	key, ds := b.Key(i), b.Deltas(i)
 	h, _ := b.Held(i).(*queuedHint[V])
+	for j := 1; j < len(ds); j++ {
+		if ds[j].Relisted() && ds[j-1].Relisted() && ds[j].Revision() == ds[j-1].Revision() {
+			w.duplicate(key, "the list at revision "+ds[j].Revision()) // one list holds key twice
+		}
+	}
 	if len(ds) > 1 && s.AllPrepared(ds, h) {
 		s.applyFinal(w, key, ds, h, out)
 		return
@@ -281,6 +277,9 @@ func (w *writeBatch[K, V]) noteFor(key K, d *delta[V], old V, existed bool) noti
 	case !existed:
 		return addNote(key, d.Object(), d.Initial())
 	}
+	if d.Added() {
+		w.duplicate(key, "")
+	}
 	return w.listedNote(key, d.Object(), old, d.Resync(), d.Relisted())
 }
 
@@ -312,7 +311,8 @@ func (s *store[K, V]) applyFirstList(w *writeBatch[K, V], keys []K, objs []V, no
 		switch {
 		case err != nil:
 			w.report(err)
-		case existed:
+		case existed: // a first list finds the cache empty: listed twice
+			w.duplicate(key, "the first list")
 			notes = append(notes, w.listedNote(key, objs[i], old, false, true))
 		default:
 			notes = append(notes, addNote(key, objs[i], true))

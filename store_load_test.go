@@ -76,7 +76,7 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 	}
 	h0 := liveHeap()
 	s := newPodStore(t)
-	s.Configure(func(err error) { t.Error(err) }, nil)
+	s.Configure(func(err error) { t.Error(err) }, nil, func(string, string) {})
 	var notes []notification[string, *pod]
 	for from := 0; from < n; from += page {
 		to := min(from+page, n)
