@@ -114,7 +114,7 @@ func (b *batch[K, V]) pages() int {
 	return 0
 }
 
-// popped is one key taken from the queue by popBatch with its deltas, or a whole first
+// popped is one key taken from the queue by Pop with its deltas, or a whole first
 // list (bulk set, then key and list are unset and the batch holds nothing else).
 type popped[K comparable, V any] struct {
 	key  K

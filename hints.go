@@ -5,15 +5,10 @@ package informer
 // carries them without looking inside (it sees a keeper and an any); only the store reads
 // them.
 
-// This file is the cache's write path: how a batch of deltas popped from the queue becomes
-// a new state of the store and the notifications that tell handlers of it. The delta queue
-// only carries what the store prepared for each object (an storeHint); everything about
-// indexes stays in this file and indexer.go.
-
 // storeHint is what the store prepares for an object before its write, off the writer's
 // goroutine (store.Prepare): the object's index values, valid while the store's index
-// functions are the ones they were computed with. A delete uses the values of the event's object to find the key's buckets
-// without computing them from the stored object.
+// functions are the ones they were computed with. A delete uses the values of the
+// event's object to find the key's buckets without computing them from the stored object.
 type storeHint[V any] struct {
 	set  *indexSet[V]
 	vals []string
