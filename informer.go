@@ -371,7 +371,7 @@ func (inf *Informer[K, V]) LastError() (at time.Time, err error) { return inf.re
 
 // RevisionComparer returns the source's RevisionComparer, or nil when the source's
 // revisions are not ordered (then WaitForRevision fails with ErrRevisionsUnordered). A
-// program that re-serves the cache (httpsource.Server) uses it to order the source's
+// program that re-serves the cache (fanout.Server) uses it to order the source's
 // revisions as the informer does.
 func (inf *Informer[K, V]) RevisionComparer() RevisionComparer { return inf.cmpRev }
 
