@@ -461,12 +461,12 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer c.requests.Done()
 	if req.watch {
-		c.serveWatch(w, r, req, client)
-	} else {
-		c.serveList(w, r, req, client)
+		c.serveWatch(w, r, req, client) // calls c.requests.Done, maybe on another goroutine
+		return
 	}
+	defer c.requests.Done()
+	c.serveList(w, r, req, client)
 }
 
 // accept checks a request — authorization, method, body, query, the server's state — and
@@ -900,23 +900,26 @@ func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
 }
 
 // serveWatch streams a watch until the source ends it, the client goes away, the watcher
-// falls behind, or the server shuts down.
+// falls behind, or the server shuts down; then it calls c.requests.Done. An HTTP/1.1 watch
+// is taken over from net/http once its header is sent (takeover.go), and goes on in a
+// goroutine of its own.
 func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request, client string) {
 	release, ok := c.admit(w, &c.watchers, client, c.maxWatchers, c.maxClientWatchers, &c.stats.Rejected, "watchers")
 	if !ok {
+		c.requests.Done()
 		return
 	}
-	defer release()
-
+	t := newTakeover(w, r)
+	r = t.request(r)
 	ctx, done, wat, opts, replay, ok := c.openWatch(w, r, &req)
 	if !ok {
+		t.finish(0)
+		release()
+		c.requests.Done()
 		return
 	}
-	defer done()
-	defer wat.Stop()
 
-	ww := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
-	defer ww.end()
+	ww := &streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
 	h := w.Header()
 	if req.sse {
 		h.Set("Content-Type", "text/event-stream")
@@ -930,21 +933,41 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
-	defer c.stats.OpenWatches.Add(-1)
+	finish := func() {
+		c.stats.OpenWatches.Add(-1)
+		ww.end()
+		wat.Stop()
+		done()
+		release()
+		t.finish(c.writeTimeout)
+		c.requests.Done()
+	}
 	ww.begin(c.sendBuffer)
 	w.WriteHeader(http.StatusOK)
 	if err := ww.write(nil, true); err != nil {
-		c.writeFailed(r, &ww, "watcher", err)
+		c.writeFailed(ww.r, ww, "watcher", err)
+		finish()
 		return
 	}
+	if t.take(ww) {
+		go func() {
+			defer finish()
+			c.streamWatch(ctx, ww, wat, req, opts.SendInitialEvents, replay)
+		}()
+		return
+	}
+	defer finish()
+	c.streamWatch(ctx, ww, wat, req, opts.SendInitialEvents, replay)
+}
 
+// streamWatch sends a watch's events through ww until the watch ends or a write fails.
+func (c *core[V]) streamWatch(ctx context.Context, ww *streamWriter, wat informer.Watch[V], req request, inInitial, replay bool) {
 	// The write buffer is taken from a pool when there is something to send and given
 	// back once it is sent, so that an idle watcher holds none.
 	var buf watchBuffer
 	var out []byte
 	defer func() { buf.put(out) }()
 	scratch := make([]byte, 0, 64)
-	inInitial := opts.SendInitialEvents
 	// The changes the watch says share a revision (a transaction of the Handler's source;
 	// the initial events of a Server's replay, which share the state's revision) are sent
 	// as a batch: each but the last with the partial mark. A bookmark inside a batch would
@@ -1009,7 +1032,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		}
 		if flush || len(out) >= watchBufferSize {
 			if err := ww.write(out, flush); err != nil {
-				c.writeFailed(r, &ww, "watcher", err)
+				c.writeFailed(ww.r, ww, "watcher", err)
 				return
 			}
 			out = out[:0]

@@ -1,0 +1,181 @@
+package httpsource
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer/source/memory"
+)
+
+// readWatchHead reads the status line and header of a watch on conn, and returns a
+// reader of what follows, still chunked.
+func readWatchHead(t testing.TB, conn net.Conn) *bufio.Reader {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	br := bufio.NewReaderSize(conn, 1024)
+	status, err := br.ReadString('\n')
+	if err != nil || status != "HTTP/1.1 200 OK\r\n" {
+		t.Fatalf("status line %q, %v", status, err)
+	}
+	chunked := false
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == "\r\n" {
+			break
+		}
+		if strings.EqualFold(l, "Transfer-Encoding: chunked\r\n") {
+			chunked = true
+		}
+	}
+	if !chunked {
+		t.Fatal("the watch's response is not chunked")
+	}
+	return br
+}
+
+// readChunk reads one chunk of a chunked body: its data, or nil for the last chunk
+// (whose empty trailer it reads too).
+func readChunk(t testing.TB, br *bufio.Reader) []byte {
+	t.Helper()
+	size, err := br.ReadString('\n')
+	if err != nil || !strings.HasSuffix(size, "\r\n") {
+		t.Fatalf("chunk size line %q, %v", size, err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSuffix(size, "\r\n"), 16, 32)
+	if err != nil || size != strconv.FormatUint(n, 16)+"\r\n" {
+		t.Fatalf("chunk size line %q: not lower-case hex without padding", size)
+	}
+	data := make([]byte, n+2)
+	if _, err := io.ReadFull(br, data); err != nil {
+		t.Fatal(err)
+	}
+	if string(data[n:]) != "\r\n" {
+		t.Fatalf("chunk of %d bytes ends with %q, want CRLF", n, data[n:])
+	}
+	if n == 0 {
+		return nil
+	}
+	return data[:n]
+}
+
+// An idle HTTP/1.1 watcher holds at most one goroutine of the serving process (net/http's
+// connection goroutine and its background reader are gone once the watch is taken over),
+// and a watcher whose client goes away frees its slot.
+func TestServerIdleWatcherGoroutines(t *testing.T) {
+	const n = 20
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*obj]{})
+	addr := ts.Listener.Addr().String()
+	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	before := runtime.NumGoroutine()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = dialFrom(t, addr, 0, "watch=1&resourceVersion="+rev(srv, 1))
+	}
+	eventually(t, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == n })
+	put(up.src, "a", "2")
+	for _, c := range conns {
+		br := readWatchHead(t, c)
+		if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"2"`) {
+			t.Fatalf("first frame %q", l)
+		}
+	}
+	// One per watcher, and the one that watches their connections for hang-ups.
+	eventually(t, fmt.Sprintf("at most %d goroutines for %d idle watchers", n+1, n), func() bool {
+		return runtime.NumGoroutine()-before <= n+1
+	})
+	t.Logf("%d goroutines for %d idle watchers", runtime.NumGoroutine()-before, n)
+	for _, c := range conns {
+		c.Close()
+	}
+	eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+	eventually(t, "the watchers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// The bytes of a taken-over watch are those net/http would write: a chunked body, one
+// chunk per write, lower-case hex sizes, and the last chunk when the watch ends.
+func TestServerWatchWire(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*obj]{})
+	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	conn := dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1))
+	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	br := readWatchHead(t, conn)
+	big := strings.Repeat("x", 40<<10) // more than a write buffer: written before the flush
+	var want strings.Builder
+	for i, v := range []string{"2", big, "3"} {
+		put(up.src, "a", v)
+		fmt.Fprintf(&want, `{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":%q}}`+"\n", rev(srv, int64(i+2)), v)
+	}
+	var got []byte
+	for len(got) < want.Len() {
+		got = append(got, readChunk(t, br)...)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("the stream's data:\n%.300q\nwant\n%.300q", got, want.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rest := readChunk(t, br); rest != nil {
+		t.Fatalf("after Shutdown: a chunk %q, want the last chunk", rest)
+	}
+}
+
+// Shutdown ends a taken-over watch and waits for it: when it returns, the watch's
+// goroutine has ended and its connection is closed.
+func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
+	const n = 5
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	waitSynced(t, srv)
+	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	before := runtime.NumGoroutine()
+	var readers []*bufio.Reader
+	var conns []net.Conn
+	for range n {
+		c := dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1))
+		readers = append(readers, readWatchHead(t, c))
+		conns = append(conns, c)
+	}
+	// http.Server.Shutdown does not track hijacked connections: Server.Shutdown must.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if open := srv.Stats().OpenWatches.Load(); open != 0 {
+		t.Errorf("%d watches open after Shutdown", open)
+	}
+	for _, br := range readers {
+		if rest := readChunk(t, br); rest != nil {
+			t.Fatalf("after Shutdown: a chunk %q, want the last chunk", rest)
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	eventually(t, "the watches' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+}
