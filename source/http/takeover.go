@@ -46,7 +46,12 @@ func newTakeover(w http.ResponseWriter, r *http.Request) *takeover {
 		// hijacking on itself: it is not bypassed through its Unwrap.
 		return nil
 	}
+	// The request's context ends when the handler returns: after the takeover the watch
+	// keeps only its deadline (a middleware's bound on the request's duration).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	if d, ok := r.Context().Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(r.Context()), d)
+	}
 	return &takeover{w: w, r: r.WithContext(ctx), cancel: cancel, unlink: context.AfterFunc(r.Context(), cancel)}
 }
 

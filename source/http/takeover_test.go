@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	nethttp "net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
@@ -178,4 +179,35 @@ func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 		c.Close()
 	}
 	eventually(t, "the watches' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// A taken-over watch keeps the deadline a middleware gave its request's context.
+func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
+		defer cancel()
+		srv.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	before := runtime.NumGoroutine()
+	br := readWatchHead(t, dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1)))
+	eventually(t, "the watch to be taken over", func() bool { return runtime.NumGoroutine() <= before+2 })
+	put(up.src, "a", "2")
+	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"2"`) {
+		t.Fatalf("first frame %q", l)
+	}
+	if rest := readChunk(t, br); rest != nil {
+		t.Fatalf("a chunk %q, want the last chunk at the deadline", rest)
+	}
 }
