@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/fanout"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -153,7 +155,7 @@ type replica struct {
 
 	cli    *clientv3.Client
 	inf    *informer.Informer[string, *fanItem]
-	srv    *httpsource.Server[string, *fanItem]
+	srv    *fanout.Server[string, *fanItem]
 	hs     *http.Server
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -187,7 +189,7 @@ func (r *replica) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpsource.NewServer(inf, nil, httpsource.ServerOptions[*fanItem]{
+	srv, err := fanout.NewServer(inf, nil, fanout.ServerOptions[*fanItem]{
 		Filters: map[string]informer.IndexFunc[*fanItem]{"parity": fanParity},
 	})
 	if err != nil {

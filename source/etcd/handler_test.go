@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/fanout"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
@@ -31,7 +33,7 @@ func TestHandlerServesTransactionsWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpsource.NewHandler[*fanItem](src, httpsource.HandlerOptions[*fanItem]{})
+	h := fanout.NewHandler[*fanItem](src, fanout.HandlerOptions[*fanItem]{})
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })

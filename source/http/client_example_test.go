@@ -8,12 +8,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/informer-go/informer"
 	httpsource "github.com/informer-go/informer/source/http"
 )
+
+type Config struct {
+	Name  string `json:"name"`
+	Value int    `json:"value"`
+}
 
 // A Client of an API that is not Kubernetes-shaped, through the extension points: pages
 // are POST /page {"after":K}, answered {"rev":N,"items":[…],"next":K} with the store's
@@ -153,4 +159,41 @@ func ExampleClientOptions() {
 	// Modified a at revision 10
 	// Deleted b at revision 10
 	// watch ended; list again: true
+}
+
+// A client of a Kubernetes API server's REST endpoint, without client-go: a bearer token
+// on every request, the cluster's CA in the http.Client, a label selector in the URL.
+// Resource versions are read from each object's metadata.resourceVersion.
+func ExampleNewClient() {
+	type Pod struct {
+		Metadata struct {
+			Name, Namespace, ResourceVersion string
+		} `json:"metadata"`
+		Status struct {
+			Phase string `json:"phase"`
+		} `json:"status"`
+	}
+	token, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/token")
+	if err != nil {
+		fmt.Println("not in a cluster")
+		return
+	}
+	client, err := httpsource.NewClient("https://kubernetes.default.svc/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
+		httpsource.ClientOptions[*Pod]{
+			HTTPClient: http.DefaultClient, // with the cluster CA in its TLS config
+			PrepareRequest: func(r *http.Request) error {
+				r.Header.Set("Authorization", "Bearer "+string(token))
+				return nil
+			},
+		})
+	if err != nil {
+		panic(err)
+	}
+	pods, err := informer.New(client.Ordered(), informer.Options[string, *Pod]{
+		Key: func(p *Pod) (string, error) { return p.Metadata.Namespace + "/" + p.Metadata.Name, nil },
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = pods // Run it, add handlers, read its cache.
 }

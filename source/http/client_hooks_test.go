@@ -35,7 +35,7 @@ func (d *decodeErrors) get() []error {
 }
 
 // A list item that does not decode is left out and reported; the rest of the page is
-// used. Through an informer the error reaches its handler and Stats.DecodeErrors, and a
+// used. Through an informer the error reaches its handler and fanout.Stats.DecodeErrors, and a
 // later change of the item that decodes reaches the cache as an Added event.
 func TestClientListSkipsUndecodableItems(t *testing.T) {
 	var errs decodeErrors
@@ -61,7 +61,7 @@ func TestClientListSkipsUndecodableItems(t *testing.T) {
 }
 
 // A list through an informer: the undecodable item reaches the informer's error handler
-// with no wiring and is counted in Stats.DecodeErrors, the rest is cached, and the item's later fix arrives through the watch as an Added event.
+// with no wiring and is counted in fanout.Stats.DecodeErrors, the rest is cached, and the item's later fix arrives through the watch as an Added event.
 func TestClientUndecodableItemFixedLater(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("5", o("a", "1"), `{"name":"b","val":7}`)},
 		stream(ev("MODIFIED", "6", o("b", "fixed"))))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // serveFunc starts a loopback server with h.
@@ -454,7 +455,7 @@ func TestClientContentTypeRule(t *testing.T) {
 					}
 					return
 				}
-				wantError(t, err, fmt.Sprintf("Content-Type %q, want \"application/json\"", mediaType(tc.contentType)), informer.ErrBadInput)
+				wantError(t, err, fmt.Sprintf("Content-Type %q, want \"application/json\"", wire.MediaType(tc.contentType)), informer.ErrBadInput)
 			})
 		}
 	}

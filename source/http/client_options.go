@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // The defaults of the limits of ClientOptions; a zero option means its default.
 const (
 	// DefaultMaxFrameSize is the longest watch frame a Client accepts: 16 MiB.
-	DefaultMaxFrameSize = 16 << 20
+	DefaultMaxFrameSize = wire.DefaultMaxFrameSize
 	// DefaultMaxListBytes is the largest list response body a Client reads, after any
 	// decompression: 256 MiB.
 	DefaultMaxListBytes = 256 << 20

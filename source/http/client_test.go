@@ -183,7 +183,7 @@ func TestClientBadInput(t *testing.T) {
 			// a source error.
 			st := d.inf.Stats()
 			if n := st.SourceErrors + st.DecodeErrors; n == 0 {
-				t.Error("Stats.SourceErrors + Stats.DecodeErrors = 0")
+				t.Error("Stats.SourceErrors + fanout.Stats.DecodeErrors = 0")
 			}
 			if decode := strings.Contains(tc.message, "decoded"); decode != (st.DecodeErrors > 0) {
 				t.Errorf("Stats.DecodeErrors = %d for %q", st.DecodeErrors, tc.message)

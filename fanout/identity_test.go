@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	httpsource "github.com/informer-go/informer/source/http"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
 )
 
-var _ informer.SourceIdentifier = (*Client[int])(nil)
+var _ informer.SourceIdentifier = (*httpsource.Client[int])(nil)
 
 // A Client's identity is its URL and the instance of the Server behind it: two Servers at
 // one URL (one restarted) are two sources, one Server asked twice is one. A server that
@@ -38,7 +40,7 @@ func TestClientSourceID(t *testing.T) {
 	t.Cleanup(ts.Close)
 	t.Cleanup(func() { first.Shutdown(ctx); second.Shutdown(ctx) })
 
-	c := newTestClient(t, ts.URL+"/objs", ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL+"/objs", httpsource.ClientOptions[*obj]{})
 	id1, err := c.SourceID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +60,7 @@ func TestClientSourceID(t *testing.T) {
 
 	plain := httptest.NewServer(NewHandler[*obj](u.src, HandlerOptions[*obj]{}))
 	t.Cleanup(plain.Close)
-	id, err := newTestClient(t, plain.URL, ClientOptions[*obj]{}).SourceID(ctx)
+	id, err := newTestClient(t, plain.URL, httpsource.ClientOptions[*obj]{}).SourceID(ctx)
 	if err != nil || id != plain.URL {
 		t.Fatalf("a server that names no instance: %q %v, want its URL %q", id, err, plain.URL)
 	}

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -68,7 +69,7 @@ func TestServerListPagination(t *testing.T) {
 	// A change between pages is not in this list: every page reflects the first's revision.
 	put(up.src, "a", "2")
 	put(up.src, "f", "1")
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	ctx := context.Background()
 	var got []string
 	opts := informer.ListOptions{Continue: page.Metadata.Continue, Limit: 2}
@@ -98,7 +99,7 @@ func TestServerListPagination(t *testing.T) {
 	if !errors.Is(err, informer.ErrExpired) {
 		t.Fatalf("token of another instance: %v, want ErrExpired", err)
 	}
-	var se *StatusError
+	var se *httpsource.StatusError
 	_, err = c.List(ctx, informer.ListOptions{Continue: "garbage"})
 	if !errors.As(err, &se) || se.Code != 400 || errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrRetryable) {
 		t.Fatalf("malformed token: %v, want a 400 of no class", err)
@@ -146,7 +147,7 @@ func TestServerWatchFromRevision(t *testing.T) {
 	}
 
 	// Through the client: the same events, typed.
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 2)})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func TestServerWatchExpired(t *testing.T) {
 		st.line(t) // one change at a time, so that this watcher never falls behind
 	}
 	st.close()
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	for _, tc := range []struct {
 		name, rev string
 	}{
@@ -183,7 +184,7 @@ func TestServerWatchExpired(t *testing.T) {
 		{"too large", rev(srv, 100)},
 	} {
 		_, err := c.Watch(context.Background(), informer.WatchOptions{Revision: tc.rev})
-		var se *StatusError
+		var se *httpsource.StatusError
 		if !errors.Is(err, informer.ErrExpired) || !errors.As(err, &se) || se.Code != 410 || se.Reason != "Expired" {
 			t.Errorf("%s: %v, want a 410 Expired", tc.name, err)
 		}
@@ -273,14 +274,14 @@ func TestServerAuthorize(t *testing.T) {
 		{"Bearer bogus", 403, "Forbidden"},
 		{"Bearer good", 200, ""},
 	} {
-		c := newTestClient(t, ts.URL, ClientOptions[*obj]{PrepareRequest: func(r *http.Request) error {
+		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{PrepareRequest: func(r *http.Request) error {
 			if tc.token != "" {
 				r.Header.Set("Authorization", tc.token)
 			}
 			return nil
 		}})
 		_, err := c.List(context.Background(), informer.ListOptions{})
-		var se *StatusError
+		var se *httpsource.StatusError
 		switch {
 		case tc.code == 200 && err != nil:
 			t.Errorf("%q: %v", tc.token, err)
@@ -309,7 +310,7 @@ func TestServerNotSynced(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	_, err = newTestClient(t, ts.URL, ClientOptions[*obj]{}).List(context.Background(), informer.ListOptions{})
+	_, err = newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).List(context.Background(), informer.ListOptions{})
 	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrUnavailable) || d != 3*time.Second {
 		t.Errorf("%v (retry after %v), want ErrUnavailable after 3s", err, d)
 	}
@@ -329,7 +330,7 @@ func TestServerWatcherLimit(t *testing.T) {
 		t.Fatalf("third watch: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
 	// The client sees it as a retryable error with the delay.
-	_, err := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: r})
+	_, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: r})
 	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrTooManyRequests) || !errors.Is(err, informer.ErrRetryable) || d != time.Second {
 		t.Fatalf("client: %v (retry after %v)", err, d)
 	}
@@ -612,7 +613,7 @@ func TestServerShutdown(t *testing.T) {
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	waitSynced(t, srv)
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	var watches []informer.Watch[*obj]
 	for range 3 {
 		w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})

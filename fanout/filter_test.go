@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -231,7 +232,7 @@ func TestFilter_BadRequests(t *testing.T) {
 		t.Errorf("BadRequests = %d, want 6", n)
 	}
 	// The Client's errors say it once.
-	_, err := NewClient[*obj](ts.URL, ClientOptions[*obj]{Filter: Filter{Value: "x"}})
+	_, err := httpsource.NewClient[*obj](ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Value: "x"}})
 	if err == nil || err.Error() != `httpsource: NewClient: Filter.Value "x" without Filter.Index` {
 		t.Errorf("NewClient with a value and no index: %v", err)
 	}
@@ -306,7 +307,7 @@ func TestFilteredClient_CacheIsTheMatchingSubset(t *testing.T) {
 	teams := []string{"payments", "search", "ads"}
 	clients := map[string]*downstream{}
 	for _, team := range teams {
-		c := newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: team}, StreamingList: team == "ads"})
+		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Index: "team", Value: team}, StreamingList: team == "ads"})
 		clients[team] = newDownstream(t, c, "filtered-"+team, nil)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -410,7 +411,7 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 			gate.t.CloseIdleConnections()
 		}
 	})
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{HTTPClient: &http.Client{Transport: gate}, Filter: Filter{Index: "team", Value: "payments"}})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{HTTPClient: &http.Client{Transport: gate}, Filter: httpsource.Filter{Index: "team", Value: "payments"}})
 	d := newDownstream(t, c, "filtered", nil)
 	converge(t, d, func() string { return "a=payments:1" })
 	eventually(t, "the client's watch to open", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
@@ -538,7 +539,7 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown(context.Background())
-	w, err := srv.mirror.filters.watch(context.Background(), Filter{Index: "team", Value: "payments"}, informer.WatchOptions{Revision: "0"})
+	w, err := srv.mirror.filters.watch(context.Background(), valueFilter{Index: "team", Value: "payments"}, informer.WatchOptions{Revision: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +584,7 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 	}
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, filterOptions())
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {

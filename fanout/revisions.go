@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // DefaultCatchUpWait is how long a Server waits, when ServerOptions.CatchUpWait is 0, for
@@ -18,11 +19,6 @@ import (
 // client that comes from a replica further ahead) before it answers 503 with a
 // Retry-After.
 const DefaultCatchUpWait = 5 * time.Second
-
-// partialMark ends the revision of an event that is not the last of its batch: the
-// events of one upstream revision are applied by a Client all at once, so that a client
-// never holds half of a batch under the batch's revision (see the package documentation).
-const partialMark = '~'
 
 // bound says that the server's log up to seq is exactly the upstream's state at every
 // revision from first to last.
@@ -34,7 +30,7 @@ type bound struct {
 // upstreamRevisions serves the upstream's own revisions (a Server whose informer's source
 // is ordered). The log holds changes in batches, each ending at a bound; an event is
 // labelled with the revision of its batch's bound, and every event of a batch but its
-// last carries partialMark.
+// last carries wire.PartialMark.
 type upstreamRevisions struct {
 	cmp  informer.RevisionComparer
 	tag  string        // the prefix of continue tokens
@@ -130,13 +126,13 @@ func (u *upstreamRevisions) newest() string {
 }
 
 // parse checks a revision of a request: the upstream's, or one that ends a partial batch.
-func (u *upstreamRevisions) parse(wire string) (rev string, partial bool, err error) {
-	rev, partial = strings.CutSuffix(wire, string(partialMark))
-	if isOwnRevision(rev) {
-		return "", false, fmt.Errorf("resourceVersion %q is a revision of a server that numbers its changes itself, not of this server's upstream: %w", wire, informer.ErrExpired)
+func (u *upstreamRevisions) parse(onWire string) (rev string, partial bool, err error) {
+	rev, partial = strings.CutSuffix(onWire, string(wire.PartialMark))
+	if wire.IsOwnRevision(rev) {
+		return "", false, fmt.Errorf("resourceVersion %q is a revision of a server that numbers its changes itself, not of this server's upstream: %w", onWire, informer.ErrExpired)
 	}
 	if _, err := u.cmp.CompareRevisions(rev, rev); err != nil {
-		return "", false, fmt.Errorf("resourceVersion %q is not a revision of this server's upstream: %v", wire, err)
+		return "", false, fmt.Errorf("resourceVersion %q is not a revision of this server's upstream: %v", onWire, err)
 	}
 	return rev, partial, nil
 }
@@ -160,8 +156,8 @@ func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
 
 // await waits, at most wait, until the revision of a request is reached. It returns an
 // error matching informer.ErrUnavailable if it is not (a client ahead of this replica).
-func (u *upstreamRevisions) await(ctx context.Context, wire string, wait time.Duration) error {
-	rev, _, err := u.parse(wire)
+func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.Duration) error {
+	rev, _, err := u.parse(onWire)
 	if err != nil {
 		return nil // answered by watchRevision or listRevision
 	}
@@ -187,11 +183,11 @@ func (u *upstreamRevisions) await(ctx context.Context, wire string, wait time.Du
 		}
 		break
 	}
-	return fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q; waited %v): retry, here or at another replica: %w", wire, u.newest(), wait, informer.ErrUnavailable)
+	return fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q; waited %v): retry, here or at another replica: %w", onWire, u.newest(), wait, informer.ErrUnavailable)
 }
 
-func (u *upstreamRevisions) watchRevision(wire string) (string, error) {
-	rev, partial, err := u.parse(wire)
+func (u *upstreamRevisions) watchRevision(onWire string) (string, error) {
+	rev, partial, err := u.parse(onWire)
 	if err != nil {
 		return "", err
 	}
@@ -215,23 +211,23 @@ func (u *upstreamRevisions) watchRevision(wire string) (string, error) {
 		if len(bounds) > 0 {
 			oldest = bounds[0].first
 		}
-		return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", wire, oldest, informer.ErrExpired)
+		return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, oldest, informer.ErrExpired)
 	}
 	if c, _ := u.cmp.CompareRevisions(rev, bounds[i].last); c > 0 && i == len(bounds)-1 {
-		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", wire, bounds[i].last, informer.ErrUnavailable)
+		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, bounds[i].last, informer.ErrUnavailable)
 	}
 	// Between bounds i and i+1 the client's state is the upstream's at rev: the batch
 	// after bound i brings each of its keys to a state at least as new as the client's.
 	return strconv.FormatInt(bounds[i].seq, 10), nil
 }
 
-func (u *upstreamRevisions) listRevision(wire string) (string, error) {
-	rev, _, err := u.parse(wire)
+func (u *upstreamRevisions) listRevision(onWire string) (string, error) {
+	rev, _, err := u.parse(onWire)
 	if err != nil {
 		return "", err
 	}
 	if behind, _ := u.behind(rev); behind {
-		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", wire, u.newest(), informer.ErrUnavailable)
+		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, u.newest(), informer.ErrUnavailable)
 	}
 	return "", nil // every state served is at least as new
 }
@@ -256,13 +252,13 @@ func (u *upstreamRevisions) appendWire(dst []byte, local string) ([]byte, bool) 
 	u.mu.RUnlock()
 	dst = append(dst, b.last...)
 	if n < b.seq || !ok {
-		dst = append(dst, partialMark)
+		dst = append(dst, wire.PartialMark)
 	}
 	return dst, n >= u.head.Load()
 }
 
-func (u *upstreamRevisions) continueToken(wire string) (string, error) {
-	return continueToken(u.tag, wire)
+func (u *upstreamRevisions) continueToken(onWire string) (string, error) {
+	return continueToken(u.tag, onWire)
 }
 
 func (u *upstreamRevisions) appendContinue(dst []byte, tok string) []byte {
@@ -281,23 +277,14 @@ func countBefore(bounds []bound, before func(bound) bool) int {
 	return i
 }
 
-// isOwnRevision reports whether a revision has the form of a Server's own numbering:
-// <tag>.<n>, the tag in base 36.
-func isOwnRevision(s string) bool {
-	tag, n, ok := strings.Cut(s, ".")
-	return ok && tag != "" && isCanonicalInteger(n) && strings.IndexFunc(tag, func(r rune) bool {
-		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z')
-	}) < 0
-}
-
 // continueToken checks that a continue token carries tag and returns the rest.
-func continueToken(tag, wire string) (string, error) {
-	t, tok, ok := strings.Cut(wire, ".")
+func continueToken(tag, onWire string) (string, error) {
+	t, tok, ok := strings.Cut(onWire, ".")
 	if !ok || tok == "" {
-		return "", fmt.Errorf("malformed continue token %q", wire)
+		return "", fmt.Errorf("malformed continue token %q", onWire)
 	}
 	if t != tag {
-		return "", fmt.Errorf("continue token %q is from another instance of this server: %w", wire, informer.ErrExpired)
+		return "", fmt.Errorf("continue token %q is from another instance of this server: %w", onWire, informer.ErrExpired)
 	}
 	return tok, nil
 }

@@ -1,4 +1,4 @@
-package httpsource
+package wire
 
 import (
 	"bytes"
@@ -402,7 +402,7 @@ func (s *scanner) annotations() (bool, error) {
 		if k, err = s.key(); err != nil {
 			break
 		}
-		if string(k) == initialEventsEnd && s.i < len(s.b) && s.b[s.i] == '"' {
+		if string(k) == InitialEventsEnd && s.i < len(s.b) && s.b[s.i] == '"' {
 			var v string
 			if v, err = s.stringValue(); err == nil && v == "true" {
 				found = true

@@ -1,4 +1,4 @@
-package httpsource_test
+package fanout_test
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/fanout"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -43,7 +43,7 @@ func Example() {
 	}
 	upCtx, stopUpstream := context.WithCancel(context.Background())
 	start(upCtx, upstream)
-	srv, err := httpsource.NewServer(upstream, nil, httpsource.ServerOptions[*Config]{}) // nil: upstream.Key
+	srv, err := fanout.NewServer(upstream, nil, fanout.ServerOptions[*Config]{}) // nil: upstream.Key
 	if err != nil {
 		panic(err)
 	}
@@ -99,50 +99,13 @@ func Example() {
 	// a mirror saw timeout=60
 }
 
-// A client of a Kubernetes API server's REST endpoint, without client-go: a bearer token
-// on every request, the cluster's CA in the http.Client, a label selector in the URL.
-// Resource versions are read from each object's metadata.resourceVersion.
-func ExampleNewClient() {
-	type Pod struct {
-		Metadata struct {
-			Name, Namespace, ResourceVersion string
-		} `json:"metadata"`
-		Status struct {
-			Phase string `json:"phase"`
-		} `json:"status"`
-	}
-	token, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/token")
-	if err != nil {
-		fmt.Println("not in a cluster")
-		return
-	}
-	client, err := httpsource.NewClient("https://kubernetes.default.svc/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
-		httpsource.ClientOptions[*Pod]{
-			HTTPClient: http.DefaultClient, // with the cluster CA in its TLS config
-			PrepareRequest: func(r *http.Request) error {
-				r.Header.Set("Authorization", "Bearer "+string(token))
-				return nil
-			},
-		})
-	if err != nil {
-		panic(err)
-	}
-	pods, err := informer.New(client.Ordered(), informer.Options[string, *Pod]{
-		Key: func(p *Pod) (string, error) { return p.Metadata.Namespace + "/" + p.Metadata.Name, nil },
-	})
-	if err != nil {
-		panic(err)
-	}
-	_ = pods // Run it, add handlers, read its cache.
-}
-
 // Handler serves a bare ListerWatcher: each request is one List or Watch call on it.
 func ExampleNewHandler() {
 	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
 	src.Put(&Config{Name: "a", Value: 1})
 	src.Put(&Config{Name: "b", Value: 2})
 	src.Put(&Config{Name: "c", Value: 3})
-	h := httpsource.NewHandler[*Config](src, httpsource.HandlerOptions[*Config]{})
+	h := fanout.NewHandler[*Config](src, fanout.HandlerOptions[*Config]{})
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	defer func() { _ = h.Shutdown(context.Background()) }()
@@ -182,8 +145,8 @@ func ExampleServer_hardened() {
 	// AuthorizeClient names every client, so that the per-client limits
 	// (MaxWatchersPerClient, MaxListsPerClient, paged-list snapshots) count clients,
 	// not source addresses, which an attacker has many of (an IPv6 host has a /64).
-	srv, err := httpsource.NewServer(upstream, configKey, httpsource.ServerOptions[*Config]{
-		ServeOptions: httpsource.ServeOptions{
+	srv, err := fanout.NewServer(upstream, configKey, fanout.ServerOptions[*Config]{
+		ServeOptions: fanout.ServeOptions{
 			AuthorizeClient: func(r *http.Request) (string, error) {
 				// A verified client certificate names the client…
 				if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
@@ -194,7 +157,7 @@ func ExampleServer_hardened() {
 				tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 				name, known := tokens[tok]
 				if !ok || !known {
-					return "", fmt.Errorf("no known token from %s: %w", r.RemoteAddr, httpsource.ErrUnauthorized)
+					return "", fmt.Errorf("no known token from %s: %w", r.RemoteAddr, fanout.ErrUnauthorized)
 				}
 				return "token:" + name, nil
 			},
@@ -220,7 +183,7 @@ func ExampleServer_hardened() {
 		//
 		// ConnContext lets the Server cap each connection's send buffer and reset the
 		// connection of a client that stalls, freeing its unsent data at once.
-		ConnContext: httpsource.ConnContext,
+		ConnContext: fanout.ConnContext,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			ClientCAs:  clientCAs,

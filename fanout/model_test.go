@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -112,7 +113,7 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	// The downstream handler checks every key's life cycle and keeps the states it saw
 	// (the default Coalesce policy: a delete may carry a state merged away).
 	v := informertest.NewLifeCycle(func(o *obj) (string, string) { return o.Name, o.Val }, informertest.LifeCycleOptions{Coalesce: true})
-	c := newTestClient(t, front.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, front.URL, httpsource.ClientOptions[*obj]{})
 	d := &downstream{rec: newRecorder()}
 	inf, err := informer.New(c.Ordered(), informer.Options[string, *obj]{
 		Key: objKey, Name: "client", Backoff: testBackoff, ErrorHandler: func(error) {},

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // HandlerOptions configures a Handler. Every zero value is a documented default.
@@ -56,7 +57,7 @@ func NewHandler[V any](lw informer.ListerWatcher[V], opts HandlerOptions[V]) *Ha
 	h.core.appendObject = func(dst []byte, v V) ([]byte, error) {
 		b, err := encode(v)
 		if err == nil {
-			b, err = compactJSON(b)
+			b, err = wire.CompactJSON(b)
 		}
 		if err != nil {
 			return dst, err
@@ -81,12 +82,12 @@ func (h *Handler[V]) Stats() *Stats { return &h.core.stats }
 // identityRevisions puts the source's revisions and tokens on the wire unchanged.
 type identityRevisions struct{}
 
-func (identityRevisions) watchRevision(wire string) (string, error) { return wire, nil }
-func (identityRevisions) listRevision(wire string) (string, error)  { return wire, nil }
+func (identityRevisions) watchRevision(onWire string) (string, error) { return onWire, nil }
+func (identityRevisions) listRevision(onWire string) (string, error)  { return onWire, nil }
 func (identityRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
 	return append(dst, rev...), true
 }
-func (identityRevisions) continueToken(wire string) (string, error) { return wire, nil }
+func (identityRevisions) continueToken(onWire string) (string, error) { return onWire, nil }
 func (identityRevisions) appendContinue(dst []byte, tok string) []byte {
 	return append(dst, tok...)
 }

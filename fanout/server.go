@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wire"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -35,7 +36,7 @@ const (
 	// ServerOptions.MaxObjectSize is 0: the largest that fits, with its event's envelope,
 	// in a frame of DefaultMaxFrameSize, the limit of a Client, so that a Client with
 	// default options can always sync from a Server with default options.
-	DefaultMaxObjectSize = DefaultMaxFrameSize - maxEnvelope
+	DefaultMaxObjectSize = wire.DefaultMaxFrameSize - wire.MaxEnvelope
 	// DefaultPagedLists bounds the snapshots a Server keeps for paged lists in progress
 	// when ServerOptions.PagedLists is 0.
 	DefaultPagedLists = 1024
@@ -46,10 +47,6 @@ const (
 	// ServerOptions.BookmarkInterval is 0.
 	DefaultBookmarkInterval = time.Minute
 )
-
-// maxEnvelope is the most a watch frame adds around its object:
-// data: {"type":"MODIFIED","resourceVersion":"<19 digits>","object":…}, a blank line.
-const maxEnvelope = 1 << 10
 
 // ServerOptions configures a Server. Every zero value is a documented default.
 type ServerOptions[V any] struct {
@@ -100,7 +97,7 @@ type ServerOptions[V any] struct {
 	// Clock times bookmarks and watch timeouts; nil means clock.Real{}.
 	Clock clock.Clock
 	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
-	// computed by the server once per change; see Filter and the package documentation.
+	// computed by the server once per change; see httpsource.Filter and the package documentation.
 	// They must be pure functions of what Encode serves. One that fails or panics is
 	// reported, counted (Stats.IndexErrors), and the object leaves that index's filters
 	// until a change indexes it. Nil means none: a filtered request is answered 400.
@@ -354,7 +351,7 @@ func (s *Server[K, V]) Revision() string {
 	if s.up != nil {
 		return s.up.newest()
 	}
-	return s.wire(s.mirror.head.Load())
+	return s.onWire(s.mirror.head.Load())
 }
 
 // HasSynced reports whether the server holds the informer's initial state and serves:
@@ -535,7 +532,7 @@ func (m *mirror[K, V]) put(obj V) {
 	}
 	b, err := m.encode(obj)
 	if err == nil {
-		b, err = compactJSON(b)
+		b, err = wire.CompactJSON(b)
 	}
 	if err != nil {
 		m.stats.EncodeErrors.Add(1)
@@ -650,34 +647,34 @@ type offsetRevisions struct {
 
 // parse returns the log revision of a wire revision; foreign reports a revision of
 // another numbering.
-func (o *offsetRevisions) parse(wire string) (n int64, foreign bool, err error) {
-	tag, num, ok := strings.Cut(wire, ".")
+func (o *offsetRevisions) parse(onWire string) (n int64, foreign bool, err error) {
+	tag, num, ok := strings.Cut(onWire, ".")
 	switch {
-	case ok && tag == o.tag && isCanonicalInteger(num):
+	case ok && tag == o.tag && wire.IsCanonicalInteger(num):
 		n, err := strconv.ParseInt(num, 10, 64)
 		if err != nil {
-			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", wire, o.tag)
+			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
 		}
 		return n, false, nil
-	case isOwnRevision(wire) || isCanonicalInteger(wire):
+	case wire.IsOwnRevision(onWire) || wire.IsCanonicalInteger(onWire):
 		return 0, true, nil
 	}
-	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", wire, o.tag)
+	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
 }
 
-func (o *offsetRevisions) watchRevision(wire string) (string, error) {
-	n, foreign, err := o.parse(wire)
+func (o *offsetRevisions) watchRevision(onWire string) (string, error) {
+	n, foreign, err := o.parse(onWire)
 	if err != nil {
 		return "", err
 	}
 	if foreign {
-		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", wire, o.tag, informer.ErrExpired)
+		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", onWire, o.tag, informer.ErrExpired)
 	}
 	return strconv.FormatInt(n, 10), nil
 }
 
-func (o *offsetRevisions) listRevision(wire string) (string, error) {
-	n, foreign, err := o.parse(wire)
+func (o *offsetRevisions) listRevision(onWire string) (string, error) {
+	n, foreign, err := o.parse(onWire)
 	if err != nil || foreign {
 		return "", err // another numbering: any state of this instance will do
 	}
@@ -688,7 +685,7 @@ func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
 	var n int64
 	for i := 0; i < len(rev); i++ {
 		c := rev[i]
-		if !isDigit(c) || i > 18 {
+		if c < '0' || c > '9' || i > 18 {
 			return append(dst, rev...), true // not a log revision; cannot happen
 		}
 		n = n*10 + int64(c-'0')
@@ -698,8 +695,8 @@ func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
 	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
 }
 
-func (o *offsetRevisions) continueToken(wire string) (string, error) {
-	return continueToken(o.tag, wire)
+func (o *offsetRevisions) continueToken(onWire string) (string, error) {
+	return continueToken(o.tag, onWire)
 }
 
 func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
@@ -720,10 +717,10 @@ func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error
 			return page[*record[K]]{}, &requestError{err}
 		}
 		if n, _ := strconv.ParseInt(at, 10, 64); at != "" && n > rev {
-			return page[*record[K]]{}, &requestError{fmt.Errorf("resourceVersion %s is newer than the server's newest revision %s: %w", req.rv, s.wire(rev), informer.ErrExpired)}
+			return page[*record[K]]{}, &requestError{fmt.Errorf("resourceVersion %s is newer than the server's newest revision %s: %w", req.rv, s.onWire(rev), informer.ErrExpired)}
 		}
 	}
-	pg := page[*record[K]]{rev: s.wire(rev), stale: s.staleAt(rev)}
+	pg := page[*record[K]]{rev: s.onWire(rev), stale: s.staleAt(rev)}
 	if req.limit <= 0 || int64(tree.Len()) <= req.limit {
 		pg.items = func(yield func(*record[K]) bool) { tree.Ascend(func(_ K, r *record[K]) bool { return yield(r) }) }
 		return pg, nil
@@ -777,7 +774,7 @@ func (s *Server[K, V]) nextPage(client string, req request) (page[*record[K]], e
 		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q is not the next page of its list: %w", req.cont, informer.ErrExpired)}
 	}
 	items := p.take(limit)
-	pg := page[*record[K]]{rev: s.wire(p.rev), items: slices.Values(items), stale: s.staleAt(p.rev)}
+	pg := page[*record[K]]{rev: s.onWire(p.rev), items: slices.Values(items), stale: s.staleAt(p.rev)}
 	if p.more {
 		pg.cont = s.token(p)
 	} else {
@@ -791,7 +788,7 @@ func (s *Server[K, V]) staleAt(rev int64) func() bool {
 	return func() bool { return rev < s.src.CompactedRevision() }
 }
 
-func (s *Server[K, V]) wire(rev int64) string {
+func (s *Server[K, V]) onWire(rev int64) string {
 	b, _ := s.core.revs.appendWire(nil, strconv.FormatInt(rev, 10))
 	return string(b)
 }
@@ -806,7 +803,7 @@ func (s *Server[K, V]) token(p *pin[K]) string {
 	b = strconv.AppendInt(b, p.seq, 36)
 	if key, err := json.Marshal(p.after); s.up != nil && p.started && err == nil {
 		b = append(b, '.')
-		b = base64.RawURLEncoding.AppendEncode(b, []byte(s.wire(p.rev)))
+		b = base64.RawURLEncoding.AppendEncode(b, []byte(s.onWire(p.rev)))
 		b = append(b, '.')
 		b = base64.RawURLEncoding.AppendEncode(b, key)
 	}
@@ -821,14 +818,14 @@ func (s *Server[K, V]) portablePage(client string, req request) (page[*record[K]
 	if s.up == nil || len(parts) != 5 {
 		return page[*record[K]]{}, false
 	}
-	wire, err1 := base64.RawURLEncoding.DecodeString(parts[3])
+	onWire, err1 := base64.RawURLEncoding.DecodeString(parts[3])
 	rawKey, err2 := base64.RawURLEncoding.DecodeString(parts[4])
 	var after K
 	if err1 != nil || err2 != nil || json.Unmarshal(rawKey, &after) != nil {
 		return page[*record[K]]{}, false
 	}
 	tree, rev := s.snapshot(req.filter)
-	if s.wire(rev) != string(wire) {
+	if s.onWire(rev) != string(onWire) {
 		return page[*record[K]]{}, false
 	}
 	p := &pin[K]{tree: tree, rev: rev, client: client, after: after, started: true, seq: 1}
@@ -837,7 +834,7 @@ func (s *Server[K, V]) portablePage(client string, req request) (page[*record[K]
 		limit = math.MaxInt64
 	}
 	items := p.take(limit)
-	pg := page[*record[K]]{rev: string(wire), items: slices.Values(items), stale: s.staleAt(rev)}
+	pg := page[*record[K]]{rev: string(onWire), items: slices.Values(items), stale: s.staleAt(rev)}
 	if p.more {
 		s.pins.add(p)
 		pg.cont = s.token(p)

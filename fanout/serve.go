@@ -1,10 +1,8 @@
-package httpsource
+package fanout
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // Defaults of ServeOptions.
@@ -179,15 +178,15 @@ const maxTimeoutSeconds = 1<<31 - 1
 type revisionMap interface {
 	// watchRevision translates the resourceVersion of a watch request (never "" or "0").
 	// An error matching informer.ErrExpired is answered 410; any other error 400.
-	watchRevision(wire string) (string, error)
+	watchRevision(onWire string) (string, error)
 	// listRevision translates the resourceVersion of a list request (never "" or "0");
 	// "" means any state will do. Errors as for watchRevision.
-	listRevision(wire string) (string, error)
+	listRevision(onWire string) (string, error)
 	// appendWire appends the wire form of a source revision, unquoted, and reports whether
 	// it is the newest revision the source has (so that buffered frames should be sent).
 	appendWire(dst []byte, rev string) ([]byte, bool)
 	// continueToken translates a continue token of a request; errors as for watchRevision.
-	continueToken(wire string) (string, error)
+	continueToken(onWire string) (string, error)
 	// appendContinue appends the wire form of a source continue token, unquoted.
 	appendContinue(dst []byte, tok string) []byte
 }
@@ -219,7 +218,7 @@ type core[V any] struct {
 	// or "0") before it is served: it waits, bounded, until the source has reached it
 	// (a Server replica behind its client), or returns an error for answerRequestError.
 	await func(ctx context.Context, rev string) error
-	// instance, when set, is sent in InstanceHeader with every response (a Server's).
+	// instance, when set, is sent in wire.HeaderInstance with every response (a Server's).
 	instance string
 
 	authorize         func(*http.Request) (string, error)
@@ -336,21 +335,21 @@ type request struct {
 	bookmarks bool
 	initial   bool
 	sse       bool
-	filter    Filter // index= and value=; zero for none
+	filter    valueFilter // index= and value=; zero for none
 }
 
 // knownParams are the query parameters the protocol defines; any other is refused.
 var knownParams = map[string]bool{
-	paramWatch: true, paramResourceVersion: true, paramRVMatch: true, paramLimit: true,
-	paramContinue: true, paramTimeoutSeconds: true, paramAllowBookmarks: true,
-	paramSendInitialEvents: true, paramIndex: true, paramValue: true,
+	wire.ParamWatch: true, wire.ParamResourceVersion: true, wire.ParamRVMatch: true, wire.ParamLimit: true,
+	wire.ParamContinue: true, wire.ParamTimeoutSeconds: true, wire.ParamAllowBookmarks: true,
+	wire.ParamSendInitialEvents: true, wire.ParamIndex: true, wire.ParamValue: true,
 }
 
 // parseRequest validates every query parameter and the Accept header.
-func parseRequest(r *http.Request) (request, *StatusError) {
+func parseRequest(r *http.Request) (request, *wire.Status) {
 	var req request
-	bad := func(format string, args ...any) (request, *StatusError) {
-		return request{}, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: fmt.Sprintf(format, args...)}
+	bad := func(format string, args ...any) (request, *wire.Status) {
+		return request{}, &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: fmt.Sprintf(format, args...)}
 	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -378,59 +377,59 @@ func parseRequest(r *http.Request) (request, *StatusError) {
 	}
 	req.filter = f
 	var ok bool
-	if req.watch, ok = boolean(paramWatch); !ok {
-		return bad("%s=%q is not a boolean", paramWatch, q.Get(paramWatch))
+	if req.watch, ok = boolean(wire.ParamWatch); !ok {
+		return bad("%s=%q is not a boolean", wire.ParamWatch, q.Get(wire.ParamWatch))
 	}
-	if req.bookmarks, ok = boolean(paramAllowBookmarks); !ok {
-		return bad("%s=%q is not a boolean", paramAllowBookmarks, q.Get(paramAllowBookmarks))
+	if req.bookmarks, ok = boolean(wire.ParamAllowBookmarks); !ok {
+		return bad("%s=%q is not a boolean", wire.ParamAllowBookmarks, q.Get(wire.ParamAllowBookmarks))
 	}
-	if req.initial, ok = boolean(paramSendInitialEvents); !ok {
-		return bad("%s=%q is not a boolean", paramSendInitialEvents, q.Get(paramSendInitialEvents))
+	if req.initial, ok = boolean(wire.ParamSendInitialEvents); !ok {
+		return bad("%s=%q is not a boolean", wire.ParamSendInitialEvents, q.Get(wire.ParamSendInitialEvents))
 	}
-	req.rv = q.Get(paramResourceVersion)
+	req.rv = q.Get(wire.ParamResourceVersion)
 	if len(req.rv) > 256 {
-		return bad("%s is longer than 256 bytes", paramResourceVersion)
+		return bad("%s is longer than 256 bytes", wire.ParamResourceVersion)
 	}
-	switch m := q.Get(paramRVMatch); m {
-	case "", rvMatchNotOlderThan:
+	switch m := q.Get(wire.ParamRVMatch); m {
+	case "", wire.RVMatchNotOlderThan:
 	case "Exact":
-		return bad("%s=Exact is not supported: this server serves only its current state", paramRVMatch)
+		return bad("%s=Exact is not supported: this server serves only its current state", wire.ParamRVMatch)
 	default:
-		return bad("%s=%q: want NotOlderThan", paramRVMatch, m)
+		return bad("%s=%q: want NotOlderThan", wire.ParamRVMatch, m)
 	}
-	if v, ok := q[paramLimit]; ok {
+	if v, ok := q[wire.ParamLimit]; ok {
 		n, err := strconv.ParseInt(v[0], 10, 64)
 		if err != nil || n < 0 {
-			return bad("%s=%q is not a non-negative integer", paramLimit, v[0])
+			return bad("%s=%q is not a non-negative integer", wire.ParamLimit, v[0])
 		}
 		req.limit = n
 	}
-	if v, ok := q[paramContinue]; ok {
+	if v, ok := q[wire.ParamContinue]; ok {
 		if v[0] == "" {
-			return bad("%s is empty", paramContinue)
+			return bad("%s is empty", wire.ParamContinue)
 		}
 		req.cont = v[0]
 	}
-	if v, ok := q[paramTimeoutSeconds]; ok {
+	if v, ok := q[wire.ParamTimeoutSeconds]; ok {
 		n, err := strconv.ParseInt(v[0], 10, 64)
 		if err != nil || n < 0 || n > maxTimeoutSeconds {
-			return bad("%s=%q is not an integer in [0, %d]", paramTimeoutSeconds, v[0], maxTimeoutSeconds)
+			return bad("%s=%q is not an integer in [0, %d]", wire.ParamTimeoutSeconds, v[0], maxTimeoutSeconds)
 		}
 		req.timeout = time.Duration(n) * time.Second
 	}
 	switch {
-	case req.watch && q.Has(paramLimit):
-		return bad("%s applies to lists, not watches", paramLimit)
+	case req.watch && q.Has(wire.ParamLimit):
+		return bad("%s applies to lists, not watches", wire.ParamLimit)
 	case req.watch && req.cont != "":
-		return bad("%s applies to lists, not watches", paramContinue)
+		return bad("%s applies to lists, not watches", wire.ParamContinue)
 	case !req.watch && req.initial:
-		return bad("%s applies to watches only", paramSendInitialEvents)
+		return bad("%s applies to watches only", wire.ParamSendInitialEvents)
 	case req.cont != "" && req.rv != "" && req.rv != "0":
-		return bad("%s cannot be combined with %s: the token pins the list's revision", paramResourceVersion, paramContinue)
+		return bad("%s cannot be combined with %s: the token pins the list's revision", wire.ParamResourceVersion, wire.ParamContinue)
 	}
 	sse, acceptable := negotiate(r.Header.Values("Accept"))
 	if !acceptable {
-		return request{}, &StatusError{Code: http.StatusNotAcceptable, Reason: "NotAcceptable", Message: "this server sends application/json (NDJSON watch streams) or text/event-stream"}
+		return request{}, &wire.Status{Code: http.StatusNotAcceptable, Reason: "NotAcceptable", Message: "this server sends application/json (NDJSON watch streams) or text/event-stream"}
 	}
 	req.sse = sse && req.watch
 	return req, nil
@@ -444,7 +443,7 @@ func negotiate(accepts []string) (sse, ok bool) {
 	}
 	for _, h := range accepts {
 		for part := range strings.SplitSeq(h, ",") {
-			switch mediaType(part) {
+			switch wire.MediaType(part) {
 			case "text/event-stream":
 				sse, ok = true, true
 			case "", "*/*", "application/*", "application/json", "application/x-ndjson", "application/jsonl", "application/json-seq", "application/stream+json":
@@ -477,7 +476,7 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //go:noinline
 func (c *core[V]) accept(w http.ResponseWriter, r *http.Request) (request, string, bool) {
 	if c.instance != "" {
-		w.Header().Set(InstanceHeader, c.instance)
+		w.Header().Set(wire.HeaderInstance, c.instance)
 	}
 	var client string
 	if c.authorize != nil {
@@ -493,7 +492,7 @@ func (c *core[V]) accept(w http.ResponseWriter, r *http.Request) (request, strin
 	if r.Method != http.MethodGet {
 		c.stats.BadRequests.Add(1)
 		w.Header().Set("Allow", http.MethodGet)
-		writeStatus(w, &StatusError{Code: http.StatusMethodNotAllowed, Reason: "MethodNotAllowed", Message: "only GET is served"}, 0)
+		writeStatus(w, &wire.Status{Code: http.StatusMethodNotAllowed, Reason: "MethodNotAllowed", Message: "only GET is served"}, 0)
 		return request{}, "", false
 	}
 	if r.ContentLength != 0 {
@@ -512,14 +511,14 @@ func (c *core[V]) accept(w http.ResponseWriter, r *http.Request) (request, strin
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
 		return request{}, "", false
 	}
 	c.requests.Add(1)
 	c.mu.Unlock()
 	if c.ready != nil && !c.ready() {
 		c.requests.Done()
-		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server has not synced its initial state yet"}, c.retryAfter)
+		writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server has not synced its initial state yet"}, c.retryAfter)
 		return request{}, "", false
 	}
 	return req, client, true
@@ -536,7 +535,7 @@ func (c *core[V]) refuseBody(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
-	writeStatus(w, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: "a GET of this server carries no body"}, 0)
+	writeStatus(w, &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: "a GET of this server carries no body"}, 0)
 }
 
 // refuse answers a request Authorize refused: 401 with a challenge, or 403. The error's
@@ -553,7 +552,7 @@ func (c *core[V]) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	c.stats.Denied.Add(1)
 	c.logger.Debug("httpsource: request refused", "remote", r.RemoteAddr, "code", code, "err", err)
-	writeStatus(w, &StatusError{Code: code, Reason: reasonFor(code), Message: message}, 0)
+	writeStatus(w, &wire.Status{Code: code, Reason: wire.Reason(code), Message: message}, 0)
 }
 
 // remoteHost is the client identity of a request that Authorize did not name: the
@@ -579,7 +578,7 @@ func remoteHost(addr string) string {
 
 // tooMany answers 429 for a request beyond a limit.
 func (c *core[V]) tooMany(w http.ResponseWriter, what, which string) {
-	writeStatus(w, &StatusError{Code: http.StatusTooManyRequests, Reason: "TooManyRequests",
+	writeStatus(w, &wire.Status{Code: http.StatusTooManyRequests, Reason: "TooManyRequests",
 		Message: fmt.Sprintf("too many %s (%s)", what, which)}, c.retryAfter)
 }
 
@@ -611,8 +610,8 @@ func (c *core[V]) sourceError(w http.ResponseWriter, err error) {
 }
 
 // statusOf classifies an error from the source.
-func (c *core[V]) statusOf(err error) *StatusError {
-	var se *StatusError
+func (c *core[V]) statusOf(err error) *wire.Status {
+	var se *wire.Status
 	if errors.As(err, &se) { // a Client as the source: pass the status on
 		cp := *se
 		return &cp
@@ -630,18 +629,18 @@ func (c *core[V]) statusOf(err error) *StatusError {
 	case errors.Is(err, informer.ErrNotSupported), c.plainIsBad:
 		code = http.StatusBadRequest
 	}
-	return &StatusError{Code: code, Reason: reasonFor(code), Message: err.Error()}
+	return &wire.Status{Code: code, Reason: wire.Reason(code), Message: err.Error()}
 }
 
 // writeStatus answers with a Status body.
-func writeStatus(w http.ResponseWriter, se *StatusError, retryAfter time.Duration) {
+func writeStatus(w http.ResponseWriter, se *wire.Status, retryAfter time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(retrySeconds(retryAfter)))
+		h.Set("Retry-After", strconv.Itoa(wire.RetrySeconds(retryAfter)))
 	}
-	body := appendStatus(nil, se.Code, se.Reason, se.Message, retryAfter)
+	body := wire.AppendStatus(nil, se.Code, se.Reason, se.Message, retryAfter)
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(se.Code)
@@ -701,7 +700,7 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 		case r.Context().Err() != nil:
 			// the client went away
 		case c.stopCtx.Err() != nil:
-			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+			writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
 		default:
 			c.sourceError(w, err)
 		}
@@ -709,10 +708,10 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 	}
 	out := make([]byte, 0, watchBufferSize+4096)
 	out = append(out, `{"metadata":{"resourceVersion":`...)
-	out = appendQuoted(out, []byte(pg.rev))
+	out = wire.AppendQuoted(out, []byte(pg.rev))
 	if pg.cont != "" {
 		out = append(out, `,"continue":`...)
-		out = appendQuoted(out, []byte(pg.cont))
+		out = wire.AppendQuoted(out, []byte(pg.cont))
 	}
 	out = append(out, `},"items":[`...)
 	sw := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
@@ -737,7 +736,7 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 			err = fmt.Errorf("httpsource: list: encoding item %d: %w", i, err)
 			c.report(err)
 			if !started {
-				writeStatus(w, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()}, 0)
+				writeStatus(w, &wire.Status{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()}, 0)
 				return
 			}
 			// Part of the body is sent: cut it short, so that the client sees a broken list.
@@ -752,7 +751,7 @@ func (c *core[V]) serveList(w http.ResponseWriter, r *http.Request, req request,
 				switch {
 				case r.Context().Err() != nil: // the client went away
 				case c.stopCtx.Err() != nil:
-					writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+					writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
 				default:
 					c.sourceError(w, ctx.Err())
 				}
@@ -886,17 +885,17 @@ func (e *requestError) Unwrap() error { return e.err }
 func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, informer.ErrExpired):
-		writeStatus(w, &StatusError{Code: http.StatusGone, Reason: "Expired", Message: err.Error()}, 0)
+		writeStatus(w, &wire.Status{Code: http.StatusGone, Reason: "Expired", Message: err.Error()}, 0)
 		return
 	case errors.Is(err, informer.ErrUnavailable):
-		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: err.Error()}, c.retryAfter)
+		writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: err.Error()}, c.retryAfter)
 		return
 	case errors.Is(err, context.Canceled) && c.stopCtx.Err() != nil:
-		writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+		writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
 		return
 	}
 	c.stats.BadRequests.Add(1)
-	writeStatus(w, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: err.Error()}, 0)
+	writeStatus(w, &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: err.Error()}, 0)
 }
 
 // serveWatch streams a watch until the source ends it, the client goes away, the watcher
@@ -929,7 +928,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	h.Set("Cache-Control", "no-cache, no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if req.bookmarks && c.bookmarks > 0 {
-		h.Set(headerBookmarkInterval, strconv.FormatFloat(c.bookmarks.Seconds(), 'f', -1, 64))
+		h.Set(wire.HeaderBookmarkInterval, strconv.FormatFloat(c.bookmarks.Seconds(), 'f', -1, 64))
 	}
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
@@ -1007,7 +1006,7 @@ func (c *core[V]) streamWatch(ctx context.Context, ww *streamWriter, wat informe
 				c.stats.EncodeErrors.Add(1)
 				err = fmt.Errorf("httpsource: watch: encoding a %v event: %w", ev.Type, err)
 				c.report(err)
-				out = appendErrorFrame(out[:start], req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
+				out = appendErrorFrame(out[:start], req.sse, &wire.Status{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
 				_ = ww.write(out, true)
 				return
 			}
@@ -1026,7 +1025,7 @@ func (c *core[V]) streamWatch(ctx context.Context, ww *streamWriter, wat informe
 		default:
 			err := fmt.Errorf("httpsource: watch: the source sent an event of unknown type %v", ev.Type)
 			c.report(err)
-			out = appendErrorFrame(out, req.sse, &StatusError{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
+			out = appendErrorFrame(out, req.sse, &wire.Status{Code: http.StatusInternalServerError, Reason: "InternalError", Message: err.Error()})
 			_ = ww.write(out, true)
 			return
 		}
@@ -1083,7 +1082,7 @@ func (c *core[V]) openWatch(w http.ResponseWriter, r *http.Request, req *request
 		case r.Context().Err() != nil:
 			// the client went away
 		case c.stopCtx.Err() != nil:
-			writeStatus(w, &StatusError{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
+			writeStatus(w, &wire.Status{Code: http.StatusServiceUnavailable, Reason: "ServiceUnavailable", Message: "the server is shutting down"}, c.retryAfter)
 		default:
 			c.sourceError(w, err)
 		}
@@ -1307,10 +1306,10 @@ func (c *core[V]) appendEvent(dst, scratch []byte, sse bool, ev informer.Event[V
 		dst = append(dst, `{"type":"DELETED","resourceVersion":`...)
 	}
 	rev, newest := c.revs.appendWire(scratch[:0], ev.Revision)
-	if partial && (len(rev) == 0 || rev[len(rev)-1] != partialMark) {
-		rev = append(rev, partialMark)
+	if partial && (len(rev) == 0 || rev[len(rev)-1] != wire.PartialMark) {
+		rev = append(rev, wire.PartialMark)
 	}
-	dst = appendQuoted(dst, rev)
+	dst = wire.AppendQuoted(dst, rev)
 	dst = append(dst, `,"object":`...)
 	dst, err := c.appendObject(dst, ev.Object)
 	if err != nil {
@@ -1326,25 +1325,25 @@ func (c *core[V]) appendBookmark(dst, scratch []byte, sse bool, rev string, endO
 	if sse {
 		dst = append(dst, "data: "...)
 	}
-	wire, _ := c.revs.appendWire(scratch[:0], rev)
+	onWire, _ := c.revs.appendWire(scratch[:0], rev)
 	dst = append(dst, `{"type":"BOOKMARK","resourceVersion":`...)
-	dst = appendQuoted(dst, wire)
+	dst = wire.AppendQuoted(dst, onWire)
 	dst = append(dst, `,"object":{"metadata":{"resourceVersion":`...)
-	dst = appendQuoted(dst, wire)
+	dst = wire.AppendQuoted(dst, onWire)
 	if endOfInitial {
-		dst = append(dst, `,"annotations":{"`+initialEventsEnd+`":"true"}`...)
+		dst = append(dst, `,"annotations":{"`+wire.InitialEventsEnd+`":"true"}`...)
 	}
 	dst = append(dst, "}}}"...)
 	return appendFrameEnd(dst, sse)
 }
 
 // appendErrorFrame appends an ERROR frame carrying a Status.
-func appendErrorFrame(dst []byte, sse bool, se *StatusError) []byte {
+func appendErrorFrame(dst []byte, sse bool, se *wire.Status) []byte {
 	if sse {
 		dst = append(dst, "data: "...)
 	}
 	dst = append(dst, `{"type":"ERROR","object":`...)
-	dst = appendStatus(dst, se.Code, se.Reason, se.Message, 0)
+	dst = wire.AppendStatus(dst, se.Code, se.Reason, se.Message, 0)
 	dst = append(dst, '}')
 	return appendFrameEnd(dst, sse)
 }
@@ -1354,40 +1353,6 @@ func appendFrameEnd(dst []byte, sse bool) []byte {
 		return append(dst, "\n\n"...)
 	}
 	return append(dst, '\n')
-}
-
-// appendQuoted appends s as a JSON string; the common case (no character that needs an
-// escape) is a plain copy.
-func appendQuoted(dst, s []byte) []byte {
-	for _, c := range s {
-		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			return appendJSONString(dst, string(s))
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
-}
-
-// compactJSON checks that b is one JSON value and returns it without line breaks, so that
-// it fits in one NDJSON line.
-func compactJSON(b []byte) ([]byte, error) {
-	s := scanner{b: b}
-	s.skipWS()
-	if err := s.skipValue(0); err != nil {
-		return nil, err
-	}
-	if err := s.end(); err != nil {
-		return nil, err
-	}
-	if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
-		return b, nil
-	}
-	var out bytes.Buffer
-	if err := json.Compact(&out, b); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
 }
 
 // shutdown refuses new requests, ends every open list and watch (a watch ends cleanly, as

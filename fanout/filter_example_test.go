@@ -1,4 +1,4 @@
-package httpsource_test
+package fanout_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/fanout"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -34,7 +35,7 @@ func ExampleServer_filtered() {
 		go func() { defer wg.Done(); _ = inf.Run(ctx) }()
 	}
 	start(upstream)
-	srv, err := httpsource.NewServer(upstream, nil, httpsource.ServerOptions[*Config]{
+	srv, err := fanout.NewServer(upstream, nil, fanout.ServerOptions[*Config]{
 		Filters: map[string]informer.IndexFunc[*Config]{"team": team},
 	})
 	if err != nil {

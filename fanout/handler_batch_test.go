@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/informer-go/informer"
+	httpsource "github.com/informer-go/informer/source/http"
 )
 
 // batchedSource is a ListerWatcher whose one watch delivers events and says, as
@@ -84,7 +85,7 @@ func TestHandlerPassesClientBatchesOn(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	client, err := NewClient[*obj](upstream.URL, ClientOptions[*obj]{})
+	client, err := httpsource.NewClient[*obj](upstream.URL, httpsource.ClientOptions[*obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
@@ -249,9 +251,9 @@ func newDownstream(t testing.TB, lw informer.ListerWatcher[*obj], name string, m
 	return d
 }
 
-func newTestClient(t testing.TB, url string, opts ClientOptions[*obj]) *Client[*obj] {
+func newTestClient(t testing.TB, url string, opts httpsource.ClientOptions[*obj]) *httpsource.Client[*obj] {
 	t.Helper()
-	c, err := NewClient(url, opts)
+	c, err := httpsource.NewClient(url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,4 +353,14 @@ func rev(s *Server[string, *obj], logRev int64) string {
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	informertest.Eventually(t, waitTimeout, cond, "waiting for %s", what)
+}
+
+// serveFunc starts a loopback server with h.
+func serveFunc(t testing.TB, h http.HandlerFunc) *httptest.Server {
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	return ts
 }

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bufio"
@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/informer-go/informer/internal/wire"
+	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
@@ -129,7 +132,7 @@ func TestServerStalledListReaders(t *testing.T) {
 		t.Errorf("Stats.ListsRejected = %d, want %d", n, readers-DefaultMaxListsPerClient)
 	}
 	// Their slots are free: a list is served in full.
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	eventually(t, "a list to be served again", func() bool {
 		l, err := c.List(context.Background(), informer.ListOptions{})
 		return err == nil && len(l.Items) == objects
@@ -339,7 +342,7 @@ func paced(t *testing.T, rc *rawConn, rate int, want int) {
 			switch {
 			case strings.HasPrefix(line, `{"type":"ADDED"`):
 				added++
-			case strings.Contains(line, initialEventsEnd):
+			case strings.Contains(line, wire.InitialEventsEnd):
 				if added != want {
 					t.Fatalf("%d ADDED events before the end of the initial events, want %d", added, want)
 				}
@@ -545,13 +548,13 @@ func TestServerObjectTooLarge(t *testing.T) {
 // The largest object a Server serves by default reaches a Client with default options:
 // its frame fits the Client's frame limit.
 func TestServerLargestObjectReachesClient(t *testing.T) {
-	if DefaultMaxObjectSize+maxEnvelope > DefaultMaxFrameSize {
-		t.Fatalf("DefaultMaxObjectSize %d + envelope %d > DefaultMaxFrameSize %d", DefaultMaxObjectSize, maxEnvelope, DefaultMaxFrameSize)
+	if DefaultMaxObjectSize+wire.MaxEnvelope > httpsource.DefaultMaxFrameSize {
+		t.Fatalf("DefaultMaxObjectSize %d + envelope %d > DefaultMaxFrameSize %d", DefaultMaxObjectSize, wire.MaxEnvelope, httpsource.DefaultMaxFrameSize)
 	}
 	up := newUpstream(t, memory.Options{})
 	put(up.src, "a", "1")
 	srv, ts := serve(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{ErrorHandler: func(err error) { t.Error(err) }}})
-	w, err := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
+	w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}

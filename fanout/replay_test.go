@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
@@ -16,14 +18,14 @@ import (
 // more at its revision) until the test resumes them, as a slow network would: the
 // informer then holds exactly what was whole at that point.
 type pausedClient struct {
-	OrderedClient[*obj]
+	httpsource.OrderedClient[*obj]
 	gate    chan struct{} // closed by the test: the first watch may be sent
 	resume  chan struct{} // closed by the test: paused watches go on
 	watched chan string   // the revision of the first watch, once it is asked for
 	once    sync.Once
 }
 
-func newPausedClient(c *Client[*obj]) *pausedClient {
+func newPausedClient(c *httpsource.Client[*obj]) *pausedClient {
 	return &pausedClient{OrderedClient: c.Ordered(), gate: make(chan struct{}), resume: make(chan struct{}), watched: make(chan string, 1)}
 }
 
@@ -81,9 +83,9 @@ func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 			if got := srv.Revision(); got != "0" {
 				t.Fatalf("the server of an empty upstream is at revision %q, want 0", got)
 			}
-			var copts ClientOptions[*obj]
+			var copts httpsource.ClientOptions[*obj]
 			if filtered {
-				copts.Filter = Filter{Index: "team", Value: "payments"}
+				copts.Filter = httpsource.Filter{Index: "team", Value: "payments"}
 			}
 			pc := newPausedClient(newTestClient(t, ts.URL, copts))
 			d := newDownstream(t, pc, "mirror", nil)

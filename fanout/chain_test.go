@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	httpsource "github.com/informer-go/informer/source/http"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -23,8 +25,8 @@ import (
 func TestChain(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		framing Framing
-	}{{"ndjson", NDJSON}, {"sse", ServerSentEvents}} {
+		framing httpsource.Framing
+	}{{"ndjson", httpsource.NDJSON}, {"sse", httpsource.ServerSentEvents}} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newUpstream(t, memory.Options{})
 			put(up.src, "a", "1")
@@ -34,7 +36,7 @@ func TestChain(t *testing.T) {
 
 			var clients []*downstream
 			for i := range 3 {
-				c := newTestClient(t, ts.URL, ClientOptions[*obj]{Framing: tc.framing})
+				c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Framing: tc.framing})
 				clients = append(clients, newDownstream(t, c.Ordered(), "client", func(o *informer.Options[string, *obj]) {
 					o.PageSize = int64(i + 1) // paginated lists of every size
 				}))
@@ -209,7 +211,7 @@ func TestChainExpiredRelistTombstones(t *testing.T) {
 	want := func() string { return state(up.src.Items()) }
 	byVal := func(o *obj) string { return o.Val } // unchanged objects of a relist are resyncs
 
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	d := newDownstream(t, c.Ordered(), "client", func(o *informer.Options[string, *obj]) { o.Revision = byVal })
 	converge(t, d, want)
 	put(up.src, "a", "2") // so that the watch has delivered an event before it is cut
@@ -225,7 +227,7 @@ func TestChainExpiredRelistTombstones(t *testing.T) {
 	// An observer that talks to the server directly shows when it has every change.
 	direct := httptest.NewServer(srv)
 	t.Cleanup(direct.Close)
-	obs := newDownstream(t, newTestClient(t, direct.URL, ClientOptions[*obj]{}), "direct", nil)
+	obs := newDownstream(t, newTestClient(t, direct.URL, httpsource.ClientOptions[*obj]{}), "direct", nil)
 	converge(t, obs, want)
 
 	before := len(g.entries())
@@ -280,7 +282,7 @@ func TestChainServerRestart(t *testing.T) {
 	addr := ts1.Listener.Addr().String()
 	waitSynced(t, srv1)
 
-	c := newTestClient(t, ts1.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts1.URL, httpsource.ClientOptions[*obj]{})
 	d := newDownstream(t, c.Ordered(), "client", nil)
 	converge(t, d, want)
 	put(up.src, "b", "2")
@@ -332,7 +334,7 @@ func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 	t.Cleanup(ts.Close)
 	want := func() string { return state(up.src.Items()) }
 
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}).Ordered(), "client", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Ordered(), "client", nil)
 	converge(t, d, want)
 	put(up.src, "a", "2") // the watch delivers an event, so its end is not a "very short watch"
 	converge(t, d, want)
@@ -392,7 +394,7 @@ func TestChainTLS(t *testing.T) {
 	})
 	waitSynced(t, srv)
 
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{
 		HTTPClient: ts.Client(),
 		PrepareRequest: func(r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer s3cret")
@@ -419,7 +421,7 @@ func TestChainStreamingList(t *testing.T) {
 	put(up.src, "a", "1")
 	put(up.src, "b", "1")
 	srv, ts := serve(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "client", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "client", nil)
 	want := func() string { return state(up.src.Items()) }
 	converge(t, d, want)
 	put(up.src, "c", "1")
@@ -445,7 +447,7 @@ func TestHandlerChain(t *testing.T) {
 		_ = h.Shutdown(context.Background())
 		ts.Close()
 	})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}).Ordered(), "client", func(o *informer.Options[string, *obj]) { o.PageSize = 2 })
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Ordered(), "client", func(o *informer.Options[string, *obj]) { o.PageSize = 2 })
 	want := func() string { return state(src.Items()) }
 	converge(t, d, want)
 	put(src, "a", "2")

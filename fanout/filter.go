@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"cmp"
@@ -18,28 +18,15 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wire"
 )
 
-// Filter asks a Server for the objects indexed under one value of one of its filter
-// indexes (ServerOptions.Filters), as a Kubernetes label selector asks for the objects
-// that carry a label: the list holds only those objects, and the watch sends only their
-// changes, with an object that moves into the filter sent as ADDED and one that moves
-// out of it as DELETED (carrying the last state the filter served), so that a client's
-// cache is exactly the matching subset. On the wire it is the query parameters
-// index=<Index>&value=<Value>. The zero Filter asks for everything.
-type Filter struct {
-	// Index names the filter index: a key of the Server's ServerOptions.Filters. An index
-	// the Server does not have is answered 400, naming the ones it has.
+// valueFilter is the filter a request asks for: the objects under one value of one of the
+// Server's filter indexes (index=<Index>&value=<Value>); the zero valueFilter is none.
+type valueFilter struct {
 	Index string
-	// Value is the value asked for; it may be empty (the objects indexed under "").
 	Value string
 }
-
-// The query parameters of a filter.
-const (
-	paramIndex = "index"
-	paramValue = "value"
-)
 
 // maxFilterValue bounds the length of a filter's index name and value in a request;
 // longer is answered 400.
@@ -47,39 +34,25 @@ const maxFilterValue = 1024
 
 // parseFilter reads a filter from a request's query; parseRequest has checked that each
 // parameter is given at most once.
-func parseFilter(q url.Values) (Filter, *StatusError) {
-	idx, hasIdx := q[paramIndex]
-	val, hasVal := q[paramValue]
-	bad := func(format string, args ...any) (Filter, *StatusError) {
-		return Filter{}, &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: fmt.Sprintf(format, args...)}
+func parseFilter(q url.Values) (valueFilter, *wire.Status) {
+	idx, hasIdx := q[wire.ParamIndex]
+	val, hasVal := q[wire.ParamValue]
+	bad := func(format string, args ...any) (valueFilter, *wire.Status) {
+		return valueFilter{}, &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case !hasIdx && !hasVal:
-		return Filter{}, nil
+		return valueFilter{}, nil
 	case !hasIdx:
-		return bad("%s=%q needs %s=, the name of the filter index", paramValue, val[0], paramIndex)
+		return bad("%s=%q needs %s=, the name of the filter index", wire.ParamValue, val[0], wire.ParamIndex)
 	case !hasVal:
-		return bad("%s=%q needs %s=, the value to filter by", paramIndex, idx[0], paramValue)
+		return bad("%s=%q needs %s=, the value to filter by", wire.ParamIndex, idx[0], wire.ParamValue)
 	case idx[0] == "":
-		return bad("%s is empty: name a filter index", paramIndex)
+		return bad("%s is empty: name a filter index", wire.ParamIndex)
 	case len(idx[0]) > maxFilterValue || len(val[0]) > maxFilterValue:
-		return bad("%s or %s is longer than %d bytes", paramIndex, paramValue, maxFilterValue)
+		return bad("%s or %s is longer than %d bytes", wire.ParamIndex, wire.ParamValue, maxFilterValue)
 	}
-	return Filter{Index: idx[0], Value: val[0]}, nil
-}
-
-// filterQuery adds f to the query of a Client's base URL; it fails for a value without
-// an index.
-func filterQuery(q url.Values, f Filter) error {
-	switch {
-	case f.Index == "" && f.Value == "":
-		return nil
-	case f.Index == "":
-		return fmt.Errorf("httpsource: NewClient: Filter.Value %q without Filter.Index", f.Value)
-	}
-	q.Set(paramIndex, f.Index)
-	q.Set(paramValue, f.Value)
-	return nil
+	return valueFilter{Index: idx[0], Value: val[0]}, nil
 }
 
 // filterer serves filtered requests for a core: a Server's filter indexes.
@@ -87,12 +60,12 @@ type filterer[V any] interface {
 	// names returns the filter indexes, sorted.
 	names() []string
 	// watch opens a filtered watch; opts as for informer.ListerWatcher.Watch.
-	watch(ctx context.Context, f Filter, opts informer.WatchOptions) (informer.Watch[V], error)
+	watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error)
 }
 
 // checkFilter answers 400 for a filter on an index the server does not have, naming
 // the ones it has.
-func (c *core[V]) checkFilter(f Filter) *StatusError {
+func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
 	if f.Index == "" {
 		return nil
 	}
@@ -107,11 +80,11 @@ func (c *core[V]) checkFilter(f Filter) *StatusError {
 	if len(known) > 0 {
 		msg = fmt.Sprintf("unknown filter index %q: this server's filter indexes are %s", f.Index, strings.Join(known, ", "))
 	}
-	return &StatusError{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
+	return &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
 }
 
 // watch opens the watch a request asks for: filtered, or of the whole source.
-func (c *core[V]) watch(ctx context.Context, f Filter, opts informer.WatchOptions) (informer.Watch[V], error) {
+func (c *core[V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error) {
 	if f.Index != "" && c.filters != nil {
 		return c.filters.watch(ctx, f, opts)
 	}
@@ -165,7 +138,7 @@ func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Durati
 
 // snapshot returns the state a list with filter f reads, and its log revision: the whole
 // state, or the bucket of f's value; either is an O(1) copy-on-write clone.
-func (s *Server[K, V]) snapshot(f Filter) (*btree.Tree[K, *record[K]], int64) {
+func (s *Server[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
 	if f.Index == "" || s.mirror.filters == nil {
 		return s.mirror.snapshot()
 	}
@@ -491,7 +464,7 @@ func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
 
 // snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
 // reflects.
-func (h *filterHub[K, V]) snapshot(f Filter) (*btree.Tree[K, *record[K]], int64) {
+func (h *filterHub[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {
@@ -508,7 +481,7 @@ func (h *filterHub[K, V]) snapshot(f Filter) (*btree.Tree[K, *record[K]], int64)
 // newest), or with SendInitialEvents the value's bucket as ADDED events, then the
 // EndOfInitialEvents bookmark, then the changes; bookmarks at the newest revision when
 // idle (with AllowBookmarks); io.EOF at opts.Timeout; ctx.Err() when ctx is done.
-func (h *filterHub[K, V]) watch(ctx context.Context, f Filter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
 	i, ok := slices.BinarySearch(h.indexNames, f.Index)
 	if !ok {
 		return nil, fmt.Errorf("httpsource: unknown filter index %q", f.Index)
@@ -573,7 +546,7 @@ type filterWatch[K cmp.Ordered, V any] struct {
 	ctx    context.Context
 	done   <-chan struct{}
 	wake   chan struct{} // capacity 1
-	filter Filter
+	filter valueFilter
 
 	timeout       clock.Timer
 	timeoutC      <-chan time.Time

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bufio"
@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -84,7 +86,7 @@ func TestFanoutReadYourWrites(t *testing.T) {
 	put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	for i := range 20 {
 		r := strconv.FormatInt(put(src, "k", fmt.Sprint(i)), 10)
@@ -112,7 +114,7 @@ func TestFanoutOwnNumberingRefusesForeignRevision(t *testing.T) {
 	put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", false)
 	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}).Ordered(), "mirror", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	r := strconv.FormatInt(put(src, "a", "2"), 10)
 	err := d.inf.WaitForRevision(context.Background(), r)
@@ -168,7 +170,7 @@ func TestFanoutFailoverWithoutRelist(t *testing.T) {
 	}
 	_, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
 	_, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
-	c := newTestClient(t, tsA.URL, ClientOptions[*obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
+	c := newTestClient(t, tsA.URL, httpsource.ClientOptions[*obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
 	d := newDownstream(t, c.Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	relists := d.inf.Stats().Relists
@@ -242,7 +244,7 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
 	lb := roundRobin(t, tsA.URL, tsB.URL)
 	// The first request (the streaming list, which goes on as the watch) goes to A.
-	c := newTestClient(t, lb.URL, ClientOptions[*obj]{StreamingList: true})
+	c := newTestClient(t, lb.URL, httpsource.ClientOptions[*obj]{StreamingList: true})
 	d := newDownstream(t, c.Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	relists := d.inf.Stats().Relists
@@ -415,7 +417,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	raw.close()
 
 	// A Client delivers the batch whole, every event at the batch's revision.
-	c := newTestClient(t, tsB.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, tsB.URL, httpsource.ClientOptions[*obj]{})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: strconv.FormatInt(r4, 10)})
 	if err != nil {
 		t.Fatal(err)
@@ -442,7 +444,7 @@ func TestFanoutBookmarksFollowUpstreamProgress(t *testing.T) {
 	put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", true)
 	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	watches := srv.Stats().Watches.Load()
 	r := strconv.FormatInt(put(src, "a", "1"), 10) // the same value: nothing to serve
@@ -484,7 +486,7 @@ func TestClientAppliesBatchesWhole(t *testing.T) {
 				}
 			}))
 			defer ts.Close()
-			w, err := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "3"})
+			w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "3"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -517,7 +519,7 @@ func TestFanoutResumeFromPartialRevision(t *testing.T) {
 	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
 	r2 := put(src, "a", "2")
 	eventually(t, "the server at revision 2", func() bool { return srv.Revision() == fmt.Sprint(r2) })
-	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d%c", ts.URL, r2, partialMark))
+	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d%c", ts.URL, r2, wire.PartialMark))
 	if got, want := raw.line(t), `{"type":"MODIFIED","resourceVersion":"2","object":{"name":"a","val":"2"}}`; got != want {
 		t.Fatalf("watch from %d+: %s, want %s", r2, got, want)
 	}

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -55,46 +55,11 @@ func BenchmarkAdversarialEndlessBodies(b *testing.B) {
 	srv.core.mu.Lock()
 	held := srv.core.lists.total + srv.core.watchers.total
 	srv.core.mu.Unlock()
-	c := newTestClient(b, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(b, ts.URL, httpsource.ClientOptions[*obj]{})
 	_, lerr := c.List(context.Background(), informer.ListOptions{})
 	b.ReportMetric(float64(held), "slots-held")
 	b.ReportMetric(float64(refused), "answered-400/264")
 	b.ReportMetric(float64(boolInt(lerr == nil)), "honest-list-served")
-}
-
-// BenchmarkAdversarialEndlessBatch: a server streams changes of 1 KiB marked as one
-// revision ("11~") forever to a Client with MaxBatchBytes 16 MiB (the default is 256 MiB);
-// reports the peak heap growth until the watch ends, and whether it ended with the bound's
-// error.
-func BenchmarkAdversarialEndlessBatch(b *testing.B) {
-	if !*adversarial {
-		b.Skip("run with -adversarial (make adversarial)")
-	}
-	const bound = 16 << 20
-	var lists atomic.Int64
-	c := newTestClient(b, endlessBatch(b, 1<<10, &lists).URL, ClientOptions[*obj]{MaxBatchBytes: bound})
-	before := memInUse()
-	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
-	done := make(chan error, 1)
-	go func() { _, err := w.Next(); done <- err }()
-	var peak uint64
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for err == nil {
-		select {
-		case err = <-done:
-		case <-tick.C:
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			peak = max(peak, m.HeapAlloc)
-		}
-	}
-	b.ReportMetric(float64(int64(peak)-int64(before))/(1<<20), "peak-heap-MiB@16MiB-bound")
-	b.ReportMetric(float64(boolInt(errors.Is(err, informer.ErrBadInput) && strings.Contains(err.Error(), "MaxBatchBytes"))), "ended-by-bound")
 }
 
 // BenchmarkAdversarialSlowListReaders: a state of 5,000 objects of 4 KB, a writer at

@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -43,7 +44,7 @@ func benchmarkFailover(b *testing.B, n int) {
 		hc := &http.Client{Transport: transport}
 		infs := make([]*informer.Informer[string, *obj], n)
 		for i := range infs {
-			c := newTestClient(b, tsA.URL, ClientOptions[*obj]{HTTPClient: hc, StreamingList: true, FailoverURLs: []string{tsB.URL}})
+			c := newTestClient(b, tsA.URL, httpsource.ClientOptions[*obj]{HTTPClient: hc, StreamingList: true, FailoverURLs: []string{tsB.URL}})
 			inf, err := informer.New(c.Ordered(), informer.Options[string, *obj]{
 				Key: objKey, Logger: quiet, ErrorHandler: func(error) {},
 				Backoff: informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},

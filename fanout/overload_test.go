@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"bufio"
@@ -9,13 +9,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/informer-go/informer/internal/wire"
+	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
@@ -68,7 +70,7 @@ func TestServerEndlessRequestBody(t *testing.T) {
 			}
 		}
 	}
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
 	l, err := c.List(context.Background(), informer.ListOptions{})
 	if err != nil || len(l.Items) != 1 {
 		t.Fatalf("an honest list: %v, %d items", err, len(l.Items))
@@ -83,82 +85,6 @@ func TestServerEndlessRequestBody(t *testing.T) {
 	}
 	if n := srv.Stats().BadRequests.Load(); n != 18 {
 		t.Errorf("Stats.BadRequests = %d, want 18", n)
-	}
-}
-
-// endlessBatch serves lists as empty at revision 10 and answers every watch with a batch
-// at revision 11 that never ends: changes marked partial ("11~"), forever, each carrying
-// an object of size bytes. lists counts the lists served.
-func endlessBatch(t testing.TB, size int, lists *atomic.Int64) *httptest.Server {
-	t.Helper()
-	val := strings.Repeat("v", size)
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("watch") == "" {
-			lists.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprint(w, `{"metadata":{"resourceVersion":"10"},"items":[]}`)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		bw := bufio.NewWriterSize(w, 64<<10)
-		for i := 0; r.Context().Err() == nil; i++ {
-			if _, err := fmt.Fprintf(bw, `{"type":"ADDED","resourceVersion":"11~","object":{"name":"k%d","val":%q}}`+"\n", i, val); err != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(ts.Close)
-	return ts
-}
-
-// A batch that never ends (changes marked as one revision, forever) is bounded by
-// ClientOptions.MaxBatch and MaxBatchBytes: the watch ends with an error that matches
-// informer.ErrBadInput and names the limit, having held no more than the limit.
-func TestClientBatchBound(t *testing.T) {
-	var lists atomic.Int64
-	for _, tc := range []struct {
-		name  string
-		size  int
-		opts  ClientOptions[*obj]
-		limit string
-	}{
-		{"events", 10, ClientOptions[*obj]{MaxBatch: 1000}, "MaxBatch)"},
-		{"bytes", 4 << 10, ClientOptions[*obj]{MaxBatchBytes: 1 << 20}, "MaxBatchBytes)"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newTestClient(t, endlessBatch(t, tc.size, &lists).URL, tc.opts)
-			w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Stop()
-			ev, err := w.Next()
-			if !errors.Is(err, informer.ErrBadInput) || !strings.Contains(err.Error(), tc.limit) {
-				t.Fatalf("Next = %v, %v; want an error matching ErrBadInput naming %s", ev, err, tc.limit)
-			}
-			if held := cap(w.(*watch[*obj]).held); held > 2048 {
-				t.Errorf("the watch held up to %d events of the batch, want at most 2048", held)
-			}
-		})
-	}
-}
-
-// An informer over a server that streams one batch forever reports the bound's error
-// and lists again, with its memory bounded.
-func TestClientBatchBoundRelists(t *testing.T) {
-	var lists atomic.Int64
-	c := newTestClient(t, endlessBatch(t, 100, &lists).URL, ClientOptions[*obj]{MaxBatch: 500})
-	d := newDownstream(t, c, "endless-batch", nil)
-	eventually(t, "the bound's error and a relist", func() bool {
-		for _, err := range d.rec.errors() {
-			if errors.Is(err, informer.ErrBadInput) && strings.Contains(err.Error(), "MaxBatch") {
-				return lists.Load() >= 2
-			}
-		}
-		return false
-	})
-	if n := d.inf.Len(); n != 0 {
-		t.Errorf("the cache holds %d objects of a batch that never ended, want 0", n)
 	}
 }
 
@@ -204,7 +130,7 @@ func serveSilenceable(t testing.TB, interval time.Duration) (*silencer, *upstrea
 	}
 	sil := &silencer{h: srv}
 	ts := serveFront(t, srv, sil)
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "silent", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}), "silent", nil)
 	converge(t, d, func() string { return "a=1" })
 	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
 	return sil, up, d
@@ -297,7 +223,7 @@ func TestServerSlowListReaderCut(t *testing.T) {
 			var rest []byte
 			err = nil
 			if strings.HasPrefix(q, "watch") {
-				for err == nil && !bytes.Contains(rest, []byte(initialEventsEnd)) && !bytes.Contains(rest, []byte(`"type":"ERROR"`)) {
+				for err == nil && !bytes.Contains(rest, []byte(wire.InitialEventsEnd)) && !bytes.Contains(rest, []byte(`"type":"ERROR"`)) {
 					var l []byte
 					l, err = rc.r.ReadBytes('\n')
 					rest = append(rest, l...)
@@ -305,11 +231,11 @@ func TestServerSlowListReaderCut(t *testing.T) {
 			} else {
 				rest, err = io.ReadAll(rc.r)
 			}
-			if err == nil && (bytes.Contains(rest, []byte(initialEventsEnd)) || bytes.HasSuffix(rest, []byte("]}\n"))) {
+			if err == nil && (bytes.Contains(rest, []byte(wire.InitialEventsEnd)) || bytes.HasSuffix(rest, []byte("]}\n"))) {
 				t.Fatalf("the slow reader got the whole state (%d bytes more) though its revision left the history", len(rest))
 			}
 			if strings.HasPrefix(q, "watch") && !bytes.Contains(rest, []byte(`"code":410`)) {
-				t.Errorf("the streaming list ended with %q, want an ERROR event with code 410", excerpt(rest[max(0, len(rest)-300):]))
+				t.Errorf("the streaming list ended with %q, want an ERROR event with code 410", rest[max(0, len(rest)-300):])
 			}
 			if n := srv.Stats().Evicted.Load(); n != 1 {
 				t.Errorf("Stats.Evicted = %d, want 1", n)
@@ -336,21 +262,6 @@ func TestRemoteHostIPv6Prefix(t *testing.T) {
 	}
 }
 
-// A retryAfterSeconds too large for a time.Duration (≥ 9.22e9 s) is cut to MaxRetryAfter,
-// in an ERROR event and in a response's Status body alike, never taken as no wait.
-func TestRetryAfterSecondsOverflow(t *testing.T) {
-	for _, secs := range []int{9_223_372_037, 1 << 62, 9_300_000_000} {
-		err := statusEventError(&StatusError{Code: 429, Details: &StatusDetails{RetryAfterSeconds: secs}}, 5*time.Minute)
-		if d, ok := informer.RetryAfterOf(err); !ok || d != 5*time.Minute {
-			t.Errorf("ERROR event with retryAfterSeconds %d: delay %v (%v), want 5m", secs, d, ok)
-		}
-		resp := &http.Response{StatusCode: 429, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(fmt.Sprintf(`{"kind":"Status","code":429,"details":{"retryAfterSeconds":%d}}`, secs)))}
-		if _, d := statusFromResponse(resp, 5*time.Minute); d != 5*time.Minute {
-			t.Errorf("429 with retryAfterSeconds %d: delay %v, want 5m", secs, d)
-		}
-	}
-}
-
 // After a burst that overflows the Server's handler queue, then quiet, a client reaches
 // the burst's last revision: an overflow never loses the revision marker the Server
 // waits for before it logs the changes it holds.
@@ -359,7 +270,7 @@ func TestServerBurstThenQuiet(t *testing.T) {
 	put(src, "a", "0")
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, ServerOptions[*obj]{QueueLength: 8})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
 	var last int64
 	for i := range 200 {
 		last = put(src, fmt.Sprintf("k%03d", i%50), fmt.Sprint(i))
@@ -379,7 +290,7 @@ func TestFilteredClientWaitsForAWriteElsewhere(t *testing.T) {
 	put(src, "a", "payments:0")
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, filterOptions())
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{Filter: Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
@@ -410,7 +321,7 @@ func TestPagedListAcrossReplicas(t *testing.T) {
 	up := startUpstream(t, src, "upstream", true)
 	_, a, _ := startReplica(t, up, ServerOptions[*obj]{})
 	_, b, _ := startReplica(t, up, ServerOptions[*obj]{})
-	ca, cb := newTestClient(t, a.URL, ClientOptions[*obj]{}), newTestClient(t, b.URL, ClientOptions[*obj]{})
+	ca, cb := newTestClient(t, a.URL, httpsource.ClientOptions[*obj]{}), newTestClient(t, b.URL, httpsource.ClientOptions[*obj]{})
 	var got []string
 	l, err := ca.List(context.Background(), informer.ListOptions{Limit: 4})
 	for i := 0; err == nil; i++ {
