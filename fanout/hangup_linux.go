@@ -1,4 +1,4 @@
-package httpsource
+package fanout
 
 import (
 	"errors"

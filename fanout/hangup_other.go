@@ -1,6 +1,6 @@
 //go:build !linux
 
-package httpsource
+package fanout
 
 import "net"
 
