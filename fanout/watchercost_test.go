@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"testing"
 
 	"github.com/informer-go/informer/source/memory"
@@ -40,8 +39,7 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 	for i := -1; i < b.N; i++ {
 		from := int64(i + 2)
 		eventually(b, "the server to hold the last change", func() bool { return srv.src.Revision() == from })
-		heap0, stacks0 := heapAndStacks()
-		goroutines := runtime.NumGoroutine()
+		cost := startWatcherCost()
 		bodies := make([]io.ReadCloser, n)
 		for j := range bodies {
 			resp, err := client.Get(ts.URL + "?watch=1&resourceVersion=" + rev(srv, from))
@@ -67,12 +65,8 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 				b.Fatalf("%q", got)
 			}
 		}
-		if heap, stacks := heapAndStacks(); i >= 0 {
-			dh, ds := float64(int64(heap-heap0))/n, float64(int64(stacks-stacks0))/n
-			b.ReportMetric(dh+ds, "B/watcher")
-			b.ReportMetric(dh, "heap-B/watcher")
-			b.ReportMetric(ds, "stack-B/watcher")
-			b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/n, "goroutines/watcher")
+		if i >= 0 {
+			cost.report(b, n)
 		}
 		for _, body := range bodies {
 			body.Close()
