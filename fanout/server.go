@@ -251,6 +251,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 			BookmarkInterval: bookmarks,
 			StreamingList:    true,
 			HistoryLimit:     history,
+			KeepRequests:     -1, // the log serves for good: no record of its calls
 		}),
 		synced: make(chan struct{}),
 	}

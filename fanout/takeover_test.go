@@ -104,6 +104,9 @@ func TestServerIdleWatcherGoroutines(t *testing.T) {
 	}
 	eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
 	eventually(t, "the watchers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	if n := len(srv.src.Requests()); n != 0 {
+		t.Errorf("the server's log keeps a record of %d calls; want none (it grows by one per watch)", n)
+	}
 }
 
 // The bytes of a taken-over watch are those net/http would write: a chunked body, one
