@@ -120,8 +120,8 @@ type ServerOptions[V any] struct {
 // any revision within the history. Every watcher reads the one shared log. An HTTP/1.1
 // watch is taken over from net/http once its header is sent (its connection hijacked,
 // net/http's goroutines and buffers gone): an idle watcher costs one goroutine and a
-// connection, 7 KB of heap and stacks in use (BenchmarkWatcherCost), plus a pooled 32 KiB
-// write buffer while it has something to send, whatever the rate of changes. An HTTP/2
+// connection, 7.5 KB of heap and stacks in use (BenchmarkWatcherCost), plus a pooled
+// 32 KiB write buffer while it has something to send, whatever the rate of changes. An HTTP/2
 // watch, or one served through a ResponseWriter that does not implement http.Hijacker,
 // stays on net/http's path: the handler's goroutine and net/http's buffers of the
 // stream. A taken-over watch ends when the Server's Shutdown, the watch's timeout or its
