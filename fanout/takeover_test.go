@@ -86,7 +86,7 @@ func TestServerIdleWatcherGoroutines(t *testing.T) {
 	for i := range conns {
 		conns[i] = dialFrom(t, addr, 0, "watch=1&resourceVersion="+rev(srv, 1))
 	}
-	eventually(t, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == n })
+	eventually(t, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
 	put(up.src, "a", "2")
 	for _, c := range conns {
 		br := readWatchHead(t, c)
@@ -102,7 +102,7 @@ func TestServerIdleWatcherGoroutines(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+	eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches == 0 })
 	eventually(t, "the watchers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 	if n := len(srv.src.Requests()); n != 0 {
 		t.Errorf("the server's log keeps a record of %d calls; want none (it grows by one per watch)", n)
@@ -117,7 +117,7 @@ func TestServerWatchWire(t *testing.T) {
 	srv, ts := serve(t, up, ServerOptions[*obj]{})
 	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	conn := dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1))
-	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
 	br := readWatchHead(t, conn)
 	big := strings.Repeat("x", 40<<10) // more than a write buffer: written before the flush
 	var want strings.Builder
@@ -170,7 +170,7 @@ func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if open := srv.Stats().OpenWatches.Load(); open != 0 {
+	if open := srv.Stats().OpenWatches; open != 0 {
 		t.Errorf("%d watches open after Shutdown", open)
 	}
 	for _, br := range readers {

@@ -71,6 +71,6 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 		for _, body := range bodies {
 			body.Close()
 		}
-		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
+	"github.com/informer-go/informer/source/etcd/etcdtest"
 	httpsource "github.com/informer-go/informer/source/http"
 )
 
@@ -98,10 +99,11 @@ func startCluster(t testing.TB, n int) *cluster {
 
 // start starts a member and waits until it serves (which needs a quorum).
 func (c *cluster) start(m *member) error {
-	cfg := memberConfig(m.name, m.dir, m.clientURL, m.peerURL, c.initial, "fanout")
+	cfg := etcdtest.Config(m.name, m.dir, m.clientURL, m.peerURL)
+	cfg.InitialCluster, cfg.InitialClusterToken = c.initial, "fanout"
 	// Short elections, so that a stopped leader is replaced quickly.
 	cfg.TickMs, cfg.ElectionMs = 20, 200
-	e, err := startMember(cfg, 60*time.Second)
+	e, err := etcdtest.Start(cfg, 60*time.Second)
 	if err != nil {
 		return err
 	}
@@ -189,7 +191,7 @@ func (r *replica) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := fanout.NewServer(inf, nil, fanout.ServerOptions[*fanItem]{
+	srv, err := fanout.NewServer(inf, fanout.ServerOptions[*fanItem]{
 		Filters: map[string]informer.IndexFunc[*fanItem]{"parity": fanParity},
 	})
 	if err != nil {

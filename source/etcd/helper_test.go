@@ -24,6 +24,7 @@ import (
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
+	"github.com/informer-go/informer/source/etcd/etcdtest"
 )
 
 // Every test stops its etcd servers, clients and informers in t.Cleanup, so that nothing
@@ -98,51 +99,14 @@ func startServer(t testing.TB, opts serverOptions) *server {
 // without fsync, and waits until it serves. token is the cluster token ("": etcd's
 // default), which with the URLs and name makes the cluster ID.
 func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duration, token string) (*embed.Etcd, error) {
-	cfg := memberConfig("test", dir, clientURL, peerURL, "", token)
-	if progress > 0 {
-		cfg.WatchProgressNotifyInterval = progress
-	}
-	return startMember(cfg, 30*time.Second)
-}
-
-// memberConfig configures a quiet test member without fsync and with progress
-// notifications every 10 minutes: its name, data directory and URLs, the initial cluster
-// ("": the member alone) and the cluster token ("": etcd's default).
-func memberConfig(name, dir string, clientURL, peerURL url.URL, initial, token string) *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = name
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
-	cfg.InitialCluster = initial
-	if initial == "" {
-		cfg.InitialCluster = name + "=" + peerURL.String()
-	}
+	cfg := etcdtest.Config("test", dir, clientURL, peerURL)
 	if token != "" {
 		cfg.InitialClusterToken = token
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true
-	cfg.WatchProgressNotifyInterval = 10 * time.Minute
-	return cfg
-}
-
-// startMember starts cfg's member and waits until it serves, at most ready.
-func startMember(cfg *embed.Config, ready time.Duration) (*embed.Etcd, error) {
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
+	if progress > 0 {
+		cfg.WatchProgressNotifyInterval = progress
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	case <-time.After(ready):
-		e.Close()
-		return nil, fmt.Errorf("etcd member %s not ready after %v", cfg.Name, ready)
-	}
+	return etcdtest.Start(cfg, 0)
 }
 
 // freeURL returns an http URL on a loopback port that stays free until something listens

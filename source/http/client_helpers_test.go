@@ -39,20 +39,27 @@ const waitTimeout = 20 * time.Second
 // testBackoff keeps client informers' retries quick.
 var testBackoff = informer.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}
 
-// recorder is a handler that records its calls and signals every change.
+// recorder is a client informer's handler: it records the calls in informertest's
+// notation ("add*a=1", "update a=1→2", "delete?a=1"), keeps the state they told of and
+// the errors the informer reported, and signals ch after each.
 type recorder struct {
-	mu    sync.Mutex
-	calls []string
-	objs  map[string]*obj // the state the handler was told of
-	errs  []error
-	ch    chan struct{}
+	*informertest.Recorder[*obj]
+	mu   sync.Mutex
+	objs map[string]*obj // the state the handler was told of
+	errs []error
+	ch   chan struct{}
 }
 
-func newRecorder() *recorder { return &recorder{ch: make(chan struct{}, 1), objs: map[string]*obj{}} }
+func newRecorder() *recorder {
+	return &recorder{
+		Recorder: informertest.NewRecorder(func(o *obj) (string, string) { return o.Name, o.Val }),
+		ch:       make(chan struct{}, 1), objs: map[string]*obj{},
+	}
+}
 
-func (r *recorder) rec(s string, o *obj, deleted bool) {
+// told keeps o as the state the handler was told of (none, if deleted) and signals.
+func (r *recorder) told(o *obj, deleted bool) {
 	r.mu.Lock()
-	r.calls = append(r.calls, s)
 	if deleted {
 		delete(r.objs, o.Name)
 	} else {
@@ -80,22 +87,11 @@ func (r *recorder) signal() {
 	}
 }
 
-func (r *recorder) OnAdd(o *obj, initial bool) {
-	if initial {
-		r.rec("add* "+o.Name+"="+o.Val, o, false)
-		return
-	}
-	r.rec("add "+o.Name+"="+o.Val, o, false)
-}
-func (r *recorder) OnUpdate(old, new *obj) {
-	r.rec("update "+new.Name+"="+old.Val+"→"+new.Val, new, false)
-}
+func (r *recorder) OnAdd(o *obj, initial bool) { r.Recorder.OnAdd(o, initial); r.told(o, false) }
+func (r *recorder) OnUpdate(old, new *obj)     { r.Recorder.OnUpdate(old, new); r.told(new, false) }
 func (r *recorder) OnDelete(o *obj, unknown bool) {
-	if unknown {
-		r.rec("delete? "+o.Name+"="+o.Val, o, true)
-		return
-	}
-	r.rec("delete "+o.Name+"="+o.Val, o, true)
+	r.Recorder.OnDelete(o, unknown)
+	r.told(o, true)
 }
 
 // onError records an informer's reported errors.
@@ -104,12 +100,6 @@ func (r *recorder) onError(err error) {
 	r.errs = append(r.errs, err)
 	r.mu.Unlock()
 	r.signal()
-}
-
-func (r *recorder) get() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.calls)
 }
 
 func (r *recorder) errors() []error {
