@@ -148,13 +148,7 @@ func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 	const n = 5
 	up := newUpstream(t, memory.Options{})
 	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	waitSynced(t, srv)
+	srv, ts := serve(t, up, ServerOptions[*obj]{}) // its cleanup's Shutdown only waits again
 	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	before := runtime.NumGoroutine()
 	var readers []*bufio.Reader
