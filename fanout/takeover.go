@@ -2,9 +2,12 @@ package fanout
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 )
@@ -32,6 +35,8 @@ type takeover struct {
 	unlink  func() bool         // stops the request's context from ending it
 	conn    net.Conn            // once taken
 	unwatch func()              // stops watching conn for its client's going away
+	broken  bool                // the watch panicked: its connection is cut, not ended
+	remote  string              // the client's address, for a panic's report
 }
 
 // newTakeover prepares the takeover of a watch of an HTTP/1.1 request, or returns nil. The
@@ -89,9 +94,30 @@ func (t *takeover) take(sw *streamWriter) bool {
 		sw.conn = conn
 	}
 	sw.mu.Unlock()
+	t.remote = r.RemoteAddr
 	t.r = nil
 	t.unwatch = watchHangup(conn, t.cancel)
 	return true
+}
+
+// recover, deferred by a taken-over watch's goroutine, does with a panic of the watch (a
+// source's or an Encode's) what net/http does with a handler's: it is logged with its
+// stack and reported, and the connection cut without the last chunk, so that the client
+// sees a broken stream, not an end; the process goes on.
+func (t *takeover) recover(log *slog.Logger, report func(error)) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	t.broken = true
+	if p == http.ErrAbortHandler {
+		return
+	}
+	stack := make([]byte, 64<<10)
+	stack = stack[:runtime.Stack(stack, false)]
+	err := fmt.Errorf("fanout: panic serving the watch of %s: %v", t.remote, p)
+	log.Error("fanout: panic serving a watch", "err", err, "stack", string(stack))
+	report(err)
 }
 
 // finish ends the watch's context and, for a watch taken over, writes the last chunk
@@ -108,7 +134,9 @@ func (t *takeover) finish(timeout time.Duration) {
 	if timeout > 0 {
 		_ = t.conn.SetWriteDeadline(time.Now().Add(timeout))
 	}
-	_, _ = io.WriteString(t.conn, "0\r\n\r\n")
+	if !t.broken {
+		_, _ = io.WriteString(t.conn, "0\r\n\r\n")
+	}
 	t.unwatch()
 	_ = t.conn.Close()
 }

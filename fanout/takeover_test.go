@@ -3,8 +3,10 @@ package fanout
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	nethttp "net/http"
 	"net/http/httptest"
@@ -206,5 +208,56 @@ func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
 	}
 	if rest := readChunk(t, br); rest != nil {
 		t.Fatalf("a chunk %q, want the last chunk at the deadline", rest)
+	}
+}
+
+// A panic while a taken-over watch is served (here in a PassThrough's Encode) is what
+// net/http makes of a handler's: the stream is cut, not ended, the panic reported, and
+// the process serves on.
+func TestTakenOverWatchPanic(t *testing.T) {
+	src := memory.New(objName, memory.Options{})
+	put(src, "a", "1")
+	reported := make(chan error, 1)
+	pt := NewPassThrough[*obj](src, PassThroughOptions[*obj]{
+		ServeOptions: ServeOptions{
+			Logger: slog.New(slog.DiscardHandler),
+			ErrorHandler: func(err error) {
+				select {
+				case reported <- err:
+				default:
+				}
+			},
+		},
+		Encode: func(o *obj) ([]byte, error) {
+			if o.Val == "boom" {
+				panic("boom")
+			}
+			return json.Marshal(o)
+		},
+	})
+	ts := httptest.NewServer(pt)
+	t.Cleanup(func() {
+		_ = pt.Shutdown(context.Background())
+		ts.Close()
+	})
+	addr := ts.Listener.Addr().String()
+	br := readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=1"))
+	put(src, "a", "boom")
+	if l, err := br.ReadString('\n'); err == nil || l != "" {
+		t.Fatalf("after the panic: read %q, %v; want the connection cut", l, err)
+	}
+	select {
+	case err := <-reported:
+		if !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "boom") {
+			t.Errorf("reported %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the panic was not reported")
+	}
+	put(src, "a", "2")
+	br = readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=3"))
+	put(src, "a", "3")
+	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"3"`) {
+		t.Fatalf("the next watch's first frame %q", l)
 	}
 }

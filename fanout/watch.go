@@ -65,6 +65,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	if t.take(ww) {
 		go func() {
 			defer finish()
+			defer t.recover(c.logger, c.report)
 			ws.run(ctx, ww)
 		}()
 		return
