@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer"
+	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -260,4 +262,51 @@ func TestTakenOverWatchPanic(t *testing.T) {
 	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"3"`) {
 		t.Fatalf("the next watch's first frame %q", l)
 	}
+}
+
+// Over TLS (HTTP/1.1), a watch is taken over as well: the chunks go through the TLS
+// connection, Shutdown ends the stream cleanly, and a client that closes its connection
+// (a close_notify, then its FIN, under TLS) frees its slot.
+func TestServerTakenOverWatchTLS(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewTLSServer(srv) // HTTP/1.1 only: EnableHTTP2 is not set
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{HTTPClient: ts.Client()})
+	watch := func() informer.Watch[*obj] {
+		w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: srv.Revision()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	closed, ended := watch(), watch()
+	for _, v := range []string{"2", "3"} {
+		put(up.src, "a", v)
+		for _, w := range []informer.Watch[*obj]{closed, ended} {
+			if ev, err := w.Next(); err != nil || ev.Object.Val != v {
+				t.Fatalf("%+v %v, want a=%s", ev, err, v)
+			}
+		}
+	}
+	closed.Stop()
+	ts.Client().Transport.(*nethttp.Transport).CloseIdleConnections()
+	eventually(t, "the closed watch's slot to be freed", func() bool { return srv.Stats().OpenWatches == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ended.Next(); err != io.EOF {
+		t.Errorf("after Shutdown: %v, want io.EOF", err)
+	}
+	ended.Stop()
 }
