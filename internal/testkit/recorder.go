@@ -235,10 +235,8 @@ func (l *Log) ExpectNextUnordered(t testing.TB, want ...string) {
 
 func (l *Log) expectNext(t testing.TB, unordered bool, want []string) {
 	t.Helper()
-	l.mu.Lock()
-	from := l.checked
-	l.mu.Unlock()
-	got := l.WaitFor(t, from+len(want))[from : from+len(want)]
+	from := l.Checked()
+	got := l.Next(t, len(want))
 	g, w := got, want
 	if unordered {
 		g, w = slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
@@ -246,9 +244,18 @@ func (l *Log) expectNext(t testing.TB, unordered bool, want []string) {
 	if !slices.Equal(g, w) {
 		t.Fatalf("calls after the first %d:\n got  %q\n want %q", from, got, want)
 	}
+}
+
+// Next waits for the n lines after those checked so far, counts them checked and returns
+// them: for a test that looks at lines it cannot name in advance.
+func (l *Log) Next(t testing.TB, n int) []string {
+	t.Helper()
+	from := l.Checked()
+	got := l.WaitFor(t, from+n)[from : from+n]
 	l.mu.Lock()
-	l.checked = from + len(want)
+	l.checked = from + n
 	l.mu.Unlock()
+	return got
 }
 
 // Checked returns how many calls Expect, ExpectNext and ExpectNextUnordered have checked.
