@@ -75,7 +75,7 @@ func (s *stopNotice) add(f func()) (cancel func() bool) {
 }
 
 // mark closes done and runs the functions added, in no particular order.
-func (s *stopNotice) mark() {
+func (s *stopNotice) Mark() {
 	s.mu.Lock()
 	s.closed = true
 	fs := s.fns
@@ -89,4 +89,4 @@ func (s *stopNotice) mark() {
 
 // Handlers returns the handlers registered now, in the order they were added. It never
 // waits, not even for a stalled handler.
-func (inf *Informer[K, V]) Handlers() []*Registration { return inf.proc.handlers() }
+func (inf *Informer[K, V]) Handlers() []*Registration { return inf.proc.Handlers() }

@@ -143,7 +143,7 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 		b.ReportMetric(float64(srv.src.Revision()-rev0)/6, fmt.Sprintf("puts/s-%dreaders", readers))
 	}
 	b.ReportMetric(float64(history*size)/(1<<20), "MiB-bound-lists")
-	b.ReportMetric(float64(srv.Stats().Evicted.Load()), "lists-cut")
+	b.ReportMetric(float64(srv.Stats().Evicted), "lists-cut")
 }
 
 // BenchmarkAdversarialSilentServer: a Server with a bookmark interval of 1 s (the default
@@ -194,7 +194,7 @@ func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
 		for i := range conns {
 			conns[i] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+from)
 		}
-		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == watchers })
+		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
 		var last int64
 		for i := range burst {
 			last = put(src, fmt.Sprintf("k%03d", i%100), fmt.Sprint(run, ".", i))
@@ -232,7 +232,7 @@ func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
 		for _, c := range conns {
 			c.Close()
 		}
-		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	}
 	b.ReportMetric(float64(stale), "stale-watchers")
 	b.ReportMetric(float64(staleRuns), "stale-runs/20")

@@ -81,7 +81,7 @@ func BenchmarkWatcherCost(b *testing.B) {
 		for j := range conns {
 			conns[j] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+rev(srv, from))
 		}
-		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == n })
+		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
 		val := fmt.Sprint("round", i)
 		put(up.src, "a", val)
 		for _, c := range conns { // each has its change: the server is idle again
@@ -101,7 +101,7 @@ func BenchmarkWatcherCost(b *testing.B) {
 		for _, c := range conns {
 			c.Close()
 		}
-		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	}
 }
 
@@ -222,7 +222,7 @@ func BenchmarkAdversarialSlowReader(b *testing.B) {
 	addr := ts.Listener.Addr().String()
 	slowest := 0
 	for rate := 256; rate >= 2; rate /= 2 {
-		evicted := srv.Stats().Evicted.Load()
+		evicted := srv.Stats().Evicted
 		conn := dialFrom(b, addr, 0, "watch=1&sendInitialEvents=true")
 		const chunk = 4 << 10
 		tick := time.NewTicker(time.Second * chunk / time.Duration(rate<<10))
@@ -232,7 +232,7 @@ func BenchmarkAdversarialSlowReader(b *testing.B) {
 		for time.Now().Before(end) {
 			<-tick.C
 			_ = conn.SetReadDeadline(time.Now().Add(timeout))
-			if _, err := io.ReadFull(conn, buf); err != nil || srv.Stats().Evicted.Load() != evicted {
+			if _, err := io.ReadFull(conn, buf); err != nil || srv.Stats().Evicted != evicted {
 				kept = false
 				break
 			}

@@ -78,7 +78,7 @@ func TestChain(t *testing.T) {
 					t.Errorf("client errors: %v", errs)
 				}
 			}
-			if n := srv.Stats().Lists.Load(); n != 2+1+1 {
+			if n := srv.Stats().Lists; n != 2+1+1 {
 				t.Errorf("server served %d list pages; want 4 (page sizes 1, 2, 3 over 2 objects)", n)
 			}
 		})
@@ -417,7 +417,7 @@ func TestChainStreamingList(t *testing.T) {
 	converge(t, d, want)
 	put(up.src, "c", "1")
 	converge(t, d, want)
-	if n := srv.Stats().Lists.Load(); n != 0 {
+	if n := srv.Stats().Lists; n != 0 {
 		t.Errorf("server served %d lists to a streaming client", n)
 	}
 	if got, w := d.rec.get(), []string{"add* a=1", "add* b=1", "add c=1"}; !slices.Equal(got, w) {
@@ -425,14 +425,14 @@ func TestChainStreamingList(t *testing.T) {
 	}
 }
 
-// Handler serves a bare ListerWatcher: here the memory source itself, revisions and
+// PassThrough serves a bare ListerWatcher: here the memory source itself, revisions and
 // continue tokens passed through.
-func TestHandlerChain(t *testing.T) {
+func TestPassThroughChain(t *testing.T) {
 	src := memory.New(objName, memory.Options{})
 	put(src, "a", "1")
 	put(src, "b", "1")
 	put(src, "c", "1")
-	h := NewHandler[*obj](src, HandlerOptions[*obj]{})
+	h := NewPassThrough[*obj](src, PassThroughOptions[*obj]{})
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		_ = h.Shutdown(context.Background())
@@ -450,7 +450,7 @@ func TestHandlerChain(t *testing.T) {
 	if got := d.inf.LastSyncRevision(); got != "5" {
 		t.Errorf("client revision %q, want the source's own revision 5", got)
 	}
-	if n := h.Stats().Lists.Load(); n != 2 {
+	if n := h.Stats().Lists; n != 2 {
 		t.Errorf("served %d pages, want 2", n)
 	}
 }

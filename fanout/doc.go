@@ -1,8 +1,8 @@
 // Package fanout serves informers over HTTP: a Server serves one informer's collection to
 // many processes from one upstream watch (the fan-out tier: replicas, filters, limits),
-// and a Handler serves a bare informer.ListerWatcher request for request. Both speak the
-// list+watch protocol that source/http's Client reads (the Kubernetes JSON shapes; see
-// that package's documentation), defined once for both sides in an internal package.
+// and a PassThrough serves a bare informer.ListerWatcher request for request. Both speak
+// the list+watch protocol that source/http's Client reads (the Kubernetes JSON shapes;
+// see that package's documentation), defined once for both sides in an internal package.
 //
 // The package is named for what it does to an informer rather than for its transport,
 // and lives outside source/ because it is not a source: it consumes an informer and
@@ -10,7 +10,7 @@
 //
 // # Revisions
 //
-// A Handler passes its source's revisions through, and sends the changes its source's
+// A PassThrough passes its source's revisions through, and sends the changes its source's
 // watch says share a revision (informer.BatchedWatch) as a batch. A Server over an
 // informer whose source has ordered revisions serves the upstream's revisions too, so
 // that Informer.WaitForRevision on a client gives read-your-writes for writes to the
@@ -52,7 +52,7 @@
 // copy-on-write clone of it) and the events of the value since the history's start, and
 // wakes only the watchers of the object's old and new values: a change costs the same
 // whatever the number of watchers of other values (BenchmarkFilterDispatch). An index
-// the server does not have is answered 400, naming the ones it has; a Handler has none.
+// the server does not have is answered 400, naming the ones it has; a PassThrough has none.
 //
 // # Costs
 //

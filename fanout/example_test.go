@@ -43,7 +43,7 @@ func Example() {
 	}
 	upCtx, stopUpstream := context.WithCancel(context.Background())
 	start(upCtx, upstream)
-	srv, err := fanout.NewServer(upstream, nil, fanout.ServerOptions[*Config]{}) // nil: upstream.Key
+	srv, err := fanout.NewServer(upstream, fanout.ServerOptions[*Config]{})
 	if err != nil {
 		panic(err)
 	}
@@ -99,13 +99,13 @@ func Example() {
 	// a mirror saw timeout=60
 }
 
-// Handler serves a bare ListerWatcher: each request is one List or Watch call on it.
-func ExampleNewHandler() {
+// PassThrough serves a bare ListerWatcher: each request is one List or Watch call on it.
+func ExampleNewPassThrough() {
 	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
 	src.Put(&Config{Name: "a", Value: 1})
 	src.Put(&Config{Name: "b", Value: 2})
 	src.Put(&Config{Name: "c", Value: 3})
-	h := fanout.NewHandler[*Config](src, fanout.HandlerOptions[*Config]{})
+	h := fanout.NewPassThrough[*Config](src, fanout.PassThroughOptions[*Config]{})
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	defer func() { _ = h.Shutdown(context.Background()) }()
@@ -145,7 +145,7 @@ func ExampleServer_hardened() {
 	// AuthorizeClient names every client, so that the per-client limits
 	// (MaxWatchersPerClient, MaxListsPerClient, paged-list snapshots) count clients,
 	// not source addresses, which an attacker has many of (an IPv6 host has a /64).
-	srv, err := fanout.NewServer(upstream, configKey, fanout.ServerOptions[*Config]{
+	srv, err := fanout.NewServer(upstream, fanout.ServerOptions[*Config]{
 		ServeOptions: fanout.ServeOptions{
 			AuthorizeClient: func(r *http.Request) (string, error) {
 				// A verified client certificate names the client…

@@ -98,7 +98,7 @@ func BenchmarkFilterDispatch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv, err := NewServer(inf, objKey, ServerOptions[*obj]{HistoryLimit: 1000, Filters: filterOptions().Filters})
+			srv, err := NewServer(inf, ServerOptions[*obj]{HistoryLimit: 1000, Filters: filterOptions().Filters})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -167,7 +167,7 @@ func BenchmarkFanoutWatcherMemory(b *testing.B) {
 					for j := range conns {
 						conns[j] = watchConn(b, addr, query+from, 0)
 					}
-					eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == int64(n) })
+					eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == int64(n) })
 					val := fmt.Sprint("payments:", i)
 					srv.mirror.put(&obj{Name: "a", Val: val})
 					for _, c := range conns { // each has its change: the server is idle again
@@ -186,7 +186,7 @@ func BenchmarkFanoutWatcherMemory(b *testing.B) {
 					for _, c := range conns {
 						c.Close()
 					}
-					eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+					eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 				}
 			})
 		}
@@ -270,15 +270,15 @@ func BenchmarkFanoutStalledLatency(b *testing.B) {
 			for j := range conns {
 				conns[j] = watchConn(b, addr, "watch=1&resourceVersion="+from, 4<<10)
 			}
-			eventually(b, "the stalled watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == stalled+1 })
+			eventually(b, "the stalled watchers to open", func() bool { return srv.Stats().OpenWatches == stalled+1 })
 			run(nil, warm) // fills the stalled watchers' sockets
 			loaded = run(loaded, measured)
 			for _, c := range conns {
 				c.Close()
 			}
-			eventually(b, "the stalled watchers to go", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+			eventually(b, "the stalled watchers to go", func() bool { return srv.Stats().OpenWatches == 1 })
 		}
-		if ev := srv.Stats().Evicted.Load(); ev != 0 {
+		if ev := srv.Stats().Evicted; ev != 0 {
 			b.Fatalf("%d watchers were disconnected for stalling", ev)
 		}
 		p := func(lat []time.Duration, q float64) float64 {
@@ -330,7 +330,7 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 					}()
 				}
 				ready.Wait()
-				eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches.Load() == watchers })
+				eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
 				b.StartTimer()
 				start := time.Now()
 				for _, o := range objs {
@@ -344,7 +344,7 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 					b.Fatal(err)
 				default:
 				}
-				eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+				eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 			}
 			n := float64(b.N * changes)
 			b.ReportMetric(n/total.Seconds(), "changes/s")
@@ -399,7 +399,7 @@ func benchmarkServerFanout(b *testing.B, ordered bool) {
 		b.Fatal(err)
 	}
 	run(b, inf)
-	srv, err := NewServer(inf, objKey, ServerOptions[*obj]{HistoryLimit: changes})
+	srv, err := NewServer(inf, ServerOptions[*obj]{HistoryLimit: changes})
 	if err != nil {
 		b.Fatal(err)
 	}

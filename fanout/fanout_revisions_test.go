@@ -57,7 +57,7 @@ func startUpstream(t testing.TB, src *memory.Source[string, *obj], name string, 
 // crashed process would (open watches are cut).
 func startReplica(t testing.TB, u *upstream, opts ServerOptions[*obj]) (srv *Server[string, *obj], ts *httptest.Server, kill func()) {
 	t.Helper()
-	srv, err := NewServer(u.inf, objKey, opts)
+	srv, err := NewServer(u.inf, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +250,8 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 	relists := d.inf.Stats().Relists
 	for round := 1; round <= 4; round++ {
 		if round == 3 {
-			if srvA.Stats().OpenWatches.Load() != 1 || srvB.Stats().Watches.Load() != 0 {
-				t.Fatalf("before A dies: A has %d open watches, B has had %d; want the client's watch at A", srvA.Stats().OpenWatches.Load(), srvB.Stats().Watches.Load())
+			if srvA.Stats().OpenWatches != 1 || srvB.Stats().Watches != 0 {
+				t.Fatalf("before A dies: A has %d open watches, B has had %d; want the client's watch at A", srvA.Stats().OpenWatches, srvB.Stats().Watches)
 			}
 			killA()
 		}
@@ -270,8 +270,8 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 	if got := d.inf.Stats().Relists; got != relists {
 		t.Errorf("%d relists through the load balancer, want 0", got-relists)
 	}
-	if srvB.Stats().OpenWatches.Load() != 1 {
-		t.Errorf("replica B has %d open watches after A died, want the client's", srvB.Stats().OpenWatches.Load())
+	if srvB.Stats().OpenWatches != 1 {
+		t.Errorf("replica B has %d open watches after A died, want the client's", srvB.Stats().OpenWatches)
 	}
 }
 
@@ -311,7 +311,7 @@ func TestFanoutReplicaBehindWaitsOrAnswers503(t *testing.T) {
 		defer srvWait.core.mu.Unlock()
 		return srvWait.core.watchers.total == 1
 	})
-	if n := srvWait.Stats().Watches.Load(); n != 0 {
+	if n := srvWait.Stats().Watches; n != 0 {
 		t.Fatalf("%d watches started at a replica behind, want 0 until it catches up", n)
 	}
 	put(srcB, "a", "2")
@@ -446,14 +446,14 @@ func TestFanoutBookmarksFollowUpstreamProgress(t *testing.T) {
 	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
 	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
-	watches := srv.Stats().Watches.Load()
+	watches := srv.Stats().Watches
 	r := strconv.FormatInt(put(src, "a", "1"), 10) // the same value: nothing to serve
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := d.inf.WaitForRevision(ctx, r); err != nil {
 		t.Fatalf("WaitForRevision(%s) of a write that changed nothing served: %v (server at %s)", r, err, srv.Revision())
 	}
-	if got := srv.Stats().Watches.Load(); got != watches {
+	if got := srv.Stats().Watches; got != watches {
 		t.Errorf("%d new watches: the revision came by a new watch, not a bookmark", got-watches)
 	}
 }

@@ -35,7 +35,7 @@ func ExampleServer_filtered() {
 		go func() { defer wg.Done(); _ = inf.Run(ctx) }()
 	}
 	start(upstream)
-	srv, err := fanout.NewServer(upstream, nil, fanout.ServerOptions[*Config]{
+	srv, err := fanout.NewServer(upstream, fanout.ServerOptions[*Config]{
 		Filters: map[string]informer.IndexFunc[*Config]{"team": team},
 	})
 	if err != nil {

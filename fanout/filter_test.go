@@ -70,7 +70,7 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 		return openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=%s&resourceVersion=%s", ts.URL, team, rev(srv, 0)))
 	}
 	payments, search, all := watch("payments"), watch("search"), openBounded(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 0))
-	eventually(t, "the watches to open", func() bool { return srv.Stats().OpenWatches.Load() == 3 })
+	eventually(t, "the watches to open", func() bool { return srv.Stats().OpenWatches == 3 })
 
 	changes := []func(){
 		func() { put(up.src, "a", "payments:1") },
@@ -210,7 +210,7 @@ func TestFilteredList_ServedFromTheBucket(t *testing.T) {
 func TestFilter_BadRequests(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	srv, ts := serve(t, up, filterOptions())
-	h := httptest.NewServer(NewHandler[*obj](up.src, HandlerOptions[*obj]{}))
+	h := httptest.NewServer(NewPassThrough[*obj](up.src, PassThroughOptions[*obj]{}))
 	t.Cleanup(h.Close)
 	for _, tc := range []struct {
 		url, query, want string
@@ -228,7 +228,7 @@ func TestFilter_BadRequests(t *testing.T) {
 			t.Errorf("?%.40s: %s, want a 400 saying %s", tc.query, got, tc.want)
 		}
 	}
-	if n := srv.Stats().BadRequests.Load(); n != 6 {
+	if n := srv.Stats().BadRequests; n != 6 {
 		t.Errorf("BadRequests = %d, want 6", n)
 	}
 	// The Client's errors say it once.
@@ -240,10 +240,10 @@ func TestFilter_BadRequests(t *testing.T) {
 		filters map[string]informer.IndexFunc[*obj]
 		want    string
 	}{
-		{map[string]informer.IndexFunc[*obj]{"": func(*obj) ([]string, error) { return nil, nil }}, "httpsource: NewServer: ServerOptions.Filters has an index with an empty name"},
-		{map[string]informer.IndexFunc[*obj]{"team": nil}, `httpsource: NewServer: ServerOptions.Filters["team"] is nil`},
+		{map[string]informer.IndexFunc[*obj]{"": func(*obj) ([]string, error) { return nil, nil }}, "fanout: NewServer: ServerOptions.Filters has an index with an empty name"},
+		{map[string]informer.IndexFunc[*obj]{"team": nil}, `fanout: NewServer: ServerOptions.Filters["team"] is nil`},
 	} {
-		if _, err := NewServer(up.inf, objKey, ServerOptions[*obj]{Filters: tc.filters}); err == nil || err.Error() != tc.want {
+		if _, err := NewServer(up.inf, ServerOptions[*obj]{Filters: tc.filters}); err == nil || err.Error() != tc.want {
 			t.Errorf("NewServer: %v, want %s", err, tc.want)
 		}
 	}
@@ -279,14 +279,14 @@ func TestFilter_IndexFunctionFailureLeavesTheFilter(t *testing.T) {
 			t.Errorf("got %s, want %s", got, w)
 		}
 	}
-	if n := srv.Stats().IndexErrors.Load(); n != 2 {
+	if n := srv.Stats().IndexErrors; n != 2 {
 		t.Errorf("IndexErrors = %d, want 2", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	wantErrs := []string{
-		`httpsource: server: filter index "team" of object a: no team (the object leaves the filters of that index until a change indexes it)`,
-		`httpsource: server: filter index "team" of object b: index function panicked: team of a panic (the object leaves the filters of that index until a change indexes it)`,
+		`fanout: server: filter index "team" of object a: no team (the object leaves the filters of that index until a change indexes it)`,
+		`fanout: server: filter index "team" of object b: index function panicked: team of a panic (the object leaves the filters of that index until a change indexes it)`,
 	}
 	if !slices.Equal(reported, wantErrs) {
 		t.Errorf("reported %q, want %q", reported, wantErrs)
@@ -397,12 +397,12 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{HTTPClient: &http.Client{Transport: gate}, Filter: httpsource.Filter{Index: "team", Value: "payments"}})
 	d := newDownstream(t, c, "filtered", nil)
 	converge(t, d, func() string { return "a=payments:1" })
-	eventually(t, "the client's watch to open", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
-	lists := srv.Stats().Lists.Load()
+	eventually(t, "the client's watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
+	lists := srv.Stats().Lists
 
 	gate.close()
 	ts.CloseClientConnections()
-	eventually(t, "the client's watch to end", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+	eventually(t, "the client's watch to end", func() bool { return srv.Stats().OpenWatches == 0 })
 	step(t, srv, 3, func() { put(up.src, "c", "payments:1") })
 	step(t, srv, 4, func() { up.src.Delete("a") })
 	for i := range 6 {
@@ -410,7 +410,7 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 	}
 	gate.open()
 	converge(t, d, func() string { return "c=payments:1" })
-	if got := srv.Stats().Lists.Load(); got != lists+1 {
+	if got := srv.Stats().Lists; got != lists+1 {
 		t.Errorf("the server served %d lists after the cut, want 1 (the filtered relist); calls %q errors %v", got-lists, d.rec.get(), d.rec.errors())
 	}
 	got := d.rec.get()
@@ -456,7 +456,7 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 		step(t, srv, int64(i+1), func() { put(up.src, "a", fmt.Sprint("team", i, ":1")) })
 	}
 	st := openBounded(t, ts.URL+"?watch=1&index=team&value=nobody&resourceVersion="+rev(srv, 20))
-	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
 	values := func() []string {
 		h := srv.mirror.filters
 		h.mu.Lock()
@@ -472,7 +472,7 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 		t.Errorf("values %q, want %q", got, want)
 	}
 	st.close()
-	eventually(t, "the watch to close", func() bool { return srv.Stats().OpenWatches.Load() == 0 })
+	eventually(t, "the watch to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	if got, want := values(), []string{"team16", "team17", "team18", "team19"}; !slices.Equal(got, want) {
 		t.Errorf("values after the watch closed %q, want %q", got, want)
 	}
@@ -517,7 +517,7 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 	}
 	opts := filterOptions()
 	opts.HistoryLimit = 2
-	srv, err := NewServer(inf, objKey, opts)
+	srv, err := NewServer(inf, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +535,7 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 		srv.mirror.put(&obj{Name: "a", Val: fmt.Sprint("payments:", i+2)})
 	}
 	_, err = w.Next()
-	if !errors.Is(err, informer.ErrExpired) || !strings.HasPrefix(err.Error(), `httpsource: filtered watch of team="payments": its next event has left the server's history: `) {
+	if !errors.Is(err, informer.ErrExpired) || !strings.HasPrefix(err.Error(), `fanout: filtered watch of team="payments": its next event has left the server's history: `) {
 		t.Fatalf("after falling behind: %v, want ErrExpired", err)
 	}
 	if _, err2 := w.Next(); err2 != err {

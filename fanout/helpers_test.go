@@ -194,7 +194,7 @@ func (u *upstream) settle(t testing.TB) {
 func newServer(t testing.TB, u *upstream, opts ServerOptions[*obj]) (*Server[string, *obj], error) {
 	t.Helper()
 	u.settle(t)
-	return NewServer(u.inf, objKey, opts)
+	return NewServer(u.inf, opts)
 }
 
 // serve starts a Server of the settled upstream on a loopback httptest server.

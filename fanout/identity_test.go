@@ -18,7 +18,7 @@ var _ informer.SourceIdentifier = (*httpsource.Client[int])(nil)
 
 // A Client's identity is its URL and the instance of the Server behind it: two Servers at
 // one URL (one restarted) are two sources, one Server asked twice is one. A server that
-// names no instance (a plain API; a Handler) is its URL.
+// names no instance (a plain API; a PassThrough) is its URL.
 func TestClientSourceID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -58,7 +58,7 @@ func TestClientSourceID(t *testing.T) {
 		t.Fatalf("two Server instances at %s: %q and %q, want the URL and two instances", ts.URL, id1, id2)
 	}
 
-	plain := httptest.NewServer(NewHandler[*obj](u.src, HandlerOptions[*obj]{}))
+	plain := httptest.NewServer(NewPassThrough[*obj](u.src, PassThroughOptions[*obj]{}))
 	t.Cleanup(plain.Close)
 	id, err := newTestClient(t, plain.URL, httpsource.ClientOptions[*obj]{}).SourceID(ctx)
 	if err != nil || id != plain.URL {

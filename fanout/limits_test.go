@@ -127,8 +127,8 @@ func TestServerStalledListReaders(t *testing.T) {
 	if held > 4<<20 {
 		t.Errorf("stalled list readers hold %d KiB of heap, want under 4 MiB", held>>10)
 	}
-	eventually(t, "the stalled list readers to be evicted", func() bool { return srv.Stats().Evicted.Load() == DefaultMaxListsPerClient })
-	if n := srv.Stats().ListsRejected.Load(); n != readers-DefaultMaxListsPerClient {
+	eventually(t, "the stalled list readers to be evicted", func() bool { return srv.Stats().Evicted == DefaultMaxListsPerClient })
+	if n := srv.Stats().ListsRejected; n != readers-DefaultMaxListsPerClient {
 		t.Errorf("Stats.ListsRejected = %d, want %d", n, readers-DefaultMaxListsPerClient)
 	}
 	// Their slots are free: a list is served in full.
@@ -162,7 +162,7 @@ func TestServerWatchersPerClient(t *testing.T) {
 		if rc := dialAs(t, addr, q, "bob", 0); rc.resp.StatusCode != 200 {
 			t.Errorf("bob's watch while alice holds her maximum: %d", rc.resp.StatusCode)
 		}
-		if n := srv.Stats().Rejected.Load(); n != 1 {
+		if n := srv.Stats().Rejected; n != 1 {
 			t.Errorf("Stats.Rejected = %d, want 1", n)
 		}
 	})
@@ -235,7 +235,7 @@ func TestServerPagedListsPerClient(t *testing.T) {
 	if code, _ := next("dave", t2); code != 410 {
 		t.Errorf("a finished list's token: %d, want 410", code)
 	}
-	if n := srv.Stats().Lists.Load(); n != 209 {
+	if n := srv.Stats().Lists; n != 209 {
 		t.Errorf("Stats.Lists = %d, want 209", n)
 	}
 }
@@ -376,7 +376,7 @@ func TestServerSlowReaderKept(t *testing.T) {
 	ts := startServer(t, srv)
 	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true&allowWatchBookmarks=true", "", 16<<10)
 	paced(t, rc, 400<<10, objects) // 400 KiB/s: about 2.5 s
-	if n := srv.Stats().Evicted.Load(); n != 0 {
+	if n := srv.Stats().Evicted; n != 0 {
 		t.Errorf("Stats.Evicted = %d: a steady reader was evicted", n)
 	}
 }
@@ -447,7 +447,7 @@ func TestServerSlowReaderProgress(t *testing.T) {
 		t.Errorf("a steady reader at 1 MiB/s was reported: %v", err)
 	default:
 	}
-	if n := srv.Stats().Evicted.Load(); n != 0 {
+	if n := srv.Stats().Evicted; n != 0 {
 		t.Errorf("Stats.Evicted = %d: a steady reader was evicted", n)
 	}
 }
@@ -466,13 +466,13 @@ func TestServerEvictedConnectionReset(t *testing.T) {
 	ts := startServer(t, srv)
 	stalled := dialAs(t, ts.Listener.Addr().String(), "watch=1&resourceVersion="+rev(srv, 1), "", 4096)
 	big := strings.Repeat("x", 4<<10)
-	for i := 0; i < 1000 && srv.Stats().Evicted.Load() == 0; i++ {
+	for i := 0; i < 1000 && srv.Stats().Evicted == 0; i++ {
 		put(up.src, fmt.Sprintf("k%03d", i%100), big+fmt.Sprint(i))
 		if i%50 == 49 {
 			eventually(t, "the server to take the changes", func() bool { return srv.src.Revision() >= int64(i+2) })
 		}
 	}
-	eventually(t, "the stalled watcher to be evicted", func() bool { return srv.Stats().Evicted.Load() == 1 })
+	eventually(t, "the stalled watcher to be evicted", func() bool { return srv.Stats().Evicted == 1 })
 	_ = stalled.conn.SetReadDeadline(time.Now().Add(waitTimeout))
 	_, err = io.Copy(io.Discard, stalled.r)
 	if !errors.Is(err, syscall.ECONNRESET) {
@@ -537,7 +537,7 @@ func TestServerObjectTooLarge(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("nothing reported")
 	}
-	if n := srv.Stats().TooLarge.Load(); n != 1 {
+	if n := srv.Stats().TooLarge; n != 1 {
 		t.Errorf("Stats.TooLarge = %d, want 1", n)
 	}
 	if b := body(t, rawGet(t, nil, ts.URL, nil)); !strings.Contains(b, `{"name":"a","val":"1"}`) {
@@ -565,7 +565,7 @@ func TestServerLargestObjectReachesClient(t *testing.T) {
 	if err != nil || ev.Type != informer.Modified || len(ev.Object.Val) != len(val) {
 		t.Fatalf("the largest object: %v %v", ev.Type, err)
 	}
-	if n := srv.Stats().TooLarge.Load(); n != 0 {
+	if n := srv.Stats().TooLarge; n != 0 {
 		t.Errorf("Stats.TooLarge = %d", n)
 	}
 }

@@ -80,10 +80,10 @@ func TestServerEndlessRequestBody(t *testing.T) {
 		t.Fatalf("an honest watch: %v", err)
 	}
 	w.Stop()
-	if n := srv.Stats().ListsRejected.Load() + srv.Stats().Rejected.Load(); n != 0 {
+	if n := srv.Stats().ListsRejected + srv.Stats().Rejected; n != 0 {
 		t.Errorf("%d requests refused for want of a slot, want 0", n)
 	}
-	if n := srv.Stats().BadRequests.Load(); n != 18 {
+	if n := srv.Stats().BadRequests; n != 18 {
 		t.Errorf("Stats.BadRequests = %d, want 18", n)
 	}
 }
@@ -132,7 +132,7 @@ func serveSilenceable(t testing.TB, interval time.Duration) (*silencer, *upstrea
 	ts := serveFront(t, srv, sil)
 	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}), "silent", nil)
 	converge(t, d, func() string { return "a=1" })
-	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches.Load() == 1 })
+	eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches == 1 })
 	return sil, up, d
 }
 
@@ -217,7 +217,7 @@ func TestServerSlowListReaderCut(t *testing.T) {
 			eventually(t, "the server to log the changes", func() bool { return srv.src.Revision() >= objects+2*history })
 			if !strings.HasPrefix(q, "watch") {
 				// A list whose write waits for its reader is cut too, well before WriteTimeout.
-				eventually(t, "the waiting list to be cut", func() bool { return srv.Stats().Evicted.Load() == 1 })
+				eventually(t, "the waiting list to be cut", func() bool { return srv.Stats().Evicted == 1 })
 			}
 			_ = rc.conn.SetReadDeadline(time.Now().Add(waitTimeout))
 			var rest []byte
@@ -237,7 +237,7 @@ func TestServerSlowListReaderCut(t *testing.T) {
 			if strings.HasPrefix(q, "watch") && !bytes.Contains(rest, []byte(`"code":410`)) {
 				t.Errorf("the streaming list ended with %q, want an ERROR event with code 410", rest[max(0, len(rest)-300):])
 			}
-			if n := srv.Stats().Evicted.Load(); n != 1 {
+			if n := srv.Stats().Evicted; n != 1 {
 				t.Errorf("Stats.Evicted = %d, want 1", n)
 			}
 		})

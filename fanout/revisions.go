@@ -294,3 +294,70 @@ func appendContinue(dst []byte, tag, tok string) []byte {
 	dst = append(dst, '.')
 	return append(dst, tok...)
 }
+
+// offsetRevisions is a Server's own numbering, for an upstream whose revisions are not
+// ordered: the log's revisions (0, 1, 2, …) are sent as <tag>.<n>, tag the server's start
+// time in base 36, so that a revision of another numbering — another instance's, or an
+// upstream's — is never taken for one of this server's.
+type offsetRevisions struct {
+	tag  string        // the server's start time in base 36
+	head *atomic.Int64 // the log revision of the newest change
+}
+
+// parse returns the log revision of a wire revision; foreign reports a revision of
+// another numbering.
+func (o *offsetRevisions) parse(onWire string) (n int64, foreign bool, err error) {
+	tag, num, ok := strings.Cut(onWire, ".")
+	switch {
+	case ok && tag == o.tag && wire.IsCanonicalInteger(num):
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
+		}
+		return n, false, nil
+	case wire.IsOwnRevision(onWire) || wire.IsCanonicalInteger(onWire):
+		return 0, true, nil
+	}
+	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
+}
+
+func (o *offsetRevisions) watchRevision(onWire string) (string, error) {
+	n, foreign, err := o.parse(onWire)
+	if err != nil {
+		return "", err
+	}
+	if foreign {
+		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", onWire, o.tag, informer.ErrExpired)
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+func (o *offsetRevisions) listRevision(onWire string) (string, error) {
+	n, foreign, err := o.parse(onWire)
+	if err != nil || foreign {
+		return "", err // another numbering: any state of this instance will do
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
+	var n int64
+	for i := 0; i < len(rev); i++ {
+		c := rev[i]
+		if c < '0' || c > '9' || i > 18 {
+			return append(dst, rev...), true // not a log revision; cannot happen
+		}
+		n = n*10 + int64(c-'0')
+	}
+	dst = append(dst, o.tag...)
+	dst = append(dst, '.')
+	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
+}
+
+func (o *offsetRevisions) continueToken(onWire string) (string, error) {
+	return continueToken(o.tag, onWire)
+}
+
+func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
+	return appendContinue(dst, o.tag, tok)
+}

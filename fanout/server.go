@@ -1,18 +1,13 @@
 package fanout
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,8 +105,8 @@ type ServerOptions[V any] struct {
 	CatchUpWait time.Duration
 }
 
-// Server serves an informer's collection over HTTP in the protocol Client speaks (the
-// Kubernetes JSON list+watch shapes; see the package documentation), so that many
+// Server serves an informer's collection over HTTP in the protocol httpsource.Client
+// speaks (the Kubernetes JSON list+watch shapes; see package httpsource), so that many
 // processes can mirror one source through one upstream watch: the fan-out tier.
 //
 // It registers a handler on the informer that copies every change, encoded once, into an
@@ -200,70 +195,34 @@ func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
 	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
 }
 
-// NewServer returns a server of inf's collection. key must return the key the informer
-// uses; nil means the informer's own (inf.Key), so that the key function is written once.
-// The server's handler is added to inf at once; the informer may already be running. Call
+// NewServer returns a server of inf's collection, keyed as inf keys it (inf.Key). The
+// server's handler is added to inf at once; the informer may already be running. Call
 // Shutdown to remove it.
-func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.KeyFunc[K, V], opts ServerOptions[V]) (*Server[K, V], error) {
+func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOptions[V]) (*Server[K, V], error) {
 	if inf == nil {
-		return nil, errors.New("httpsource: NewServer: nil informer")
+		return nil, errors.New("fanout: NewServer: nil informer")
 	}
-	if key == nil {
-		key = inf.Key
+	lim, err := opts.limits()
+	if err != nil {
+		return nil, err
 	}
-	history := opts.HistoryLimit
-	switch {
-	case history == 0:
-		history = DefaultHistoryLimit
-	case history < 0:
-		return nil, fmt.Errorf("httpsource: NewServer: negative HistoryLimit %d", history)
-	}
-	bookmarks := opts.BookmarkInterval
-	switch {
-	case bookmarks == 0:
-		bookmarks = DefaultBookmarkInterval
-	case bookmarks < 0:
-		bookmarks = 0
-	}
-	maxObject := opts.MaxObjectSize
-	if maxObject <= 0 {
-		maxObject = DefaultMaxObjectSize
-	}
-	historyBytes := opts.HistoryBytes
-	if historyBytes == 0 {
-		historyBytes = DefaultHistoryBytes
-	}
-	encode := opts.Encode
-	if encode == nil {
-		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
-	}
-	base := time.Now().UnixNano()
-	tag := strconv.FormatInt(base, 36)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	s := &Server[K, V]{
 		inf: inf,
 		src: memory.New(func(r *record[K]) K { return r.key }, memory.Options{
 			Clock:            opts.Clock,
-			BookmarkInterval: bookmarks,
+			BookmarkInterval: lim.bookmarks,
 			StreamingList:    true,
-			HistoryLimit:     history,
+			HistoryLimit:     lim.history,
 		}),
 		synced: make(chan struct{}),
 	}
-	s.core.instance = tag
 	var head atomic.Int64
-	if order := inf.RevisionComparer(); order != nil {
-		s.up = newUpstreamRevisions(order, tag, &head)
-		s.core.revs = s.up
-		catchUp := cmp.Or(opts.CatchUpWait, DefaultCatchUpWait)
-		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
-	} else {
-		s.revs = &offsetRevisions{tag: tag, head: &head}
-		s.core.revs = s.revs
-	}
+	s.number(tag, &head, cmp.Or(opts.CatchUpWait, DefaultCatchUpWait))
 	s.mirror = &mirror[K, V]{
-		src: s.src, key: key, encode: encode, head: &head, up: s.up,
+		src: s.src, key: inf.Key, encode: lim.encode, head: &head, up: s.up,
 		tree:      newRecords[K](32),
-		maxObject: maxObject, historyBytes: historyBytes,
+		maxObject: lim.maxObject, historyBytes: lim.historyBytes,
 		report: func(err error) { s.core.report(err) },
 		stats:  &s.core.stats,
 	}
@@ -273,9 +232,75 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 		byID:      make(map[uint64]*pin[K]),
 		byClient:  make(map[string][]*pin[K]),
 	}
-	if err := s.serveFilters(opts, bookmarks); err != nil {
+	if err := s.serveFilters(opts, lim.bookmarks); err != nil {
 		return nil, err
 	}
+	s.serveLog(tag, lim.bookmarks, opts.ServeOptions)
+	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
+		Name:         "fanout.Server",
+		ResyncPeriod: -1, // resyncs carry nothing new
+		QueueLength:  opts.QueueLength,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fanout: NewServer: %w", err)
+	}
+	s.reg = reg
+	s.core.ready = s.HasSynced
+	return s, nil
+}
+
+// serverLimits are ServerOptions with their defaults applied.
+type serverLimits[V any] struct {
+	history      int
+	bookmarks    time.Duration // 0: none
+	maxObject    int
+	historyBytes int64
+	encode       func(V) ([]byte, error)
+}
+
+// limits applies the defaults of the options that size the server's log.
+func (o ServerOptions[V]) limits() (serverLimits[V], error) {
+	l := serverLimits[V]{history: o.HistoryLimit, bookmarks: o.BookmarkInterval, maxObject: o.MaxObjectSize, historyBytes: o.HistoryBytes, encode: o.Encode}
+	switch {
+	case l.history == 0:
+		l.history = DefaultHistoryLimit
+	case l.history < 0:
+		return l, fmt.Errorf("fanout: NewServer: negative HistoryLimit %d", l.history)
+	}
+	switch {
+	case l.bookmarks == 0:
+		l.bookmarks = DefaultBookmarkInterval
+	case l.bookmarks < 0:
+		l.bookmarks = 0
+	}
+	if l.maxObject <= 0 {
+		l.maxObject = DefaultMaxObjectSize
+	}
+	if l.historyBytes == 0 {
+		l.historyBytes = DefaultHistoryBytes
+	}
+	if l.encode == nil {
+		l.encode = func(v V) ([]byte, error) { return json.Marshal(v) }
+	}
+	return l, nil
+}
+
+// number chooses the revisions the server serves: the upstream's when the informer's
+// source orders them, else its own, <tag>.<n>.
+func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Duration) {
+	if order := s.inf.RevisionComparer(); order != nil {
+		s.up = newUpstreamRevisions(order, tag, head)
+		s.core.revs = s.up
+		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
+		return
+	}
+	s.revs = &offsetRevisions{tag: tag, head: head}
+	s.core.revs = s.revs
+}
+
+// serveLog sets the serving core up over the server's log.
+func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
+	s.core.instance = tag
 	s.core.list = s.list
 	s.core.lw = s.src
 	if s.up != nil {
@@ -286,18 +311,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], key informer.
 	s.core.replayOnEmpty = true
 	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
-	s.core.init(opts.ServeOptions)
-	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
-		Name:         "httpsource.Server",
-		ResyncPeriod: -1, // resyncs carry nothing new
-		QueueLength:  opts.QueueLength,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("httpsource: NewServer: %w", err)
-	}
-	s.reg = reg
-	s.core.ready = s.HasSynced
-	return s, nil
+	s.core.init(opts)
 }
 
 // waitSynced closes s.synced once the server serves: its handler has the informer's
@@ -319,7 +333,7 @@ func (s *Server[K, V]) waitSynced() {
 }
 
 // ServeHTTP implements http.Handler. Mount it at the collection's URL; it answers GET
-// only. See the package documentation for the requests and answers.
+// only. See package httpsource for the requests and answers.
 func (s *Server[K, V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.core.ServeHTTP(w, r) }
 
 // Shutdown stops serving: new requests are answered 503; every open watch ends cleanly,
@@ -336,8 +350,8 @@ func (s *Server[K, V]) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Stats returns the server's counters.
-func (s *Server[K, V]) Stats() *Stats { return &s.core.stats }
+// Stats returns the server's counters, read now.
+func (s *Server[K, V]) Stats() ServeStats { return s.core.stats.read() }
 
 // Revision returns the revision of the state the server serves: the upstream's revision
 // its informer's cache has reached, for an ordered upstream ("" before the first);
@@ -372,576 +386,4 @@ func (s *Server[K, V]) HasSynced() bool {
 func (s *Server[K, V]) Synced() <-chan struct{} {
 	s.syncedOnce.Do(func() { go s.waitSynced() })
 	return s.synced
-}
-
-// mirror is the informer handler that copies changes into the server's log and its
-// state tree (which lists read from). With an ordered upstream (up set) it holds the
-// changes back until the informer says which revision they add up to (OnRevision), and
-// then logs them as one batch: the tree and the log are always exactly the upstream's
-// state at a revision.
-type mirror[K cmp.Ordered, V any] struct {
-	src          *memory.Source[K, *record[K]]
-	key          informer.KeyFunc[K, V]
-	encode       func(V) ([]byte, error)
-	head         *atomic.Int64 // the log revision of the newest change
-	up           *upstreamRevisions
-	maxObject    int
-	historyBytes int64
-	report       func(error)
-	stats        *Stats
-	filters      *filterHub[K, V] // nil without ServerOptions.Filters
-
-	mu        sync.Mutex                 // the tree and head change together; lists clone both
-	tree      *btree.Tree[K, *record[K]] // the served state, by key
-	log       []logged                   // size of each change in the history, oldest first from first
-	first     int                        // log[:first] is dropped
-	held      int64                      // sum of the sizes kept
-	pending   []pendingChange[K]         // changes held back until the next revision (up set), one per key
-	ops       []logOp[K]                 // OnRevision's buffer
-	pendingAt map[K]int                  // the index of a key's change in pending
-}
-
-// logOp is one change OnRevision logs.
-type logOp[K any] struct {
-	r      *record[K]
-	vals   [][]string // r's values in the filter indexes, when not a delete
-	delete bool
-}
-
-// pendingChange is a change held back until the informer reaches a revision.
-type pendingChange[K any] struct {
-	key     K
-	json    []byte     // the new state; for a delete, the state put earlier in the batch, if any
-	vals    [][]string // json's values in the filter indexes
-	deleted bool
-}
-
-// logged is the size of one change kept in the history.
-type logged struct {
-	rev  int64
-	size int64
-}
-
-// recordOverhead is what a change costs in the history besides its encoding.
-const recordOverhead = 128
-
-func (m *mirror[K, V]) OnAdd(obj V, _ bool)    { m.put(obj) }
-func (m *mirror[K, V]) OnUpdate(_, obj V)      { m.put(obj) }
-func (m *mirror[K, V]) OnDelete(obj V, _ bool) { m.delete(obj) }
-
-// OnRevision implements informer.RevisionHandler: the changes held back make the
-// upstream's state at rev; they are logged as one batch whose bound is rev.
-func (m *mirror[K, V]) OnRevision(rev string) {
-	if m.up == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ops := m.ops[:0]
-	for _, c := range m.pending {
-		old, present := m.tree.Get(c.key)
-		switch {
-		case !c.deleted && present && bytes.Equal(old.json, c.json):
-		case !c.deleted:
-			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals})
-		case present:
-			ops = append(ops, logOp[K]{r: old, delete: true})
-		case c.json != nil:
-			// Created and deleted within the batch: a client at a revision inside it
-			// may hold the object, so the batch says it went away.
-			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals}, logOp[K]{r: &record[K]{key: c.key, json: c.json}, delete: true})
-		}
-	}
-	clear(m.pending)
-	m.pending = m.pending[:0]
-	clear(m.pendingAt)
-	defer func() { clear(ops); m.ops = ops[:0] }()
-	// The bound goes first, so that a watcher that reads the batch's changes finds it.
-	seq := m.src.Revision() + int64(len(ops))
-	moved := m.up.reached(seq, rev)
-	// The filter indexes take the batch as one too: each value's last event of it is
-	// labelled with the batch's end, before the log's head reaches it.
-	if len(ops) > 0 {
-		m.filters.beginBatch()
-	}
-	for i, o := range ops {
-		r, ok := m.apply(o)
-		if i == len(ops)-1 {
-			m.filters.endBatch(seq)
-		}
-		if ok {
-			m.logged(r, int64(len(o.r.json)))
-		}
-	}
-	m.up.trim(m.src.CompactedRevision())
-	m.up.settled()
-	if moved && len(ops) == 0 {
-		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
-	}
-}
-
-// apply writes one change of a batch to the tree, the log and the filter indexes, and
-// returns its log revision; false if it changed nothing (a delete of a key not served).
-func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
-	if o.delete {
-		m.tree.Delete(o.r.key)
-		r, ok := m.src.Delete(o.r.key)
-		if ok {
-			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
-		}
-		return r, ok
-	}
-	m.tree.Set(o.r.key, o.r)
-	r := m.src.Put(o.r)
-	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
-	return r, true
-}
-
-// hold records a change until the next revision (ordered upstream), under mu.
-func (m *mirror[K, V]) hold(k K, b []byte, vals [][]string, deleted bool) {
-	if m.pendingAt == nil {
-		m.pendingAt = make(map[K]int)
-	}
-	i, ok := m.pendingAt[k]
-	if !ok {
-		m.pendingAt[k] = len(m.pending)
-		m.pending = append(m.pending, pendingChange[K]{key: k, json: b, vals: vals, deleted: deleted})
-		return
-	}
-	c := &m.pending[i]
-	if deleted {
-		c.deleted = true // json keeps the state put earlier in the batch
-		return
-	}
-	c.json, c.vals, c.deleted = b, vals, false
-}
-
-// put logs obj unless its encoding is the one already served (a relist of the informer
-// re-delivers unchanged objects as updates; they are not passed on).
-func (m *mirror[K, V]) put(obj V) {
-	k, err := m.key(obj)
-	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("httpsource: server: key of an object: %w", err))
-		return
-	}
-	b, err := m.encode(obj)
-	if err == nil {
-		b, err = wire.CompactJSON(b)
-	}
-	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("httpsource: server: encoding object %v (not served; clients keep its previous state): %w", k, err))
-		return
-	}
-	if len(b) > m.maxObject {
-		m.stats.TooLarge.Add(1)
-		m.report(fmt.Errorf("httpsource: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
-		return
-	}
-	vals := m.filters.values(k, obj)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.up != nil {
-		m.hold(k, b, vals, false)
-		return
-	}
-	if old, ok := m.tree.Get(k); ok && bytes.Equal(old.json, b) {
-		return
-	}
-	r := &record[K]{key: k, json: b}
-	rev := m.src.Put(r)
-	m.tree.Set(k, r)
-	m.logged(rev, int64(len(b)))
-	m.filters.put(rev, r, vals, m.src.CompactedRevision())
-}
-
-func (m *mirror[K, V]) delete(obj V) {
-	k, err := m.key(obj)
-	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("httpsource: server: key of a deleted object: %w", err))
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.up != nil {
-		m.hold(k, nil, nil, true)
-		return
-	}
-	old, ok := m.tree.Delete(k)
-	if !ok {
-		return
-	}
-	if rev, ok := m.src.Delete(k); ok {
-		m.logged(rev, int64(len(old.json)))
-		m.filters.delete(rev, k, m.src.CompactedRevision())
-	}
-}
-
-// logged accounts for the change at rev and compacts the history down to historyBytes.
-func (m *mirror[K, V]) logged(rev, size int64) {
-	m.head.Store(rev)
-	if m.historyBytes < 0 {
-		return
-	}
-	compacted := m.src.CompactedRevision() // HistoryLimit's compaction
-	for m.first < len(m.log) && m.log[m.first].rev <= compacted {
-		m.held -= m.log[m.first].size
-		m.first++
-	}
-	m.log = append(m.log, logged{rev: rev, size: size + recordOverhead})
-	m.held += size + recordOverhead
-	last := int64(-1)
-	for m.held > m.historyBytes && len(m.log)-m.first > 1 {
-		m.held -= m.log[m.first].size
-		last = m.log[m.first].rev
-		m.first++
-	}
-	if last > compacted {
-		m.src.Compact(last)
-	}
-	if m.first > 1024 && m.first > len(m.log)/2 {
-		m.log = m.log[:copy(m.log, m.log[m.first:])]
-		m.first = 0
-	}
-}
-
-// snapshot returns the current state and its log revision; the tree is a copy-on-write
-// clone, O(1).
-func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.tree.Clone(), m.head.Load()
-}
-
-// boundedWatches starts a watch with initial events (a streaming list) under the
-// mirror's lock, so that its initial state is one the log has a revision for, never one
-// in the middle of a batch being logged.
-type boundedWatches[K cmp.Ordered] struct {
-	*memory.Source[K, *record[K]]
-	mu *sync.Mutex
-}
-
-func (b boundedWatches[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
-	if opts.SendInitialEvents {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-	}
-	return b.Source.Watch(ctx, opts)
-}
-
-// offsetRevisions is a Server's own numbering, for an upstream whose revisions are not
-// ordered: the log's revisions (0, 1, 2, …) are sent as <tag>.<n>, tag the server's start
-// time in base 36, so that a revision of another numbering — another instance's, or an
-// upstream's — is never taken for one of this server's.
-type offsetRevisions struct {
-	tag  string        // the server's start time in base 36
-	head *atomic.Int64 // the log revision of the newest change
-}
-
-// parse returns the log revision of a wire revision; foreign reports a revision of
-// another numbering.
-func (o *offsetRevisions) parse(onWire string) (n int64, foreign bool, err error) {
-	tag, num, ok := strings.Cut(onWire, ".")
-	switch {
-	case ok && tag == o.tag && wire.IsCanonicalInteger(num):
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
-		}
-		return n, false, nil
-	case wire.IsOwnRevision(onWire) || wire.IsCanonicalInteger(onWire):
-		return 0, true, nil
-	}
-	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
-}
-
-func (o *offsetRevisions) watchRevision(onWire string) (string, error) {
-	n, foreign, err := o.parse(onWire)
-	if err != nil {
-		return "", err
-	}
-	if foreign {
-		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", onWire, o.tag, informer.ErrExpired)
-	}
-	return strconv.FormatInt(n, 10), nil
-}
-
-func (o *offsetRevisions) listRevision(onWire string) (string, error) {
-	n, foreign, err := o.parse(onWire)
-	if err != nil || foreign {
-		return "", err // another numbering: any state of this instance will do
-	}
-	return strconv.FormatInt(n, 10), nil
-}
-
-func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
-	var n int64
-	for i := 0; i < len(rev); i++ {
-		c := rev[i]
-		if c < '0' || c > '9' || i > 18 {
-			return append(dst, rev...), true // not a log revision; cannot happen
-		}
-		n = n*10 + int64(c-'0')
-	}
-	dst = append(dst, o.tag...)
-	dst = append(dst, '.')
-	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
-}
-
-func (o *offsetRevisions) continueToken(onWire string) (string, error) {
-	return continueToken(o.tag, onWire)
-}
-
-func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
-	return appendContinue(dst, o.tag, tok)
-}
-
-// list answers a list request from a snapshot of the state: a first page clones the
-// state tree (O(1)); a paged list keeps its clone, under the client's name, for its later
-// pages.
-func (s *Server[K, V]) list(client string, req request) (page[*record[K]], error) {
-	if req.cont != "" {
-		return s.nextPage(client, req)
-	}
-	tree, rev := s.snapshot(req.filter)
-	if req.rv != "" && req.rv != "0" {
-		at, err := s.core.revs.listRevision(req.rv)
-		if err != nil {
-			return page[*record[K]]{}, &requestError{err}
-		}
-		if n, _ := strconv.ParseInt(at, 10, 64); at != "" && n > rev {
-			return page[*record[K]]{}, &requestError{fmt.Errorf("resourceVersion %s is newer than the server's newest revision %s: %w", req.rv, s.onWire(rev), informer.ErrExpired)}
-		}
-	}
-	pg := page[*record[K]]{rev: s.onWire(rev), stale: s.staleAt(rev)}
-	if req.limit <= 0 || int64(tree.Len()) <= req.limit {
-		pg.items = func(yield func(*record[K]) bool) { tree.Ascend(func(_ K, r *record[K]) bool { return yield(r) }) }
-		return pg, nil
-	}
-	p := &pin[K]{tree: tree, rev: rev, client: client}
-	items := p.take(req.limit)
-	s.pins.add(p)
-	pg.cont = s.token(p)
-	pg.items = slices.Values(items)
-	return pg, nil
-}
-
-// nextPage serves a later page of a paged list from its snapshot; a token of another
-// replica, or of a snapshot this one dropped, is served from the state if it is at the
-// token's upstream revision (portablePage).
-func (s *Server[K, V]) nextPage(client string, req request) (page[*record[K]], error) {
-	tok, err := s.core.revs.continueToken(req.cont)
-	if err != nil {
-		if pg, ok := s.portablePage(client, req); ok {
-			return pg, nil
-		}
-		return page[*record[K]]{}, &requestError{err}
-	}
-	parts := strings.Split(tok, ".")
-	if len(parts) != 2 && len(parts) != 4 {
-		return page[*record[K]]{}, &requestError{fmt.Errorf("malformed continue token %q", req.cont)}
-	}
-	id, err1 := strconv.ParseUint(parts[0], 36, 64)
-	seq, err2 := strconv.ParseInt(parts[1], 36, 64)
-	if err1 != nil || err2 != nil || seq < 1 {
-		return page[*record[K]]{}, &requestError{fmt.Errorf("malformed continue token %q", req.cont)}
-	}
-	p, err := s.pins.get(id, s.src.CompactedRevision())
-	if err != nil {
-		if pg, ok := s.portablePage(client, req); ok {
-			return pg, nil
-		}
-		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q: %w", req.cont, err)}
-	}
-	limit := req.limit
-	if limit <= 0 {
-		limit = math.MaxInt64
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch seq {
-	case p.seq: // the next page
-	case p.seq - 1: // the last page again (the client retries it)
-		p.after, p.started, p.seq = p.prevAfter, p.prevStarted, p.seq-1
-	default:
-		return page[*record[K]]{}, &requestError{fmt.Errorf("continue token %q is not the next page of its list: %w", req.cont, informer.ErrExpired)}
-	}
-	items := p.take(limit)
-	pg := page[*record[K]]{rev: s.onWire(p.rev), items: slices.Values(items), stale: s.staleAt(p.rev)}
-	if p.more {
-		pg.cont = s.token(p)
-	} else {
-		s.pins.remove(p)
-	}
-	return pg, nil
-}
-
-// staleAt returns a check that the log revision rev has left the history.
-func (s *Server[K, V]) staleAt(rev int64) func() bool {
-	return func() bool { return rev < s.src.CompactedRevision() }
-}
-
-func (s *Server[K, V]) onWire(rev int64) string {
-	b, _ := s.core.revs.appendWire(nil, strconv.FormatInt(rev, 10))
-	return string(b)
-}
-
-// token is the continue token of p's next page: the server's tag, the list's id and the
-// page's number; over an ordered upstream also the list's upstream revision and the last
-// key served, so that a replica at that revision can serve the next page
-// (portablePage).
-func (s *Server[K, V]) token(p *pin[K]) string {
-	b := strconv.AppendUint(nil, p.id, 36)
-	b = append(b, '.')
-	b = strconv.AppendInt(b, p.seq, 36)
-	if key, err := json.Marshal(p.after); s.up != nil && p.started && err == nil {
-		b = append(b, '.')
-		b = base64.RawURLEncoding.AppendEncode(b, []byte(s.onWire(p.rev)))
-		b = append(b, '.')
-		b = base64.RawURLEncoding.AppendEncode(b, key)
-	}
-	return string(s.core.revs.appendContinue(nil, string(b)))
-}
-
-// portablePage serves the next page of a list another replica began (behind a
-// round-robin balancer), or whose snapshot this one dropped: when the server's state is at
-// the token's upstream revision, the page continues after the token's last key.
-func (s *Server[K, V]) portablePage(client string, req request) (page[*record[K]], bool) {
-	parts := strings.Split(req.cont, ".")
-	if s.up == nil || len(parts) != 5 {
-		return page[*record[K]]{}, false
-	}
-	onWire, err1 := base64.RawURLEncoding.DecodeString(parts[3])
-	rawKey, err2 := base64.RawURLEncoding.DecodeString(parts[4])
-	var after K
-	if err1 != nil || err2 != nil || json.Unmarshal(rawKey, &after) != nil {
-		return page[*record[K]]{}, false
-	}
-	tree, rev := s.snapshot(req.filter)
-	if s.onWire(rev) != string(onWire) {
-		return page[*record[K]]{}, false
-	}
-	p := &pin[K]{tree: tree, rev: rev, client: client, after: after, started: true, seq: 1}
-	limit := req.limit
-	if limit <= 0 {
-		limit = math.MaxInt64
-	}
-	items := p.take(limit)
-	pg := page[*record[K]]{rev: string(onWire), items: slices.Values(items), stale: s.staleAt(rev)}
-	if p.more {
-		s.pins.add(p)
-		pg.cont = s.token(p)
-	}
-	return pg, true
-}
-
-// pin is the snapshot a paged list reads its later pages from.
-type pin[K cmp.Ordered] struct {
-	id     uint64
-	client string
-	tree   *btree.Tree[K, *record[K]]
-	rev    int64
-
-	mu          sync.Mutex
-	seq         int64 // the number of the next page
-	after       K     // the last key served
-	started     bool  // a page was served (after is set)
-	prevAfter   K     // after and started before the last page, to serve it again
-	prevStarted bool
-	more        bool // keys remain after after
-}
-
-// take returns the next limit records of the list and advances it.
-func (p *pin[K]) take(limit int64) []*record[K] {
-	items := make([]*record[K], 0, min(limit, int64(p.tree.Len()), 4096))
-	p.more = false
-	visit := func(_ K, r *record[K]) bool {
-		if int64(len(items)) == limit {
-			p.more = true
-			return false
-		}
-		items = append(items, r)
-		return true
-	}
-	if p.started {
-		p.tree.AscendAfter(p.after, visit)
-	} else {
-		p.tree.Ascend(visit)
-	}
-	p.prevAfter, p.prevStarted = p.after, p.started
-	if len(items) > 0 {
-		p.after, p.started = items[len(items)-1].key, true
-	}
-	p.seq++
-	return items
-}
-
-// pinTable holds the snapshots of paged lists, per client.
-type pinTable[K cmp.Ordered] struct {
-	limit, perClient int
-
-	mu       sync.Mutex
-	lastID   uint64
-	byID     map[uint64]*pin[K]
-	byClient map[string][]*pin[K] // oldest first
-}
-
-// add keeps p; the client's own oldest goes if it holds perClient, else the oldest of the
-// client holding the most if the table holds limit.
-func (t *pinTable[K]) add(p *pin[K]) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.lastID++
-	p.id = t.lastID
-	if own := t.byClient[p.client]; len(own) >= t.perClient {
-		t.removeLocked(own[0])
-	}
-	if len(t.byID) >= t.limit {
-		var most []*pin[K]
-		for _, ps := range t.byClient {
-			if len(ps) > len(most) || (len(ps) == len(most) && ps[0].id < most[0].id) {
-				most = ps
-			}
-		}
-		t.removeLocked(most[0])
-	}
-	t.byID[p.id] = p
-	t.byClient[p.client] = append(t.byClient[p.client], p)
-}
-
-// get returns the snapshot of list id, unless it is gone or its revision has left the
-// history (then the error matches informer.ErrExpired).
-func (t *pinTable[K]) get(id uint64, compacted int64) (*pin[K], error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.byID[id]
-	switch {
-	case p == nil:
-		return nil, fmt.Errorf("the list is finished, or its snapshot was dropped (too many paged lists in progress): %w", informer.ErrExpired)
-	case p.rev < compacted:
-		t.removeLocked(p)
-		return nil, fmt.Errorf("the list's revision has left the server's history: %w", informer.ErrExpired)
-	}
-	return p, nil
-}
-
-func (t *pinTable[K]) remove(p *pin[K]) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.removeLocked(p)
-}
-
-func (t *pinTable[K]) removeLocked(p *pin[K]) {
-	if t.byID[p.id] != p {
-		return
-	}
-	delete(t.byID, p.id)
-	own := slices.DeleteFunc(t.byClient[p.client], func(q *pin[K]) bool { return q == p })
-	if len(own) == 0 {
-		delete(t.byClient, p.client)
-	} else {
-		t.byClient[p.client] = own
-	}
 }

@@ -244,7 +244,7 @@ func TestServerQueryValidation(t *testing.T) {
 	if body(t, resp); resp.StatusCode != 406 {
 		t.Errorf("protobuf only: %d", resp.StatusCode)
 	}
-	if n := srv.Stats().BadRequests.Load(); n != 22 {
+	if n := srv.Stats().BadRequests; n != 22 {
 		t.Errorf("Stats.BadRequests = %d, want 22", n)
 	}
 }
@@ -291,7 +291,7 @@ func TestServerAuthorize(t *testing.T) {
 			t.Errorf("%q: %v is classified; a refusal must not be", tc.token, err)
 		}
 	}
-	if n := srv.Stats().Denied.Load(); n != 3 {
+	if n := srv.Stats().Denied; n != 3 {
 		t.Errorf("Stats.Denied = %d, want 3", n)
 	}
 }
@@ -304,7 +304,7 @@ func TestServerNotSynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(inf, objKey, ServerOptions[*obj]{ServeOptions: ServeOptions{RetryAfter: 2500 * time.Millisecond}})
+	srv, err := NewServer(inf, ServerOptions[*obj]{ServeOptions: ServeOptions{RetryAfter: 2500 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestServerWatcherLimit(t *testing.T) {
 	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrTooManyRequests) || !errors.Is(err, informer.ErrRetryable) || d != time.Second {
 		t.Fatalf("client: %v (retry after %v)", err, d)
 	}
-	if n := srv.Stats().Rejected.Load(); n != 2 {
+	if n := srv.Stats().Rejected; n != 2 {
 		t.Errorf("Stats.Rejected = %d, want 2", n)
 	}
 	// Lists are not limited.
@@ -461,7 +461,7 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 	if l := slow.line(t); l != "EOF" {
 		t.Errorf("after the ERROR: %.80s, want the end of the stream", l)
 	}
-	if e := srv.Stats().Evicted.Load(); e != 1 {
+	if e := srv.Stats().Evicted; e != 1 {
 		t.Errorf("Stats.Evicted = %d, want 1", e)
 	}
 }
@@ -527,7 +527,7 @@ func TestServerStalledWatcher(t *testing.T) {
 	if lines == 0 || lines >= 100 {
 		t.Errorf("the stalled watcher got %d events before its connection was cut", lines)
 	}
-	if n := srv.Stats().Evicted.Load(); n != 1 {
+	if n := srv.Stats().Evicted; n != 1 {
 		t.Errorf("Stats.Evicted = %d, want 1", n)
 	}
 }
@@ -639,7 +639,7 @@ func TestServerShutdown(t *testing.T) {
 		}
 		w.Stop()
 	}
-	if n := srv.Stats().OpenWatches.Load(); n != 0 {
+	if n := srv.Stats().OpenWatches; n != 0 {
 		t.Errorf("%d watches still open", n)
 	}
 	_, err = c.List(context.Background(), informer.ListOptions{})
@@ -674,7 +674,7 @@ func TestServer1000Watchers(t *testing.T) {
 	if over.resp.StatusCode != 429 {
 		t.Fatalf("watch %d: %d, want 429", n+1, over.resp.StatusCode)
 	}
-	if got := srv.Stats().OpenWatches.Load(); got != n {
+	if got := srv.Stats().OpenWatches; got != n {
 		t.Fatalf("OpenWatches = %d", got)
 	}
 	opened := time.Since(start)

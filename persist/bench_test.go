@@ -253,7 +253,7 @@ func peakHeap() (stop func() uint64) {
 func BenchmarkWarmStart(b *testing.B) {
 	n := benchObjects(b)
 	src := benchSource(n)
-	srv := httptest.NewServer(fanout.NewHandler[*item](src, fanout.HandlerOptions[*item]{}))
+	srv := httptest.NewServer(fanout.NewPassThrough[*item](src, fanout.PassThroughOptions[*item]{}))
 	defer srv.Close()
 	client, err := httpsource.NewClient[*item](srv.URL, httpsource.ClientOptions[*item]{})
 	if err != nil {

@@ -498,7 +498,7 @@ func TestWarmRestartHTTP(t *testing.T) {
 	for _, compact := range []bool{false, true} {
 		t.Run(map[bool]string{false: "resumed", true: "compacted"}[compact], func(t *testing.T) {
 			src := newSource()
-			srv := httptest.NewServer(fanout.NewHandler[*item](src, fanout.HandlerOptions[*item]{}))
+			srv := httptest.NewServer(fanout.NewPassThrough[*item](src, fanout.PassThroughOptions[*item]{}))
 			t.Cleanup(srv.Close)
 			client, err := httpsource.NewClient[*item](srv.URL, httpsource.ClientOptions[*item]{})
 			if err != nil {

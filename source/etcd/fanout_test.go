@@ -191,7 +191,7 @@ func (r *replica) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := fanout.NewServer(inf, nil, fanout.ServerOptions[*fanItem]{
+	srv, err := fanout.NewServer(inf, fanout.ServerOptions[*fanItem]{
 		Filters: map[string]informer.IndexFunc[*fanItem]{"parity": fanParity},
 	})
 	if err != nil {

@@ -73,15 +73,15 @@ type Client[V any] struct {
 	current       atomic.Int32
 	hc            *http.Client
 	prepare       func(*http.Request) error
-	listRequest   func(*Request, informer.ListOptions) error
-	watchRequest  func(*Request, informer.WatchOptions) error
+	listRequest   func(*OutgoingRequest, informer.ListOptions) error
+	watchRequest  func(*OutgoingRequest, informer.WatchOptions) error
 	decode        func(json.RawMessage) (V, error)
 	decodeList    func([]byte, informer.ListOptions) (RawList, error)
 	decodeFrame   func(*Frame[V]) error
 	classify      func(*StatusError) error
 	onDecodeError func(error)
 	revision      func(V) string
-	codec         Codec
+	codec         EnvelopeCodec
 	framing       Framing
 	stream        bool
 	maxFrame      int
@@ -166,7 +166,7 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 		classify:      opts.Classify,
 		onDecodeError: opts.OnDecodeError,
 		revision:      opts.Revision,
-		codec:         opts.Codec,
+		codec:         opts.EnvelopeCodec,
 		framing:       opts.Framing,
 		stream:        opts.StreamingList,
 		maxFrame:      orDefault(opts.MaxFrameSize, DefaultMaxFrameSize),
@@ -452,11 +452,11 @@ func (c *Client[V]) splitList(body []byte, opts informer.ListOptions) (RawList, 
 	return c.codec.DecodeList(body)
 }
 
-func (c *Client[V]) tooManyItems(req *Request, max int) error {
+func (c *Client[V]) tooManyItems(req *OutgoingRequest, max int) error {
 	return badInput("%s %s: the list page has more than %d items (ClientOptions.MaxListItems): ask for smaller pages or raise the limit", req.Method, redact(req.URL), max)
 }
 
-func (c *Client[V]) listTimeoutError(req *Request) error {
+func (c *Client[V]) listTimeoutError(req *OutgoingRequest) error {
 	return fmt.Errorf("httpsource %s %s: %w: the list took longer than %v (ClientOptions.ListTimeout)", req.Method, redact(req.URL), informer.ErrRetryable, c.listTimeout)
 }
 
@@ -590,12 +590,12 @@ func (c *Client[V]) params() (int, url.Values) {
 }
 
 // request returns the default request: GET of the target's URL with the query.
-func (c *Client[V]) request(at int, q url.Values, accept string) *Request {
+func (c *Client[V]) request(at int, q url.Values, accept string) *OutgoingRequest {
 	u := c.targets[at].base
 	u.RawQuery = q.Encode()
 	h := make(http.Header, 2)
 	h.Set("Accept", accept)
-	return &Request{Method: http.MethodGet, URL: &u, Header: h, target: at}
+	return &OutgoingRequest{Method: http.MethodGet, URL: &u, Header: h, target: at}
 }
 
 // failover moves the next requests from target at to the next one, in order, wrapping
@@ -663,7 +663,7 @@ func redact(u *url.URL) string {
 
 // do sends a request and returns a 200 response whose Content-Type is acceptable, or a
 // classified error. The response headers must arrive within the header timeout.
-func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) {
+func (c *Client[V]) do(ctx context.Context, r *OutgoingRequest) (*http.Response, error) {
 	if err := c.waitRetryAfter(ctx, r.target); err != nil {
 		return nil, err
 	}
@@ -675,7 +675,7 @@ func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) 
 }
 
 // send sends a request; see do.
-func (c *Client[V]) send(ctx context.Context, r *Request) (*http.Response, error) {
+func (c *Client[V]) send(ctx context.Context, r *OutgoingRequest) (*http.Response, error) {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet

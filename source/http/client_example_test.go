@@ -45,7 +45,7 @@ func ExampleClientOptions() {
 	}))
 	defer api.Close()
 
-	post := func(req *httpsource.Request, path string, body any) error {
+	post := func(req *httpsource.OutgoingRequest, path string, body any) error {
 		req.Method, req.URL.Path, req.URL.RawQuery = http.MethodPost, path, ""
 		var err error
 		req.Body, err = json.Marshal(body)
@@ -53,11 +53,11 @@ func ExampleClientOptions() {
 	}
 	client, err := httpsource.NewClient(api.URL, httpsource.ClientOptions[*Config]{
 		// 1. The requests.
-		ListRequest: func(req *httpsource.Request, opts informer.ListOptions) error {
+		ListRequest: func(req *httpsource.OutgoingRequest, opts informer.ListOptions) error {
 			_, after, _ := strings.Cut(opts.Continue, "/") // the token is "<rev>/<last key>"
 			return post(req, "/page", map[string]string{"after": after})
 		},
-		WatchRequest: func(req *httpsource.Request, opts informer.WatchOptions) error {
+		WatchRequest: func(req *httpsource.OutgoingRequest, opts informer.WatchOptions) error {
 			return post(req, "/changes", map[string]string{"after": opts.Revision})
 		},
 		// 2. A page, with the options of its request.

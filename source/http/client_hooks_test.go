@@ -186,7 +186,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 		return &obj{Name: row.K, Val: row.V}, nil
 	}
 	return ClientOptions[*obj]{
-		ListRequest: func(req *Request, opts informer.ListOptions) error {
+		ListRequest: func(req *OutgoingRequest, opts informer.ListOptions) error {
 			q := map[string]any{"limit": opts.Limit}
 			if opts.Continue != "" {
 				rev, after, err := parseStoreToken(opts.Continue)
@@ -199,7 +199,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 			req.Body, _ = json.Marshal(q)
 			return nil
 		},
-		WatchRequest: func(req *Request, opts informer.WatchOptions) error {
+		WatchRequest: func(req *OutgoingRequest, opts informer.WatchOptions) error {
 			req.Method, req.URL.Path, req.URL.RawQuery = http.MethodPost, "/watch", ""
 			req.Body = []byte(fmt.Sprintf(`{"from":%q}`, opts.Revision))
 			return nil

@@ -390,7 +390,7 @@ func TestClientRedirects(t *testing.T) {
 		ts := serveFunc(t, redirector("/here"))
 		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*obj]{
 			PrepareRequest: bearer,
-			ListRequest: func(req *Request, _ informer.ListOptions) error {
+			ListRequest: func(req *OutgoingRequest, _ informer.ListOptions) error {
 				req.Method, req.Body = http.MethodPost, []byte("page-1")
 				return nil
 			},

@@ -7,14 +7,15 @@ import (
 	"github.com/informer-go/informer/internal/wire"
 )
 
-// Codec splits the envelopes of the protocol — a list page and a watch event — into their
-// parts. It never decodes the objects themselves: those go, as raw bytes, to the client's
-// item decoder (ClientOptions.Decode), which is where the type V is known.
+// EnvelopeCodec splits the envelopes of the protocol — a list page and a watch event —
+// into their parts. It never decodes the objects themselves: those go, as raw bytes, to
+// the client's item decoder (ClientOptions.Decode), which is where the type V is known.
 //
-// JSON is the default and what Server and Handler speak. A Codec for another encoding
-// must accept what the server sends and must not keep the slices it is given: the bytes
-// are reused once the call returns, except where RawList and RawEvent say otherwise.
-type Codec interface {
+// JSON is the default and what package fanout speaks. An EnvelopeCodec for another
+// encoding must accept what the server sends and must not keep the slices it is given:
+// the bytes are reused once the call returns, except where RawList and RawEvent say
+// otherwise.
+type EnvelopeCodec interface {
 	// ContentType is the media type the client asks for in its Accept header, as in
 	// "application/json".
 	ContentType() string
@@ -24,7 +25,7 @@ type Codec interface {
 	DecodeEvent(frame []byte) (RawEvent, error)
 }
 
-// RawList is a list page split by a Codec.
+// RawList is a list page split by an EnvelopeCodec.
 type RawList struct {
 	// Revision is the list's revision (metadata.resourceVersion); never empty in a valid
 	// page.
@@ -36,7 +37,7 @@ type RawList struct {
 	Items []json.RawMessage
 }
 
-// RawEvent is one watch frame split by a Codec.
+// RawEvent is one watch frame split by an EnvelopeCodec.
 type RawEvent struct {
 	// Type is the event type as sent: "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR",
 	// or anything else (which the client rejects).
@@ -55,7 +56,7 @@ type RawEvent struct {
 	Status *StatusError
 }
 
-// JSON is the default Codec: the Kubernetes JSON shapes, with the envelope split by an
+// JSON is the default EnvelopeCodec: the Kubernetes JSON shapes, with the envelope split by an
 // allocation-free scanner so that each object is parsed once, by the item decoder. A list
 // is {"metadata":{"resourceVersion":…,"continue":…},"items":[…]}; an event is
 // {"type":…,"object":…} with an optional "resourceVersion". The envelope is checked
@@ -63,19 +64,19 @@ type RawEvent struct {
 // a duplicate key's last value wins. Inside an object or a list item only quotes and
 // brackets are matched, to find its end: the item decoder checks the rest (encoding/json
 // does), so a malformed object is still an error, reported by the decoder.
-var JSON Codec = jsonCodec{}
+var JSON EnvelopeCodec = jsonCodec{}
 
 type jsonCodec struct{}
 
 func (jsonCodec) ContentType() string { return "application/json" }
 
-// DecodeList implements Codec.
+// DecodeList implements EnvelopeCodec.
 func (jsonCodec) DecodeList(body []byte) (RawList, error) {
 	l, err := wire.DecodeList(body, 0)
 	return RawList(l), err
 }
 
-// DecodeEvent implements Codec.
+// DecodeEvent implements EnvelopeCodec.
 func (jsonCodec) DecodeEvent(frame []byte) (RawEvent, error) {
 	ev, err := wire.DecodeEvent(frame)
 	if err != nil {

@@ -75,8 +75,8 @@
 // restart and a value that is not JSON.
 //
 //  1. The requests: ListRequest and WatchRequest receive the request the Client would
-//     send (a Request: method, URL, headers, body) with the informer's ListOptions or
-//     WatchOptions, and reshape it. The gateway's are POSTs of a JSON body:
+//     send (an OutgoingRequest: method, URL, headers, body) with the informer's
+//     ListOptions or WatchOptions, and reshape it. The gateway's are POSTs of a JSON body:
 //     {"key":…,"range_end":…,"limit":500,"revision":R} for a page and
 //     {"create_request":{"key":…,"start_revision":R+1,"progress_notify":true}} for a watch.
 //     A same-origin redirect resends the body. PrepareRequest stays for what every

@@ -9,8 +9,8 @@ import (
 	"github.com/informer-go/informer/internal/wire"
 )
 
-// HandlerOptions configures a Handler. Every zero value is a documented default.
-type HandlerOptions[V any] struct {
+// PassThroughOptions configures a PassThrough. Every zero value is a documented default.
+type PassThroughOptions[V any] struct {
 	ServeOptions
 	// Encode returns an object's JSON; nil means encoding/json.Marshal. It is called once
 	// per object per request (per watcher, for watch events). An object that fails to
@@ -18,19 +18,20 @@ type HandlerOptions[V any] struct {
 	Encode func(V) ([]byte, error)
 }
 
-// Handler serves any informer.ListerWatcher over HTTP in the protocol Client speaks,
-// passing each request through: a list request is one List call (the source's pages and
-// continue tokens, as they are), a watch request one Watch call for as long as the watch
-// lasts, with the source's revisions on the wire as they are. It adds authorization,
+// PassThrough serves any informer.ListerWatcher over HTTP in the protocol
+// httpsource.Client speaks, passing each request through: a list request is one List
+// call (the source's pages and continue tokens, as they are), a watch request one Watch
+// call for as long as the watch lasts, with the source's revisions on the wire as they
+// are. It adds authorization,
 // validation, the limits on watches and lists (in all and per client), the watch
 // lifetime, eviction of stalled clients and graceful shutdown, but no caching and
 // no fan-out: every watcher is a watch on the source, and every event is encoded once per
 // watcher. To serve many watchers from one upstream watch, put an informer in front and
 // use Server.
 //
-// Revisions are the source's own, passed through in both directions: a Handler over an
+// Revisions are the source's own, passed through in both directions: a PassThrough over an
 // ordered source (source/etcd, source/memory) serves revisions that a client's
-// WaitForRevision can use for read-your-writes, and two Handlers over one source serve the
+// WaitForRevision can use for read-your-writes, and two PassThroughs over one source serve the
 // same revisions. The changes a source's watch says share a revision
 // (informer.BatchedWatch: a fan-out Server's batch passed on by a Client, a transaction of
 // a user's source) are sent as a batch, every one but the last with the partial mark ('~'
@@ -42,17 +43,17 @@ type HandlerOptions[V any] struct {
 // informer.ErrNotSupported → 400, anything else → 500. A list with resourceVersion=0 asks
 // the source for any state (ListOptions with no Revision), without resourceVersion for a
 // consistent one; a watch without resourceVersion passes an empty WatchOptions.Revision on.
-type Handler[V any] struct {
+type PassThrough[V any] struct {
 	core core[V]
 }
 
-// NewHandler returns a handler that serves lw.
-func NewHandler[V any](lw informer.ListerWatcher[V], opts HandlerOptions[V]) *Handler[V] {
+// NewPassThrough returns a PassThrough that serves lw.
+func NewPassThrough[V any](lw informer.ListerWatcher[V], opts PassThroughOptions[V]) *PassThrough[V] {
 	encode := opts.Encode
 	if encode == nil {
 		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
 	}
-	h := &Handler[V]{}
+	h := &PassThrough[V]{}
 	h.core.lw = lw
 	h.core.appendObject = func(dst []byte, v V) ([]byte, error) {
 		b, err := encode(v)
@@ -70,14 +71,14 @@ func NewHandler[V any](lw informer.ListerWatcher[V], opts HandlerOptions[V]) *Ha
 }
 
 // ServeHTTP implements http.Handler; it answers GET only.
-func (h *Handler[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.core.ServeHTTP(w, r) }
+func (h *PassThrough[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.core.ServeHTTP(w, r) }
 
 // Shutdown stops serving, as Server.Shutdown does: new requests get 503, open watches end
 // cleanly, and it waits for every request handler to return or for ctx.
-func (h *Handler[V]) Shutdown(ctx context.Context) error { return h.core.shutdown(ctx) }
+func (h *PassThrough[V]) Shutdown(ctx context.Context) error { return h.core.shutdown(ctx) }
 
-// Stats returns the handler's counters.
-func (h *Handler[V]) Stats() *Stats { return &h.core.stats }
+// Stats returns the handler's counters, read now.
+func (h *PassThrough[V]) Stats() ServeStats { return h.core.stats.read() }
 
 // identityRevisions puts the source's revisions and tokens on the wire unchanged.
 type identityRevisions struct{}

@@ -45,10 +45,10 @@ func (w *batchedWatch) Next() (informer.Event[*obj], error) {
 func (w *batchedWatch) MoreAtRevision() bool { return w.i >= 0 && w.s.more[w.i] }
 func (w *batchedWatch) Stop()                {}
 
-// A Handler over a source whose watch groups the changes of one revision (an etcd
+// A PassThrough over a source whose watch groups the changes of one revision (an etcd
 // transaction) sends them as a batch, every change but the last with the partial mark,
 // so that a Client's WaitForRevision does not count the revision reached halfway.
-func TestHandlerSendsSourceBatches(t *testing.T) {
+func TestPassThroughSendsSourceBatches(t *testing.T) {
 	ev := func(name, rev string) informer.Event[*obj] {
 		return informer.Event[*obj]{Type: informer.Modified, Object: &obj{Name: name, Val: "v"}, Revision: rev}
 	}
@@ -56,7 +56,7 @@ func TestHandlerSendsSourceBatches(t *testing.T) {
 		events: []informer.Event[*obj]{ev("a", "5"), ev("b", "5"), ev("c", "5"), ev("d", "6"), ev("e", "7"), ev("f", "7")},
 		more:   []bool{true, true, false, false, true, false},
 	}
-	ts := httptest.NewServer(NewHandler[*obj](src, HandlerOptions[*obj]{}))
+	ts := httptest.NewServer(NewPassThrough[*obj](src, PassThroughOptions[*obj]{}))
 	t.Cleanup(ts.Close)
 	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
 	defer st.close()
@@ -70,10 +70,10 @@ func TestHandlerSendsSourceBatches(t *testing.T) {
 	}
 }
 
-// A Handler in front of a Client of a fan-out Server (a proxy tier) passes the Server's
+// A PassThrough in front of a Client of a fan-out Server (a proxy tier) passes the Server's
 // batches on as batches: the Client's watch says which events share a revision, and the
-// Handler marks them again.
-func TestHandlerPassesClientBatchesOn(t *testing.T) {
+// PassThrough marks them again.
+func TestPassThroughPassesClientBatchesOn(t *testing.T) {
 	frame := func(name, rev string) string {
 		return fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
 	}
@@ -89,7 +89,7 @@ func TestHandlerPassesClientBatchesOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := serveFunc(t, NewHandler[*obj](client, HandlerOptions[*obj]{}).ServeHTTP)
+	ts := serveFunc(t, NewPassThrough[*obj](client, PassThroughOptions[*obj]{}).ServeHTTP)
 	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
 	defer st.close()
 	for i, want := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
