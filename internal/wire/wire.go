@@ -76,9 +76,9 @@ const (
 type Status struct {
 	// Code is the HTTP status code.
 	Code int
-	// Reason is the Kubernetes reason word, such as "Expired" or "TooManyRequests".
+	// Reason is the Kubernetes reason word ("Expired", "BadRequest", …); see Reason.
 	Reason string
-	// Message says what failed, for a person.
+	// Message says what happened, for a person.
 	Message string
 }
 
