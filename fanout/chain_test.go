@@ -387,14 +387,7 @@ func TestChainTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(srv)
-	ts.EnableHTTP2 = true
-	ts.StartTLS()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
-	})
-	waitSynced(t, srv)
+	ts := serveHTTP(t, srv, srv, func(ts *httptest.Server) { ts.EnableHTTP2 = true })
 
 	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{
 		HTTPClient: ts.Client(),

@@ -71,12 +71,7 @@ func startReplica(t testing.TB, u *upstream, opts ServerOptions[*wiretest.Obj]) 
 // Read-your-writes through the fan-out tier: a client informer that waits for the
 // revision of a write to the upstream source sees the write.
 func TestFanoutReadYourWrites(t *testing.T) {
-	src := memory.New(wiretest.ObjName, memory.Options{})
-	wiretest.Put(src, "a", "1")
-	up := startUpstream(t, src, "upstream", true)
-	_, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
-	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true}).Ordered(), "mirror", nil)
-	mirrorConverge(t, d, src)
+	src, _, d := mirroredTier(t)
 	for i := range 20 {
 		r := strconv.FormatInt(wiretest.Put(src, "k", fmt.Sprint(i)), 10)
 		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
@@ -322,6 +317,19 @@ func TestFanoutReplicaBehindWaitsOrAnswers410(t *testing.T) {
 }
 
 // mirrorConverge waits until the mirror's cache and handler hold src's state, and says
+// mirroredTier serves a source holding a=1 (its own revisions) and returns it, its
+// Server and a Mirror (streaming list) that has converged on it.
+func mirroredTier(t *testing.T) (*memory.Source[string, *wiretest.Obj], *Server[string, *wiretest.Obj], *wiretest.Mirror) {
+	t.Helper()
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
+	up := startUpstream(t, src, "upstream", true)
+	srv, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	mirrorConverge(t, d, src)
+	return src, srv, d
+}
+
 // how they differ if they never do.
 func mirrorConverge(t testing.TB, d *wiretest.Mirror, src *memory.Source[string, *wiretest.Obj]) {
 	t.Helper()
@@ -409,19 +417,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 
 	// A Client delivers the batch whole, every event at the batch's revision.
 	c := newTestClient(t, tsB.URL, httpsource.ClientOptions[*wiretest.Obj]{})
-	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: strconv.FormatInt(r4, 10)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var got []string
-	for range 2 {
-		ev, err := w.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprintf("%v %s=%s @%s", ev.Type, ev.Object.Name, ev.Object.Val, ev.Revision))
-	}
+	got := wiretest.Watched(t, c, informer.WatchOptions{Revision: strconv.FormatInt(r4, 10)}, 2)
 	if w := []string{"Modified a=3 @5", "Added c=1 @5"}; fmt.Sprint(got) != fmt.Sprint(w) {
 		t.Fatalf("client events %q, want %q", got, w)
 	}
@@ -431,12 +427,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 // an object as it was): a bookmark takes the revision to the clients, so that their
 // WaitForRevision for that write returns.
 func TestFanoutBookmarksFollowUpstreamProgress(t *testing.T) {
-	src := memory.New(wiretest.ObjName, memory.Options{})
-	wiretest.Put(src, "a", "1")
-	up := startUpstream(t, src, "upstream", true)
-	srv, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
-	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true}).Ordered(), "mirror", nil)
-	mirrorConverge(t, d, src)
+	src, srv, d := mirroredTier(t)
 	watches := srv.Stats().Watches
 	r := strconv.FormatInt(wiretest.Put(src, "a", "1"), 10) // the same value: nothing to serve
 	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)

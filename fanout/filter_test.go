@@ -584,14 +584,9 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 	if !empty {
 		wiretest.Put(src, "z", "search:0")
 	}
-	up := startUpstream(t, src, "upstream", true)
-	_, ts, _ := startReplica(t, up, filterOptions())
-	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{Filter: httpsource.Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	d := paymentsMirror(t, src)
 	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
-	if err := informer.WaitForCacheSync(ctx, d.Inf); err != nil {
-		t.Fatal(err)
-	}
 	teams := []string{"payments", "search", "billing"}
 	for i := range 200 {
 		name := fmt.Sprintf("o%02d", i%17)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -92,4 +93,75 @@ func serveFunc(t testing.TB, h http.HandlerFunc) *httptest.Server {
 		ts.Close()
 	})
 	return ts
+}
+
+// startServer serves srv on loopback with the http.Server settings the README asks for
+// (ConnContext installed), and shuts both down at the end of the test.
+func startServer(t testing.TB, srv *Server[string, *wiretest.Obj]) *httptest.Server {
+	t.Helper()
+	return serveHTTP(t, srv, srv, withConnContext)
+}
+
+// withConnContext installs ConnContext, as the README asks.
+func withConnContext(ts *httptest.Server) { ts.Config.ConnContext = ConnContext }
+
+// serveHTTP serves front (srv, or a handler that passes requests to it) on loopback;
+// setup, if set, configures the server before it starts (its listener, ConnContext;
+// EnableHTTP2 starts it over TLS). Both are shut down when the test ends; it returns once
+// srv has synced.
+func serveHTTP(t testing.TB, srv *Server[string, *wiretest.Obj], front http.Handler, setup func(*httptest.Server)) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(front)
+	if setup != nil {
+		setup(ts)
+	}
+	if ts.EnableHTTP2 {
+		ts.StartTLS()
+	} else {
+		ts.Start()
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	return ts
+}
+
+// reportTo is an ErrorHandler that sends each error to ch without blocking (an error
+// that finds ch full is dropped).
+func reportTo(ch chan<- error) func(error) {
+	return func(err error) {
+		select {
+		case ch <- err:
+		default:
+		}
+	}
+}
+
+// paymentsOnly asks a client for the objects of team payments (a "team" filter of
+// filterOptions).
+var paymentsOnly = httpsource.ClientOptions[*wiretest.Obj]{Filter: httpsource.Filter{Index: "team", Value: "payments"}}
+
+// syncedMirror runs a Mirror over lw until the test ends, once its cache has synced.
+func syncedMirror(t testing.TB, lw informer.ListerWatcher[*wiretest.Obj], name string) *wiretest.Mirror {
+	t.Helper()
+	d := wiretest.NewMirror(t, lw, name, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
+	defer cancel()
+	if err := informer.WaitForCacheSync(ctx, d.Inf); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// paymentsMirror serves src (its own revisions) with filterOptions, and returns a synced
+// Mirror of its payments team.
+func paymentsMirror(t testing.TB, src *memory.Source[string, *wiretest.Obj]) *wiretest.Mirror {
+	t.Helper()
+	up := startUpstream(t, src, "upstream", true)
+	_, ts, _ := startReplica(t, up, filterOptions())
+	return syncedMirror(t, newTestClient(t, ts.URL, paymentsOnly).Ordered(), "payments")
 }

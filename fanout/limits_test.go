@@ -64,29 +64,6 @@ func byToken(r *http.Request) (string, error) {
 	return tok, nil
 }
 
-// startServer serves srv on loopback with the http.Server settings the README asks for
-// (ConnContext installed), and shuts both down at the end of the test.
-func startServer(t testing.TB, srv *Server[string, *wiretest.Obj]) *httptest.Server {
-	t.Helper()
-	return serveFront(t, srv, srv)
-}
-
-// serveFront is startServer with front (a handler that passes requests to srv) served.
-func serveFront(t testing.TB, srv *Server[string, *wiretest.Obj], front http.Handler) *httptest.Server {
-	t.Helper()
-	ts := httptest.NewUnstartedServer(front)
-	ts.Config.ConnContext = ConnContext
-	ts.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
-	})
-	waitSynced(t, srv)
-	return ts
-}
-
 func heapInUse() uint64 {
 	runtime.GC()
 	var m runtime.MemStats
@@ -411,25 +388,15 @@ func TestServerSlowReaderProgress(t *testing.T) {
 	reported := make(chan error, 1)
 	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: time.Second, SendBuffer: -1,
-		ErrorHandler: func(err error) {
-			select {
-			case reported <- err:
-			default:
-			}
-		},
+		ErrorHandler: reportTo(reported),
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(srv)
-	ts.Listener = bigBuffers{ts.Listener}
-	ts.Config.ConnContext = ConnContext
-	ts.Start()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
+	ts := serveHTTP(t, srv, srv, func(ts *httptest.Server) {
+		ts.Listener = bigBuffers{ts.Listener}
+		ts.Config.ConnContext = ConnContext
 	})
-	waitSynced(t, srv)
 	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true", "", 64<<10)
 	// 3 MiB at 1 MiB/s, in reads of 16 KiB: the server's writes block throughout.
 	const chunk, total = 16 << 10, 3 << 20

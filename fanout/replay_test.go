@@ -87,15 +87,12 @@ func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 			}
 			var copts httpsource.ClientOptions[*wiretest.Obj]
 			if filtered {
-				copts.Filter = httpsource.Filter{Index: "team", Value: "payments"}
+				copts = paymentsOnly
 			}
 			pc := newPausedClient(newTestClient(t, ts.URL, copts))
-			d := wiretest.NewMirror(t, pc, "mirror", nil)
+			d := syncedMirror(t, pc, "mirror")
 			ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 			defer cancel()
-			if err := informer.WaitForCacheSync(ctx, d.Inf); err != nil {
-				t.Fatal(err)
-			}
 			select {
 			case rv := <-pc.watched:
 				if rv != "0" {

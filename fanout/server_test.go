@@ -150,19 +150,7 @@ func TestServerWatchFromRevision(t *testing.T) {
 
 	// Through the client: the same events, typed.
 	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
-	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 2)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var got []string
-	for range 3 {
-		ev, err := w.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprintf("%v %s=%s @%s", ev.Type, ev.Object.Name, ev.Object.Val, ev.Revision))
-	}
+	got := wiretest.Watched(t, c, informer.WatchOptions{Revision: rev(srv, 2)}, 3)
 	want := []string{"Added c=1 @" + rev(srv, 3), "Modified a=2 @" + rev(srv, 4), "Deleted b=1 @" + rev(srv, 5)}
 	if !slices.Equal(got, want) {
 		t.Errorf("client events %q, want %q", got, want)
@@ -393,6 +381,23 @@ func dialWatch(t testing.TB, addr, query string, readBuffer int) *rawConn {
 	return rc
 }
 
+// twoWatchers serves a Server of up with opts, the first connection with a small send
+// buffer, and opens two watches from its first change: the first on that connection, with
+// readBuffer (0: the default) as its receive buffer; the second with default buffers.
+func twoWatchers(t *testing.T, up *upstream, opts ServerOptions[*wiretest.Obj], readBuffer int) (srv *Server[string, *wiretest.Obj], first, second *rawConn) {
+	t.Helper()
+	srv, err := newServer(t, up, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := serveHTTP(t, srv, srv, func(ts *httptest.Server) { ts.Listener = &smallBuffer{Listener: ts.Listener} })
+	addr := ts.Listener.Addr().String()
+	from := "watch=1&resourceVersion=" + rev(srv, 1)
+	first = dialWatch(t, addr, from, readBuffer)
+	second = dialWatch(t, addr, from, 0)
+	return srv, first, second
+}
+
 func (rc *rawConn) Line(t testing.TB) string {
 	t.Helper()
 	l, err := rc.r.ReadString('\n')
@@ -411,22 +416,7 @@ func (rc *rawConn) Line(t testing.TB) string {
 func TestServerSlowWatcherEvicted(t *testing.T) {
 	up := newUpstream(t, memory.Options{HistoryLimit: 10})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{HistoryLimit: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(srv)
-	ts.Listener = &smallBuffer{Listener: ts.Listener}
-	ts.Start()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
-	})
-	waitSynced(t, srv)
-	addr := ts.Listener.Addr().String()
-	from := "watch=1&resourceVersion=" + rev(srv, 1)
-	slow := dialWatch(t, addr, from, 0)
-	fast := dialWatch(t, addr, from, 0)
+	srv, slow, fast := twoWatchers(t, up, ServerOptions[*wiretest.Obj]{HistoryLimit: 20}, 0)
 
 	// One change at a time, each read by the fast watcher before the next is made: the
 	// fast watcher never falls behind, the slow one stalls once its buffers are full. The
@@ -483,30 +473,10 @@ func TestServerStalledWatcher(t *testing.T) {
 	up := newUpstream(t, memory.Options{HistoryLimit: 10})
 	wiretest.Put(up.src, "a", "1")
 	reported := make(chan error, 1)
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
+	srv, stalled, fast := twoWatchers(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: 200 * time.Millisecond,
-		ErrorHandler: func(err error) {
-			select {
-			case reported <- err:
-			default:
-			}
-		},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(srv)
-	ts.Listener = &smallBuffer{Listener: ts.Listener}
-	ts.Start()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
-	})
-	waitSynced(t, srv)
-	addr := ts.Listener.Addr().String()
-	from := "watch=1&resourceVersion=" + rev(srv, 1)
-	stalled := dialWatch(t, addr, from, 4096)
-	fast := dialWatch(t, addr, from, 0)
+		ErrorHandler: reportTo(reported),
+	}}, 4096)
 	big := strings.Repeat("x", 4<<10)
 	for i := range 100 { // far more than the stalled watcher's buffers hold
 		wiretest.Put(up.src, fmt.Sprintf("k%03d", i), big)

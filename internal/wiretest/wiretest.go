@@ -205,6 +205,40 @@ func NewMirror(t testing.TB, lw informer.ListerWatcher[*Obj], name string, mod f
 	return m
 }
 
+// Watched opens a watch of lw with opts and returns its next n events as Event renders
+// them; the watch is stopped before it returns.
+func Watched(t testing.TB, lw informer.ListerWatcher[*Obj], opts informer.WatchOptions, n int) []string {
+	t.Helper()
+	w, err := lw.Watch(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got := make([]string, 0, n)
+	for range n {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, Event(ev))
+	}
+	return got
+}
+
+// Event renders an event as "Added a=1 @5" (a bookmark: "Bookmark @5"), with " end" when
+// it ends the initial events.
+func Event(ev informer.Event[*Obj]) string {
+	s := ev.Type.String()
+	if ev.Object != nil {
+		s += " " + ev.Object.Name + "=" + ev.Object.Val
+	}
+	s += " @" + ev.Revision
+	if ev.EndOfInitialEvents {
+		s += " end"
+	}
+	return s
+}
+
 // State renders objects as "name=val" in name order.
 func State(objs []*Obj) string {
 	s := make([]string, 0, len(objs))

@@ -389,24 +389,8 @@ func TestClientKubernetesShapes(t *testing.T) {
 	if err != nil || l.Revision != "100" || l.Continue != "tok" || wiretest.State(l.Items) != "a=1" {
 		t.Fatalf("%+v %v", l, err)
 	}
-	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "100"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var got []string
-	for range 3 {
-		e, err := w.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := ""
-		if e.Object != nil {
-			name = e.Object.Name
-		}
-		got = append(got, fmt.Sprintf("%v %s @%s end=%v", e.Type, name, e.Revision, e.EndOfInitialEvents))
-	}
-	want := []string{"Added b @101 end=false", "Bookmark  @105 end=true", "Deleted a @106 end=false"}
+	got := wiretest.Watched(t, c, informer.WatchOptions{Revision: "100"}, 3)
+	want := []string{"Added b=1 @101", "Bookmark @105 end", "Deleted a=1 @106"}
 	if !slices.Equal(got, want) {
 		t.Errorf("%q, want %q", got, want)
 	}
@@ -575,16 +559,7 @@ func TestSSEReader(t *testing.T) {
 		{"data: a\n\ndata: b\n", []string{"a"}, informer.ErrBadInput},
 		{"data: a\n\ndata: b", []string{"a"}, informer.ErrBadInput},
 	} {
-		r := ServerSentEvents.NewReader(strings.NewReader(tc.in), 1<<10)
-		var got []string
-		var err error
-		for {
-			var f []byte
-			if f, err = r.ReadFrame(); err != nil {
-				break
-			}
-			got = append(got, string(f))
-		}
+		got, err := readFrames(ServerSentEvents.NewReader(strings.NewReader(tc.in), 1<<10))
 		if !slices.Equal(got, tc.want) || !errors.Is(err, tc.err) {
 			t.Errorf("%q: %q, %v; want %q, %v", tc.in, got, err, tc.want, tc.err)
 		}
@@ -605,18 +580,21 @@ func TestNDJSONReader(t *testing.T) {
 		{long + "\nz\n", 2 * readBufferSize, nil, informer.ErrBadInput},
 		{"a\nb", 100, []string{"a"}, io.ErrUnexpectedEOF},
 	} {
-		r := NDJSON.NewReader(strings.NewReader(tc.in), tc.max)
-		var got []string
-		var err error
-		for {
-			var f []byte
-			if f, err = r.ReadFrame(); err != nil {
-				break
-			}
-			got = append(got, string(f))
-		}
+		got, err := readFrames(NDJSON.NewReader(strings.NewReader(tc.in), tc.max))
 		if !slices.Equal(got, tc.want) || !errors.Is(err, tc.err) {
 			t.Errorf("%.20q: %d frames, %v; want %d, %v", tc.in, len(got), err, len(tc.want), tc.err)
 		}
+	}
+}
+
+// readFrames reads r to its end: the frames, and the error that ended them.
+func readFrames(r FrameReader) ([]string, error) {
+	var got []string
+	for {
+		f, err := r.ReadFrame()
+		if err != nil {
+			return got, err
+		}
+		got = append(got, string(f))
 	}
 }
