@@ -34,6 +34,15 @@ func newSource(opts memory.Options) *memory.Source[string, *obj] {
 	return memory.New(func(o *obj) string { return o.Key }, opts)
 }
 
+// sourceOf returns a new Source holding key=1 for each key, written in order.
+func sourceOf(keys ...string) *memory.Source[string, *obj] {
+	s := newSource(memory.Options{})
+	for _, k := range keys {
+		put(s, k, "1")
+	}
+	return s
+}
+
 func put(s *memory.Source[string, *obj], key, val string) int64 {
 	return s.Put(&obj{Key: key, Val: val})
 }
@@ -227,10 +236,7 @@ func TestListPagesArePinned(t *testing.T) {
 
 // Two lists paged at the same revision do not share their snapshot's life.
 func TestListConcurrentPagedLists(t *testing.T) {
-	s := newSource(memory.Options{})
-	for _, k := range []string{"a", "b", "c"} {
-		put(s, k, "1")
-	}
+	s := sourceOf("a", "b", "c")
 	ctx := context.Background()
 	a1, _ := s.List(ctx, informer.ListOptions{Limit: 2})
 	b1, _ := s.List(ctx, informer.ListOptions{Limit: 2})
@@ -246,10 +252,7 @@ func TestListConcurrentPagedLists(t *testing.T) {
 }
 
 func TestListContinueAfterCompaction(t *testing.T) {
-	s := newSource(memory.Options{})
-	for _, k := range []string{"a", "b", "c"} {
-		put(s, k, "1")
-	}
+	s := sourceOf("a", "b", "c")
 	ctx := context.Background()
 	p1, err := s.List(ctx, informer.ListOptions{Limit: 2})
 	if err != nil {
@@ -307,10 +310,7 @@ func TestListRevision(t *testing.T) {
 }
 
 func TestListMalformedContinue(t *testing.T) {
-	s := newSource(memory.Options{})
-	for _, k := range []string{"a", "b", "c"} {
-		put(s, k, "1")
-	}
+	s := sourceOf("a", "b", "c")
 	p1, err := s.List(context.Background(), informer.ListOptions{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
