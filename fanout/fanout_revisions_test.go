@@ -149,9 +149,7 @@ func TestFanoutReplicasShareRevisions(t *testing.T) {
 // resumes its watch there from its revision: no relist, and it keeps up with the writes.
 func TestFanoutFailoverWithoutRelist(t *testing.T) {
 	src := memory.New(wiretest.ObjName, memory.Options{})
-	for i := range 10 {
-		wiretest.Put(src, fmt.Sprint("k", i), "0")
-	}
+	putRound(src, 0)
 	_, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*wiretest.Obj]{})
 	_, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*wiretest.Obj]{})
 	c := newTestClient(t, tsA.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
@@ -161,10 +159,7 @@ func TestFanoutFailoverWithoutRelist(t *testing.T) {
 
 	write := func(round int) {
 		t.Helper()
-		var last int64
-		for i := range 10 {
-			last = wiretest.Put(src, fmt.Sprint("k", i), fmt.Sprint(round))
-		}
+		last := putRound(src, round)
 		src.Delete(fmt.Sprint("k", round))
 		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 		defer cancel()
@@ -221,9 +216,7 @@ func roundRobin(t testing.TB, backends ...string) *httptest.Server {
 // watches over two replicas, one of which dies; the client never relists.
 func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 	src := memory.New(wiretest.ObjName, memory.Options{})
-	for i := range 10 {
-		wiretest.Put(src, fmt.Sprint("k", i), "0")
-	}
+	putRound(src, 0)
 	srvA, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*wiretest.Obj]{})
 	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*wiretest.Obj]{})
 	lb := roundRobin(t, tsA.URL, tsB.URL)
@@ -239,10 +232,7 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 			}
 			killA()
 		}
-		var last int64
-		for i := range 10 {
-			last = wiretest.Put(src, fmt.Sprint("k", i), fmt.Sprint(round))
-		}
+		last := putRound(src, round)
 		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 		err := d.Inf.WaitForRevision(ctx, strconv.FormatInt(last, 10))
 		cancel()
@@ -317,6 +307,15 @@ func TestFanoutReplicaBehindWaitsOrAnswers410(t *testing.T) {
 }
 
 // mirrorConverge waits until the mirror's cache and handler hold src's state, and says
+// putRound writes k0…k9 = round to src and returns the last write's revision.
+func putRound(src *memory.Source[string, *wiretest.Obj], round int) int64 {
+	var last int64
+	for i := range 10 {
+		last = wiretest.Put(src, fmt.Sprint("k", i), fmt.Sprint(round))
+	}
+	return last
+}
+
 // mirroredTier serves a source holding a=1 (its own revisions) and returns it, its
 // Server and a Mirror (streaming list) that has converged on it.
 func mirroredTier(t *testing.T) (*memory.Source[string, *wiretest.Obj], *Server[string, *wiretest.Obj], *wiretest.Mirror) {

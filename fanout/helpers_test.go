@@ -85,16 +85,6 @@ func rev(s *Server[string, *wiretest.Obj], logRev int64) string {
 	return fmt.Sprintf("%s.%d", s.revs.tag, logRev)
 }
 
-// serveFunc starts a loopback server with h.
-func serveFunc(t testing.TB, h http.HandlerFunc) *httptest.Server {
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ts.CloseClientConnections()
-		ts.Close()
-	})
-	return ts
-}
-
 // startServer serves srv on loopback with the http.Server settings the README asks for
 // (ConnContext installed), and shuts both down at the end of the test.
 func startServer(t testing.TB, srv *Server[string, *wiretest.Obj]) *httptest.Server {

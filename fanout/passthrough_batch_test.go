@@ -79,7 +79,7 @@ func TestPassThroughPassesClientBatchesOn(t *testing.T) {
 	frame := func(name, rev string) string {
 		return fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
 	}
-	upstream := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+	upstream := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		for _, l := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
 			fmt.Fprintln(w, l)
@@ -91,7 +91,7 @@ func TestPassThroughPassesClientBatchesOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := serveFunc(t, NewPassThrough[*wiretest.Obj](client, PassThroughOptions[*wiretest.Obj]{}).ServeHTTP)
+	ts := wiretest.ServeFunc(t, NewPassThrough[*wiretest.Obj](client, PassThroughOptions[*wiretest.Obj]{}).ServeHTTP)
 	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
 	defer st.Close()
 	for i, want := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -256,6 +257,17 @@ func Converge(t testing.TB, m *Mirror, want func() string) {
 		w := want()
 		return State(m.Inf.List()) == w && m.Rec.State() == w
 	}, m.Rec.Changed)
+}
+
+// ServeFunc starts a loopback server with h, closed (its connections first) when the test
+// ends.
+func ServeFunc(t testing.TB, h http.HandlerFunc) *httptest.Server {
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	return ts
 }
 
 // Get sends a GET with the header given (nil client: http.DefaultClient).

@@ -285,7 +285,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*wiretest.Obj] {
 // while several lists run at once.
 func TestClientRequestHooksAndListOptions(t *testing.T) {
 	store := &fakeStore{current: 9, rows: []string{`a:"1"`, `b:"2"`, `c:"3"`, `d:"4"`, `e:"5"`}}
-	ts := serveFunc(t, store.ServeHTTP)
+	ts := wiretest.ServeFunc(t, store.ServeHTTP)
 	var errs decodeErrors
 	c := newTestClient(t, ts.URL+"/ignored?x=1", storeOptions(&errs))
 
@@ -364,7 +364,7 @@ func TestClientDecodeFrame(t *testing.T) {
 		`{"rev":"15","changes":[{"row":` + row("f", "1") + `}]}`,
 		`{"err":{"code":11,"msg":"compacted"}}`,
 	}}
-	ts := serveFunc(t, store.ServeHTTP)
+	ts := wiretest.ServeFunc(t, store.ServeHTTP)
 	var errs decodeErrors
 	c := newTestClient(t, ts.URL, storeOptions(&errs))
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
@@ -423,7 +423,7 @@ func TestClientDecodeFrame(t *testing.T) {
 // revision, so the informer relists at once (a consistent list) instead of backing off.
 func TestClientClassify(t *testing.T) {
 	store := &fakeStore{current: 9, rows: []string{`a:"1"`}, fail: 50}
-	ts := serveFunc(t, store.ServeHTTP)
+	ts := wiretest.ServeFunc(t, store.ServeHTTP)
 	var errs decodeErrors
 	c := newTestClient(t, ts.URL, storeOptions(&errs))
 	_, err := c.List(context.Background(), informer.ListOptions{Limit: 1, Continue: storeToken("40", "a")})

@@ -22,16 +22,6 @@ import (
 	"github.com/informer-go/informer/internal/wire"
 )
 
-// serveFunc starts a loopback server with h.
-func serveFunc(t testing.TB, h http.HandlerFunc) *httptest.Server {
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ts.CloseClientConnections()
-		ts.Close()
-	})
-	return ts
-}
-
 // wantError fails unless err matches every target and its message holds text.
 func wantError(t testing.TB, err error, text string, targets ...error) {
 	t.Helper()
@@ -61,7 +51,7 @@ func TestClientListItemLimit(t *testing.T) {
 	if gz.Len() > 64<<10 {
 		t.Fatalf("the compressed body is %d bytes", gz.Len())
 	}
-	ts := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+	ts := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Encoding", "gzip")
 		_, _ = w.Write(gz.Bytes())
@@ -74,7 +64,7 @@ func TestClientListItemLimit(t *testing.T) {
 	}
 
 	// The limit is exact: a page of MaxListItems items is accepted, one more is not.
-	small := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+	small := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"1"},"items":[{}`+strings.Repeat(`,{}`, 999)+`]}`)
 	})
@@ -111,7 +101,7 @@ func TestClientListByteLimit(t *testing.T) {
 			if len(b) != tc.size {
 				t.Fatalf("body of %d bytes", len(b))
 			}
-			ts := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			ts := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				if tc.gzip {
 					w.Header().Set("Content-Encoding", "gzip")
@@ -227,7 +217,7 @@ func TestClientSilentServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			u := tc.url
 			if u == "" {
-				u = serveFunc(t, tc.h).URL
+				u = wiretest.ServeFunc(t, tc.h).URL
 			}
 			c := newTestClient(t, u, opts)
 			done := make(chan error, 1)
@@ -306,7 +296,7 @@ func TestClientSilentWatchRewatches(t *testing.T) {
 func TestClientRetryAfterCap(t *testing.T) {
 	var mu sync.Mutex
 	refuse := true
-	ts := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+	ts := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		no := refuse
 		refuse = false
@@ -349,7 +339,7 @@ func TestClientRetryAfterCap(t *testing.T) {
 func TestClientRedirects(t *testing.T) {
 	var mu sync.Mutex
 	var elsewhere []string // requests the other origin got, with their Authorization
-	other := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+	other := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		elsewhere = append(elsewhere, r.URL.Path+" auth="+r.Header.Get("Authorization"))
 		mu.Unlock()
@@ -370,7 +360,7 @@ func TestClientRedirects(t *testing.T) {
 	bearer := func(r *http.Request) error { r.Header.Set("Authorization", "Bearer secret"); return nil }
 
 	t.Run("another port", func(t *testing.T) {
-		ts := serveFunc(t, redirector(other.URL+"/collection"))
+		ts := wiretest.ServeFunc(t, redirector(other.URL+"/collection"))
 		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*wiretest.Obj]{PrepareRequest: bearer})
 		_, err := c.List(context.Background(), informer.ListOptions{})
 		wantError(t, err, "refused a redirect from "+origin(mustParse(t, ts.URL))+" to another origin, "+origin(mustParse(t, other.URL)))
@@ -389,7 +379,7 @@ func TestClientRedirects(t *testing.T) {
 	mu.Unlock()
 
 	t.Run("same origin, body and token resent", func(t *testing.T) {
-		ts := serveFunc(t, redirector("/here"))
+		ts := wiretest.ServeFunc(t, redirector("/here"))
 		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*wiretest.Obj]{
 			PrepareRequest: bearer,
 			ListRequest: func(req *OutgoingRequest, _ informer.ListOptions) error {
@@ -432,7 +422,7 @@ func TestClientContentTypeRule(t *testing.T) {
 	} {
 		for _, op := range []string{"list", "watch"} {
 			t.Run(op+" "+tc.contentType, func(t *testing.T) {
-				ts := serveFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				ts := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
 					w.Header()["Content-Type"] = []string{tc.contentType} // set even when empty: no sniffing
 					if r.URL.Query().Get("watch") != "" {
 						_, _ = io.WriteString(w, ev("ADDED", "2", o("a", "1")))
