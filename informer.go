@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"math"
 	"reflect"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -166,7 +164,7 @@ type Informer[K comparable, V any] struct {
 	wmCh     chan struct{}
 	wmHasSet bool
 
-	stopNote *stopNotice // Done and AfterStop
+	done chan struct{} // closed when Run returns: Done
 }
 
 // New returns an informer over lw. It does nothing until Run. It returns an error for a
@@ -226,7 +224,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		logger:    opts.Logger.With("informer", opts.Name),
 		store:     st,
 		syncedCh:  make(chan struct{}),
-		stopNote:  newStopNotice(),
+		done:      make(chan struct{}),
 		warned:    map[string]warned{},
 	}
 	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
@@ -337,7 +335,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 		inf.wmCh = nil
 	}
 	inf.wmMu.Unlock()
-	inf.stopNote.mark()
+	close(inf.done)
 	return nil
 }
 
@@ -667,36 +665,18 @@ func (inf *Informer[K, V]) RemoveHandler(reg *Registration) bool { return inf.pr
 
 // --- sync and revisions ---
 
-// HasSynced reports whether the initial list is in the cache. Handlers may still be
-// delivering it; use Registration.HasSynced for that.
-//
-// After a warm restart (Options.Persist) the restored state counts as the initial list:
-// HasSynced is true as soon as it is in the cache, before the resumed watch has caught
-// up with the source. Like a list served from a source's cache, it is a whole,
-// consistent state, just older; Restored says the informer serves one. A caller that
-// needs the changes made while it was down uses WaitForRevision with a revision it read
-// from the source.
-func (inf *Informer[K, V]) HasSynced() bool { return inf.synced.Load() }
-
-// Restored reports whether the cache holds a state loaded by Options.Persist that no list
-// has replaced: the watch resumed from the saved revision and is bringing it up to date.
-// It turns false once a list (after an expired revision, say) replaces the state.
-func (inf *Informer[K, V]) Restored() bool { return inf.restored.Load() }
-
-// Synced returns a channel closed once HasSynced is true. To wait for it with a deadline,
-// and for several informers and registrations at once, use the package's
-// WaitForCacheSync, whose error says why a cache did not sync.
+// Synced returns a channel closed once the initial list is in the cache (see
+// Stats.Synced for what counts as one after a warm restart). It is the one way to wait
+// for an informer: select on it beside a context or a timer, or use the package's
+// WaitForCacheSync to wait for several informers and registrations at once, with an
+// error that says why a cache did not sync. Handlers may still be delivering the list
+// when it closes: wait for a Registration's Synced for that.
 func (inf *Informer[K, V]) Synced() <-chan struct{} { return inf.syncedCh }
 
-// LastSyncRevision returns the revision of the last list or watch event the reflector
-// received. The cache may not have applied it yet; see WaitForRevision.
-func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.lastSyncRevision() }
-
-// LastError returns when the last error of the source (a failed list or watch, bad input)
-// was reported and the error, or the zero time and nil once the source has recovered (a
-// list applied, or a watch that delivered an event). WaitForCacheSync's error includes it, to
-// say why a cache did not sync.
-func (inf *Informer[K, V]) LastError() (at time.Time, err error) { return inf.refl.lastError() }
+// Done returns a channel closed once the informer has stopped: when Run returns, after
+// every handler goroutine has returned. A program that must act on the stop (the metrics
+// package removes the informer's series) selects on it.
+func (inf *Informer[K, V]) Done() <-chan struct{} { return inf.done }
 
 // ErrRevisionsUnordered is returned by WaitForRevision for a source that does not
 // implement RevisionComparer.
@@ -752,83 +732,6 @@ func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) erro
 	}
 }
 
-// --- reads ---
-
-// *Informer reads its cache as a Snapshot does: give a reconciler a Reader.
-var _ Reader[string, int] = (*Informer[string, int])(nil)
-
-// read returns the newest state for one of the read methods, after giving way to the
-// writer if it is behind: while changes are queued, a read first yields the processor
-// (runtime.Gosched), so that goroutines reading in a tight loop do not keep the
-// informer's own goroutines waiting for a core. Measured on 2 cores with 8 goroutines
-// reading an index in a loop (W4 of the bench module), the writer applied changes 1.6 to
-// 1.9 times as fast as without it. A read when nothing is queued costs an atomic load more.
-func (inf *Informer[K, V]) read() *Snapshot[K, V] {
-	if inf.fifo.behind.Load() {
-		giveWay()
-	}
-	return inf.store.snapshot()
-}
-
-// giveWay is runtime.Gosched, replaced by tests that count reads giving way.
-var giveWay = runtime.Gosched
-
-// Snapshot returns the cache as it is now, as an immutable view that never blocks the
-// informer. It is O(1) when nothing changed since the last snapshot. Take one to make
-// several reads of one state; each read method of Informer reads the newest state.
-func (inf *Informer[K, V]) Snapshot() *Snapshot[K, V] { return inf.read() }
-
-// Get returns the cached object stored under key.
-func (inf *Informer[K, V]) Get(key K) (V, bool) { return inf.read().Get(key) }
-
-// Len returns the number of cached objects.
-func (inf *Informer[K, V]) Len() int { return inf.read().Len() }
-
-// List returns every cached object in key order, in a new slice.
-func (inf *Informer[K, V]) List() []V { return inf.read().List() }
-
-// Keys returns every cached key in key order, in a new slice.
-func (inf *Informer[K, V]) Keys() []K { return inf.read().Keys() }
-
-// All yields every cached object in key order, from one snapshot.
-func (inf *Informer[K, V]) All() iter.Seq2[K, V] { return inf.read().All() }
-
-// Range yields the cached objects whose key k satisfies from ≤ k < to, in key order,
-// from one snapshot.
-func (inf *Informer[K, V]) Range(from, to K) iter.Seq2[K, V] {
-	return inf.read().Range(from, to)
-}
-
-// Ascend yields the cached objects whose key is ≥ from, in key order, from one snapshot.
-func (inf *Informer[K, V]) Ascend(from K) iter.Seq2[K, V] { return inf.read().Ascend(from) }
-
-// ByIndex returns the cached objects indexed under value in the named index, in key order.
-func (inf *Informer[K, V]) ByIndex(index, value string) ([]V, error) {
-	return inf.read().ByIndex(index, value)
-}
-
-// ByIndexSeq yields the cached objects indexed under value in the named index, in key
-// order, from one snapshot, without copying them to a slice: see Snapshot.ByIndexSeq.
-func (inf *Informer[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], error) {
-	return inf.read().ByIndexSeq(index, value)
-}
-
-// IndexKeys returns the keys indexed under value in the named index, in key order.
-func (inf *Informer[K, V]) IndexKeys(index, value string) ([]K, error) {
-	return inf.read().IndexKeys(index, value)
-}
-
-// IndexValues returns every value present in the named index, in order.
-func (inf *Informer[K, V]) IndexValues(index string) ([]string, error) {
-	return inf.read().IndexValues(index)
-}
-
-// Index returns the cached objects that share at least one value with obj in the named
-// index, in key order.
-func (inf *Informer[K, V]) Index(index string, obj V) ([]V, error) {
-	return inf.read().Index(index, obj)
-}
-
 // AddIndexers adds indexes, built at once from the cached objects; it may be called while
 // the informer runs. A name already in use is an error (ErrIndexExists), and so is an
 // index function failing for a cached object; either way nothing is added.
@@ -857,64 +760,20 @@ func (e *HandlerPanicError) Error() string {
 	return fmt.Sprintf("informer %q: handler %q panicked on key %v (notification skipped): %v", e.Informer, e.Handler, e.Key, e.Value)
 }
 
-// Stats returns a snapshot of the informer's counters. Each counter is read atomically,
-// but not all at one instant: a change in progress may show in one counter and not yet in
-// another.
-func (inf *Informer[K, V]) Stats() Stats { return inf.stats.snapshot() }
-
-// Stats are an informer's counters at one moment, as Informer.Stats returns them. Every
-// counter counts from the informer's creation.
-type Stats struct {
-	// Lists counts list attempts, streaming lists and failed attempts included.
-	Lists uint64
-	// ListErrors counts list attempts that failed.
-	ListErrors uint64
-	// Watches counts watches opened (not those that failed to open).
-	Watches uint64
-	// WatchErrors counts watches that failed to open or ended with an error.
-	WatchErrors uint64
-	// Relists counts lists applied to the cache, the first included.
-	Relists uint64
-	// ConsistentLists counts consistent (quorum) lists asked of the source: a relist asks
-	// for one only when the source cannot serve the last revision seen, so a rising count
-	// is a storm coming.
-	ConsistentLists uint64
-	// Expirations counts the times the source said a revision had expired.
-	Expirations uint64
-	// Added, Modified and Deleted count the watch events received, by type; Bookmarks the
-	// bookmarks.
-	Added, Modified, Deleted, Bookmarks uint64
-	// Objects is the number of objects in the cache.
-	Objects int64
-	// KeyErrors counts objects skipped because the key function failed.
-	KeyErrors uint64
-	// IndexErrors counts objects skipped because an index function failed.
-	IndexErrors uint64
-	// TransformErrors counts objects skipped because Options.Transform failed.
-	TransformErrors uint64
-	// DecodeErrors counts objects the source could not decode (ErrDecode).
-	DecodeErrors uint64
-	// SourceErrors counts other bad input from the source (ErrBadInput).
-	SourceErrors uint64
-	// HandlerPanics counts handler calls that panicked.
-	HandlerPanics uint64
-	// OtherErrors counts every other reported error.
-	OtherErrors uint64
-	// Applied counts the changes (deltas) applied to the cache, resyncs included.
-	Applied uint64
-	// ListStarted is when the list in progress (paged or streaming) started, on the
-	// informer's clock; zero when no list is in progress. A list that stays in progress
-	// with LastError nil is a source that has not answered yet (see ProgressTimeout).
-	ListStarted time.Time
-
-	// ListDuration is the distribution of list attempts' durations in seconds, failed ones
-	// and streaming lists included.
-	ListDuration Histogram
-	// ListItems is the distribution of the objects per successful list.
-	ListItems Histogram
-	// WatchDuration is the distribution of how long watches stayed open in seconds, from
-	// the request to the end.
-	WatchDuration Histogram
+// Stats returns the informer's state and counters as they are now: whether it has synced,
+// the revision it received last, its last error, its handlers, and what it has done since
+// it was created. Each field is read atomically, but not all at one instant: a change in
+// progress may show in one field and not yet in another. It takes no lock the informer's
+// goroutines hold for long and allocates the copies of the histograms and of the handler
+// list; poll it at a metrics scrape's pace, not per event.
+func (inf *Informer[K, V]) Stats() Stats {
+	s := inf.stats.snapshot()
+	s.Synced = inf.synced.Load()
+	s.Restored = inf.restored.Load()
+	s.ReceivedRevision = inf.refl.lastSyncRevision()
+	s.LastErrorAt, s.LastError = inf.refl.lastError()
+	s.Handlers = inf.proc.handlers()
+	return s
 }
 
 // counters are the live counters behind Stats, updated atomically by the informer's
@@ -1064,7 +923,7 @@ func (inf *Informer[K, V]) restore(ctx context.Context) {
 		}
 		return
 	}
-	// The revision is set before the sync is published (LastSyncRevision is never ""
+	// The revision is set before the sync is published (Stats.ReceivedRevision is never ""
 	// once the informer is synced), and the reflector, not yet running, resumes from it.
 	inf.refl.resumeFrom(rev)
 	// A Block handler stalled on the initial adds must not hold a stop.

@@ -61,7 +61,7 @@ import (
 // How it tells. Every source failure is reported (Options.ErrorHandler, Stats) and logged
 // at Warn level, at most one line per kind of failure (the operation and the error class)
 // per backoff step; the informer logs the detail of every error at Debug. The last source
-// error and its time are kept for Informer.LastError until the source recovers.
+// error and its time are kept for Stats.LastError until the source recovers.
 
 // MaxListPages bounds the pages of one list. A list that has not ended after this many
 // pages (a source whose continue tokens never run out) fails with an error matching
@@ -297,7 +297,7 @@ func (r *reflector[V]) lastSyncRevision() string {
 	return r.lastSync
 }
 
-// received records rev, when not empty, as the last revision received (LastSyncRevision),
+// received records rev, when not empty, as the last revision received (Stats.ReceivedRevision),
 // before the list or event that carries it is handed to the queue: whoever sees its
 // effect (the cache synced, a handler called) sees the revision too.
 func (r *reflector[V]) received(rev string) {

@@ -384,7 +384,7 @@ func TestWorkersWaitForSync(t *testing.T) {
 	var released atomic.Bool
 	calls := newCalls()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		if !released.Load() || !slowInf.HasSynced() || !fastInf.HasSynced() {
+		if !released.Load() || !slowInf.Stats().Synced || !fastInf.Stats().Synced {
 			t.Errorf("reconcile of %s before the caches synced", key)
 		}
 		calls.add(key)

@@ -64,7 +64,7 @@ func TestChain(t *testing.T) {
 				if err := d.inf.WaitForRevision(ctx, srv.Revision()); err != nil {
 					t.Fatal(err)
 				}
-				if got := state(d.inf.List()); got != want() {
+				if got := state(cached(d.inf)); got != want() {
 					t.Fatalf("after WaitForRevision: %s, want %s", got, want())
 				}
 				wantCalls := []string{"add* a=1", "add* b=1", "add c=1", "update a=1→2", "delete b=1", "add d=1"}
@@ -444,8 +444,8 @@ func TestHandlerChain(t *testing.T) {
 	converge(t, d, want)
 	// The reflector records the revision after it has queued the event that the cache
 	// converged on: wait for the revision itself.
-	eventually(t, "the client's revision to reach 5", func() bool { return d.inf.LastSyncRevision() == "5" })
-	if got := d.inf.LastSyncRevision(); got != "5" {
+	eventually(t, "the client's revision to reach 5", func() bool { return d.inf.Stats().ReceivedRevision == "5" })
+	if got := d.inf.Stats().ReceivedRevision; got != "5" {
 		t.Errorf("client revision %q, want the source's own revision 5", got)
 	}
 	if n := h.Stats().Lists.Load(); n != 2 {

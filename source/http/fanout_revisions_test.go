@@ -100,7 +100,7 @@ func TestFanoutReadYourWrites(t *testing.T) {
 	}
 	// The mirror's revision is the upstream's own.
 	eventually(t, "the mirror at the upstream's revision", func() bool {
-		return d.inf.LastSyncRevision() == strconv.FormatInt(src.Revision(), 10)
+		return d.inf.Stats().ReceivedRevision == strconv.FormatInt(src.Revision(), 10)
 	})
 }
 
@@ -335,13 +335,13 @@ func mirrorConverge(t testing.TB, d *downstream, src *memory.Source[string, *obj
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		want := state(src.Items())
-		cache, told := state(d.inf.List()), d.rec.state()
+		cache, told := state(cached(d.inf)), d.rec.state()
 		if cache == want && told == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, err := d.inf.LastError()
-			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.inf.LastSyncRevision(), err, d.rec.errors())
+			err := d.inf.Stats().LastError
+			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.inf.Stats().ReceivedRevision, err, d.rec.errors())
 		}
 		select {
 		case <-d.rec.ch:
@@ -397,7 +397,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	r4 := both("a", "3") // r4 and r5 wait in B's informer's queue: one batch there
 	both("c", "1")
 	eventually(t, "replica A at revision 5", func() bool { return srvA.Revision() == "5" })
-	eventually(t, "B's informer to have received revision 5", func() bool { return upB.inf.LastSyncRevision() == "5" })
+	eventually(t, "B's informer to have received revision 5", func() bool { return upB.inf.Stats().ReceivedRevision == "5" })
 	free()
 	eventually(t, "replica B at revision 5", func() bool { return srvB.Revision() == "5" })
 

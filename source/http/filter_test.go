@@ -591,7 +591,7 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 			t.Fatalf("WaitForRevision(%s): %v", rs, err)
 		}
 		if got, ok := d.inf.Get(name); !ok || got.Val != fmt.Sprintf("payments:%d", i) {
-			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)", rs, name, i, got, d.inf.LastSyncRevision())
+			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)", rs, name, i, got, d.inf.Stats().ReceivedRevision)
 		}
 	}
 	want := func() string {
@@ -605,7 +605,7 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 	}()
 	eventually(t, "the filtered mirror to hold the payments subset", func() bool {
 		var b strings.Builder
-		for _, o := range d.inf.List() {
+		for _, o := range cached(d.inf) {
 			fmt.Fprintf(&b, "%s=%s ", o.Name, o.Val)
 		}
 		return b.String() == want

@@ -268,12 +268,21 @@ func state(objs []*obj) string {
 	return strings.Join(s, " ")
 }
 
+// cached returns the informer's objects in key order.
+func cached(inf *informer.Informer[string, *obj]) []*obj {
+	var objs []*obj
+	for _, o := range inf.All() {
+		objs = append(objs, o)
+	}
+	return objs
+}
+
 // converge waits until the informer's cache, and what its handler was told, equal want().
 func converge(t testing.TB, d *downstream, want func() string) {
 	t.Helper()
 	until(t, "the client to converge", func() bool {
 		w := want()
-		return state(d.inf.List()) == w && d.rec.state() == w
+		return state(cached(d.inf)) == w && d.rec.state() == w
 	}, d.rec.ch)
 }
 

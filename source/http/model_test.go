@@ -183,12 +183,12 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	for {
 		// Converged can hold for a moment while the handler is behind (an earlier delete
 		// is the final state too): its queue must be empty as well.
-		ok := state(inf.List()) == state(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
+		ok := state(cached(inf)) == state(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
 		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, state(inf.List()), state(u.src.Items()))
+			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, state(cached(inf)), state(u.src.Items()))
 		}
 		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
 	}

@@ -116,7 +116,7 @@ func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 			if err := d.inf.WaitForRevision(ctx, rs); err != nil {
 				t.Fatalf("WaitForRevision(%s): %v", rs, err)
 			}
-			got := state(d.inf.List())
+			got := state(cached(d.inf))
 			close(pc.resume)
 			var want []*obj
 			for _, o := range src.Items() {

@@ -215,7 +215,7 @@ func TestExpiredAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev := servers(t, "compact")
-	t.Logf("informer at revision %s; etcd compacted at %s", inf.LastSyncRevision(), rev)
+	t.Logf("informer at revision %s; etcd compacted at %s", inf.Stats().ReceivedRevision, rev)
 	g.reopen()
 
 	rec.expect(t, true, "delete "+ns+"/goes unknown", "add "+ns+"/new")
