@@ -54,10 +54,10 @@ lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
 
 ## soak: the model-based random tests at length, with -race: thousands of seeded runs over
-## source/memory, hundreds over source/http, dozens over a real etcd.
+## source/memory, hundreds over the fan-out Server (fanout), dozens over a real etcd.
 soak:
 	$(GO) test -race -count=1 -timeout 60m -run TestModel -model.seeds=5000 -model.ops=300 .
-	cd source/http && $(GO) test -race -count=1 -timeout 30m -run TestModelHTTP -model.seeds=300 .
+	$(GO) test -race -count=1 -timeout 30m -run TestModelHTTP -model.seeds=300 ./fanout
 	cd source/etcd && $(GO) test -race -count=1 -timeout 30m -run TestEtcdModel -model.seeds=30 .
 
 ## fuzz: long fuzz runs (the seed corpora also run in make test). FUZZTIME=10m by default.
@@ -72,10 +72,10 @@ COMPARE_FLAGS ?=
 compare:
 	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png $(COMPARE_FLAGS)
 
-## adversarial: source/http's Server and Client under attack over loopback (two to three minutes): per-client fairness, heap held by 50 stalled list readers, the slowest steady reader kept, GET bodies that never end, a batch that never ends, slow list readers under churn, a silent server, stale watchers after bursts, and the cost of a watcher.
+## adversarial: the fan-out Server (fanout) and the Client (source/http) under attack over loopback (two to three minutes): per-client fairness, heap held by 50 stalled list readers, the slowest steady reader kept, GET bodies that never end, a batch that never ends, slow list readers under churn, a silent server, stale watchers after bursts, and the cost of a watcher.
 .PHONY: adversarial
 adversarial:
-	cd source/http && $(GO) test -run '^$$' -bench 'Adversarial|WatcherCost' -benchtime=1x -count=1 -timeout 10m . -args -adversarial
+	$(GO) test -run '^$$' -bench 'Adversarial|WatcherCost' -benchtime=1x -count=1 -timeout 10m ./fanout ./source/http -args -adversarial
 
 ## example: the quickstart.
 example:

@@ -684,7 +684,7 @@ var ErrRevisionsUnordered = errors.New("informer: the source's revisions are not
 
 // RevisionComparer returns the source's RevisionComparer, or nil when the source's
 // revisions are not ordered (then WaitForRevision fails with ErrRevisionsUnordered). A
-// program that re-serves the cache (httpsource.Server) uses it to order the source's
+// program that re-serves the cache (fanout.Server) uses it to order the source's
 // revisions as the informer does.
 func (inf *Informer[K, V]) RevisionComparer() RevisionComparer { return inf.cmpRev }
 

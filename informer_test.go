@@ -834,7 +834,7 @@ func TestInformer_StructKey(t *testing.T) {
 		byVal = append(byVal, k)
 	}
 	if wantVal := []groupKey{{"g1", "d"}, {"g2", "a"}, {"g2", "b"}}; !slices.Equal(byVal, wantVal) {
-		t.Fatalf("ByIndexSeq(val, 1) = %v, want %v", byVal, wantVal)
+		t.Fatalf("ByIndex(val, 1) = %v, want %v", byVal, wantVal)
 	}
 }
 
@@ -880,7 +880,7 @@ func TestInformer_CompareKeysOrdersNaturalKeyTypes(t *testing.T) {
 			t.Fatalf("Range(c, a) = %q, want %q", inRange, want)
 		}
 		if got, _ := informer.ReadIndexKeys(inf, "group", "g2"); !slices.Equal(got, []string{"b", "a"}) {
-			t.Fatalf("IndexKeys(group, g2) = %q, want [b a]", got)
+			t.Fatalf("ByIndex(group, g2) keys = %q, want [b a]", got)
 		}
 	})
 	t.Run("key=struct", func(t *testing.T) {

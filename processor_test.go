@@ -7,56 +7,25 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/informer-go/informer/internal/testkit"
 )
 
-// recorder is a handler that records calls as strings and can be held still.
-type recorder struct {
-	mu    sync.Mutex
-	calls []string
-	gate  chan struct{} // when non-nil, each call waits for a token
-	seen  chan struct{} // receives after each call
+// newRecorder records a listener's calls in the test kit's notation; the listener's values
+// are "key=state" (as add, upd and del build them).
+func newRecorder() *testkit.Recorder[string] {
+	return testkit.NewRecorder(func(v string) (string, string) { k, s, _ := strings.Cut(v, "="); return k, s })
 }
 
-func (r *recorder) rec(s string) {
-	if r.gate != nil {
-		<-r.gate
-	}
-	r.mu.Lock()
-	r.calls = append(r.calls, s)
-	r.mu.Unlock()
-	if r.seen != nil {
-		r.seen <- struct{}{}
-	}
-}
-func (r *recorder) OnAdd(v string, initial bool) {
-	if initial {
-		r.rec("add*(" + v + ")")
-		return
-	}
-	r.rec("add(" + v + ")")
-}
-func (r *recorder) OnUpdate(o, n string) { r.rec("update(" + o + "→" + n + ")") }
-func (r *recorder) OnDelete(v string, unknown bool) {
-	if unknown {
-		r.rec("delete?(" + v + ")")
-		return
-	}
-	r.rec("delete(" + v + ")")
-}
-func (r *recorder) got() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.calls...)
-}
-
+// add, upd and del build the notifications of key k whose states the recorder shows.
 func add(k, v string) notification[string, string] {
-	return notification[string, string]{kind: notifyAdd, key: k, new: v}
+	return notification[string, string]{kind: notifyAdd, key: k, new: k + "=" + v}
 }
 func upd(k, o, n string) notification[string, string] {
-	return notification[string, string]{kind: notifyUpdate, key: k, old: o, new: n}
+	return notification[string, string]{kind: notifyUpdate, key: k, old: k + "=" + o, new: k + "=" + n}
 }
 func del(k, v string) notification[string, string] {
-	return notification[string, string]{kind: notifyDelete, key: k, old: v}
+	return notification[string, string]{kind: notifyDelete, key: k, old: k + "=" + v}
 }
 
 // runListener starts l and returns a function that stops it and waits.
@@ -68,16 +37,14 @@ func runListener(l *listener[string, string]) func() {
 // Strict FIFO per listener; the synced marker flips HasSynced after what
 // precedes it was delivered and is never passed to the handler.
 func TestListener_FIFOAndSyncMarker(t *testing.T) {
-	r := &recorder{seen: make(chan struct{}, 100)}
+	r := newRecorder()
 	l := newListener[string, string](r, HandlerOptions{}, nil, nil)
 	stop := runListener(l)
 	defer stop()
-	l.enqueue(newNoteBatch([]notification[string, string]{add("a", "a1"), upd("a", "a1", "a2"), {kind: notifySynced}, del("a", "a2")}), false)
-	for range 3 {
-		<-r.seen
-	}
+	l.enqueue(newNoteBatch([]notification[string, string]{add("a", "1"), upd("a", "1", "2"), {kind: notifySynced}, del("a", "2")}), false)
+	r.Expect(t, "add a=1", "update a=1→2", "delete a=2")
 	<-l.syncedCh
-	equal(t, r.got(), []string{"add(a1)", "update(a1→a2)", "delete(a2)"})
+	r.ExpectNoMore(t)
 }
 
 // Coalesce policy (client-go's queue grows without bound instead): once the queue is full, each key keeps its newest state
@@ -89,23 +56,23 @@ func TestListener_CoalesceSequences(t *testing.T) {
 		want []string
 	}{
 		{"updates fold", []notification[string, string]{upd("k", "1", "2"), upd("k", "2", "3"), upd("k", "3", "4")},
-			[]string{"update(1→4)"}},
+			[]string{"update k=1→4"}},
 		{"add then updates is an add of the newest", []notification[string, string]{add("k", "1"), upd("k", "1", "2")},
-			[]string{"add(2)"}},
+			[]string{"add k=2"}},
 		{"add then delete vanishes", []notification[string, string]{add("k", "1"), upd("k", "1", "2"), del("k", "2")},
 			nil},
 		{"update then delete is the delete", []notification[string, string]{upd("k", "1", "2"), del("k", "2")},
-			[]string{"delete(2)"}},
+			[]string{"delete k=2"}},
 		{"delete then add keeps both", []notification[string, string]{del("k", "1"), add("k", "9"), upd("k", "9", "10")},
-			[]string{"delete(1)", "add(10)"}},
+			[]string{"delete k=1", "add k=10"}},
 		{"delete add delete is one delete", []notification[string, string]{del("k", "1"), add("k", "9"), del("k", "9")},
-			[]string{"delete(1)"}},
+			[]string{"delete k=1"}},
 		{"keys keep first-arrival order", []notification[string, string]{upd("a", "1", "2"), upd("b", "1", "2"), upd("a", "2", "3")},
-			[]string{"update(1→3)", "update(1→2)"}},
+			[]string{"update a=1→3", "update b=1→2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
+			r := newRecorder().Hold()
 			l := newListener[string, string](r, HandlerOptions{QueueLength: 1}, nil, nil)
 			stop := runListener(l)
 			defer stop()
@@ -114,12 +81,11 @@ func TestListener_CoalesceSequences(t *testing.T) {
 			waitFor(t, func() bool { return l.inFlight.Load() == 1 })
 			l.enqueue(newNoteBatch([]notification[string, string]{add("filler", "f")}), false) // fills the queue of 1
 			l.enqueue(newNoteBatch(c.in), false)                                               // all into the overflow
-			want := append([]string{"add(x)", "add(f)"}, c.want...)
+			want := append([]string{"add first=x", "add filler=f"}, c.want...)
 			for range want {
-				r.gate <- struct{}{}
-				<-r.seen
+				r.Step(t)
 			}
-			equal(t, r.got(), want)
+			equal(t, r.Calls(), want)
 			// The handler signals from inside its last call; the listener counts the call
 			// done once it returns.
 			waitFor(t, func() bool { return l.stats().Queued == 0 })
@@ -130,7 +96,7 @@ func TestListener_CoalesceSequences(t *testing.T) {
 // Block policy: the producer queues a whole batch, then waits for room before the next;
 // the handler sees every notification.
 func TestListener_BlockPolicyBackpressure(t *testing.T) {
-	r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 100)}
+	r := newRecorder().Hold()
 	l := newListener[string, string](r, HandlerOptions{QueueLength: 2, Policy: Block}, nil, nil)
 	stop := runListener(l)
 	defer stop()
@@ -139,7 +105,7 @@ func TestListener_BlockPolicyBackpressure(t *testing.T) {
 	for i := range 6 {
 		v := fmt.Sprint(i)
 		in = append(in, upd("k", v, v+"'"))
-		want = append(want, "update("+v+"→"+v+"')")
+		want = append(want, "update k="+v+"→"+v+"'")
 	}
 	added := make(chan struct{})
 	go func() {
@@ -152,11 +118,10 @@ func TestListener_BlockPolicyBackpressure(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return l.blocked.Load() > 0 })
 	for range want {
-		r.gate <- struct{}{}
-		<-r.seen
+		r.Step(t)
 	}
 	<-added
-	equal(t, r.got(), want)
+	equal(t, r.Calls(), want)
 }
 
 // A panicking handler is recovered, reported, the item skipped, and
@@ -167,7 +132,7 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 	seen := make(chan struct{}, 10)
 	h := HandlerFuncs[string]{AddFunc: func(v string, _ bool) {
 		defer func() { seen <- struct{}{} }()
-		if v == "boom" {
+		if v == "b=boom" {
 			panic("bad object")
 		}
 		mu.Lock()
@@ -191,7 +156,7 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 	waitFor(t, func() bool { return l.panics.Load() == 1 })
 	mu.Lock()
 	defer mu.Unlock()
-	equal(t, reported, []string{"ok:a", "panic:h:b:bad object", "ok:c"})
+	equal(t, reported, []string{"ok:a=a", "panic:h:b:bad object", "ok:c=c"})
 }
 
 // waitFor polls cond with a deadline (for state that has no event to wait on).

@@ -23,7 +23,7 @@ import (
 //   - the first list asks for any state (ListOptions.Revision empty): a cache may answer;
 //   - every relist, after a watch failed or expired, asks for a state at least as new as
 //     the last revision the informer has seen (ListOptions.Revision = that revision), which
-//     a cache that has caught up with it (kube-apiserver's watch cache, httpsource.Server)
+//     a cache that has caught up with it (kube-apiserver's watch cache, fanout.Server)
 //     can serve without a quorum read;
 //   - if a page after the first answers ErrExpired (its continue token expired), the same
 //     list is asked again without paging, so that no token can expire;

@@ -39,7 +39,7 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{seen: make(chan struct{}, 100)}
+	r := newRecorder()
 	inf.AddHandler(r, HandlerOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -54,14 +54,7 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	src.events <- Event[string]{Type: Modified, Object: "a=2", Revision: "3"}
 	src.events <- Event[string]{Type: Added, Object: "c=1", Revision: "4"}
 	src.events <- Event[string]{Type: Deleted, Object: "b=1", Revision: "5"}
-	for range 5 {
-		select {
-		case <-r.seen:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("calls so far %q", r.got())
-		}
-	}
-	equal(t, r.got(), []string{"add*(a=1)", "add*(b=1)", "update(a=1→a=2)", "add(c=1)", "delete(b=1)"})
+	r.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete b=1")
 	if got := ReadList(inf); !slices.Equal(got, []string{"a=2", "c=1"}) {
 		t.Fatalf("cache %q", got)
 	}
@@ -172,21 +165,14 @@ func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{gate: make(chan struct{}), seen: make(chan struct{}, 7)}
+	r := newRecorder().Hold()
 	if _, err := inf.AddHandler(r, HandlerOptions{QueueLength: 1, Policy: Block}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- inf.Run(ctx) }()
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(r.gate)
-		}
-	}
-	defer func() { release(); cancel(); <-done }()
+	defer func() { r.Release(); cancel(); <-done }()
 	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -209,15 +195,8 @@ func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
 	}
 
 	// Once the handler has seen the last add, its key was popped: nothing is queued.
-	release()
-	for range 7 {
-		select {
-		case <-r.seen:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("calls so far %q", r.got())
-		}
-	}
-	equal(t, r.got(), []string{"add*(a=1)", "add(b=1)", "add(c=1)", "add(d=1)", "add(e=1)", "add(f=1)", "add(g=1)"})
+	r.Release()
+	r.Expect(t, "add*a=1", "add b=1", "add c=1", "add d=1", "add e=1", "add f=1", "add g=1")
 	before := yields.Load()
 	if _, ok := inf.Get("g"); !ok {
 		t.Fatal(`"g" is not cached after the handler saw it`)
@@ -256,7 +235,7 @@ func TestInformer_BatchLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, o := range c.handlers {
-				if _, err := inf.AddHandler(&recorder{}, o); err != nil {
+				if _, err := inf.AddHandler(newRecorder(), o); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	google "github.com/google/btree"
 
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // This file compares the cache's B-tree (internal/btree of the root module) with
@@ -29,31 +30,12 @@ type benchOp struct {
 	del bool
 }
 
-// benchOps returns the initial keys, sorted, and n writes over them.
+// benchOps returns the initial keys and n writes over them: testkit.W1's changes.
 func benchOps(n int) ([]string, []benchOp) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	name := func(i int) string { return fmt.Sprintf("ns-%03d/cm-%06d", i%100, i) }
-	initial := make([]string, benchKeys)
-	live := make([]int, benchKeys)
-	for i := range initial {
-		initial[i], live[i] = name(i), i
-	}
-	next := benchKeys
-	ops := make([]benchOp, n)
-	for i := range ops {
-		switch r := rng.IntN(100); {
-		case r < 70:
-			ops[i] = benchOp{key: name(live[rng.IntN(len(live))])}
-		case r < 85:
-			ops[i] = benchOp{key: name(next)}
-			live = append(live, next)
-			next++
-		default:
-			j := rng.IntN(len(live))
-			ops[i] = benchOp{key: name(live[j]), del: true}
-			live[j] = live[len(live)-1]
-			live = live[:len(live)-1]
-		}
+	initial, changes := testkit.W1(benchKeys, n, func(i, _ int) string { return fmt.Sprintf("ns-%03d/cm-%06d", i%100, i) })
+	ops := make([]benchOp, len(changes))
+	for i, c := range changes {
+		ops[i] = benchOp{key: c.Obj, del: c.Delete}
 	}
 	return initial, ops
 }

@@ -30,8 +30,8 @@ var (
 func streams() (*workload.Stream, *workload.Stream) {
 	streamOnce.Do(func() {
 		s := workload.Full
-		w1Stream = workload.NewStream(s.W1Objects, s.W1Events, 1)
-		w3Strm = workload.NewStream(s.W3Objects, s.W3Events, 3)
+		w1Stream = workload.NewStream(s.W1Objects, s.W1Events)
+		w3Strm = workload.NewStream(s.W3Objects, s.W3Events)
 	})
 	return w1Stream, w3Strm
 }
@@ -116,8 +116,8 @@ func BenchmarkW5(b *testing.B) {
 // of the harness (every handler sees every event on both sides), quick under -race.
 func TestWorkloadsSmall(t *testing.T) {
 	sz := workload.Small
-	s1 := workload.NewStream(sz.W1Objects, sz.W1Events, 1)
-	s3 := workload.NewStream(sz.W3Objects, sz.W3Events, 3)
+	s1 := workload.NewStream(sz.W1Objects, sz.W1Events)
+	s3 := workload.NewStream(sz.W3Objects, sz.W3Events)
 	for _, side := range workload.Sides {
 		runs := map[string]func() (workload.Figures, error){
 			"W1": func() (workload.Figures, error) { return workload.W1(side, s1, 0) },

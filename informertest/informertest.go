@@ -25,122 +25,109 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
-// DefaultTimeout is how long Recorder.WaitFor and Recorder.Expect wait before they fail
-// the test.
-const DefaultTimeout = 10 * time.Second
+// DefaultTimeout is how long Recorder's waits (WaitFor, Expect, ExpectNext, Step) wait
+// before they fail the test, unless WithTimeout changed it.
+const DefaultTimeout = testkit.WaitLimit
 
 // Recorder is an informer.Handler that records each call in the package's notation. It is
-// safe for concurrent use; a test reads the calls while the informer runs.
-type Recorder[V any] struct {
-	describe func(V) (key, state string)
-
-	mu     sync.Mutex
-	calls  []string
-	signal chan struct{} // receives (without blocking) after each call
-}
+// safe for concurrent use; a test reads the calls while the informer runs. The tests of
+// every package of the repository record with it (the root package's internal tests with
+// the implementation it wraps).
+type Recorder[V any] struct{ r *testkit.Recorder[V] }
 
 var _ informer.Handler[int] = (*Recorder[int])(nil)
 
 // NewRecorder returns a Recorder that renders objects with describe.
 func NewRecorder[V any](describe func(obj V) (key, state string)) *Recorder[V] {
-	return &Recorder[V]{describe: describe, signal: make(chan struct{}, 1)}
+	return &Recorder[V]{testkit.NewRecorder(describe)}
 }
+
+// WithTimeout makes the recorder's waits fail after d instead of DefaultTimeout (for tests
+// against slow real servers), and returns r. Call it before the recorder is in use.
+func (r *Recorder[V]) WithTimeout(d time.Duration) *Recorder[V] { r.r.WithTimeout(d); return r }
+
+// Hold makes every later call wait, before it is recorded, until Step lets it through: a
+// test holds a handler inside a call to let a queue fill up behind it. Call it before the
+// recorder gets its first call; it returns r.
+func (r *Recorder[V]) Hold() *Recorder[V] { r.r.Hold(); return r }
+
+// Step lets one call held by Hold through and returns its line once it is recorded; it
+// fails t if no call comes in time.
+func (r *Recorder[V]) Step(t testing.TB) string { t.Helper(); return r.r.Step(t) }
+
+// Release lets every call held by Hold through, now and later; calling it again does
+// nothing.
+func (r *Recorder[V]) Release() { r.r.Release() }
 
 // Record appends a line of its own (a marker a test wants to see in order with the calls).
-func (r *Recorder[V]) Record(line string) {
-	r.mu.Lock()
-	r.calls = append(r.calls, line)
-	r.mu.Unlock()
-	select {
-	case r.signal <- struct{}{}:
-	default:
-	}
-}
+func (r *Recorder[V]) Record(line string) { r.r.Record(line) }
 
 // OnAdd records "add k=v", or "add*k=v" when initial.
-func (r *Recorder[V]) OnAdd(obj V, initial bool) {
-	k, v := r.describe(obj)
-	if initial {
-		r.Record("add*" + k + "=" + v)
-		return
-	}
-	r.Record("add " + k + "=" + v)
-}
+func (r *Recorder[V]) OnAdd(obj V, initial bool) { r.r.OnAdd(obj, initial) }
 
 // OnUpdate records "update k=old→new", or "resync k=v" when both states are the same.
-func (r *Recorder[V]) OnUpdate(old, new V) {
-	k, nv := r.describe(new)
-	_, ov := r.describe(old)
-	if ov == nv {
-		r.Record("resync " + k + "=" + nv)
-		return
-	}
-	r.Record("update " + k + "=" + ov + "→" + nv)
-}
+func (r *Recorder[V]) OnUpdate(old, new V) { r.r.OnUpdate(old, new) }
 
 // OnDelete records "delete k=v", or "delete?k=v" when the final state is unknown.
-func (r *Recorder[V]) OnDelete(obj V, finalStateUnknown bool) {
-	k, v := r.describe(obj)
-	if finalStateUnknown {
-		r.Record("delete?" + k + "=" + v)
-		return
-	}
-	r.Record("delete " + k + "=" + v)
-}
+func (r *Recorder[V]) OnDelete(obj V, finalStateUnknown bool) { r.r.OnDelete(obj, finalStateUnknown) }
 
 // Calls returns the calls recorded so far, in a new slice.
-func (r *Recorder[V]) Calls() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.calls)
-}
+func (r *Recorder[V]) Calls() []string { return r.r.Calls() }
 
-// Reset forgets the calls recorded so far.
-func (r *Recorder[V]) Reset() {
-	r.mu.Lock()
-	r.calls = nil
-	r.mu.Unlock()
-}
+// Reset forgets the calls recorded so far, and what Expect and ExpectNext checked.
+func (r *Recorder[V]) Reset() { r.r.Reset() }
 
 // Wait waits until at least n calls were recorded and returns them, or returns ctx's
 // error with the calls so far. It waits on the calls, never on time.
-func (r *Recorder[V]) Wait(ctx context.Context, n int) ([]string, error) {
-	for {
-		if got := r.Calls(); len(got) >= n {
-			return got, nil
-		}
-		select {
-		case <-r.signal:
-		case <-ctx.Done():
-			return r.Calls(), ctx.Err()
-		}
-	}
-}
+func (r *Recorder[V]) Wait(ctx context.Context, n int) ([]string, error) { return r.r.Wait(ctx, n) }
 
 // WaitFor is Wait for a test: it fails t if n calls are not recorded within
 // DefaultTimeout.
-func (r *Recorder[V]) WaitFor(t testing.TB, n int) []string {
+func (r *Recorder[V]) WaitFor(t testing.TB, n int) []string { t.Helper(); return r.r.WaitFor(t, n) }
+
+// WaitForLine waits until line is recorded and returns the calls up to it, failing t if it
+// is not within DefaultTimeout: for a test that knows the last call of a run but not how
+// many come before it (updates a Coalesce handler may merge).
+func (r *Recorder[V]) WaitForLine(t testing.TB, line string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
-	defer cancel()
-	got, err := r.Wait(ctx, n)
-	if err != nil {
-		t.Fatalf("waited %v for %d calls, have %q", DefaultTimeout, n, got)
-	}
-	return got
+	return r.r.WaitForLine(t, line)
 }
 
-// Expect waits for len(want) calls and fails t unless they are exactly want, in order.
-// Calls that arrive later are not checked: follow with a barrier (a change whose call
-// must come next) to check that nothing else came.
-func (r *Recorder[V]) Expect(t testing.TB, want ...string) {
+// Expect waits for len(want) calls and fails t unless the first ones are exactly want, in
+// order. Calls that arrive later are not checked: follow with a barrier (a change whose
+// call must come next), or ExpectNoMore once none can come; ExpectNext checks the calls
+// after these.
+func (r *Recorder[V]) Expect(t testing.TB, want ...string) { t.Helper(); r.r.Expect(t, want...) }
+
+// ExpectNext waits for the len(want) calls after those Expect and ExpectNext checked so
+// far, and fails t unless they are exactly want, in order: a test checks a run of changes
+// one step at a time with it.
+func (r *Recorder[V]) ExpectNext(t testing.TB, want ...string) {
 	t.Helper()
-	if got := r.WaitFor(t, len(want)); !slices.Equal(got, want) {
-		t.Fatalf("calls:\n got  %q\n want %q", got, want)
-	}
+	r.r.ExpectNext(t, want...)
 }
+
+// ExpectNextUnordered is ExpectNext for calls whose order is not defined (those of
+// different keys in one list): the next len(want) calls are want in any order.
+func (r *Recorder[V]) ExpectNextUnordered(t testing.TB, want ...string) {
+	t.Helper()
+	r.r.ExpectNextUnordered(t, want...)
+}
+
+// Checked returns how many calls Expect, ExpectNext and ExpectNextUnordered have checked.
+func (r *Recorder[V]) Checked() int { return r.r.Checked() }
+
+// ExpectNoMore fails t if a call came after those Expect and ExpectNext checked. It looks
+// once: a call still on its way is not seen, so a test makes sure first that none can be
+// (a barrier, or a stopped informer).
+func (r *Recorder[V]) ExpectNoMore(t testing.TB) { t.Helper(); r.r.ExpectNoMore(t) }
+
+// ByKey groups lines of the notation by their key, keeping their order: the calls of
+// different keys have no order to check, each key's do.
+func ByKey(lines []string) map[string][]string { return testkit.ByKey(lines) }
 
 // Deleted is the state LifeCycle records for a delete.
 const Deleted = "<deleted>"

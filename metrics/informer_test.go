@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -72,40 +74,18 @@ func run(t *testing.T, inf interface{ Run(context.Context) error }) (stop func()
 	return stop
 }
 
-// recorder is a handler that sends the name of every object it is told about, and panics
-// on updates when asked to.
-type recorder struct {
-	seen        chan string
-	panicUpdate bool
+// newRecorder records a handler's calls in informertest's notation ("add a=0", …).
+func newRecorder() *informertest.Recorder[*item] {
+	return informertest.NewRecorder(func(it *item) (string, string) { return it.Name, strconv.Itoa(it.Value) })
 }
 
-func newRecorder(panicUpdate bool) *recorder {
-	return &recorder{seen: make(chan string, 100), panicUpdate: panicUpdate}
-}
+// panicky is a handler that records its calls as newRecorder's does, and panics in every
+// update once it has recorded it.
+type panicky struct{ *informertest.Recorder[*item] }
 
-func (r *recorder) OnAdd(it *item, _ bool) { r.seen <- "add " + it.Name }
-func (r *recorder) OnUpdate(_, it *item) {
-	r.seen <- "update " + it.Name
-	if r.panicUpdate {
-		panic("handler bug")
-	}
-}
-func (r *recorder) OnDelete(it *item, _ bool) { r.seen <- "delete " + it.Name }
-
-// waitFor reads from r until it has seen want.
-func (r *recorder) waitFor(t *testing.T, want string) {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case got := <-r.seen:
-			if got == want {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("handler did not see %q", want)
-		}
-	}
+func (p panicky) OnUpdate(old, new *item) {
+	p.Recorder.OnUpdate(old, new)
+	panic("handler bug")
 }
 
 // TestInformerSeries runs an informer through a known sequence — a failed list, a failed
@@ -126,12 +106,12 @@ func TestInformerSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logH, panicH := newRecorder(false), newRecorder(true)
+	logH, panicH := newRecorder(), newRecorder()
 	for _, h := range []struct {
 		name string
-		r    *recorder
-	}{{"log", logH}, {"panicky", panicH}} {
-		if _, err := inf.AddHandler(h.r, informer.HandlerOptions{Name: h.name, Policy: informer.Block}); err != nil {
+		h    informer.Handler[*item]
+	}{{"log", logH}, {"panicky", panicky{panicH}}} {
+		if _, err := inf.AddHandler(h.h, informer.HandlerOptions{Name: h.name, Policy: informer.Block}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,8 +131,8 @@ informer_handler_synced{handler="panicky",name="items"} 0
 `, "informer_lists_total", "informer_synced", "informer_handler_synced", "informer_last_sync_revision")
 
 	stop := run(t, inf)
-	for _, r := range []*recorder{logH, panicH} {
-		r.waitFor(t, "add c")
+	for _, r := range []*informertest.Recorder[*item]{logH, panicH} {
+		r.ExpectNextUnordered(t, "add*a=0", "add*b=0", "add*c=0")
 	}
 	ctx := context.Background()
 	if err := src.WaitForWatches(ctx, 1); err != nil { // the second watch: the first failed
@@ -162,8 +142,8 @@ informer_handler_synced{handler="panicky",name="items"} 0
 	src.Put(&item{Name: "d"})           // 7: added
 	src.Bookmark()                      //    a bookmark at 7
 	src.Delete("b")                     // 8: deleted
-	for _, r := range []*recorder{logH, panicH} {
-		r.waitFor(t, "delete b")
+	for _, r := range []*informertest.Recorder[*item]{logH, panicH} {
+		r.ExpectNext(t, "update a=0→1", "add d=0", "delete b=0")
 	}
 	// Every counter is final once both handlers have returned from their last call.
 	waitUntil(t, func() bool {
@@ -310,7 +290,7 @@ func TestInformerHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	add := func(opts informer.HandlerOptions) *informer.Registration {
-		hr, err := inf.AddHandler(newRecorder(false), opts)
+		hr, err := inf.AddHandler(newRecorder(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,8 +462,7 @@ func TestGatherWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer im.Unregister()
-	r := newRecorder(false)
-	r.seen = make(chan string, 1000)
+	r := newRecorder()
 	_, err = inf.AddHandler(r, informer.HandlerOptions{Name: "h"})
 	if err != nil {
 		t.Fatal(err)
@@ -516,7 +495,7 @@ func TestGatherWhileRunning(t *testing.T) {
 		src.Put(&item{Name: "x", Value: i})
 	}
 	src.Put(&item{Name: "last"})
-	r.waitFor(t, "add last")
+	r.WaitForLine(t, "add last=0")
 	if err := <-gathered; err != nil {
 		t.Fatal(err)
 	}

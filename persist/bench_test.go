@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/fanout"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/persist"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -251,7 +253,7 @@ func peakHeap() (stop func() uint64) {
 func BenchmarkWarmStart(b *testing.B) {
 	n := benchObjects(b)
 	src := benchSource(n)
-	srv := httptest.NewServer(httpsource.NewHandler[*item](src, httpsource.HandlerOptions[*item]{}))
+	srv := httptest.NewServer(fanout.NewPassThrough[*item](src, fanout.PassThroughOptions[*item]{}))
 	defer srv.Close()
 	client, err := httpsource.NewClient[*item](srv.URL, httpsource.ClientOptions[*item]{})
 	if err != nil {

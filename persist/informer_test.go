@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/fanout"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/persist"
@@ -503,7 +505,7 @@ func TestWarmRestartHTTP(t *testing.T) {
 	for _, compact := range []bool{false, true} {
 		t.Run(map[bool]string{false: "resumed", true: "compacted"}[compact], func(t *testing.T) {
 			src := newSource()
-			srv := httptest.NewServer(httpsource.NewHandler[*item](src, httpsource.HandlerOptions[*item]{}))
+			srv := httptest.NewServer(fanout.NewPassThrough[*item](src, fanout.PassThroughOptions[*item]{}))
 			t.Cleanup(srv.Close)
 			client, err := httpsource.NewClient[*item](srv.URL, httpsource.ClientOptions[*item]{})
 			if err != nil {

@@ -1,140 +1,140 @@
 package workqueue
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
-// recorder is a MetricsProvider that keeps every value for inspection.
-type recorder struct {
-	mu         sync.Mutex
-	names      []string
-	depth      int
-	adds       int
-	retries    int
-	latency    []float64
-	work       []float64
-	unfinished func() float64
-	longest    func() float64
+// provider is a MetricsProvider that records every metric call in a testkit.Log, in
+// order: "depth+1", "depth-1", "adds", "retries", "latency=1", "work=3" (seconds); it
+// keeps the names its constructors were given and the two gauge functions, to call.
+type provider struct {
+	*testkit.Log
+	mu                  sync.Mutex
+	names               []string
+	unfinished, longest func() float64
 }
 
-// The hooks may be called concurrently, so each takes the recorder's lock.
-type recGauge struct{ r *recorder }
+func newProvider() *provider { return &provider{Log: testkit.NewLog()} }
 
-func (g recGauge) Inc() { g.r.mu.Lock(); g.r.depth++; g.r.mu.Unlock() }
-func (g recGauge) Dec() { g.r.mu.Lock(); g.r.depth--; g.r.mu.Unlock() }
+type logGauge struct{ l *testkit.Log }
 
-type recCounter struct {
-	r *recorder
-	n *int
-}
+func (g logGauge) Inc() { g.l.Record("depth+1") }
+func (g logGauge) Dec() { g.l.Record("depth-1") }
 
-func (c recCounter) Inc() { c.r.mu.Lock(); *c.n++; c.r.mu.Unlock() }
-
-type recHistogram struct {
-	r *recorder
-	s *[]float64
+type logCounter struct {
+	l    *testkit.Log
+	name string
 }
 
-func (h recHistogram) Observe(v float64) { h.r.mu.Lock(); *h.s = append(*h.s, v); h.r.mu.Unlock() }
+func (c logCounter) Inc() { c.l.Record(c.name) }
 
-func (r *recorder) named(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.names = append(r.names, name)
-}
-
-func (r *recorder) NewDepthMetric(name string) Gauge { r.named(name); return recGauge{r} }
-func (r *recorder) NewAddsMetric(name string) Counter {
-	r.named(name)
-	return recCounter{r, &r.adds}
-}
-func (r *recorder) NewLatencyMetric(name string) Histogram {
-	r.named(name)
-	return recHistogram{r, &r.latency}
-}
-func (r *recorder) NewWorkDurationMetric(name string) Histogram {
-	r.named(name)
-	return recHistogram{r, &r.work}
-}
-func (r *recorder) NewRetriesMetric(name string) Counter {
-	r.named(name)
-	return recCounter{r, &r.retries}
-}
-func (r *recorder) NewUnfinishedWorkSecondsFunc(name string, f func() float64) {
-	r.named(name)
-	r.unfinished = f
-}
-func (r *recorder) NewLongestRunningProcessorSecondsFunc(name string, f func() float64) {
-	r.named(name)
-	r.longest = f
+type logHistogram struct {
+	l    *testkit.Log
+	name string
 }
 
-// TestMetrics drives a known sequence on a fake clock and checks every metric after each
-// step.
+func (h logHistogram) Observe(v float64) { h.l.Record(fmt.Sprintf("%s=%g", h.name, v)) }
+
+func (p *provider) named(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.names = append(p.names, name)
+}
+
+func (p *provider) NewDepthMetric(name string) Gauge { p.named(name); return logGauge{p.Log} }
+func (p *provider) NewAddsMetric(name string) Counter {
+	p.named(name)
+	return logCounter{p.Log, "adds"}
+}
+func (p *provider) NewRetriesMetric(name string) Counter {
+	p.named(name)
+	return logCounter{p.Log, "retries"}
+}
+func (p *provider) NewLatencyMetric(name string) Histogram {
+	p.named(name)
+	return logHistogram{p.Log, "latency"}
+}
+func (p *provider) NewWorkDurationMetric(name string) Histogram {
+	p.named(name)
+	return logHistogram{p.Log, "work"}
+}
+func (p *provider) NewUnfinishedWorkSecondsFunc(name string, f func() float64) {
+	p.named(name)
+	p.unfinished = f
+}
+func (p *provider) NewLongestRunningProcessorSecondsFunc(name string, f func() float64) {
+	p.named(name)
+	p.longest = f
+}
+
+// TestMetrics drives a known sequence on a fake clock and checks, after each step, the
+// metric calls it made, in order, and the two gauge functions.
 func TestMetrics(t *testing.T) {
 	clk := clock.NewFake(epoch)
-	rec := &recorder{}
+	rec := newProvider()
 	q := New(Options[string]{Name: "q", Clock: clk, Metrics: rec, RateLimiter: &FastSlowRateLimiter[string]{}})
 	t.Cleanup(q.ShutDown)
 	if want := slices.Repeat([]string{"q"}, 7); !slices.Equal(rec.names, want) {
 		t.Fatalf("constructors called with %v, want each once with the queue name", rec.names)
 	}
 
-	type want struct {
-		depth, adds, retries int
-		latency, work        []float64
-		unfinished, longest  float64
-	}
-	check := func(step string, w want) {
+	check := func(step string, unfinished, longest float64, calls ...string) {
 		t.Helper()
-		rec.mu.Lock()
-		got := want{rec.depth, rec.adds, rec.retries, slices.Clone(rec.latency), slices.Clone(rec.work), 0, 0}
-		rec.mu.Unlock()
-		if n := q.Len(); got.depth != n {
-			t.Errorf("%s: depth %d != Len %d", step, got.depth, n)
+		rec.ExpectNext(t, calls...)
+		rec.ExpectNoMore(t)
+		depth := 0
+		for _, c := range rec.Calls() {
+			switch c {
+			case "depth+1":
+				depth++
+			case "depth-1":
+				depth--
+			}
 		}
-		got.unfinished, got.longest = rec.unfinished(), rec.longest()
-		if got.depth != w.depth || got.adds != w.adds || got.retries != w.retries ||
-			!slices.Equal(got.latency, w.latency) || !slices.Equal(got.work, w.work) ||
-			got.unfinished != w.unfinished || got.longest != w.longest {
-			t.Fatalf("%s:\n got %+v\nwant %+v", step, got, w)
+		if n := q.Len(); depth != n {
+			t.Errorf("%s: depth %d != Len %d", step, depth, n)
+		}
+		if u, l := rec.unfinished(), rec.longest(); u != unfinished || l != longest {
+			t.Fatalf("%s: unfinished %v, longest %v; want %v, %v", step, u, l, unfinished, longest)
 		}
 	}
 	sec := time.Second
 
 	run(t, q, []string{"+a", "+b", "+a"}) // t=0; the second a merges
-	check("t=0 add a b a", want{depth: 2, adds: 2})
+	check("t=0 add a b a", 0, 0, "adds", "depth+1", "adds", "depth+1")
 
 	clk.Step(sec)
 	run(t, q, []string{"<a"}) // t=1
-	check("t=1 get a", want{depth: 1, adds: 2, latency: []float64{1}})
+	check("t=1 get a", 0, 0, "depth-1", "latency=1")
 
 	clk.Step(2 * sec)
 	run(t, q, []string{"+a"}) // t=3, a is being processed: counted, not queued
-	check("t=3 re-add a", want{depth: 1, adds: 3, latency: []float64{1}, unfinished: 2, longest: 2})
+	check("t=3 re-add a", 2, 2, "adds")
 
 	run(t, q, []string{"<b"}) // t=3, b waited 3 s
 	clk.Step(sec)             // t=4: a has run 3 s, b 1 s
-	check("t=4 get b", want{depth: 0, adds: 3, latency: []float64{1, 3}, unfinished: 4, longest: 3})
+	check("t=4 get b", 4, 3, "depth-1", "latency=3")
 
 	run(t, q, []string{"-a"}) // a ran 3 s and is queued again
-	check("t=4 done a", want{depth: 1, adds: 3, latency: []float64{1, 3}, work: []float64{3}, unfinished: 1, longest: 1})
+	check("t=4 done a", 1, 1, "depth+1", "work=3")
 
 	clk.Step(2 * sec)
 	run(t, q, []string{"<a", "-b", "-a"}) // t=6: a waited 3 s since its re-add at t=3
-	check("t=6 get a, done b a", want{depth: 0, adds: 3, latency: []float64{1, 3, 3}, work: []float64{3, 3, 0}})
+	check("t=6 get a, done b a", 0, 0, "depth-1", "latency=3", "work=3", "work=0")
 
 	q.AddRateLimited("c") // zero FastSlow: no delay, so c is added at once
-	check("t=6 retry c", want{depth: 1, adds: 4, retries: 1, latency: []float64{1, 3, 3}, work: []float64{3, 3, 0}})
+	check("t=6 retry c", 0, 0, "retries", "adds", "depth+1")
 
 	q.ShutDown()
 	q.AddRateLimited("d")
-	check("after shutdown", want{depth: 1, adds: 4, retries: 1, latency: []float64{1, 3, 3}, work: []float64{3, 3, 0}})
+	check("after shutdown", 0, 0)
 }
 
 // nilProvider leaves every metric out.
@@ -176,17 +176,14 @@ func TestNoMetricsAllocatesNothing(t *testing.T) {
 	}
 }
 
-// shutDownRecorder is a recorder that counts QueueShutDown calls.
-type shutDownRecorder struct {
-	recorder
-	calls []string
+// shutDownProvider is a provider without metrics that records each QueueShutDown call
+// ("shutdown name").
+type shutDownProvider struct {
+	nilProvider
+	*testkit.Log
 }
 
-func (r *shutDownRecorder) QueueShutDown(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, name)
-}
+func (p shutDownProvider) QueueShutDown(name string) { p.Record("shutdown " + name) }
 
 // TestShutDownObserver: a provider that implements ShutDownObserver hears of the shutdown
 // once, whichever of ShutDown and ShutDownWithDrain comes first and however often.
@@ -199,25 +196,19 @@ func TestShutDownObserver(t *testing.T) {
 		{"ShutDownWithDrain", func(q *Queue[string]) { q.ShutDownWithDrain(t.Context()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &shutDownRecorder{}
+			r := shutDownProvider{Log: testkit.NewLog()}
 			q := New(Options[string]{Name: "jobs", Metrics: r})
 			q.Add("a")
 			if a, _ := q.Get(); a != "a" {
 				t.Fatalf("Get = %q", a)
 			}
 			q.Done("a") // drained: ShutDownWithDrain returns at once
-			if len(r.calls) != 0 {
-				t.Fatalf("observer called before the shutdown: %q", r.calls)
-			}
+			r.ExpectNoMore(t)
 			tc.first(q)
-			if !slices.Equal(r.calls, []string{"jobs"}) {
-				t.Fatalf("after %s: calls %q, want [jobs]", tc.name, r.calls)
-			}
+			r.ExpectNext(t, "shutdown jobs")
 			q.ShutDown()
 			q.ShutDownWithDrain(t.Context())
-			if len(r.calls) != 1 {
-				t.Fatalf("after more shutdowns: calls %q, want one", r.calls)
-			}
+			r.ExpectNoMore(t)
 		})
 	}
 }

@@ -25,7 +25,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,6 +44,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
+	"github.com/informer-go/informer/source/etcd/etcdtest"
 )
 
 // Config is one service's configuration, stored as JSON under <prefix><name>.
@@ -416,25 +416,5 @@ var script = []struct {
 // data in dir and its logs discarded.
 func startEtcd(dir string) (*embed.Etcd, error) {
 	local := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{local}, []url.URL{local}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{local}, []url.URL{local}
-	cfg.InitialCluster = cfg.Name + "=" + local.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true // a throwaway server
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, errors.New("embedded etcd not ready after 30s")
-	}
+	return etcdtest.Start(etcdtest.Config("", dir, local, local), 0)
 }

@@ -105,7 +105,7 @@ func parseContinue(tok string) (int64, []byte, error) {
 // listRequest makes a page request. The first page reads the newest state (a
 // linearizable read, fresh enough for any ListOptions.Revision); later pages read at the
 // first page's revision, from the key after the last one sent.
-func (g gateway[V]) listRequest(req *httpsource.Request, opts informer.ListOptions) error {
+func (g gateway[V]) listRequest(req *httpsource.OutgoingRequest, opts informer.ListOptions) error {
 	r := rangeRequest{Key: g.key, RangeEnd: g.rangeEnd, Limit: opts.Limit}
 	if opts.Continue != "" {
 		rev, next, err := parseContinue(opts.Continue)
@@ -119,7 +119,7 @@ func (g gateway[V]) listRequest(req *httpsource.Request, opts informer.ListOptio
 
 // watchRequest opens a watch of the prefix after opts.Revision, with progress
 // notifications (bookmarks).
-func (g gateway[V]) watchRequest(req *httpsource.Request, opts informer.WatchOptions) error {
+func (g gateway[V]) watchRequest(req *httpsource.OutgoingRequest, opts informer.WatchOptions) error {
 	if opts.SendInitialEvents {
 		return fmt.Errorf("the etcd gateway has no streaming list: %w", informer.ErrNotSupported)
 	}
@@ -141,7 +141,7 @@ func (g gateway[V]) watchRequest(req *httpsource.Request, opts informer.WatchOpt
 }
 
 // gatewayPost turns the default request into a POST of body to path.
-func gatewayPost(req *httpsource.Request, path string, body any) error {
+func gatewayPost(req *httpsource.OutgoingRequest, path string, body any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err

@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +36,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/etcd/etcdtest"
 )
 
 // Config is one service's configuration, stored as JSON under <prefix><name>.
@@ -265,27 +265,6 @@ func freePorts(n int) ([]string, error) {
 // JSON gateway) at clientAddr, with its logs discarded. The gateway forwards to the
 // server's advertised client URL, so the address must be a real port, not ":0".
 func startEtcd(dir, clientAddr, peerAddr string) (*embed.Etcd, error) {
-	local := url.URL{Scheme: "http", Host: clientAddr}
-	peer := url.URL{Scheme: "http", Host: peerAddr}
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{local}, []url.URL{local}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true // a throwaway server
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, errors.New("embedded etcd not ready after 30s")
-	}
+	client, peer := url.URL{Scheme: "http", Host: clientAddr}, url.URL{Scheme: "http", Host: peerAddr}
+	return etcdtest.Start(etcdtest.Config("", dir, client, peer), 0)
 }

@@ -8,7 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"log"
 	"time"
 
 	"github.com/informer-go/informer"
@@ -23,16 +23,14 @@ type Service struct {
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "quickstart:", err)
-		os.Exit(1)
+		log.Fatal("quickstart: ", err)
 	}
 }
 
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel() // stops the informer too
-	// The source: an in-memory, revisioned log. Anything that can list and watch plugs in
-	// the same way (source/http, source/etcd, source/kubernetes).
+	// The source: an in-memory, revisioned log (source/http, etcd, kubernetes plug in alike).
 	src := memory.New(func(s *Service) string { return s.Name }, memory.Options{})
 	src.Put(&Service{Name: "checkout", Team: "payments", Env: "prod", Replicas: 3})
 	src.Put(&Service{Name: "search", Team: "discovery", Env: "prod", Replicas: 4})

@@ -86,3 +86,39 @@ func TestW1(t *testing.T) {
 		t.Fatalf("%d adds and %d deletes of 20000 changes, want about 15 %% each", adds, deletes)
 	}
 }
+
+// The recorder's notation, its cursor (Expect, ExpectNext, ExpectNoMore), a held call let
+// through by Step, and the key of each kind of line.
+func TestRecorder(t *testing.T) {
+	type kv struct{ k, v string }
+	r := NewRecorder(func(o kv) (string, string) { return o.k, o.v })
+	r.OnAdd(kv{"a", "1"}, true)
+	r.OnUpdate(kv{"a", "1"}, kv{"a", "2"})
+	r.Expect(t, "add*a=1", "update a=1→2")
+	r.OnUpdate(kv{"a", "2"}, kv{"a", "2"})
+	r.OnDelete(kv{"b", "1"}, true)
+	r.OnDelete(kv{"a", "2"}, false)
+	r.ExpectNextUnordered(t, "delete?b=1", "resync a=2")
+	r.ExpectNext(t, "delete a=2")
+	r.ExpectNoMore(t)
+	if r.Checked() != 5 {
+		t.Fatalf("Checked() = %d, want 5", r.Checked())
+	}
+	got := ByKey(r.Calls())
+	if want := []string{"add*a=1", "update a=1→2", "resync a=2", "delete a=2"}; !slices.Equal(got["a"], want) || len(got) != 2 {
+		t.Fatalf("ByKey: %q", got)
+	}
+
+	h := NewRecorder(func(s string) (string, string) { return s, "x" }).Hold()
+	done := make(chan struct{})
+	go func() { defer close(done); h.OnAdd("p", false); h.OnAdd("q", false) }()
+	if got := h.Step(t); got != "add p=x" {
+		t.Fatalf("Step: %q", got)
+	}
+	if got := h.Calls(); len(got) != 1 {
+		t.Fatalf("calls while q is held: %q", got)
+	}
+	h.Release()
+	<-done
+	h.Expect(t, "add p=x", "add q=x")
+}

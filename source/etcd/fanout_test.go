@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/fanout"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -22,6 +24,7 @@ import (
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
+	"github.com/informer-go/informer/source/etcd/etcdtest"
 	httpsource "github.com/informer-go/informer/source/http"
 )
 
@@ -96,10 +99,11 @@ func startCluster(t testing.TB, n int) *cluster {
 
 // start starts a member and waits until it serves (which needs a quorum).
 func (c *cluster) start(m *member) error {
-	cfg := memberConfig(m.name, m.dir, m.clientURL, m.peerURL, c.initial, "fanout")
+	cfg := etcdtest.Config(m.name, m.dir, m.clientURL, m.peerURL)
+	cfg.InitialCluster, cfg.InitialClusterToken = c.initial, "fanout"
 	// Short elections, so that a stopped leader is replaced quickly.
 	cfg.TickMs, cfg.ElectionMs = 20, 200
-	e, err := startMember(cfg, 60*time.Second)
+	e, err := etcdtest.Start(cfg, 60*time.Second)
 	if err != nil {
 		return err
 	}
@@ -153,7 +157,7 @@ type replica struct {
 
 	cli    *clientv3.Client
 	inf    *informer.Informer[string, *fanItem]
-	srv    *httpsource.Server[string, *fanItem]
+	srv    *fanout.Server[string, *fanItem]
 	hs     *http.Server
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -187,7 +191,7 @@ func (r *replica) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpsource.NewServer(inf, nil, httpsource.ServerOptions[*fanItem]{
+	srv, err := fanout.NewServer(inf, fanout.ServerOptions[*fanItem]{
 		Filters: map[string]informer.IndexFunc[*fanItem]{"parity": fanParity},
 	})
 	if err != nil {

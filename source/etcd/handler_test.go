@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/fanout"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
@@ -16,12 +18,12 @@ import (
 	httpsource "github.com/informer-go/informer/source/http"
 )
 
-// An etcd transaction served through an httpsource.Handler reaches a client whole: right
+// An etcd transaction served through a fanout.PassThrough reaches a client whole: right
 // after WaitForRevision of the transaction's revision returns, the client's cache holds
 // every change of it. (source/etcd's watch gives a transaction's changes but the last the
 // revision before it, so no client counts the revision reached halfway; the Handler also
 // marks them as a batch.)
-func TestHandlerServesTransactionsWhole(t *testing.T) {
+func TestPassThroughServesTransactionsWhole(t *testing.T) {
 	const prefix = "/txn/"
 	srv := startServer(t, serverOptions{})
 	cli := newClient(t, srv.Endpoint())
@@ -31,7 +33,7 @@ func TestHandlerServesTransactionsWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpsource.NewHandler[*fanItem](src, httpsource.HandlerOptions[*fanItem]{})
+	h := fanout.NewPassThrough[*fanItem](src, fanout.PassThroughOptions[*fanItem]{})
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })

@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
+	"github.com/informer-go/informer/source/etcd/etcdtest"
 )
 
 // Every test stops its etcd servers, clients and informers in t.Cleanup, so that nothing
@@ -97,51 +99,14 @@ func startServer(t testing.TB, opts serverOptions) *server {
 // without fsync, and waits until it serves. token is the cluster token ("": etcd's
 // default), which with the URLs and name makes the cluster ID.
 func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duration, token string) (*embed.Etcd, error) {
-	cfg := memberConfig("test", dir, clientURL, peerURL, "", token)
-	if progress > 0 {
-		cfg.WatchProgressNotifyInterval = progress
-	}
-	return startMember(cfg, 30*time.Second)
-}
-
-// memberConfig configures a quiet test member without fsync and with progress
-// notifications every 10 minutes: its name, data directory and URLs, the initial cluster
-// ("": the member alone) and the cluster token ("": etcd's default).
-func memberConfig(name, dir string, clientURL, peerURL url.URL, initial, token string) *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = name
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
-	cfg.InitialCluster = initial
-	if initial == "" {
-		cfg.InitialCluster = name + "=" + peerURL.String()
-	}
+	cfg := etcdtest.Config("test", dir, clientURL, peerURL)
 	if token != "" {
 		cfg.InitialClusterToken = token
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true
-	cfg.WatchProgressNotifyInterval = 10 * time.Minute
-	return cfg
-}
-
-// startMember starts cfg's member and waits until it serves, at most ready.
-func startMember(cfg *embed.Config, ready time.Duration) (*embed.Etcd, error) {
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
+	if progress > 0 {
+		cfg.WatchProgressNotifyInterval = progress
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	case <-time.After(ready):
-		e.Close()
-		return nil, fmt.Errorf("etcd member %s not ready after %v", cfg.Name, ready)
-	}
+	return etcdtest.Start(cfg, 0)
 }
 
 // freeURL returns an http URL on a loopback port that stays free until something listens
@@ -305,95 +270,6 @@ func decodeItem(key, value []byte) (*item, error) {
 func itemKey(it *item) (string, error) { return it.Key, nil }
 
 // ---------------------------------------------------------------------------------------
-// A handler that records its calls as strings: "add k=v", "add k=v initial",
-// "update k old->new", "delete k=v", "delete k=v unknown".
-
-type recorder struct {
-	mu     sync.Mutex
-	calls  []string
-	signal chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{signal: make(chan struct{}, 1)} }
-
-func (r *recorder) record(s string) {
-	r.mu.Lock()
-	r.calls = append(r.calls, s)
-	r.mu.Unlock()
-	select {
-	case r.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) OnAdd(it *item, initial bool) {
-	s := "add " + it.Key + "=" + it.Value
-	if initial {
-		s += " initial"
-	}
-	r.record(s)
-}
-
-func (r *recorder) OnUpdate(old, new *item) {
-	r.record("update " + new.Key + " " + old.Value + "->" + new.Value)
-}
-
-func (r *recorder) OnDelete(it *item, unknown bool) {
-	s := "delete " + it.Key + "=" + it.Value
-	if unknown {
-		s += " unknown"
-	}
-	r.record(s)
-}
-
-// all returns a copy of every call so far.
-func (r *recorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.calls)
-}
-
-// waitFor waits until there are at least n calls and returns them all.
-func (r *recorder) waitFor(t testing.TB, n int) []string {
-	t.Helper()
-	deadline := time.NewTimer(15 * time.Second)
-	defer deadline.Stop()
-	for {
-		if calls := r.all(); len(calls) >= n {
-			return calls
-		}
-		select {
-		case <-r.signal:
-		case <-deadline.C:
-			calls := r.all()
-			t.Fatalf("waited for %d handler calls, have %d:\n%s", n, len(calls), strings.Join(calls, "\n"))
-		}
-	}
-}
-
-// expectNext waits for the calls after the first `from` and checks that they are want,
-// exactly and in order; it returns the new total.
-func (r *recorder) expectNext(t testing.TB, from int, want ...string) int {
-	t.Helper()
-	got := r.waitFor(t, from+len(want))[from:]
-	if !slices.Equal(got, want) {
-		t.Fatalf("handler calls after the first %d:\n got %q\nwant %q", from, got, want)
-	}
-	return from + len(want)
-}
-
-// byKey groups calls by the key they are about.
-func byKey(calls []string) map[string][]string {
-	m := make(map[string][]string)
-	for _, c := range calls {
-		f := strings.Fields(c)
-		key, _, _ := strings.Cut(f[1], "=")
-		m[key] = append(m[key], c)
-	}
-	return m
-}
-
-// ---------------------------------------------------------------------------------------
 // Informers.
 
 // errorLog collects the errors reported to an informer and to its source.
@@ -440,10 +316,16 @@ func (l *errorLog) waitFor(t testing.TB, what string, match func(error) bool) er
 	}
 }
 
+// newRecorder records a handler's calls in informertest's notation: "add*/k=v",
+// "update /k=1→2", "delete?/k=v", ….
+func newRecorder() *informertest.Recorder[*item] {
+	return informertest.NewRecorder(func(it *item) (string, string) { return it.Key, it.Value }).WithTimeout(15 * time.Second)
+}
+
 // startInformer builds an informer over src with a recording, blocking handler, runs it
 // until t's cleanup, and waits for its cache to sync. opts.Key and opts.ErrorHandler are
 // filled in when empty.
-func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *errorLog) (*informer.Informer[string, *item], *recorder) {
+func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *errorLog) (*informer.Informer[string, *item], *informertest.Recorder[*item]) {
 	t.Helper()
 	if opts.Key == nil {
 		opts.Key = itemKey

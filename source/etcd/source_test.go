@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -67,10 +68,10 @@ func TestInitialSyncAcrossPages(t *testing.T) {
 	// The list: every key, in key order, as of the first page; then the three changes by
 	// the watch. Between keys there is no order to rely on (a change may join a key's
 	// deltas while the list is still being delivered), so each key's calls are checked.
-	calls := rec.waitFor(t, n+3)
+	calls := rec.WaitFor(t, n+3)
 	var initial []string
 	for _, c := range calls {
-		if strings.HasSuffix(c, " initial") {
+		if strings.HasPrefix(c, "add*") {
 			initial = append(initial, c)
 		}
 	}
@@ -78,14 +79,14 @@ func TestInitialSyncAcrossPages(t *testing.T) {
 		t.Fatalf("%d initial adds, want %d", len(initial), n)
 	}
 	for i, c := range initial {
-		if want := fmt.Sprintf("add %sk%05d=v%d initial", prefix, i, i); c != want {
+		if want := fmt.Sprintf("add*%sk%05d=v%d", prefix, i, i); c != want {
 			t.Fatalf("initial add %d: %q, want %q", i, c, want)
 		}
 	}
-	keys := byKey(calls)
+	keys := informertest.ByKey(calls)
 	for key, want := range map[string][]string{
-		prefix + "k00000": {"add /items/k00000=v0 initial", "delete /items/k00000=v0"},
-		prefix + "k09999": {"add /items/k09999=v9999 initial", "delete /items/k09999=v9999"},
+		prefix + "k00000": {"add*/items/k00000=v0", "delete /items/k00000=v0"},
+		prefix + "k09999": {"add*/items/k09999=v9999", "delete /items/k09999=v9999"},
 		prefix + "k10000": {"add /items/k10000=v10000"},
 	} {
 		if !slices.Equal(keys[key], want) {
@@ -94,7 +95,7 @@ func TestInitialSyncAcrossPages(t *testing.T) {
 	}
 	want := calls[:n+3]
 	assertMirrors(t, inf, src, c, prefix)
-	if got := len(rec.all()); got != len(want) {
+	if got := len(rec.Calls()); got != len(want) {
 		t.Errorf("%d handler calls, want %d", got, len(want))
 	}
 }
@@ -108,21 +109,21 @@ func TestLiveChangesInOrder(t *testing.T) {
 	put(t, c, p+"seed", "0")
 	src := newSource(t, c, p, etcd.Options{})
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, nil)
-	n := rec.expectNext(t, 0, "add /live/seed=0 initial")
+	rec.ExpectNext(t, "add*/live/seed=0")
 
 	put(t, c, p+"a", "1")
-	n = rec.expectNext(t, n, "add /live/a=1")
+	rec.ExpectNext(t, "add /live/a=1")
 	put(t, c, p+"b", "1")
-	n = rec.expectNext(t, n, "add /live/b=1")
+	rec.ExpectNext(t, "add /live/b=1")
 	put(t, c, p+"a", "2")
-	n = rec.expectNext(t, n, "update /live/a 1->2")
+	rec.ExpectNext(t, "update /live/a=1→2")
 	del(t, c, p+"b")
-	n = rec.expectNext(t, n, "delete /live/b=1")
+	rec.ExpectNext(t, "delete /live/b=1")
 	put(t, c, "/elsewhere", "x") // outside the prefix: nothing
 	txn(t, c, clientv3.OpPut(p+"c", "1"), clientv3.OpPut(p+"d", "1"), clientv3.OpDelete(p+"a"))
-	n = rec.expectNext(t, n, "add /live/c=1", "add /live/d=1", "delete /live/a=2")
+	rec.ExpectNext(t, "add /live/c=1", "add /live/d=1", "delete /live/a=2")
 	put(t, c, p+"b", "again")
-	n = rec.expectNext(t, n, "add /live/b=again")
+	rec.ExpectNext(t, "add /live/b=again")
 
 	// A key under a lease goes away with a delete when the lease is revoked.
 	lease, err := c.Grant(context.Background(), 60)
@@ -130,11 +131,11 @@ func TestLiveChangesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, c, p+"c", "2", clientv3.WithLease(lease.ID))
-	n = rec.expectNext(t, n, "update /live/c 1->2")
+	rec.ExpectNext(t, "update /live/c=1→2")
 	if _, err := c.Revoke(context.Background(), lease.ID); err != nil {
 		t.Fatal(err)
 	}
-	n = rec.expectNext(t, n, "delete /live/c=2")
+	rec.ExpectNext(t, "delete /live/c=2")
 
 	// A burst without waiting: per key, every change in order.
 	for i := 0; i < 50; i++ {
@@ -142,23 +143,24 @@ func TestLiveChangesInOrder(t *testing.T) {
 		put(t, c, p+"y", fmt.Sprint(i))
 	}
 	del(t, c, p+"x")
-	calls := rec.waitFor(t, n+101)
-	keys := byKey(calls[n:])
+	n := rec.Checked()
+	calls := rec.WaitFor(t, n+101)
+	keys := informertest.ByKey(calls[n:])
 	var wantX, wantY []string
 	for i := 0; i < 50; i++ {
 		if i == 0 {
 			wantX, wantY = append(wantX, "add /live/x=0"), append(wantY, "add /live/y=0")
 			continue
 		}
-		wantX = append(wantX, fmt.Sprintf("update /live/x %d->%d", i-1, i))
-		wantY = append(wantY, fmt.Sprintf("update /live/y %d->%d", i-1, i))
+		wantX = append(wantX, fmt.Sprintf("update /live/x=%d→%d", i-1, i))
+		wantY = append(wantY, fmt.Sprintf("update /live/y=%d→%d", i-1, i))
 	}
 	wantX = append(wantX, "delete /live/x=49")
 	if !slices.Equal(keys["/live/x"], wantX) || !slices.Equal(keys["/live/y"], wantY) || len(keys) != 2 {
 		t.Fatalf("burst: got %q", calls[n:])
 	}
 	assertMirrors(t, inf, src, c, p)
-	if got := len(rec.all()); got != n+101 {
+	if got := len(rec.Calls()); got != n+101 {
 		t.Errorf("%d handler calls, want %d", got, n+101)
 	}
 }
@@ -186,7 +188,7 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 		Revision: func(it *item) string { return etcd.FormatRevision(it.ModRevision) },
 		Backoff:  informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 	}, errs)
-	n := len(rec.waitFor(t, 5))
+	n := len(rec.WaitFor(t, 5))
 
 	px.Cut()
 	del(t, direct, p+"b")
@@ -200,12 +202,12 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 	}
 	px.Resume()
 
-	calls := rec.waitFor(t, n+4)
-	got := byKey(calls[n:])
+	calls := rec.WaitFor(t, n+4)
+	got := informertest.ByKey(calls[n:])
 	want := map[string][]string{
-		p + "b": {"delete /cfg/b=1 unknown"},
-		p + "c": {"update /cfg/c 1->2"},
-		p + "d": {"update /cfg/d 1->2"},
+		p + "b": {"delete?/cfg/b=1"},
+		p + "c": {"update /cfg/c=1→2"},
+		p + "d": {"update /cfg/d=1→2"},
 		p + "f": {"add /cfg/f=1"},
 	}
 	for k, w := range want {
@@ -220,8 +222,8 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 		t.Error("no expiration counted")
 	}
 	assertMirrors(t, inf, src, direct, p)
-	if got := len(rec.all()); got != n+4 {
-		t.Errorf("%d handler calls, want %d: %q", got, n+4, rec.all()[n:])
+	if got := len(rec.Calls()); got != n+4 {
+		t.Errorf("%d handler calls, want %d: %q", got, n+4, rec.Calls()[n:])
 	}
 }
 
@@ -251,9 +253,9 @@ func TestEtcdRestartMidWatch(t *testing.T) {
 		MinWatchTimeout: time.Second,
 		Backoff:         informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 	}, errs)
-	n := rec.expectNext(t, 0, "add /svc/a=1 initial")
+	rec.ExpectNext(t, "add*/svc/a=1")
 	put(t, c, p+"b", "1")
-	n = rec.expectNext(t, n, "add /svc/b=1")
+	rec.ExpectNext(t, "add /svc/b=1")
 
 	px.Cut() // the connections drop, as when etcd is killed
 	srv.Stop()
@@ -267,7 +269,7 @@ func TestEtcdRestartMidWatch(t *testing.T) {
 	put(t, c, p+"a", "2")
 	del(t, c, p+"b")
 	put(t, c, p+"c", "1")
-	rec.expectNext(t, n, "update /svc/a 1->2", "delete /svc/b=1", "add /svc/c=1")
+	rec.ExpectNext(t, "update /svc/a=1→2", "delete /svc/b=1", "add /svc/c=1")
 	assertMirrors(t, inf, src, c, p)
 	for _, err := range errs.all() {
 		if !errors.Is(err, informer.ErrRetryable) {
@@ -285,7 +287,7 @@ func TestBookmarksFromProgressNotifications(t *testing.T) {
 	put(t, c, p+"a", "1")
 	src := newSource(t, c, p, etcd.Options{})
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, nil)
-	rec.waitFor(t, 1)
+	rec.WaitFor(t, 1)
 
 	rev := put(t, c, "/outside", "x")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -328,8 +330,8 @@ func TestBookmarksFromProgressNotifications(t *testing.T) {
 		}
 	}
 	assertMirrors(t, inf, src, c, p)
-	if got := len(rec.all()); got != 1 {
-		t.Errorf("handler calls %q", rec.all())
+	if got := len(rec.Calls()); got != 1 {
+		t.Errorf("handler calls %q", rec.Calls())
 	}
 }
 
@@ -413,7 +415,7 @@ func TestFactorySharedInformer(t *testing.T) {
 	lw := listHook{src, func(informer.ListOptions, informer.List[*item], error) { lists.Add(1) }}
 	f := informer.NewFactory()
 	t.Cleanup(func() { _ = f.Shutdown() })
-	consumer := func() (*informer.Informer[string, *item], *recorder) {
+	consumer := func() (*informer.Informer[string, *item], *informertest.Recorder[*item]) {
 		inf, err := informer.InformerFor(f, "etcd:"+p, func() (*informer.Informer[string, *item], error) {
 			builds.Add(1)
 			return informer.New(lw, informer.Options[string, *item]{Key: itemKey, Name: "shared"})
@@ -440,27 +442,25 @@ func TestFactorySharedInformer(t *testing.T) {
 	}
 	// One change at a time, each seen by both consumers before the next: the order is
 	// then the order of the writes (across keys the informer promises no order).
-	n := 0
 	for _, step := range []struct {
 		write func()
 		want  string
 	}{
-		{func() {}, "add /shared/a=1 initial"},
+		{func() {}, "add*/shared/a=1"},
 		{func() { put(t, c, p+"b", "1") }, "add /shared/b=1"},
-		{func() { put(t, c, p+"a", "2") }, "update /shared/a 1->2"},
+		{func() { put(t, c, p+"a", "2") }, "update /shared/a=1→2"},
 		{func() { del(t, c, p+"b") }, "delete /shared/b=1"},
 	} {
 		step.write()
-		rec1.expectNext(t, n, step.want)
-		n = rec2.expectNext(t, n, step.want)
+		rec1.ExpectNext(t, step.want)
+		rec2.ExpectNext(t, step.want)
 	}
 	assertMirrors(t, inf1, src, c, p)
 	if lists.Load() != 1 {
 		t.Errorf("%d lists, want 1", lists.Load())
 	}
-	if len(rec1.all()) != n || len(rec2.all()) != n {
-		t.Errorf("extra calls: %q, %q", rec1.all(), rec2.all())
-	}
+	rec1.ExpectNoMore(t)
+	rec2.ExpectNoMore(t)
 }
 
 // A value that does not decode is reported with its key to the informer's error handler
@@ -476,22 +476,22 @@ func TestDecoderFailure(t *testing.T) {
 	errs := newErrorLog()
 	src := newSource(t, c, p, etcd.Options{})
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, errs)
-	n := rec.expectNext(t, 0, "add /dec/a=1 initial")
+	rec.ExpectNext(t, "add*/dec/a=1")
 	expectDecodeError(t, errs, p+"bad")
 
 	put(t, c, p+"bad", "2") // decodes now: an add, the key was never in the cache
-	n = rec.expectNext(t, n, "add /dec/bad=2")
+	rec.ExpectNext(t, "add /dec/bad=2")
 	put(t, c, p+"bad", "!3") // skipped: the cache keeps 2
 	put(t, c, p+"a", "2")
-	n = rec.expectNext(t, n, "update /dec/a 1->2")
+	rec.ExpectNext(t, "update /dec/a=1→2")
 	if it, _ := inf.Get(p + "bad"); it == nil || it.Value != "2" {
 		t.Errorf("after a value that does not decode the cache holds %v, want the previous value", it)
 	}
 	put(t, c, p+"bad", "4")
-	n = rec.expectNext(t, n, "update /dec/bad 2->4")
+	rec.ExpectNext(t, "update /dec/bad=2→4")
 	put(t, c, p+"bad", "!5")
 	del(t, c, p+"bad") // the last value does not decode: the delete carries the key alone
-	n = rec.expectNext(t, n, "delete /dec/bad=")
+	rec.ExpectNext(t, "delete /dec/bad=")
 	assertMirrors(t, inf, src, c, p)
 	if got := src.DecodeErrors(); got != 3 {
 		t.Errorf("DecodeErrors() = %d, want 3", got)
@@ -499,9 +499,7 @@ func TestDecoderFailure(t *testing.T) {
 	if got := inf.Stats().DecodeErrors; got != 3 {
 		t.Errorf("the informer's Stats.DecodeErrors = %d, want 3", got)
 	}
-	if got := len(rec.all()); got != n {
-		t.Errorf("handler calls: %q", rec.all())
-	}
+	rec.ExpectNoMore(t)
 	for _, err := range errs.all() {
 		if !errors.Is(err, informer.ErrBadInput) || !errors.Is(err, errBadValue) {
 			t.Errorf("reported %v: want a decode error", err)

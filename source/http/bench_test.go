@@ -6,16 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http/httptest"
-	"runtime"
-	"strconv"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/informer-go/informer"
-	"github.com/informer-go/informer/source/memory"
 )
 
 // pod is a Kubernetes-like object of about 700 bytes of JSON, for the decode benchmark.
@@ -128,105 +119,4 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 	})
-}
-
-// BenchmarkServerFanout measures a Server sending 100,000 changes to 100 watchers over
-// loopback TCP: each iteration writes the changes into the server (as its informer
-// handler does: encode once, log once) while every watcher reads its stream to the end.
-// It reports changes/s (each reaching all 100 watchers), deliveries/s (changes ×
-// watchers) and the allocations per change and per delivery of the whole process while the
-// changes flow: the server's, since the objects are made beforehand and the watchers'
-// readers allocate nothing per line.
-//
-// With an ordered upstream ("upstream revisions") each change is its own batch: the
-// server logs it at the revision its informer reached (OnRevision), the most a batch can
-// cost per change; with an unordered one ("own numbering") it logs it at once.
-func BenchmarkServerFanout(b *testing.B) {
-	b.Run("upstream revisions", func(b *testing.B) { benchmarkServerFanout(b, true) })
-	b.Run("own numbering", func(b *testing.B) { benchmarkServerFanout(b, false) })
-}
-
-func benchmarkServerFanout(b *testing.B, ordered bool) {
-	const changes, watchers = 100_000, 100
-	src := memory.New(objName, memory.Options{})
-	var lw informer.ListerWatcher[*obj] = src
-	if !ordered {
-		lw = unordered{src}
-	}
-	inf, err := informer.New(lw, informer.Options[string, *obj]{Key: objKey})
-	if err != nil {
-		b.Fatal(err)
-	}
-	run(b, inf)
-	srv, err := NewServer(inf, objKey, ServerOptions[*obj]{HistoryLimit: changes})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
-	}()
-	<-srv.Synced()
-	addr := ts.Listener.Addr().String()
-
-	b.ReportAllocs()
-	var total time.Duration
-	var mallocs uint64
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		objs := make([]*obj, changes) // made beforehand: only the server's allocations count
-		for c := range objs {
-			objs[c] = &obj{Name: fmt.Sprintf("object-%04d", c%1000), Val: fmt.Sprint(i*changes + c)}
-		}
-		from := srv.Revision()
-		var ready, done sync.WaitGroup
-		errs := make(chan error, watchers)
-		conns := make([]net.Conn, watchers)
-		for w := range watchers {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			conns[w] = conn
-			fmt.Fprintf(conn, "GET /?watch=1&resourceVersion=%s HTTP/1.1\r\nHost: x\r\n\r\n", from)
-			ready.Add(1)
-			done.Add(1)
-			go func() {
-				defer done.Done()
-				readWatch(conn, changes, &ready, errs)
-			}()
-		}
-		ready.Wait()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		before := ms.Mallocs
-		b.StartTimer()
-		start := time.Now()
-		for c, o := range objs {
-			srv.mirror.put(o)
-			if ordered {
-				srv.mirror.OnRevision(strconv.Itoa(1 + i*changes + c))
-			}
-		}
-		done.Wait()
-		total += time.Since(start)
-		b.StopTimer()
-		runtime.ReadMemStats(&ms)
-		mallocs += ms.Mallocs - before
-		for _, c := range conns {
-			c.Close()
-		}
-		select {
-		case err := <-errs:
-			b.Fatal(err)
-		default:
-		}
-		b.StartTimer()
-	}
-	n := float64(b.N * changes)
-	b.ReportMetric(n/total.Seconds(), "changes/s")
-	b.ReportMetric(n*watchers/total.Seconds(), "deliveries/s")
-	b.ReportMetric(float64(mallocs)/n, "allocs/change")
-	b.ReportMetric(float64(mallocs)/(n*watchers), "allocs/delivery")
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // Client is an informer.ListerWatcher[V] for a collection served over HTTP as a list and
@@ -72,15 +73,15 @@ type Client[V any] struct {
 	current       atomic.Int32
 	hc            *http.Client
 	prepare       func(*http.Request) error
-	listRequest   func(*Request, informer.ListOptions) error
-	watchRequest  func(*Request, informer.WatchOptions) error
+	listRequest   func(*OutgoingRequest, informer.ListOptions) error
+	watchRequest  func(*OutgoingRequest, informer.WatchOptions) error
 	decode        func(json.RawMessage) (V, error)
 	decodeList    func([]byte, informer.ListOptions) (RawList, error)
 	decodeFrame   func(*Frame[V]) error
 	classify      func(*StatusError) error
 	onDecodeError func(error)
 	revision      func(V) string
-	codec         Codec
+	codec         EnvelopeCodec
 	framing       Framing
 	stream        bool
 	maxFrame      int
@@ -165,7 +166,7 @@ func NewClient[V any](baseURL string, opts ClientOptions[V]) (*Client[V], error)
 		classify:      opts.Classify,
 		onDecodeError: opts.OnDecodeError,
 		revision:      opts.Revision,
-		codec:         opts.Codec,
+		codec:         opts.EnvelopeCodec,
 		framing:       opts.Framing,
 		stream:        opts.StreamingList,
 		maxFrame:      orDefault(opts.MaxFrameSize, DefaultMaxFrameSize),
@@ -340,17 +341,17 @@ func (c *Client[V]) StreamingList() bool { return c.stream }
 func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	at, q := c.params()
 	if opts.Limit > 0 {
-		q.Set(paramLimit, strconv.FormatInt(opts.Limit, 10))
+		q.Set(wire.ParamLimit, strconv.FormatInt(opts.Limit, 10))
 	}
 	switch {
 	case opts.Continue != "":
-		q.Set(paramContinue, opts.Continue)
+		q.Set(wire.ParamContinue, opts.Continue)
 	case opts.Consistent:
 	case opts.Revision != "":
-		q.Set(paramResourceVersion, opts.Revision)
-		q.Set(paramRVMatch, rvMatchNotOlderThan)
+		q.Set(wire.ParamResourceVersion, opts.Revision)
+		q.Set(wire.ParamRVMatch, wire.RVMatchNotOlderThan)
 	default:
-		q.Set(paramResourceVersion, "0")
+		q.Set(wire.ParamResourceVersion, "0")
 	}
 	req := c.request(at, q, c.codec.ContentType())
 	if c.listRequest != nil {
@@ -384,8 +385,8 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		return informer.List[V]{}, fmt.Errorf("httpsource %s %s: %w: list response cut: %w", req.Method, redact(req.URL), informer.ErrRetryable, err)
 	}
 	raw, err := c.splitList(body, opts)
-	if tm := (tooManyItems{}); errors.As(err, &tm) {
-		return informer.List[V]{}, c.tooManyItems(req, tm.max)
+	if tm := (wire.TooManyItems{}); errors.As(err, &tm) {
+		return informer.List[V]{}, c.tooManyItems(req, tm.Max)
 	}
 	if err != nil {
 		if isClassified(err) {
@@ -445,16 +446,17 @@ func (c *Client[V]) splitList(body []byte, opts informer.ListOptions) (RawList, 
 	case c.decodeList != nil:
 		return c.decodeList(body, opts)
 	case c.codec == JSON:
-		return decodeJSONList(body, c.maxListItems)
+		l, err := wire.DecodeList(body, c.maxListItems)
+		return RawList(l), err
 	}
 	return c.codec.DecodeList(body)
 }
 
-func (c *Client[V]) tooManyItems(req *Request, max int) error {
+func (c *Client[V]) tooManyItems(req *OutgoingRequest, max int) error {
 	return badInput("%s %s: the list page has more than %d items (ClientOptions.MaxListItems): ask for smaller pages or raise the limit", req.Method, redact(req.URL), max)
 }
 
-func (c *Client[V]) listTimeoutError(req *Request) error {
+func (c *Client[V]) listTimeoutError(req *OutgoingRequest) error {
 	return fmt.Errorf("httpsource %s %s: %w: the list took longer than %v (ClientOptions.ListTimeout)", req.Method, redact(req.URL), informer.ErrRetryable, c.listTimeout)
 }
 
@@ -479,23 +481,23 @@ func (c *Client[V]) listTimeoutError(req *Request) error {
 // once: the request is cancelled and the connection closed.
 func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
 	at, q := c.params()
-	q.Set(paramWatch, "1")
+	q.Set(wire.ParamWatch, "1")
 	if opts.Revision != "" {
-		q.Set(paramResourceVersion, opts.Revision)
+		q.Set(wire.ParamResourceVersion, opts.Revision)
 	}
 	if opts.AllowBookmarks {
-		q.Set(paramAllowBookmarks, "true")
+		q.Set(wire.ParamAllowBookmarks, "true")
 	}
 	if opts.Timeout > 0 {
-		q.Set(paramTimeoutSeconds, strconv.FormatInt(int64((opts.Timeout+time.Second-1)/time.Second), 10))
+		q.Set(wire.ParamTimeoutSeconds, strconv.FormatInt(int64((opts.Timeout+time.Second-1)/time.Second), 10))
 	}
 	if opts.SendInitialEvents {
 		if !c.stream {
 			return nil, fmt.Errorf("httpsource: streaming list not enabled (ClientOptions.StreamingList): %w", informer.ErrNotSupported)
 		}
-		q.Set(paramSendInitialEvents, "true")
-		q.Set(paramRVMatch, rvMatchNotOlderThan)
-		q.Set(paramAllowBookmarks, "true")
+		q.Set(wire.ParamSendInitialEvents, "true")
+		q.Set(wire.ParamRVMatch, wire.RVMatchNotOlderThan)
+		q.Set(wire.ParamAllowBookmarks, "true")
 	}
 	req := c.request(at, q, c.framing.Accept(c.codec.ContentType()))
 	if c.watchRequest != nil {
@@ -533,7 +535,7 @@ func (c *Client[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 
 // bookmarkInterval reads the bookmark interval a Server tells in a watch's response.
 func bookmarkInterval(h http.Header) (time.Duration, bool) {
-	v := h.Get(headerBookmarkInterval)
+	v := h.Get(wire.HeaderBookmarkInterval)
 	if v == "" {
 		return 0, false
 	}
@@ -556,7 +558,7 @@ func (c *Client[V]) newWatch(ctx context.Context, cancel context.CancelFunc, bod
 // asked for: absent, the same, a name of newline-delimited JSON when JSON was asked for,
 // or anything when the request accepts anything.
 func acceptable(contentType, accept string) bool {
-	got, want := mediaType(contentType), mediaType(accept)
+	got, want := wire.MediaType(contentType), wire.MediaType(accept)
 	switch {
 	case got == "" || want == "" || want == "*/*" || got == want:
 		return true
@@ -588,12 +590,12 @@ func (c *Client[V]) params() (int, url.Values) {
 }
 
 // request returns the default request: GET of the target's URL with the query.
-func (c *Client[V]) request(at int, q url.Values, accept string) *Request {
+func (c *Client[V]) request(at int, q url.Values, accept string) *OutgoingRequest {
 	u := c.targets[at].base
 	u.RawQuery = q.Encode()
 	h := make(http.Header, 2)
 	h.Set("Accept", accept)
-	return &Request{Method: http.MethodGet, URL: &u, Header: h, target: at}
+	return &OutgoingRequest{Method: http.MethodGet, URL: &u, Header: h, target: at}
 }
 
 // failover moves the next requests from target at to the next one, in order, wrapping
@@ -615,8 +617,8 @@ func (c *Client[V]) failover(at int, err error) {
 // restarted lists again.
 func (c *Client[V]) SourceID(ctx context.Context) (string, error) {
 	at, q := c.params()
-	q.Set(paramLimit, "1")
-	q.Set(paramResourceVersion, "0")
+	q.Set(wire.ParamLimit, "1")
+	q.Set(wire.ParamResourceVersion, "0")
 	req := c.request(at, q, c.codec.ContentType())
 	if c.listRequest != nil {
 		if err := c.listRequest(req, informer.ListOptions{Limit: 1}); err != nil {
@@ -661,7 +663,7 @@ func redact(u *url.URL) string {
 
 // do sends a request and returns a 200 response whose Content-Type is acceptable, or a
 // classified error. The response headers must arrive within the header timeout.
-func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) {
+func (c *Client[V]) do(ctx context.Context, r *OutgoingRequest) (*http.Response, error) {
 	if err := c.waitRetryAfter(ctx, r.target); err != nil {
 		return nil, err
 	}
@@ -673,7 +675,7 @@ func (c *Client[V]) do(ctx context.Context, r *Request) (*http.Response, error) 
 }
 
 // send sends a request; see do.
-func (c *Client[V]) send(ctx context.Context, r *Request) (*http.Response, error) {
+func (c *Client[V]) send(ctx context.Context, r *OutgoingRequest) (*http.Response, error) {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -726,7 +728,7 @@ func (c *Client[V]) send(ctx context.Context, r *Request) (*http.Response, error
 	}
 	if accept := req.Header.Get("Accept"); !acceptable(resp.Header.Get("Content-Type"), accept) {
 		resp.Body.Close()
-		return nil, badInput("%s: the response has Content-Type %q, want %q", what, mediaType(resp.Header.Get("Content-Type")), mediaType(accept))
+		return nil, badInput("%s: the response has Content-Type %q, want %q", what, wire.MediaType(resp.Header.Get("Content-Type")), wire.MediaType(accept))
 	}
 	return resp, nil
 }
@@ -865,7 +867,7 @@ func (OrderedClient[V]) CompareRevisions(a, b string) (int, error) {
 
 // cutOwnRevision splits a revision of a Server's own numbering, <tag>.<n>.
 func cutOwnRevision(s string) (tag, n string, ok bool) {
-	if !isOwnRevision(s) {
+	if !wire.IsOwnRevision(s) {
 		return "", "", false
 	}
 	tag, n, _ = strings.Cut(s, ".")
@@ -876,10 +878,10 @@ func cutOwnRevision(s string) (tag, n string, ok bool) {
 // without leading zeros, of any length: -1, 0 or +1 as a is older than, equal to or newer
 // than b. Anything else is an error.
 func CompareIntegerRevisions(a, b string) (int, error) {
-	if !isCanonicalInteger(a) {
+	if !wire.IsCanonicalInteger(a) {
 		return 0, fmt.Errorf("httpsource: revision %q is not a decimal integer", a)
 	}
-	if !isCanonicalInteger(b) {
+	if !wire.IsCanonicalInteger(b) {
 		return 0, fmt.Errorf("httpsource: revision %q is not a decimal integer", b)
 	}
 	switch {
@@ -894,16 +896,4 @@ func CompareIntegerRevisions(a, b string) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
-}
-
-func isCanonicalInteger(s string) bool {
-	if s == "" || (len(s) > 1 && s[0] == '0') {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isDigit(s[i]) {
-			return false
-		}
-	}
-	return true
 }

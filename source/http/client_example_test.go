@@ -8,12 +8,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/informer-go/informer"
 	httpsource "github.com/informer-go/informer/source/http"
 )
+
+type Config struct {
+	Name  string `json:"name"`
+	Value int    `json:"value"`
+}
 
 // A Client of an API that is not Kubernetes-shaped, through the extension points: pages
 // are POST /page {"after":K}, answered {"rev":N,"items":[…],"next":K} with the store's
@@ -39,7 +45,7 @@ func ExampleClientOptions() {
 	}))
 	defer api.Close()
 
-	post := func(req *httpsource.Request, path string, body any) error {
+	post := func(req *httpsource.OutgoingRequest, path string, body any) error {
 		req.Method, req.URL.Path, req.URL.RawQuery = http.MethodPost, path, ""
 		var err error
 		req.Body, err = json.Marshal(body)
@@ -47,11 +53,11 @@ func ExampleClientOptions() {
 	}
 	client, err := httpsource.NewClient(api.URL, httpsource.ClientOptions[*Config]{
 		// 1. The requests.
-		ListRequest: func(req *httpsource.Request, opts informer.ListOptions) error {
+		ListRequest: func(req *httpsource.OutgoingRequest, opts informer.ListOptions) error {
 			_, after, _ := strings.Cut(opts.Continue, "/") // the token is "<rev>/<last key>"
 			return post(req, "/page", map[string]string{"after": after})
 		},
-		WatchRequest: func(req *httpsource.Request, opts informer.WatchOptions) error {
+		WatchRequest: func(req *httpsource.OutgoingRequest, opts informer.WatchOptions) error {
 			return post(req, "/changes", map[string]string{"after": opts.Revision})
 		},
 		// 2. A page, with the options of its request.
@@ -153,4 +159,41 @@ func ExampleClientOptions() {
 	// Modified a at revision 10
 	// Deleted b at revision 10
 	// watch ended; list again: true
+}
+
+// A client of a Kubernetes API server's REST endpoint, without client-go: a bearer token
+// on every request, the cluster's CA in the http.Client, a label selector in the URL.
+// Resource versions are read from each object's metadata.resourceVersion.
+func ExampleNewClient() {
+	type Pod struct {
+		Metadata struct {
+			Name, Namespace, ResourceVersion string
+		} `json:"metadata"`
+		Status struct {
+			Phase string `json:"phase"`
+		} `json:"status"`
+	}
+	token, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/token")
+	if err != nil {
+		fmt.Println("not in a cluster")
+		return
+	}
+	client, err := httpsource.NewClient("https://kubernetes.default.svc/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
+		httpsource.ClientOptions[*Pod]{
+			HTTPClient: http.DefaultClient, // with the cluster CA in its TLS config
+			PrepareRequest: func(r *http.Request) error {
+				r.Header.Set("Authorization", "Bearer "+string(token))
+				return nil
+			},
+		})
+	if err != nil {
+		panic(err)
+	}
+	pods, err := informer.New(client.Ordered(), informer.Options[string, *Pod]{
+		Key: func(p *Pod) (string, error) { return p.Metadata.Namespace + "/" + p.Metadata.Name, nil },
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = pods // Run it, add handlers, read its cache.
 }

@@ -35,7 +35,7 @@ func (d *decodeErrors) get() []error {
 }
 
 // A list item that does not decode is left out and reported; the rest of the page is
-// used. Through an informer the error reaches its handler and Stats.DecodeErrors, and a
+// used. Through an informer the error reaches its handler and fanout.Stats.DecodeErrors, and a
 // later change of the item that decodes reaches the cache as an Added event.
 func TestClientListSkipsUndecodableItems(t *testing.T) {
 	var errs decodeErrors
@@ -61,7 +61,7 @@ func TestClientListSkipsUndecodableItems(t *testing.T) {
 }
 
 // A list through an informer: the undecodable item reaches the informer's error handler
-// with no wiring and is counted in Stats.DecodeErrors, the rest is cached, and the item's later fix arrives through the watch as an Added event.
+// with no wiring and is counted in fanout.Stats.DecodeErrors, the rest is cached, and the item's later fix arrives through the watch as an Added event.
 func TestClientUndecodableItemFixedLater(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("5", o("a", "1"), `{"name":"b","val":7}`)},
 		stream(ev("MODIFIED", "6", o("b", "fixed"))))
@@ -82,7 +82,7 @@ func TestClientUndecodableItemFixedLater(t *testing.T) {
 	if !rec.hasError(informer.ErrDecode) {
 		t.Errorf("errors %v: want the undecodable item reported", rec.errors())
 	}
-	if got := rec.get(); !slices.Contains(got, "add b=fixed") {
+	if got := rec.Calls(); !slices.Contains(got, "add b=fixed") {
 		t.Errorf("calls %q: want the fix delivered as an add", got)
 	}
 }
@@ -186,7 +186,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 		return &obj{Name: row.K, Val: row.V}, nil
 	}
 	return ClientOptions[*obj]{
-		ListRequest: func(req *Request, opts informer.ListOptions) error {
+		ListRequest: func(req *OutgoingRequest, opts informer.ListOptions) error {
 			q := map[string]any{"limit": opts.Limit}
 			if opts.Continue != "" {
 				rev, after, err := parseStoreToken(opts.Continue)
@@ -199,7 +199,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 			req.Body, _ = json.Marshal(q)
 			return nil
 		},
-		WatchRequest: func(req *Request, opts informer.WatchOptions) error {
+		WatchRequest: func(req *OutgoingRequest, opts informer.WatchOptions) error {
 			req.Method, req.URL.Path, req.URL.RawQuery = http.MethodPost, "/watch", ""
 			req.Body = []byte(fmt.Sprintf(`{"from":%q}`, opts.Revision))
 			return nil

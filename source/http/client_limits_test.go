@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // serveFunc starts a loopback server with h.
@@ -389,7 +390,7 @@ func TestClientRedirects(t *testing.T) {
 		ts := serveFunc(t, redirector("/here"))
 		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*obj]{
 			PrepareRequest: bearer,
-			ListRequest: func(req *Request, _ informer.ListOptions) error {
+			ListRequest: func(req *OutgoingRequest, _ informer.ListOptions) error {
 				req.Method, req.Body = http.MethodPost, []byte("page-1")
 				return nil
 			},
@@ -454,7 +455,7 @@ func TestClientContentTypeRule(t *testing.T) {
 					}
 					return
 				}
-				wantError(t, err, fmt.Sprintf("Content-Type %q, want \"application/json\"", mediaType(tc.contentType)), informer.ErrBadInput)
+				wantError(t, err, fmt.Sprintf("Content-Type %q, want \"application/json\"", wire.MediaType(tc.contentType)), informer.ErrBadInput)
 			})
 		}
 	}

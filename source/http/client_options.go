@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // The defaults of the limits of ClientOptions; a zero option means its default.
 const (
 	// DefaultMaxFrameSize is the longest watch frame a Client accepts: 16 MiB.
-	DefaultMaxFrameSize = 16 << 20
+	DefaultMaxFrameSize = wire.DefaultMaxFrameSize
 	// DefaultMaxListBytes is the largest list response body a Client reads, after any
 	// decompression: 256 MiB.
 	DefaultMaxListBytes = 256 << 20
@@ -66,15 +67,15 @@ type ClientOptions[V any] struct {
 	// and the options of the page, and may change its method, URL, headers and body. An
 	// error aborts the List call and is returned (wrapped); make it match
 	// informer.ErrBadInput for options it cannot serve (a malformed continue token).
-	ListRequest func(req *Request, opts informer.ListOptions) error
+	ListRequest func(req *OutgoingRequest, opts informer.ListOptions) error
 	// WatchRequest, if set, shapes every watch request, as ListRequest does lists; the
 	// default is described at Client.Watch.
-	WatchRequest func(req *Request, opts informer.WatchOptions) error
+	WatchRequest func(req *OutgoingRequest, opts informer.WatchOptions) error
 	// Decode turns one encoded object (a list item, a watch event's object) into a V. It
 	// may keep raw only if it copies it. Nil means encoding/json.Unmarshal into a new V.
 	// An item it rejects is skipped and reported (see OnDecodeError).
 	Decode func(raw json.RawMessage) (V, error)
-	// DecodeList, if set, splits a list response body instead of Codec.DecodeList. It gets
+	// DecodeList, if set, splits a list response body instead of EnvelopeCodec. It gets
 	// the options of the request that fetched the body, so that it can report the
 	// revision and continue token from the request's side: an API whose later pages carry
 	// the store's current revision, not the one the list is pinned to, keeps the pinned one
@@ -83,7 +84,7 @@ type ClientOptions[V any] struct {
 	// An error matching no informer class is reported as malformed input
 	// (informer.ErrBadInput).
 	DecodeList func(body []byte, opts informer.ListOptions) (RawList, error)
-	// DecodeFrame, if set, decodes each watch frame instead of Codec.DecodeEvent and
+	// DecodeFrame, if set, decodes each watch frame instead of EnvelopeCodec and
 	// Decode: it adds zero or more events to the Frame (changes, or a Bookmark), skips an
 	// object it cannot decode with Frame.Skip, or returns an error that ends the watch: a
 	// *StatusError (classified as a server's answer is, with Classify), an error that
@@ -108,8 +109,8 @@ type ClientOptions[V any] struct {
 	// a Kubernetes API server's objects carry metadata.resourceVersion, which the JSON
 	// codec reads, so it is rarely needed.
 	Revision func(V) string
-	// Codec splits list pages and watch frames; nil means JSON.
-	Codec Codec
+	// EnvelopeCodec splits list pages and watch frames; nil means JSON.
+	EnvelopeCodec EnvelopeCodec
 	// Framing cuts the watch stream into frames; nil means NDJSON.
 	Framing Framing
 	// StreamingList makes the client a streaming lister (informer.StreamingLister): the
@@ -185,10 +186,10 @@ type ClientOptions[V any] struct {
 	FailoverURLs []string
 }
 
-// Request is a request a Client is about to send, as ClientOptions.ListRequest and
-// ClientOptions.WatchRequest see and may change it. The Client then builds the
+// OutgoingRequest is a request a Client is about to send, as ClientOptions.ListRequest
+// and ClientOptions.WatchRequest see and may change it. The Client then builds the
 // http.Request from it, calls PrepareRequest and sends it.
-type Request struct {
+type OutgoingRequest struct {
 	// Method is the HTTP method; the default is GET.
 	Method string
 	// URL is the request's URL; the default is the Client's base URL with the query of

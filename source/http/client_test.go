@@ -171,8 +171,8 @@ func TestClientBadInput(t *testing.T) {
 			}
 			// b arrives by the watch (or, without one, by the relist), c by the relist; the
 			// bad frame's change never arrives.
-			want := []string{"add* a=1", "add b=1", "add c=1"}
-			if got := d.rec.get(); !slices.Equal(got, want) {
+			want := []string{"add*a=1", "add b=1", "add c=1"}
+			if got := d.rec.Calls(); !slices.Equal(got, want) {
 				t.Errorf("handler saw %q, want %q", got, want)
 			}
 			reqs := f.requests()
@@ -183,7 +183,7 @@ func TestClientBadInput(t *testing.T) {
 			// a source error.
 			st := d.inf.Stats()
 			if n := st.SourceErrors + st.DecodeErrors; n == 0 {
-				t.Error("Stats.SourceErrors + Stats.DecodeErrors = 0")
+				t.Error("Stats.SourceErrors + fanout.Stats.DecodeErrors = 0")
 			}
 			if decode := strings.Contains(tc.message, "decoded"); decode != (st.DecodeErrors > 0) {
 				t.Errorf("Stats.DecodeErrors = %d for %q", st.DecodeErrors, tc.message)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // ErrWatchStopped is returned by a watch's Next after Stop.
@@ -45,7 +46,7 @@ type watch[V any] struct {
 	timer    *time.Timer   // ends a watch the server does not end (nil in benchmarks)
 	deadline time.Time     // the end of the watch's time (its timeout plus grace); zero: none
 	idle     time.Duration // the longest time between two frames; 0: no bound
-	told     bool          // idle is twice the interval the server told (headerBookmarkInterval)
+	told     bool          // idle is twice the interval the server told (wire.HeaderBookmarkInterval)
 	expired  atomic.Bool   // the timer fired
 }
 
@@ -91,7 +92,7 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 			}
 			return ev, err
 		}
-		rev, partial := strings.CutSuffix(ev.Revision, string(partialMark))
+		rev, partial := strings.CutSuffix(ev.Revision, string(wire.PartialMark))
 		if partial {
 			if err := w.holdBatch(); err != nil {
 				clear(w.held)
@@ -146,7 +147,7 @@ func (w *watch[V]) MoreAtRevision() bool {
 	}
 	next := &f.events[w.pos]
 	return next.Type != informer.Bookmark && next.Revision != "" &&
-		strings.TrimSuffix(next.Revision, string(partialMark)) == w.last
+		strings.TrimSuffix(next.Revision, string(wire.PartialMark)) == w.last
 }
 
 // isRetryableBreak reports whether a watch ended with a failure another replica may not
@@ -194,18 +195,18 @@ func (w *watch[V]) next() (informer.Event[V], error) {
 	}
 	var typ informer.EventType
 	switch raw.Type {
-	case typeAdded:
+	case wire.TypeAdded:
 		typ = informer.Added
-	case typeModified:
+	case wire.TypeModified:
 		typ = informer.Modified
-	case typeDeleted:
+	case wire.TypeDeleted:
 		typ = informer.Deleted
-	case typeBookmark:
+	case wire.TypeBookmark:
 		if raw.Revision == "" {
 			return informer.Event[V]{}, badInput("BOOKMARK event without a resourceVersion")
 		}
 		return informer.Event[V]{Type: informer.Bookmark, Revision: raw.Revision, EndOfInitialEvents: raw.EndOfInitialEvents}, nil
-	case typeError:
+	case wire.TypeError:
 		return informer.Event[V]{}, w.streamError(raw.Status)
 	default:
 		return informer.Event[V]{}, badInput("unknown watch event type %q", raw.Type)
@@ -261,7 +262,7 @@ func (w *watch[V]) nextCustom() (informer.Event[V], error) {
 	ev := f.events[w.pos]
 	f.events[w.pos] = informer.Event[V]{} // the cache owns it now
 	w.pos++
-	w.last = strings.TrimSuffix(ev.Revision, string(partialMark))
+	w.last = strings.TrimSuffix(ev.Revision, string(wire.PartialMark))
 	return ev, nil
 }
 

@@ -1,11 +1,10 @@
-// Package httpsource carries an informer's collection over HTTP, in both directions: a
-// Client is an informer.ListerWatcher for a collection served over HTTP list + chunked
-// watch — the Kubernetes shape by default, any list+watch API through its extension
-// points — and a Server serves any informer's collection the same way, so that many
-// processes can mirror one source through one upstream watch (the fan-out tier). Handler
-// serves a bare ListerWatcher, request for request. The protocol is the Kubernetes API's
-// JSON list/watch shape, so a Client can also mirror a kube-apiserver REST endpoint
-// without client-go.
+// Package httpsource reads an informer's collection over HTTP: a Client is an
+// informer.ListerWatcher for a collection served over HTTP list + chunked watch — the
+// Kubernetes shape by default, any list+watch API through its extension points. The
+// protocol is the Kubernetes API's JSON list/watch shape, so a Client can also mirror a
+// kube-apiserver REST endpoint without client-go. Its server side — a fan-out Server that
+// serves one informer to many processes, and a Handler that serves a bare ListerWatcher
+// request for request — is package fanout.
 //
 // # Protocol
 //
@@ -30,18 +29,11 @@
 //
 // # Revisions
 //
-// A Handler passes its source's revisions through, and sends the changes its source's
-// watch says share a revision (informer.BatchedWatch) as a batch marked as below. A Server over an informer whose source
-// has ordered revisions serves the upstream's revisions too, so that
-// Informer.WaitForRevision on a client gives read-your-writes for writes to the upstream
-// and replicas of the Server are interchangeable (ClientOptions.FailoverURLs): a client
-// resumes at another replica without a relist. Such a Server sends the changes of one
-// upstream revision as a batch whose events but the last carry the revision followed by
-// '~' ("42~", "42~", "42"); a Client delivers a batch only once it is whole. The initial
-// events of a watch (a replay of the state for a watch from resourceVersion=0 or none, or
-// sendInitialEvents=true) are one such batch at the state's revision. Over an
-// unordered source a Server numbers its changes itself, "<tag>.<n>", and a Client refuses
-// to compare such a revision with one of another numbering. See Server.
+// A server may send the changes of one revision as a batch whose events but the last carry
+// the revision followed by '~' ("42~", "42~", "42"); a Client delivers a batch only once
+// it is whole. A fan-out Server over an unordered source numbers its changes itself,
+// "<tag>.<n>", and a Client refuses to compare such a revision with one of another
+// numbering (OrderedClient).
 //
 // Failures are answered with a Status body and a status code that says what to do:
 //
@@ -67,26 +59,10 @@
 //
 // # Filtered lists and watches
 //
-// A Server configured with filter indexes (ServerOptions.Filters: a name and an
-// informer.IndexFunc, usually the same functions as the informer's Indexers, which a
-// Server cannot read) serves the objects under one value of one index to a client that
-// asks with index=<name>&value=<value> (ClientOptions.Filter), as a kube-apiserver serves
-// a label selector: the list holds only those objects, and the watch sends only their
-// changes, with an object that moves into the value sent as ADDED and one that moves out
-// (or whose index function fails) as DELETED, carrying the last state the value served.
-// A filtered client's cache is therefore exactly the matching subset, and its revisions
-// are the server's: it resumes from any of them, gets bookmarks at the server's newest
-// revision while its value is idle (within 250 ms of a change elsewhere, so that its
-// WaitForRevision of a write to another value returns soon), and lists again (filtered)
-// on 410. A multi-valued
-// index puts an object under each of its values.
-//
-// The server computes an object's values once per change, outside its lock, keeps for
-// each value the objects under it (a B-tree bucket: a filtered list is an O(1)
-// copy-on-write clone of it) and the events of the value since the history's start, and
-// wakes only the watchers of the object's old and new values: a change costs the same
-// whatever the number of watchers of other values (BenchmarkFilterDispatch). An index
-// the server does not have is answered 400, naming the ones it has; a Handler has none.
+// A client that sets ClientOptions.Filter asks a fan-out Server for the objects under one
+// value of one of its filter indexes (index=<name>&value=<value>): its cache is exactly
+// the matching subset, with an object that moves into the value arriving as ADDED and one
+// that moves out as DELETED. See package fanout.
 //
 // # Mirroring another list+watch API
 //
@@ -99,8 +75,8 @@
 // restart and a value that is not JSON.
 //
 //  1. The requests: ListRequest and WatchRequest receive the request the Client would
-//     send (a Request: method, URL, headers, body) with the informer's ListOptions or
-//     WatchOptions, and reshape it. The gateway's are POSTs of a JSON body:
+//     send (an OutgoingRequest: method, URL, headers, body) with the informer's
+//     ListOptions or WatchOptions, and reshape it. The gateway's are POSTs of a JSON body:
 //     {"key":…,"range_end":…,"limit":500,"revision":R} for a page and
 //     {"create_request":{"key":…,"start_revision":R+1,"progress_notify":true}} for a watch.
 //     A same-origin redirect resends the body. PrepareRequest stays for what every
@@ -160,6 +136,5 @@
 // The client reads a watch without a goroutine of its own: Next reads the next line from
 // a 32 KiB buffer, splits the envelope with an allocation-free scanner and hands the
 // object's bytes to the item decoder, so decoding an event costs about what decoding its
-// object with encoding/json costs. A Server encodes each change once and every watcher
-// reads the same bounded log; see Server.
+// object with encoding/json costs.
 package httpsource

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"strings"
 
 	"github.com/informer-go/informer"
 )
@@ -187,17 +185,4 @@ func (r *sseReader) ReadFrame() ([]byte, error) {
 		r.data = append(r.data, value...)
 		have = true
 	}
-}
-
-// mediaType returns the media type of a Content-Type header, lower case, without
-// parameters; "" if there is none.
-func mediaType(contentType string) string {
-	if contentType == "" {
-		return ""
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0]))
-	}
-	return mt
 }

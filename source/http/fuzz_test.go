@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/informer-go/informer/internal/wire"
+
 	"github.com/informer-go/informer"
 )
 
@@ -90,7 +92,7 @@ func checkEvent(t *testing.T, frame []byte) {
 	if raw, ok := m["resourceVersion"]; ok && (json.Unmarshal(raw, &rv) != nil || raw[0] != '"') {
 		return
 	}
-	if typ == typeError {
+	if typ == wire.TypeError {
 		var se StatusError
 		if obj, ok := m["object"]; ok && json.Unmarshal(obj, &se) != nil {
 			return // an ERROR event whose object is not a Status
@@ -104,10 +106,10 @@ func checkList(t *testing.T, body []byte) {
 	l, err := JSON.DecodeList(body)
 	// The item limit: the same page below it, an error above it.
 	const maxItems = 3
-	capped, cerr := decodeJSONList(body, maxItems)
+	capped, cerr := wire.DecodeList(body, maxItems)
 	switch {
 	case err == nil && len(l.Items) > maxItems:
-		if tm := (tooManyItems{}); !errors.As(cerr, &tm) {
+		if tm := (wire.TooManyItems{}); !errors.As(cerr, &tm) {
 			t.Fatalf("%q: %d items over a limit of %d: %v", body, len(l.Items), maxItems, cerr)
 		}
 	case (err == nil) != (cerr == nil) || len(capped.Items) != len(l.Items) || capped.Revision != l.Revision:

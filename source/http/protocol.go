@@ -12,46 +12,13 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
-)
-
-// The query parameters of the protocol, as the Kubernetes API spells them.
-const (
-	paramWatch             = "watch"
-	paramResourceVersion   = "resourceVersion"
-	paramRVMatch           = "resourceVersionMatch"
-	paramLimit             = "limit"
-	paramContinue          = "continue"
-	paramTimeoutSeconds    = "timeoutSeconds"
-	paramAllowBookmarks    = "allowWatchBookmarks"
-	paramSendInitialEvents = "sendInitialEvents"
-
-	// headerBookmarkInterval is the response header of a watch by which a Server tells a
-	// client that asked for bookmarks how often it sends one to an idle watcher, in
-	// seconds (a decimal number): a Client ends the watch after two intervals without a
-	// frame.
-	headerBookmarkInterval = "Informer-Bookmark-Interval"
-
-	// rvMatchNotOlderThan is the only resourceVersionMatch this package sends or serves.
-	rvMatchNotOlderThan = "NotOlderThan"
-
-	// initialEventsEnd is the annotation a Kubernetes API server puts on the bookmark that
-	// ends the initial events of a streaming list.
-	initialEventsEnd = "k8s.io/initial-events-end"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // InstanceHeader is the response header in which a Server names its instance: its
 // revisions and continue tokens mean something to that instance only. A Client's SourceID
 // includes it, so that a cache saved from one instance is not restored over another.
-const InstanceHeader = "Informer-Instance"
-
-// The event types of a watch frame.
-const (
-	typeAdded    = "ADDED"
-	typeModified = "MODIFIED"
-	typeDeleted  = "DELETED"
-	typeBookmark = "BOOKMARK"
-	typeError    = "ERROR"
-)
+const InstanceHeader = wire.HeaderInstance
 
 // StatusError is a failure reported by the server, either as an HTTP response with a
 // non-200 status or as an ERROR event in a watch stream. Its body is a Kubernetes Status
@@ -121,6 +88,12 @@ func (e *StatusError) Is(target error) bool {
 	return class != nil && (target == class || errors.Is(class, target))
 }
 
+// Unwrap returns the failure as the protocol carries it (code, reason, message), so that
+// a fan-out server whose source is a Client passes the status on to its own clients.
+func (e *StatusError) Unwrap() error {
+	return &wire.Status{Code: e.Code, Reason: e.Reason, Message: e.Message}
+}
+
 // class returns the informer error class of the status, nil for none.
 func (e *StatusError) class() error {
 	if e.Class != nil {
@@ -158,7 +131,7 @@ func statusFromResponse(resp *http.Response, maxRetryAfter time.Duration) (*Stat
 	}
 	se.Code = resp.StatusCode // the HTTP status is authoritative
 	if se.Reason == "" {
-		se.Reason = reasonFor(resp.StatusCode)
+		se.Reason = wire.Reason(resp.StatusCode)
 	}
 	se.Body = body
 	d, _ := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
@@ -194,66 +167,6 @@ func parseRetryAfter(h string, now time.Time) (time.Duration, bool) {
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false
-}
-
-// reasonFor returns the Kubernetes reason word for an HTTP status code.
-func reasonFor(code int) string {
-	switch code {
-	case http.StatusBadRequest:
-		return "BadRequest"
-	case http.StatusUnauthorized:
-		return "Unauthorized"
-	case http.StatusForbidden:
-		return "Forbidden"
-	case http.StatusNotFound:
-		return "NotFound"
-	case http.StatusMethodNotAllowed:
-		return "MethodNotAllowed"
-	case http.StatusNotAcceptable:
-		return "NotAcceptable"
-	case http.StatusGone:
-		return "Expired"
-	case http.StatusTooManyRequests:
-		return "TooManyRequests"
-	case http.StatusServiceUnavailable:
-		return "ServiceUnavailable"
-	case http.StatusGatewayTimeout:
-		return "Timeout"
-	}
-	if code >= 500 {
-		return "InternalError"
-	}
-	return ""
-}
-
-// appendStatus appends the JSON of a Kubernetes Status object for a failure.
-func appendStatus(dst []byte, code int, reason, message string, retryAfter time.Duration) []byte {
-	dst = append(dst, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":`...)
-	dst = appendJSONString(dst, message)
-	dst = append(dst, `,"reason":`...)
-	dst = appendJSONString(dst, reason)
-	if retryAfter > 0 {
-		dst = append(dst, `,"details":{"retryAfterSeconds":`...)
-		dst = strconv.AppendInt(dst, int64(retrySeconds(retryAfter)), 10)
-		dst = append(dst, '}')
-	}
-	dst = append(dst, `,"code":`...)
-	dst = strconv.AppendInt(dst, int64(code), 10)
-	return append(dst, '}')
-}
-
-// retrySeconds rounds a delay up to whole seconds, at least 1, for a Retry-After header.
-func retrySeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	b, err := json.Marshal(s)
-	if err != nil { // cannot happen for a string
-		return append(dst, `""`...)
-	}
-	return append(dst, b...)
 }
 
 // badInput wraps an error about what the server sent so that it matches

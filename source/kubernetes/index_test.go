@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/kubernetes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -29,7 +30,7 @@ func TestIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, inf)
+	informertest.RunSynced(t, inf)
 	tests := []struct {
 		index, value string
 		want         []string // keys, in key order

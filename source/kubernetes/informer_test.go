@@ -6,9 +6,9 @@ import (
 	"maps"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/kubernetes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,69 +21,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// recorder is a handler that turns notifications into lines on a channel.
-type recorder[V metav1.Object] chan string
-
-func (r recorder[V]) handler() informer.Handler[V] {
-	key := func(o V) string { k, _ := kubernetes.Key(o); return k }
-	return informer.HandlerFuncs[V]{
-		AddFunc: func(o V, initial bool) {
-			if initial {
-				r <- "add " + key(o) + " initial"
-				return
-			}
-			r <- "add " + key(o)
-		},
-		UpdateFunc: func(_, o V) { r <- "update " + key(o) },
-		DeleteFunc: func(o V, unknown bool) {
-			if unknown {
-				r <- "delete " + key(o) + " unknown"
-				return
-			}
-			r <- "delete " + key(o)
-		},
-	}
-}
-
-// expect reads len(want) lines and compares them, in any order if unordered.
-func (r recorder[V]) expect(t *testing.T, unordered bool, want ...string) {
-	t.Helper()
-	var got []string
-	deadline := time.After(30 * time.Second)
-	for len(got) < len(want) {
-		select {
-		case l := <-r:
-			got = append(got, l)
-		case <-deadline:
-			t.Fatalf("timed out: got %q, want %q", got, want)
-		}
-	}
-	if unordered {
-		slices.Sort(got)
-		want = slices.Sorted(slices.Values(want))
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("notifications %q, want %q", got, want)
-	}
-}
-
-// run runs inf until the test ends, and waits for it to sync.
-func run[K comparable, V any](t *testing.T, inf *informer.Informer[K, V]) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer syncCancel()
-	if informer.WaitForCacheSync(syncCtx, inf) != nil {
-		t.Fatal("informer did not sync")
-	}
+// labelApp describes a Kubernetes object by its key and its label "app", which the tests
+// set and change, for informertest's recorder.
+func labelApp[V metav1.Object](o V) (key, state string) {
+	k, _ := kubernetes.Key(o)
+	return k, o.GetLabels()["app"]
 }
 
 // watchStarted makes the fake clientset signal each watch it opens: its tracker keeps no
@@ -121,12 +63,12 @@ func TestInformerFakeClientset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := make(recorder[*corev1.ConfigMap], 100)
-	if _, err := inf.AddHandler(rec.handler(), informer.HandlerOptions{}); err != nil {
+	rec := informertest.NewRecorder(labelApp[*corev1.ConfigMap])
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, inf)
-	rec.expect(t, true, "add ns/a initial", "add ns/b initial")
+	informertest.RunSynced(t, inf)
+	rec.ExpectNextUnordered(t, "add*ns/a=web", "add*ns/b=db")
 	<-started
 
 	if got, ok := inf.Get("ns/a"); !ok || got.ManagedFields != nil {
@@ -149,7 +91,7 @@ func TestInformerFakeClientset(t *testing.T) {
 	if err := cms.Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "add ns/d", "update ns/a", "delete ns/b")
+	rec.ExpectNext(t, "add ns/d=", "update ns/a=web→api", "delete ns/b=db")
 
 	inNSSeq, err := inf.ByIndex(kubernetes.NamespaceIndexName, "ns")
 	inNS := maps.Collect(inNSSeq)
@@ -188,12 +130,12 @@ func TestInformerDynamicFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := make(recorder[*unstructured.Unstructured], 10)
-	if _, err := inf.AddHandler(rec.handler(), informer.HandlerOptions{}); err != nil {
+	rec := informertest.NewRecorder(labelApp[*unstructured.Unstructured])
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, inf)
-	rec.expect(t, false, "add ns/w1 initial")
+	informertest.RunSynced(t, inf)
+	rec.Expect(t, "add*ns/w1=")
 	if got := fmt.Sprint(slices.Collect(func(yield func(string) bool) {
 		for k := range inf.All() {
 			if !yield(k) {

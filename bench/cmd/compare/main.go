@@ -92,8 +92,8 @@ func main() {
 
 	sz := workload.Full
 	t0 := time.Now()
-	w1 := workload.NewStream(sz.W1Objects, sz.W1Events, 1)
-	w3 := workload.NewStream(sz.W3Objects, sz.W3Events, 3)
+	w1 := workload.NewStream(sz.W1Objects, sz.W1Events)
+	w3 := workload.NewStream(sz.W3Objects, sz.W3Events)
 	log.Printf("workloads built in %v", time.Since(t0).Round(time.Millisecond))
 
 	w6Runs := 0

@@ -6,7 +6,6 @@ package workload
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 
@@ -16,6 +15,7 @@ import (
 	clientgofeatures "k8s.io/client-go/features"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // DisableWatchList turns client-go's WatchListClient feature gate off, so that its
@@ -83,42 +83,41 @@ type Stream struct {
 	gens []int64 // the Generation of each event's object (1-based event number)
 }
 
-// NewStream builds a list of initial objects and events events after it.
-func NewStream(initial, events int, seed uint64) *Stream {
-	rng := rand.New(rand.NewPCG(seed, 2))
-	s := &Stream{InitialRev: "1", Objects: initial, Events: events}
-	s.Initial = list(initial, s.InitialRev)
-	live := make([]int, 0, initial*2)
-	for i := range initial {
-		live = append(live, i)
-	}
-	next := initial
+// NewStream builds a list of initial objects and events events after it: testkit.W1's
+// changes, the workload the pipeline benchmarks of every module run.
+func NewStream(initial, events int) *Stream {
+	s := &Stream{InitialRev: "1", Objects: initial, Events: events, Initial: make([]corev1.ConfigMap, initial)}
 	arena := make([]corev1.ConfigMap, events)
+	_, ops := testkit.W1(initial, events, func(i, rev int) *corev1.ConfigMap {
+		if rev == 0 { // listed
+			fill(&s.Initial[i], i, s.InitialRev, 0)
+			return &s.Initial[i]
+		}
+		fill(&arena[rev-1], i, strconv.Itoa(rev+1), int64(rev))
+		return &arena[rev-1]
+	})
 	s.cg = make([]watch.Event, 0, events)
 	s.ours = make([]informer.Event[*corev1.ConfigMap], 0, events)
 	s.gens = make([]int64, 0, events)
-	for e := range events {
-		var i int
-		var typ informer.EventType
-		switch r := rng.IntN(100); {
-		case r < 70 && len(live) > 0:
-			i, typ = live[rng.IntN(len(live))], informer.Modified
-		case r < 85 || len(live) == 0:
-			i, typ = next, informer.Added
-			live = append(live, next)
-			next++
-		default:
-			j := rng.IntN(len(live))
-			i, typ = live[j], informer.Deleted
-			live[j] = live[len(live)-1]
-			live = live[:len(live)-1]
+	live := make(map[int]bool, initial*2) // W1 changes only live ids: a change of another adds it
+	for i := range initial {
+		live[i] = true
+	}
+	for _, op := range ops {
+		obj := op.Obj
+		id, _ := strconv.Atoi(obj.Name[len("obj-"):])
+		typ := informer.Modified
+		switch {
+		case op.Delete:
+			typ = informer.Deleted
+			delete(live, id)
+		case !live[id]:
+			typ = informer.Added
+			live[id] = true
 		}
-		rev := strconv.Itoa(e + 2)
-		obj := &arena[e]
-		fill(obj, i, rev, int64(e+1))
-		s.ours = append(s.ours, informer.Event[*corev1.ConfigMap]{Type: typ, Object: obj, Revision: rev})
+		s.ours = append(s.ours, informer.Event[*corev1.ConfigMap]{Type: typ, Object: obj, Revision: obj.ResourceVersion})
 		s.cg = append(s.cg, watch.Event{Type: cgType(typ), Object: obj})
-		s.gens = append(s.gens, int64(e+1))
+		s.gens = append(s.gens, obj.Generation)
 	}
 	return s
 }

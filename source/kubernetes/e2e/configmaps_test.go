@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/kubernetes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +46,7 @@ func configMap(ns, name string, labels map[string]string, data string) *corev1.C
 }
 
 // configMapInformer builds a started, synced informer over the ConfigMaps of ns.
-func configMapInformer(t *testing.T, c *clients, ns string, opts kubernetes.Options, tweak func(*informer.Options[string, *corev1.ConfigMap])) (*informer.Informer[string, *corev1.ConfigMap], recorder[*corev1.ConfigMap], *counted[*corev1.ConfigMap]) {
+func configMapInformer(t *testing.T, c *clients, ns string, opts kubernetes.Options, tweak func(*informer.Options[string, *corev1.ConfigMap])) (*informer.Informer[string, *corev1.ConfigMap], *informertest.Recorder[*corev1.ConfigMap], *counted[*corev1.ConfigMap]) {
 	t.Helper()
 	src, err := kubernetes.New[*corev1.ConfigMap](c.kube.CoreV1().ConfigMaps(ns), opts)
 	if err != nil {
@@ -71,8 +72,8 @@ func configMapInformer(t *testing.T, c *clients, ns string, opts kubernetes.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder[*corev1.ConfigMap]()
-	if _, err := inf.AddHandler(rec.handler(metaKey), informer.HandlerOptions{}); err != nil {
+	rec := newRecorder(configMapState)
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf)
@@ -117,7 +118,7 @@ func TestConfigMapEvents(t *testing.T) {
 			}
 
 			inf, rec, counts := configMapInformer(t, c, ns, tt.opts, nil)
-			rec.expect(t, false, "add "+ns+"/pre initial")
+			rec.ExpectNext(t, "add*"+ns+"/pre=0")
 			tt.check(t, counts)
 			if pre, ok := inf.Get(ns + "/pre"); !ok || pre.ManagedFields != nil || pre.Data["v"] != "0" {
 				t.Errorf("Get(pre) = %+v, %v; want data v=0 and no managedFields", pre, ok)
@@ -127,13 +128,13 @@ func TestConfigMapEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec.expect(t, false, "add "+ns+"/a")
+			rec.ExpectNext(t, "add "+ns+"/a=1")
 			created.Data["v"] = "2"
 			updated, err := cms.Update(ctx, created, metav1.UpdateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec.expect(t, false, "update "+ns+"/a")
+			rec.ExpectNext(t, "update "+ns+"/a=1→2")
 			// Read-your-writes: once the update's revision is in, the cache has it.
 			if err := inf.WaitForRevision(ctx, updated.ResourceVersion); err != nil {
 				t.Fatal(err)
@@ -144,8 +145,8 @@ func TestConfigMapEvents(t *testing.T) {
 			if err := cms.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			rec.expect(t, false, "delete "+ns+"/a")
-			rec.none(t)
+			rec.ExpectNext(t, "delete "+ns+"/a=2")
+			rec.ExpectNoMore(t)
 			inSeq, _ := inf.ByIndex(kubernetes.NamespaceIndexName, ns)
 			if in := maps.Collect(inSeq); len(in) != 1 || in[ns+"/pre"] == nil {
 				t.Errorf("ByIndex(namespace, %s) = %v", ns, in)
@@ -173,7 +174,7 @@ func TestLabelSelector(t *testing.T) {
 		}
 	}
 	inf, rec, _ := configMapInformer(t, c, ns, kubernetes.Options{LabelSelector: "app=web"}, nil)
-	rec.expect(t, false, "add "+ns+"/web-0 initial")
+	rec.ExpectNext(t, "add*"+ns+"/web-0=0")
 
 	if _, err := cms.Create(ctx, configMap(ns, "web-1", web, "1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -197,8 +198,8 @@ func TestLabelSelector(t *testing.T) {
 	relabel("web-0", db)  // leaves it
 	relabel("db-1", db)   // changed, never selected: nothing
 	relabel("web-1", web) // changed, still selected: an update
-	rec.expect(t, false, "add "+ns+"/web-1", "add "+ns+"/db-0", "delete "+ns+"/web-0", "update "+ns+"/web-1")
-	rec.none(t)
+	rec.ExpectNext(t, "add "+ns+"/web-1=1", "add "+ns+"/db-0=0+", "delete "+ns+"/web-0=0", "update "+ns+"/web-1=1→1+")
+	rec.ExpectNoMore(t)
 	var keys []string
 	for k := range inf.All() {
 		keys = append(keys, k)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"maps"
+	"strconv"
 	"testing"
 
 	"github.com/informer-go/informer"
@@ -128,18 +129,21 @@ func TestDynamicCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder[*unstructured.Unstructured]()
-	if _, err := inf.AddHandler(rec.handler(metaKey), informer.HandlerOptions{}); err != nil {
+	rec := newRecorder(func(w *unstructured.Unstructured) (string, string) {
+		size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size")
+		return metaKey(w), strconv.FormatInt(size, 10)
+	})
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf)
-	rec.expect(t, false, "add "+ns+"/pre initial")
+	rec.ExpectNext(t, "add*"+ns+"/pre=1")
 
 	w, err := widgets.Create(ctx, widget("w", "blue", 1), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "add "+ns+"/w")
+	rec.ExpectNext(t, "add "+ns+"/w=1")
 	if err := unstructured.SetNestedField(w.Object, int64(2), "spec", "size"); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +151,7 @@ func TestDynamicCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "update "+ns+"/w")
+	rec.ExpectNext(t, "update "+ns+"/w=1→2")
 	if err := inf.WaitForRevision(ctx, w.GetResourceVersion()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +166,6 @@ func TestDynamicCRD(t *testing.T) {
 	if err := widgets.Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "delete "+ns+"/w")
-	rec.none(t)
+	rec.ExpectNext(t, "delete "+ns+"/w=2")
+	rec.ExpectNoMore(t)
 }

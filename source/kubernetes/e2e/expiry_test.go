@@ -31,11 +31,11 @@ func TestRestartMidWatch(t *testing.T) {
 		}
 	}
 	inf, rec, _ := configMapInformer(t, c, ns, kubernetes.Options{}, nil)
-	rec.expect(t, true, "add "+ns+"/stays initial", "add "+ns+"/goes initial", "add "+ns+"/changes initial")
+	rec.ExpectNextUnordered(t, "add*"+ns+"/stays=1", "add*"+ns+"/goes=1", "add*"+ns+"/changes=1")
 	if _, err := cms.Create(ctx, configMap(ns, "live", nil, "1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "add "+ns+"/live") // the watch is up
+	rec.ExpectNext(t, "add "+ns+"/live=1") // the watch is up
 
 	// Stop kube-apiserver, change the collection through the other apiserver, start
 	// kube-apiserver again: no watch can have delivered these changes.
@@ -58,7 +58,7 @@ func TestRestartMidWatch(t *testing.T) {
 	}
 	servers(t, "start-apiserver")
 
-	rec.expect(t, true, "delete "+ns+"/goes unknown", "update "+ns+"/changes", "add "+ns+"/new")
+	rec.ExpectNextUnordered(t, "delete?"+ns+"/goes=1", "update "+ns+"/changes=1→2", "add "+ns+"/new=1")
 	if err := inf.WaitForRevision(ctx, last.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +78,8 @@ func TestRestartMidWatch(t *testing.T) {
 	if err := cms.Delete(ctx, "live", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "delete "+ns+"/live")
-	rec.none(t)
+	rec.ExpectNext(t, "delete "+ns+"/live=1")
+	rec.ExpectNoMore(t)
 }
 
 // gated lets a test hold an informer's watches: while the gate is shut, the open watch
@@ -195,16 +195,16 @@ func TestExpiredAfterCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder[*corev1.ConfigMap]()
-	if _, err := inf.AddHandler(rec.handler(metaKey), informer.HandlerOptions{}); err != nil {
+	rec := newRecorder(configMapState)
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf)
-	rec.expect(t, true, "add "+ns+"/stays initial", "add "+ns+"/goes initial")
+	rec.ExpectNextUnordered(t, "add*"+ns+"/stays=1", "add*"+ns+"/goes=1")
 	if _, err := cms.Create(ctx, configMap(ns, "live", nil, "1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.expect(t, false, "add "+ns+"/live") // a watch is open and has delivered an event
+	rec.ExpectNext(t, "add "+ns+"/live=1") // a watch is open and has delivered an event
 
 	g.shut()
 	if err := cms.Delete(ctx, "goes", metav1.DeleteOptions{}); err != nil {
@@ -218,12 +218,12 @@ func TestExpiredAfterCompaction(t *testing.T) {
 	t.Logf("informer at revision %s; etcd compacted at %s", inf.Stats().ReceivedRevision, rev)
 	g.reopen()
 
-	rec.expect(t, true, "delete "+ns+"/goes unknown", "add "+ns+"/new")
+	rec.ExpectNextUnordered(t, "delete?"+ns+"/goes=1", "add "+ns+"/new=1")
 	if err := inf.WaitForRevision(ctx, last.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
 	if n := inf.Stats().Expirations; n == 0 {
 		t.Error("Expirations = 0: the informer converged without seeing its revision expire")
 	}
-	rec.none(t)
+	rec.ExpectNoMore(t)
 }

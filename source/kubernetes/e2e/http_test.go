@@ -81,24 +81,24 @@ func TestHTTPSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec := newRecorder[*plainConfigMap]()
-			if _, err := inf.AddHandler(rec.handler(plainKey), informer.HandlerOptions{}); err != nil {
+			rec := newRecorder(func(cm *plainConfigMap) (string, string) { return plainKey(cm), cm.Data["v"] })
+			if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			run(t, inf)
-			rec.expect(t, false, "add "+ns+"/pre initial")
+			rec.ExpectNext(t, "add*"+ns+"/pre=0")
 
 			created, err := cms.Create(ctx, configMap(ns, "a", nil, "1"), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec.expect(t, false, "add "+ns+"/a")
+			rec.ExpectNext(t, "add "+ns+"/a=1")
 			created.Data["v"] = "2"
 			updated, err := cms.Update(ctx, created, metav1.UpdateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec.expect(t, false, "update "+ns+"/a")
+			rec.ExpectNext(t, "update "+ns+"/a=1→2")
 			if err := inf.WaitForRevision(ctx, updated.ResourceVersion); err != nil {
 				t.Fatal(err)
 			}
@@ -108,8 +108,8 @@ func TestHTTPSource(t *testing.T) {
 			if err := cms.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			rec.expect(t, false, "delete "+ns+"/a")
-			rec.none(t)
+			rec.ExpectNext(t, "delete "+ns+"/a=2")
+			rec.ExpectNoMore(t)
 		})
 	}
 }

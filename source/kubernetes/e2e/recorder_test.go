@@ -3,77 +3,28 @@ package e2e
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/kubernetes"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// recorder is a handler that turns notifications into lines ("add ns/name", "update
-// ns/name", "delete ns/name unknown", …) on a channel.
-type recorder[V any] chan string
-
-func newRecorder[V any]() recorder[V] { return make(recorder[V], 1000) }
+// newRecorder records an informer's calls in informertest's notation ("add*ns/a=1",
+// "update ns/a=1→2", "delete?ns/a=1", …); describe names an object by its key and
+// renders what the test changes in it. Its waits allow for a loaded machine.
+func newRecorder[V any](describe func(V) (key, state string)) *informertest.Recorder[V] {
+	return informertest.NewRecorder(describe).WithTimeout(60 * time.Second)
+}
 
 // metaKey is kubernetes.Key without the error, for recorders of Kubernetes objects.
 func metaKey[V metav1.Object](o V) string { k, _ := kubernetes.Key(o); return k }
 
-// handler returns the handler that records; key names the objects in the lines.
-func (r recorder[V]) handler(key func(V) string) informer.Handler[V] {
-	return informer.HandlerFuncs[V]{
-		AddFunc: func(o V, initial bool) {
-			if initial {
-				r <- "add " + key(o) + " initial"
-				return
-			}
-			r <- "add " + key(o)
-		},
-		UpdateFunc: func(_, o V) { r <- "update " + key(o) },
-		DeleteFunc: func(o V, unknown bool) {
-			if unknown {
-				r <- "delete " + key(o) + " unknown"
-				return
-			}
-			r <- "delete " + key(o)
-		},
-	}
-}
-
-// expect reads len(want) notifications and compares them with want, in order, or in any
-// order if unordered.
-func (r recorder[V]) expect(t *testing.T, unordered bool, want ...string) {
-	t.Helper()
-	var got []string
-	deadline := time.After(60 * time.Second)
-	for len(got) < len(want) {
-		select {
-		case l := <-r:
-			got = append(got, l)
-		case <-deadline:
-			t.Fatalf("timed out: got %q, want %q", got, want)
-		}
-	}
-	if unordered {
-		slices.Sort(got)
-		want = slices.Sorted(slices.Values(want))
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("notifications %q, want %q", got, want)
-	}
-}
-
-// none checks that no notification is waiting.
-func (r recorder[V]) none(t *testing.T) {
-	t.Helper()
-	select {
-	case l := <-r:
-		t.Fatalf("unexpected notification %q", l)
-	default:
-	}
-}
+// configMapState describes a ConfigMap by its key and its data "v", which the tests set.
+func configMapState(cm *corev1.ConfigMap) (key, state string) { return metaKey(cm), cm.Data["v"] }
 
 // run runs inf until the test ends and waits for its cache to sync.
 func run[K comparable, V any](t *testing.T, inf *informer.Informer[K, V]) {

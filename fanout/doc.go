@@ -1,0 +1,61 @@
+// Package fanout serves informers over HTTP: a Server serves one informer's collection to
+// many processes from one upstream watch (the fan-out tier: replicas, filters, limits),
+// and a PassThrough serves a bare informer.ListerWatcher request for request. Both speak
+// the list+watch protocol that source/http's Client reads (the Kubernetes JSON shapes;
+// see that package's documentation), defined once for both sides in an internal package.
+//
+// The package is named for what it does to an informer rather than for its transport,
+// and lives outside source/ because it is not a source: it consumes an informer and
+// serves it. A program that only mirrors an API imports source/http and none of this.
+//
+// # Revisions
+//
+// A PassThrough passes its source's revisions through, and sends the changes its source's
+// watch says share a revision (informer.BatchedWatch) as a batch. A Server over an
+// informer whose source has ordered revisions serves the upstream's revisions too, so
+// that Informer.WaitForRevision on a client gives read-your-writes for writes to the
+// upstream and replicas of the Server are interchangeable (httpsource.ClientOptions'
+// FailoverURLs): a client resumes at another replica without a relist. Such a Server
+// sends the changes of one upstream revision as a batch whose events but the last carry
+// the revision followed by '~' ("42~", "42~", "42"); a Client delivers a batch only once
+// it is whole. The initial events of a watch (a replay of the state for a watch from
+// resourceVersion=0 or none, or sendInitialEvents=true) are one such batch at the state's
+// revision. Over an unordered source a Server numbers its changes itself, "<tag>.<n>",
+// and a Client refuses to compare such a revision with one of another numbering. See
+// Server.
+//
+// Failures are answered with a Status body and a status code that says what to do:
+//
+//	410 Gone              the revision or continue token expired: list again
+//	429 Too Many Requests too many watchers or lists (in all, or of this client): wait Retry-After, then retry (a watch from the same revision, no relist)
+//	503, other 5xx        transient: back off, watch again from the same revision (a Server replica behind the revision asked for answers 503 after ServerOptions.CatchUpWait)
+//	400, 401, 403, 404    the request is wrong or refused (a GET with a body is answered 400): reported, backed off, relisted
+//
+// # Filtered lists and watches
+//
+// A Server configured with filter indexes (ServerOptions.Filters: a name and an
+// informer.IndexFunc, usually the same functions as the informer's Indexers, which a
+// Server cannot read) serves the objects under one value of one index to a client that
+// asks with index=<name>&value=<value> (httpsource.ClientOptions' Filter), as a
+// kube-apiserver serves a label selector: the list holds only those objects, and the
+// watch sends only their changes, with an object that moves into the value sent as ADDED
+// and one that moves out (or whose index function fails) as DELETED, carrying the last
+// state the value served. A filtered client's cache is therefore exactly the matching
+// subset, and its revisions are the server's: it resumes from any of them, gets bookmarks
+// at the server's newest revision while its value is idle (within 250 ms of a change
+// elsewhere, so that its WaitForRevision of a write to another value returns soon), and
+// lists again (filtered) on 410. A multi-valued index puts an object under each of its
+// values.
+//
+// The server computes an object's values once per change, outside its lock, keeps for
+// each value the objects under it (a B-tree bucket: a filtered list is an O(1)
+// copy-on-write clone of it) and the events of the value since the history's start, and
+// wakes only the watchers of the object's old and new values: a change costs the same
+// whatever the number of watchers of other values (BenchmarkFilterDispatch). An index
+// the server does not have is answered 400, naming the ones it has; a PassThrough has none.
+//
+// # Costs
+//
+// A Server encodes each change once and every watcher reads the same bounded log; an
+// idle watcher holds no write buffer. See Server.
+package fanout

@@ -1,0 +1,473 @@
+package fanout
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// The figures of the fan-out tier (source/http/README.md, "Fan-out figures"). Every
+// watcher is a bare socket in the same process, so that the figures are the server's.
+
+// raiseFileLimit raises the soft limit on open files to at least n (each watcher here
+// takes two descriptors: its socket and the server's).
+func raiseFileLimit(tb testing.TB, n uint64) {
+	tb.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Skipf("getrlimit: %v", err)
+	}
+	if lim.Cur >= n {
+		return
+	}
+	if lim.Max < n {
+		tb.Skipf("needs %d open files; the hard limit is %d", n, lim.Max)
+	}
+	lim.Cur = n
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Skipf("setrlimit: %v", err)
+	}
+}
+
+// fanoutServer starts a Server over an idle upstream with the filter index "team", on a
+// loopback http.Server set up as the README says (ConnContext), with no limit on
+// watchers per client (they all come from 127.0.0.1).
+func fanoutServer(tb testing.TB, opts ServerOptions[*obj]) (*Server[string, *obj], string) {
+	tb.Helper()
+	up := newUpstream(tb, memory.Options{})
+	opts.Filters = filterOptions().Filters
+	opts.MaxWatchersPerClient = -1
+	opts.MaxWatchers = -1
+	s, err := newServer(tb, up, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, startServer(tb, s).Listener.Addr().String()
+}
+
+// watchConn opens a watch on a bare socket; readBuffer > 0 caps its receive buffer
+// (SO_RCVBUF, set before connecting so that the TCP window is small from the start).
+func watchConn(tb testing.TB, addr, query string, readBuffer int) net.Conn {
+	tb.Helper()
+	d := net.Dialer{}
+	if readBuffer > 0 {
+		d.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, readBuffer)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	if _, err := fmt.Fprintf(conn, "GET /?%s HTTP/1.1\r\nHost: x\r\n\r\n", query); err != nil {
+		tb.Fatal(err)
+	}
+	return conn
+}
+
+// BenchmarkFilterDispatch measures one change of an object on team "x" (encode, log,
+// index, dispatch to the one watcher of "x") while `others` filtered watchers wait on
+// other values, each its own: the cost must not grow with them.
+func BenchmarkFilterDispatch(b *testing.B) {
+	for _, others := range []int{0, 1000, 10000} {
+		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
+			src := memory.New(objName, memory.Options{})
+			inf, err := informer.New(src, informer.Options[string, *obj]{Key: objKey})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv, err := NewServer(inf, ServerOptions[*obj]{HistoryLimit: 1000, Filters: filterOptions().Filters})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := srv.mirror.filters
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			open := func(value string) *filterWatch[string, *obj] {
+				w, err := h.watch(ctx, valueFilter{Index: "team", Value: value}, informer.WatchOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				fw := w.(*filterWatch[string, *obj])
+				h.mu.Lock() // blocked in Next, as a served watcher that has caught up is
+				fw.waiting = true
+				fw.fv.waiters = append(fw.fv.waiters, fw)
+				h.mu.Unlock()
+				b.Cleanup(fw.Stop)
+				return fw
+			}
+			for i := range others {
+				open(fmt.Sprint("other", i))
+			}
+			x := open("x")
+			objs := make([]*obj, 1024)
+			for i := range objs {
+				objs[i] = &obj{Name: fmt.Sprintf("k%02d", i%64), Val: fmt.Sprint("x:", i)}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				srv.mirror.put(objs[i%len(objs)])
+				h.mu.Lock() // the watcher of "x" takes its event and waits again
+				x.next = x.fv.dropped + int64(len(x.fv.history))
+				if !x.waiting {
+					x.waiting = true
+					x.fv.waiters = append(x.fv.waiters, x)
+				}
+				h.mu.Unlock()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkFanoutWatcherMemory measures what an idle watcher costs the process serving
+// it, at 1,000 and 5,000 watchers, unfiltered and filtered (all on one value): the live
+// heap and stacks after GC, with every watcher sent one change, minus before they
+// opened, per watcher. The bare client sockets (a few hundred bytes each) are included.
+// A first round, not reported, warms the process up. It measures as
+// BenchmarkWatcherCost does (memInUse), whose figure is the one the documentation states.
+func BenchmarkFanoutWatcherMemory(b *testing.B) {
+	for _, kind := range []string{"unfiltered", "filtered"} {
+		for _, n := range []int{1000, 5000} {
+			b.Run(fmt.Sprintf("%s/watchers=%d", kind, n), func(b *testing.B) {
+				raiseFileLimit(b, uint64(2*n+1024))
+				srv, addr := fanoutServer(b, ServerOptions[*obj]{})
+				query := "watch=1&resourceVersion="
+				if kind == "filtered" {
+					query = "watch=1&index=team&value=payments&resourceVersion="
+				}
+				for i := -1; i < b.N; i++ { // a first round, not reported, warms the process up
+					from := srv.Revision()
+					before := memInUse()
+					conns := make([]net.Conn, n)
+					for j := range conns {
+						conns[j] = watchConn(b, addr, query+from, 0)
+					}
+					eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == int64(n) })
+					val := fmt.Sprint("payments:", i)
+					srv.mirror.put(&obj{Name: "a", Val: val})
+					for _, c := range conns { // each has its change: the server is idle again
+						_ = c.SetReadDeadline(time.Now().Add(waitTimeout))
+						resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if l, err := bufio.NewReaderSize(resp.Body, 1024).ReadString('\n'); err != nil || !strings.Contains(l, val) {
+							b.Fatalf("%q %v", l, err)
+						}
+					}
+					if per := float64(memInUse()-before) / float64(n); i >= 0 {
+						b.ReportMetric(per, "B/watcher")
+					}
+					for _, c := range conns {
+						c.Close()
+					}
+					eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+				}
+			})
+		}
+	}
+}
+
+// arrival is a change a healthy watcher read: the sequence number in its value
+// "payments:<n>:…", and when.
+type arrival struct {
+	seq int
+	at  time.Time
+}
+
+// newHealthyWatcher reads a watch and sends each change it reads; the channel is closed
+// when the watch ends.
+func newHealthyWatcher(tb testing.TB, addr, query string) <-chan arrival {
+	conn := watchConn(tb, addr, query, 0)
+	arrived := make(chan arrival, 1)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Fatalf("healthy watch: %v %v", resp, err)
+	}
+	go func() {
+		r := bufio.NewReaderSize(resp.Body, 64<<10)
+		for {
+			l, err := r.ReadSlice('\n')
+			if err != nil {
+				close(arrived)
+				return
+			}
+			now := time.Now()
+			_, rest, _ := strings.Cut(string(l), `"val":"payments:`)
+			seq, _, _ := strings.Cut(rest, ":")
+			n, err := strconv.Atoi(seq)
+			if err != nil {
+				continue
+			}
+			arrived <- arrival{seq: n, at: now}
+		}
+	}()
+	return arrived
+}
+
+// BenchmarkFanoutStalledLatency measures the delivery latency of a change to a healthy
+// watcher while 1,000 other watchers of the same changes do not read their connections,
+// against its latency in the same run without them (unloaded). The two alternate three
+// times (the stalled watchers connect, are measured beside, and disconnect), so that the
+// noise of a shared machine falls on both alike. Changes of 1 KiB are made one at a
+// time: each is timed from the server's handler receiving it to the healthy watcher
+// reading its line. The stalled watchers' sockets are small (4 KiB receive buffer,
+// SendBuffer 16 KiB), so that they fill within the first 100 changes of a round, which
+// are not measured, and their writers block; WriteTimeout is 5 minutes, so that none is
+// disconnected during the run.
+func BenchmarkFanoutStalledLatency(b *testing.B) {
+	const stalled, warm, measured, rounds = 1000, 100, 1000, 3
+	raiseFileLimit(b, 2*stalled+1024)
+	pad := strings.Repeat("p", 1<<10)
+	for i := 0; i < b.N; i++ {
+		srv, addr := fanoutServer(b, ServerOptions[*obj]{ServeOptions: ServeOptions{WriteTimeout: 5 * time.Minute, SendBuffer: 16 << 10}})
+		healthy := newHealthyWatcher(b, addr, "watch=1&resourceVersion="+srv.Revision())
+		seq := 0
+		run := func(lat []time.Duration, n int) []time.Duration {
+			for range n {
+				seq++
+				start := time.Now()
+				srv.mirror.put(&obj{Name: fmt.Sprint("k", seq%100), Val: fmt.Sprintf("payments:%d:%s", seq, pad)})
+				a, ok := <-healthy
+				if !ok || a.seq != seq {
+					b.Fatalf("healthy watcher read change %d (open: %v), want %d", a.seq, ok, seq)
+				}
+				lat = append(lat, a.at.Sub(start))
+			}
+			return lat
+		}
+		var unloaded, loaded []time.Duration
+		run(nil, warm)
+		for range rounds {
+			unloaded = run(unloaded, measured)
+			from := srv.Revision()
+			conns := make([]net.Conn, stalled)
+			for j := range conns {
+				conns[j] = watchConn(b, addr, "watch=1&resourceVersion="+from, 4<<10)
+			}
+			eventually(b, "the stalled watchers to open", func() bool { return srv.Stats().OpenWatches == stalled+1 })
+			run(nil, warm) // fills the stalled watchers' sockets
+			loaded = run(loaded, measured)
+			for _, c := range conns {
+				c.Close()
+			}
+			eventually(b, "the stalled watchers to go", func() bool { return srv.Stats().OpenWatches == 1 })
+		}
+		if ev := srv.Stats().Evicted; ev != 0 {
+			b.Fatalf("%d watchers were disconnected for stalling", ev)
+		}
+		p := func(lat []time.Duration, q float64) float64 {
+			s := slices.Clone(lat)
+			slices.Sort(s)
+			return float64(s[int(q*float64(len(s)-1))].Microseconds())
+		}
+		b.ReportMetric(p(unloaded, 0.50), "unloaded-p50-µs")
+		b.ReportMetric(p(unloaded, 0.99), "unloaded-p99-µs")
+		b.ReportMetric(p(loaded, 0.50), "stalled-p50-µs")
+		b.ReportMetric(p(loaded, 0.99), "stalled-p99-µs")
+		b.ReportMetric(p(loaded, 0.99)/p(unloaded, 0.99), "p99-ratio")
+	}
+}
+
+// BenchmarkFanoutThousandWatchers measures changes fanned out to 1,000 watchers over
+// loopback: 5,000 changes of about 60 bytes, made as fast as the server takes them,
+// while every watcher reads its stream to the end; unfiltered, and filtered with all
+// 1,000 on the changes' value. It reports changes/s (each reaching all 1,000 watchers)
+// and deliveries/s.
+func BenchmarkFanoutThousandWatchers(b *testing.B) {
+	const changes, watchers = 5000, 1000
+	for _, kind := range []string{"unfiltered", "filtered"} {
+		b.Run(kind, func(b *testing.B) {
+			raiseFileLimit(b, 2*watchers+1024)
+			srv, addr := fanoutServer(b, ServerOptions[*obj]{HistoryLimit: changes})
+			query := "watch=1&resourceVersion="
+			if kind == "filtered" {
+				query = "watch=1&index=team&value=payments&resourceVersion="
+			}
+			var total time.Duration
+			b.StopTimer()
+			for i := 0; i < b.N; i++ {
+				objs := make([]*obj, changes)
+				for c := range objs {
+					objs[c] = &obj{Name: fmt.Sprintf("object-%03d", c%500), Val: fmt.Sprint("payments:", i*changes+c)}
+				}
+				from := srv.Revision()
+				var ready, done sync.WaitGroup
+				errs := make(chan error, watchers)
+				for range watchers {
+					conn := watchConn(b, addr, query+from, 0)
+					ready.Add(1)
+					done.Add(1)
+					go func() {
+						defer done.Done()
+						defer conn.Close()
+						readWatch(conn, changes, &ready, errs)
+					}()
+				}
+				ready.Wait()
+				eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
+				b.StartTimer()
+				start := time.Now()
+				for _, o := range objs {
+					srv.mirror.put(o)
+				}
+				done.Wait()
+				total += time.Since(start)
+				b.StopTimer()
+				select {
+				case err := <-errs:
+					b.Fatal(err)
+				default:
+				}
+				eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+			}
+			n := float64(b.N * changes)
+			b.ReportMetric(n/total.Seconds(), "changes/s")
+			b.ReportMetric(n*watchers/total.Seconds(), "deliveries/s")
+		})
+	}
+}
+
+// readWatch reads a raw watch's response on conn and then n event lines, calling
+// ready.Done once the response's header is in; a failure goes to errs.
+func readWatch(conn net.Conn, n int, ready *sync.WaitGroup, errs chan<- error) {
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	ready.Done()
+	if err != nil {
+		errs <- err
+		return
+	}
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	for range n {
+		if _, err := r.ReadSlice('\n'); err != nil {
+			errs <- err
+			return
+		}
+	}
+}
+
+// BenchmarkServerFanout measures a Server sending 100,000 changes to 100 watchers over
+// loopback TCP: each iteration writes the changes into the server (as its informer
+// handler does: encode once, log once) while every watcher reads its stream to the end.
+// It reports changes/s (each reaching all 100 watchers), deliveries/s (changes ×
+// watchers) and the allocations per change and per delivery of the whole process while the
+// changes flow: the server's, since the objects are made beforehand and the watchers'
+// readers allocate nothing per line.
+//
+// With an ordered upstream ("upstream revisions") each change is its own batch: the
+// server logs it at the revision its informer reached (OnRevision), the most a batch can
+// cost per change; with an unordered one ("own numbering") it logs it at once.
+func BenchmarkServerFanout(b *testing.B) {
+	b.Run("upstream revisions", func(b *testing.B) { benchmarkServerFanout(b, true) })
+	b.Run("own numbering", func(b *testing.B) { benchmarkServerFanout(b, false) })
+}
+
+func benchmarkServerFanout(b *testing.B, ordered bool) {
+	const changes, watchers = 100_000, 100
+	src := memory.New(objName, memory.Options{})
+	var lw informer.ListerWatcher[*obj] = src
+	if !ordered {
+		lw = unordered{src}
+	}
+	inf, err := informer.New(lw, informer.Options[string, *obj]{Key: objKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	run(b, inf)
+	srv, err := NewServer(inf, ServerOptions[*obj]{HistoryLimit: changes})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer func() {
+		_ = srv.Shutdown(context.Background())
+		ts.Close()
+	}()
+	<-srv.Synced()
+	addr := ts.Listener.Addr().String()
+
+	b.ReportAllocs()
+	var total time.Duration
+	var mallocs uint64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		objs := make([]*obj, changes) // made beforehand: only the server's allocations count
+		for c := range objs {
+			objs[c] = &obj{Name: fmt.Sprintf("object-%04d", c%1000), Val: fmt.Sprint(i*changes + c)}
+		}
+		from := srv.Revision()
+		var ready, done sync.WaitGroup
+		errs := make(chan error, watchers)
+		conns := make([]net.Conn, watchers)
+		for w := range watchers {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns[w] = conn
+			fmt.Fprintf(conn, "GET /?watch=1&resourceVersion=%s HTTP/1.1\r\nHost: x\r\n\r\n", from)
+			ready.Add(1)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				readWatch(conn, changes, &ready, errs)
+			}()
+		}
+		ready.Wait()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.Mallocs
+		b.StartTimer()
+		start := time.Now()
+		for c, o := range objs {
+			srv.mirror.put(o)
+			if ordered {
+				srv.mirror.OnRevision(strconv.Itoa(1 + i*changes + c))
+			}
+		}
+		done.Wait()
+		total += time.Since(start)
+		b.StopTimer()
+		runtime.ReadMemStats(&ms)
+		mallocs += ms.Mallocs - before
+		for _, c := range conns {
+			c.Close()
+		}
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N * changes)
+	b.ReportMetric(n/total.Seconds(), "changes/s")
+	b.ReportMetric(n*watchers/total.Seconds(), "deliveries/s")
+	b.ReportMetric(float64(mallocs)/n, "allocs/change")
+	b.ReportMetric(float64(mallocs)/(n*watchers), "allocs/delivery")
+}

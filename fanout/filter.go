@@ -1,0 +1,474 @@
+package fanout
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wire"
+)
+
+// valueFilter is the filter a request asks for: the objects under one value of one of the
+// Server's filter indexes (index=<Index>&value=<Value>); the zero valueFilter is none.
+type valueFilter struct {
+	Index string
+	Value string
+}
+
+// maxFilterValue bounds the length of a filter's index name and value in a request;
+// longer is answered 400.
+const maxFilterValue = 1024
+
+// parseFilter reads a filter from a request's query; parseRequest has checked that each
+// parameter is given at most once.
+func parseFilter(q url.Values) (valueFilter, *wire.Status) {
+	idx, hasIdx := q[wire.ParamIndex]
+	val, hasVal := q[wire.ParamValue]
+	bad := func(format string, args ...any) (valueFilter, *wire.Status) {
+		return valueFilter{}, badRequest(format, args...)
+	}
+	switch {
+	case !hasIdx && !hasVal:
+		return valueFilter{}, nil
+	case !hasIdx:
+		return bad("%s=%q needs %s=, the name of the filter index", wire.ParamValue, val[0], wire.ParamIndex)
+	case !hasVal:
+		return bad("%s=%q needs %s=, the value to filter by", wire.ParamIndex, idx[0], wire.ParamValue)
+	case idx[0] == "":
+		return bad("%s is empty: name a filter index", wire.ParamIndex)
+	case len(idx[0]) > maxFilterValue || len(val[0]) > maxFilterValue:
+		return bad("%s or %s is longer than %d bytes", wire.ParamIndex, wire.ParamValue, maxFilterValue)
+	}
+	return valueFilter{Index: idx[0], Value: val[0]}, nil
+}
+
+// filterer serves filtered requests for a core: a Server's filter indexes.
+type filterer[V any] interface {
+	// names returns the filter indexes, sorted.
+	names() []string
+	// watch opens a filtered watch; opts as for informer.ListerWatcher.Watch.
+	watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error)
+}
+
+// checkFilter answers 400 for a filter on an index the server does not have, naming
+// the ones it has.
+func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
+	if f.Index == "" {
+		return nil
+	}
+	var known []string
+	if c.filters != nil {
+		known = c.filters.names()
+	}
+	if slices.Contains(known, f.Index) {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown filter index %q: this server has none (a Server serves the indexes of its ServerOptions.Filters)", f.Index)
+	if len(known) > 0 {
+		msg = fmt.Sprintf("unknown filter index %q: this server's filter indexes are %s", f.Index, strings.Join(known, ", "))
+	}
+	return &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
+}
+
+// watch opens the watch a request asks for: filtered, or of the whole source.
+func (c *core[V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error) {
+	if f.Index != "" && c.filters != nil {
+		return c.filters.watch(ctx, f, opts)
+	}
+	return c.lw.Watch(ctx, opts)
+}
+
+// caughtUp reports whether a filtered watch has delivered every event it has so far, so
+// that the frames buffered for its client are sent now rather than with a later event
+// (an unfiltered watch flushes at the source's newest revision instead).
+func caughtUp[V any](w informer.Watch[V]) bool {
+	fw, ok := w.(interface{ caughtUp() bool })
+	return ok && fw.caughtUp()
+}
+
+// serveFilters sets up the Server's filter indexes (ServerOptions.Filters). It runs
+// before the Server's handler is added, so the indexes see every change.
+func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Duration) error {
+	if len(opts.Filters) == 0 {
+		return nil
+	}
+	h := &filterHub[K, V]{
+		clock:     opts.Clock,
+		bookmarks: bookmarks,
+		report:    func(err error) { s.core.report(err) },
+		stats:     &s.core.stats,
+		revStr:    "0",
+	}
+	for name, fn := range opts.Filters {
+		switch {
+		case name == "":
+			return errors.New("fanout: NewServer: ServerOptions.Filters has an index with an empty name")
+		case fn == nil:
+			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters[%q] is nil", name)
+		case len(name) > maxFilterValue:
+			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
+		}
+		h.indexNames = append(h.indexNames, name)
+	}
+	slices.Sort(h.indexNames)
+	for _, name := range h.indexNames {
+		h.fns = append(h.fns, opts.Filters[name])
+		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
+	}
+	if h.clock == nil {
+		h.clock = clock.Real{}
+	}
+	s.mirror.filters = h
+	s.core.filters = h
+	return nil
+}
+
+// snapshot returns the state a list with filter f reads, and its log revision: the whole
+// state, or the bucket of f's value; either is an O(1) copy-on-write clone.
+func (s *Server[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
+	if f.Index == "" || s.mirror.filters == nil {
+		return s.mirror.snapshot()
+	}
+	return s.mirror.filters.snapshot(f)
+}
+
+// filterHub keeps a Server's filter indexes: for each index, the bucket of every value
+// (the objects indexed under it, by key, which a filtered list clones) and the history of
+// the value's filtered events (which its watches read). A change computes the object's
+// old and new values once, appends one event to the history of each value among them and
+// wakes only the watches of those values: its cost grows with the object's values and
+// their watchers, never with watchers of other values or the number of objects.
+//
+// The histories hold the events after the server's compacted revision, as its log does:
+// an event leaves them when its revision is compacted from the log.
+type filterHub[K cmp.Ordered, V any] struct {
+	indexNames []string // sorted
+	fns        []informer.IndexFunc[V]
+	clock      clock.Clock
+	bookmarks  time.Duration // 0: none
+	report     func(error)
+	stats      *counters
+
+	// Changed under the mirror's lock and mu; read under mu.
+	mu        sync.Mutex
+	indexes   []filterIndex[K, V]  // by indexNames
+	rev       int64                // the log revision of the newest change, whether or not it matched anything
+	revStr    string               // rev in decimal, "" until needed
+	compacted int64                // the log's compacted revision
+	order     []filterQueued[K, V] // every history event in revision order, for compaction
+	orderHead int
+	batchLen  int    // events appended since beginBatch
+	inBatch   bool   // between beginBatch and endBatch
+	batches   uint64 // batches ended, to mark the values endBatch has seen
+	progress  bool   // a progress broadcast is due (progressDelay after a change)
+}
+
+// progressDelay is how soon after its revision moves a Server sends its idle filtered
+// watchers that asked for bookmarks one at the newest revision, so that a filtered
+// client's WaitForRevision of a write to another value returns within about this, not a
+// bookmark interval. It costs at most one bookmark per idle watcher per delay.
+const progressDelay = 250 * time.Millisecond
+
+// filterIndex is one filter index.
+type filterIndex[K cmp.Ordered, V any] struct {
+	values map[string]*filterValue[K, V] // values with objects, history or watches
+	of     map[K][]string                // each object's values, for its next change
+}
+
+// filterValue is one value of a filter index.
+type filterValue[K cmp.Ordered, V any] struct {
+	index   int
+	value   string
+	bucket  *btree.Tree[K, *record[K]] // the objects indexed under value, by key
+	history []filterEvent[K]           // its events after the compacted revision
+	dropped int64                      // events dropped from the front of history, ever
+	waiters []*filterWatch[K, V]       // watches blocked in Next
+	watches int                        // watches open
+
+	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
+}
+
+// filterEvent is an event of one value's filtered stream.
+type filterEvent[K cmp.Ordered] struct {
+	rev    int64
+	revStr string
+	typ    informer.EventType
+	rec    *record[K]
+}
+
+// filterQueued names the value that holds the history event of revision rev.
+type filterQueued[K cmp.Ordered, V any] struct {
+	rev int64
+	fv  *filterValue[K, V]
+}
+
+func (h *filterHub[K, V]) names() []string { return h.indexNames }
+
+// values computes obj's values in every filter index, outside the mirror's lock. An index
+// function that fails or panics is reported and counted (Stats.IndexErrors); the object
+// is then in no bucket of that index until a later change indexes it.
+func (h *filterHub[K, V]) values(k K, obj V) [][]string {
+	if h == nil {
+		return nil
+	}
+	vals := make([][]string, len(h.fns))
+	for i, fn := range h.fns {
+		vs, err := callIndex(fn, obj)
+		if err != nil {
+			h.stats.IndexErrors.Add(1)
+			h.report(fmt.Errorf("fanout: server: filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it)", h.indexNames[i], k, err))
+			continue
+		}
+		if len(vs) > 1 {
+			vs = slices.Clone(vs)
+			slices.Sort(vs)
+			vs = slices.Compact(vs)
+		}
+		vals[i] = vs
+	}
+	return vals
+}
+
+// callIndex calls an index function with a panic turned into an error.
+func callIndex[V any](fn informer.IndexFunc[V], obj V) (vs []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			vs, err = nil, fmt.Errorf("index function panicked: %v", r)
+		}
+	}()
+	return fn(obj)
+}
+
+// put indexes the object r of the change at rev under vals (from values); the mirror's
+// lock is held.
+func (h *filterHub[K, V]) put(rev int64, r *record[K], vals [][]string, compacted int64) {
+	h.change(rev, r.key, r, vals, compacted)
+}
+
+// delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
+func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
+	h.change(rev, k, nil, nil, compacted)
+}
+
+// change moves key k to the values vals of its object r in every index (out of them all
+// when r is nil, a delete).
+func (h *filterHub[K, V]) change(rev int64, k K, r *record[K], vals [][]string, compacted int64) {
+	if h == nil {
+		return
+	}
+	if !h.inBatch { // in a batch, beginBatch holds mu
+		h.mu.Lock()
+		defer h.mu.Unlock()
+	}
+	h.advance(rev)
+	for i := range h.indexes {
+		var v []string
+		if r != nil {
+			v = vals[i]
+		}
+		h.move(i, k, r, v)
+	}
+	h.compact(compacted)
+}
+
+// beginBatch starts a batch of changes (a Server over an ordered upstream logs the
+// changes of one upstream revision as a batch): it holds mu until endBatch, so that no
+// list or watch reads the indexes with part of a batch.
+func (h *filterHub[K, V]) beginBatch() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.batchLen, h.inBatch = 0, true
+}
+
+// endBatch ends a batch whose log ends at seq: each value's last event of the batch is
+// labelled seq, so that a filtered watch sends it as the batch's last (its other events
+// carry the mark of a partial batch), and the watches of the values it touched are woken.
+func (h *filterHub[K, V]) endBatch(seq int64) {
+	if h == nil {
+		return
+	}
+	if !h.inBatch {
+		return
+	}
+	defer h.mu.Unlock()
+	h.inBatch = false
+	h.batches++
+	// The batch's events still in the history (compaction drops the oldest first).
+	order := h.order[h.orderHead:]
+	for j := len(order) - 1; j >= max(len(order)-h.batchLen, 0); j-- {
+		fv := order[j].fv
+		if fv.endedBatch == h.batches {
+			continue // a later event of the batch ended it for this value
+		}
+		fv.endedBatch = h.batches
+		order[j].rev = seq
+		if n := len(fv.history); n > 0 {
+			fv.history[n-1].rev, fv.history[n-1].revStr = seq, strconv.FormatInt(seq, 10)
+		}
+		h.wake(fv)
+	}
+	h.advance(max(h.rev, seq))
+}
+
+func (h *filterHub[K, V]) advance(rev int64) {
+	h.rev, h.revStr = rev, ""
+	if h.bookmarks > 0 && !h.progress {
+		h.progress = true
+		time.AfterFunc(progressDelay, h.broadcastProgress)
+	}
+}
+
+// broadcastProgress wakes the idle watches that asked for bookmarks, each to send one at
+// the newest revision (filterWatch.progress). It runs under mu, so never inside a batch.
+func (h *filterHub[K, V]) broadcastProgress() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.progress = false
+	for i := range h.indexes {
+		for _, fv := range h.indexes[i].values {
+			keep := fv.waiters[:0]
+			for _, w := range fv.waiters {
+				if w.bookmarkEvery <= 0 {
+					keep = append(keep, w)
+					continue
+				}
+				w.waiting, w.progress = false, true
+				w.signal()
+			}
+			clear(fv.waiters[len(keep):])
+			fv.waiters = keep
+		}
+	}
+}
+
+func (h *filterHub[K, V]) revString() string {
+	if h.revStr == "" {
+		h.revStr = strconv.FormatInt(h.rev, 10)
+	}
+	return h.revStr
+}
+
+// move moves the object with key k from its old values in index i to vals (r is its new
+// record; nil when it is deleted): DELETED for the values it leaves (with the record the
+// value served), ADDED for those it enters, MODIFIED for those it stays in.
+func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
+	ix := &h.indexes[i]
+	old := ix.of[k]
+	for _, v := range old {
+		if slices.Contains(vals, v) {
+			continue
+		}
+		fv := ix.values[v]
+		if fv == nil || fv.bucket == nil {
+			continue // cannot happen: a value holds its objects
+		}
+		if last, ok := fv.bucket.Delete(k); ok {
+			h.append(fv, informer.Deleted, last)
+		}
+	}
+	for _, v := range vals {
+		fv := h.value(i, v)
+		typ := informer.Added
+		if slices.Contains(old, v) {
+			typ = informer.Modified
+		}
+		if fv.bucket == nil {
+			fv.bucket = newRecords[K](16)
+		}
+		fv.bucket.Set(k, r)
+		h.append(fv, typ, r)
+	}
+	if len(vals) == 0 {
+		delete(ix.of, k)
+	} else {
+		ix.of[k] = vals
+	}
+}
+
+// value returns the value v of index i, created if needed.
+func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
+	ix := &h.indexes[i]
+	fv := ix.values[v]
+	if fv == nil {
+		fv = &filterValue[K, V]{index: i, value: v}
+		ix.values[v] = fv
+	}
+	return fv
+}
+
+// append adds an event at the newest revision to fv's history and wakes its watches.
+func (h *filterHub[K, V]) append(fv *filterValue[K, V], typ informer.EventType, r *record[K]) {
+	fv.history = append(fv.history, filterEvent[K]{rev: h.rev, revStr: h.revString(), typ: typ, rec: r})
+	h.order = append(h.order, filterQueued[K, V]{rev: h.rev, fv: fv})
+	if h.inBatch {
+		h.batchLen++
+	} else {
+		h.wake(fv)
+	}
+}
+
+// wake wakes the watches blocked on fv.
+func (h *filterHub[K, V]) wake(fv *filterValue[K, V]) {
+	for i, w := range fv.waiters {
+		w.waiting = false
+		w.signal()
+		fv.waiters[i] = nil
+	}
+	fv.waiters = fv.waiters[:0]
+}
+
+// compact drops the history events at or before the log's compacted revision, and the
+// values left with no object, history or watch.
+func (h *filterHub[K, V]) compact(compacted int64) {
+	h.compacted = max(h.compacted, compacted)
+	for h.orderHead < len(h.order) && h.order[h.orderHead].rev <= h.compacted {
+		fv := h.order[h.orderHead].fv
+		h.order[h.orderHead] = filterQueued[K, V]{}
+		h.orderHead++
+		fv.history[0] = filterEvent[K]{}
+		fv.history = fv.history[1:]
+		fv.dropped++
+		if len(fv.history) == 0 {
+			fv.history = nil
+		}
+		h.gc(fv)
+	}
+	if h.orderHead > 1024 && h.orderHead > len(h.order)/2 {
+		h.order = h.order[:copy(h.order, h.order[h.orderHead:])]
+		clear(h.order[len(h.order):cap(h.order)])
+		h.orderHead = 0
+	}
+}
+
+// gc forgets fv if it holds nothing.
+func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
+	if fv.watches == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0) {
+		delete(h.indexes[fv.index].values, fv.value)
+	}
+}
+
+// snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
+// reflects.
+func (h *filterHub[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {
+		if fv := h.indexes[i].values[f.Value]; fv != nil && fv.bucket != nil {
+			return fv.bucket.Clone(), h.rev
+		}
+	}
+	return newRecords[K](2), h.rev
+}

@@ -1,0 +1,608 @@
+package fanout
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer/internal/wire"
+	httpsource "github.com/informer-go/informer/source/http"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// dialAs sends a GET of query on a bare TCP connection, as the client named by token
+// ("Bearer <token>"; none if empty), and reads the response's header only: the body is
+// left for the test to read, or not.
+func dialAs(t testing.TB, addr, query, token string, readBuffer int) *rawConn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if readBuffer > 0 {
+		_ = conn.(*net.TCPConn).SetReadBuffer(readBuffer)
+	}
+	auth := ""
+	if token != "" {
+		auth = "Authorization: Bearer " + token + "\r\n"
+	}
+	if _, err := fmt.Fprintf(conn, "GET /?%s HTTP/1.1\r\nHost: %s\r\n%s\r\n", query, addr, auth); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	rc := &rawConn{conn: conn}
+	if rc.resp, err = http.ReadResponse(bufio.NewReaderSize(conn, 4096), nil); err != nil {
+		t.Fatal(err)
+	}
+	rc.r = bufio.NewReaderSize(rc.resp.Body, 64<<10)
+	return rc
+}
+
+// byToken names the client by its bearer token, and refuses requests without one.
+func byToken(r *http.Request) (string, error) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return "", ErrUnauthorized
+	}
+	return tok, nil
+}
+
+// startServer serves srv on loopback with the http.Server settings the README asks for
+// (ConnContext installed), and shuts both down at the end of the test.
+func startServer(t testing.TB, srv *Server[string, *obj]) *httptest.Server {
+	t.Helper()
+	return serveFront(t, srv, srv)
+}
+
+// serveFront is startServer with front (a handler that passes requests to srv) served.
+func serveFront(t testing.TB, srv *Server[string, *obj], front http.Handler) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(front)
+	ts.Config.ConnContext = ConnContext
+	ts.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	return ts
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// Lists that are never read hold one chunk each, not their whole response; beyond the
+// limit of lists per client the client is answered 429 with a Retry-After; a list reader
+// that stalls past WriteTimeout is disconnected, and its slot is free again.
+func TestServerStalledListReaders(t *testing.T) {
+	const objects, readers = 2000, 20
+	up := newUpstream(t, memory.Options{})
+	val := strings.Repeat("v", 1<<10)
+	for i := range objects {
+		put(up.src, fmt.Sprintf("k%05d", i), val)
+	}
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{WriteTimeout: 500 * time.Millisecond, ErrorHandler: func(error) {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, srv)
+	addr := ts.Listener.Addr().String()
+
+	before := heapInUse()
+	codes := map[int]int{}
+	for range readers {
+		rc := dialAs(t, addr, "limit=0", "", 4096)
+		codes[rc.resp.StatusCode]++
+		if rc.resp.StatusCode == 429 && rc.resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("429 with Retry-After %q, want 1", rc.resp.Header.Get("Retry-After"))
+		}
+	}
+	held := int64(heapInUse()) - int64(before)
+	t.Logf("%d stalled list readers of %d objects of 1 KiB hold %d KiB of heap (answers %v)", readers, objects, held>>10, codes)
+	if codes[200] != DefaultMaxListsPerClient || codes[429] != readers-DefaultMaxListsPerClient {
+		t.Errorf("answers %v, want %d × 200 (the limit per client) and the rest 429", codes, DefaultMaxListsPerClient)
+	}
+	// A whole response is 2 MiB; a stalled list holds a 32 KiB chunk.
+	if held > 4<<20 {
+		t.Errorf("stalled list readers hold %d KiB of heap, want under 4 MiB", held>>10)
+	}
+	eventually(t, "the stalled list readers to be evicted", func() bool { return srv.Stats().Evicted == DefaultMaxListsPerClient })
+	if n := srv.Stats().ListsRejected; n != readers-DefaultMaxListsPerClient {
+		t.Errorf("Stats.ListsRejected = %d, want %d", n, readers-DefaultMaxListsPerClient)
+	}
+	// Their slots are free: a list is served in full.
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
+	eventually(t, "a list to be served again", func() bool {
+		l, err := c.List(context.Background(), informer.ListOptions{})
+		return err == nil && len(l.Items) == objects
+	})
+}
+
+// One client cannot take every watch slot: beyond its own limit it is answered 429 while
+// another client is still served; clients are named by AuthorizeClient, or else by their
+// remote address.
+func TestServerWatchersPerClient(t *testing.T) {
+	t.Run("named", func(t *testing.T) {
+		_, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{
+			AuthorizeClient: byToken, MaxWatchers: 10, MaxWatchersPerClient: 3,
+		}}, "a")
+		addr := ts.Listener.Addr().String()
+		q := "watch=1&resourceVersion=" + rev(srv, 1)
+		for i := range 3 {
+			if rc := dialAs(t, addr, q, "alice", 0); rc.resp.StatusCode != 200 {
+				t.Fatalf("alice's watch %d: %d", i, rc.resp.StatusCode)
+			}
+		}
+		over := dialAs(t, addr, q, "alice", 0)
+		b, _ := io.ReadAll(over.resp.Body)
+		if over.resp.StatusCode != 429 || over.resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(b), "limit per client is 3") {
+			t.Errorf("alice's 4th watch: %d %q %s", over.resp.StatusCode, over.resp.Header.Get("Retry-After"), b)
+		}
+		if rc := dialAs(t, addr, q, "bob", 0); rc.resp.StatusCode != 200 {
+			t.Errorf("bob's watch while alice holds her maximum: %d", rc.resp.StatusCode)
+		}
+		if n := srv.Stats().Rejected; n != 1 {
+			t.Errorf("Stats.Rejected = %d, want 1", n)
+		}
+	})
+	t.Run("by address", func(t *testing.T) {
+		_, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{MaxWatchersPerClient: 2}}, "a")
+		addr := ts.Listener.Addr().String()
+		q := "watch=1&resourceVersion=" + rev(srv, 1)
+		var got []int
+		for range 3 {
+			got = append(got, dialAs(t, addr, q, "", 0).resp.StatusCode)
+		}
+		if fmt.Sprint(got) != "[200 200 429]" {
+			t.Errorf("three watches from 127.0.0.1: %v, want [200 200 429]", got)
+		}
+	})
+}
+
+// A client that starts paged list after paged list loses its own oldest snapshots, never
+// another client's: a paged informer still gets its second page.
+func TestServerPagedListsPerClient(t *testing.T) {
+	_, srv, ts := withObjects(t, ServerOptions[*obj]{PagedLists: 4, PagedListsPerClient: 3, ServeOptions: ServeOptions{AuthorizeClient: byToken}}, "a", "b", "c")
+	hc := &http.Client{}
+	first := func(who string) string {
+		t.Helper()
+		resp := rawGet(t, hc, ts.URL+"?limit=1", http.Header{"Authorization": {"Bearer " + who}})
+		b := body(t, resp)
+		_, tok, ok := strings.Cut(b, `"continue":"`)
+		if resp.StatusCode != 200 || !ok {
+			t.Fatalf("%s's first page: %d %s", who, resp.StatusCode, b)
+		}
+		return tok[:strings.IndexByte(tok, '"')]
+	}
+	next := func(who, tok string) (int, string) {
+		t.Helper()
+		resp := rawGet(t, hc, ts.URL+"?limit=1&continue="+tok, http.Header{"Authorization": {"Bearer " + who}})
+		return resp.StatusCode, body(t, resp)
+	}
+	bob := first("bob")
+	var alice []string
+	for range 200 { // a limit=1 loop on one connection
+		alice = append(alice, first("alice"))
+	}
+	carol := first("carol") // the table is full: alice, who holds the most, loses one
+	for _, c := range []struct{ who, tok string }{{"bob", bob}, {"carol", carol}} {
+		if code, b := next(c.who, c.tok); code != 200 || !strings.Contains(b, `"name":"b"`) {
+			t.Errorf("%s's second page after alice's 200 lists: %d %s", c.who, code, b)
+		}
+	}
+	if code, _ := next("alice", alice[0]); code != 410 {
+		t.Errorf("alice's first list, long evicted by her own: %d, want 410", code)
+	}
+	if code, b := next("alice", alice[len(alice)-1]); code != 200 || !strings.Contains(b, `"name":"b"`) {
+		t.Errorf("alice's newest list: %d %s", code, b)
+	}
+	// A page asked for again (a client retrying it) is served again; once the last page
+	// is served, the list is finished.
+	dave := first("dave")
+	code, b := next("dave", dave)
+	_, t2, _ := strings.Cut(b, `"continue":"`)
+	t2 = t2[:max(strings.IndexByte(t2, '"'), 0)]
+	if code != 200 || !strings.Contains(b, `"name":"b"`) || t2 == "" {
+		t.Fatalf("dave's second page: %d %s", code, b)
+	}
+	if code, b := next("dave", dave); code != 200 || !strings.Contains(b, `"name":"b"`) || !strings.Contains(b, t2) {
+		t.Errorf("dave's second page again: %d %s", code, b)
+	}
+	if code, b := next("dave", t2); code != 200 || !strings.Contains(b, `"name":"c"`) || strings.Contains(b, `"continue"`) {
+		t.Errorf("dave's last page: %d %s", code, b)
+	}
+	if code, _ := next("dave", t2); code != 410 {
+		t.Errorf("a finished list's token: %d, want 410", code)
+	}
+	if n := srv.Stats().Lists; n != 209 {
+		t.Errorf("Stats.Lists = %d, want 209", n)
+	}
+}
+
+// A watch ends, cleanly, within MaxWatchDuration whatever timeoutSeconds asked; the client
+// must then be authorized again, so a revoked credential stops receiving within it.
+func TestServerWatchLifetime(t *testing.T) {
+	var revoked atomic.Bool
+	up, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		MaxWatchDuration: 400 * time.Millisecond,
+		AuthorizeClient: func(r *http.Request) (string, error) {
+			if revoked.Load() {
+				return "", fmt.Errorf("token revoked: %w", ErrUnauthorized)
+			}
+			return "alice", nil
+		},
+	}}, "a")
+	addr := ts.Listener.Addr().String()
+	start := time.Now()
+	w := dialAs(t, addr, "watch=1&timeoutSeconds=3600&resourceVersion="+rev(srv, 1), "", 0)
+	if w.resp.StatusCode != 200 {
+		t.Fatalf("watch: %d", w.resp.StatusCode)
+	}
+	revoked.Store(true)
+	_ = w.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // changes keep coming while the revoked client is still connected
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < 500; i++ {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				put(up.src, "a", fmt.Sprint(i))
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer close(done)
+	for {
+		l, err := w.r.ReadString('\n')
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the watch did not end cleanly within its bound: %v (after %.60q)", err, l)
+		}
+	}
+	if took := time.Since(start); took < 200*time.Millisecond || took > 400*time.Millisecond+time.Second {
+		t.Errorf("the watch ended after %v, want between 200ms and 400ms (plus slack)", took)
+	}
+	if rc := dialAs(t, addr, "watch=1&resourceVersion="+rev(srv, 1), "", 0); rc.resp.StatusCode != 401 {
+		t.Errorf("watch again with a revoked credential: %d, want 401", rc.resp.StatusCode)
+	}
+}
+
+// Lifetimes are drawn in [MaxWatchDuration/2, MaxWatchDuration], spread out.
+func TestServerWatchLifetimeSpread(t *testing.T) {
+	var c core[int]
+	c.init(ServeOptions{MaxWatchDuration: time.Minute})
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		d := c.watchLifetime()
+		if d < 30*time.Second || d > time.Minute {
+			t.Fatalf("lifetime %v outside [30s, 1m]", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 90 {
+		t.Errorf("%d distinct lifetimes of 100", len(seen))
+	}
+	c.init(ServeOptions{})
+	if d := c.watchLifetime(); d < DefaultMaxWatchDuration/2 || d > DefaultMaxWatchDuration {
+		t.Errorf("default lifetime %v", d)
+	}
+}
+
+// paced reads a stream at about rate bytes per second, in reads of 16 KiB, until want
+// ADDED events and the end-of-initial-events bookmark have been read.
+func paced(t *testing.T, rc *rawConn, rate int, want int) {
+	t.Helper()
+	const chunk = 16 << 10
+	tick := time.NewTicker(time.Duration(int64(time.Second) * chunk / int64(rate)))
+	defer tick.Stop()
+	_ = rc.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	buf := make([]byte, chunk)
+	var added int
+	var tail []byte
+	for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); {
+		<-tick.C
+		n, err := rc.resp.Body.Read(buf)
+		tail = append(tail, buf[:n]...)
+		for {
+			i := strings.IndexByte(string(tail), '\n')
+			if i < 0 {
+				break
+			}
+			line := string(tail[:i])
+			tail = tail[i+1:]
+			switch {
+			case strings.HasPrefix(line, `{"type":"ADDED"`):
+				added++
+			case strings.Contains(line, wire.InitialEventsEnd):
+				if added != want {
+					t.Fatalf("%d ADDED events before the end of the initial events, want %d", added, want)
+				}
+				return
+			default:
+				t.Fatalf("unexpected frame %.80s", line)
+			}
+		}
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", added, want, err)
+		}
+	}
+	t.Fatal("timed out")
+}
+
+// A client that reads slowly but steadily is kept, through an initial state far larger
+// than its connection's buffers: eviction waits for a stall, not for one slow write.
+func TestServerSlowReaderKept(t *testing.T) {
+	const objects = 16 // of 64 KiB: 1 MiB of initial state
+	up := newUpstream(t, memory.Options{})
+	val := strings.Repeat("v", 64<<10)
+	for i := range objects {
+		put(up.src, fmt.Sprintf("k%02d", i), val)
+	}
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		WriteTimeout: time.Second, SendBuffer: 64 << 10, ErrorHandler: func(error) {},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, srv)
+	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true&allowWatchBookmarks=true", "", 16<<10)
+	paced(t, rc, 400<<10, objects) // 400 KiB/s: about 2.5 s
+	if n := srv.Stats().Evicted; n != 0 {
+		t.Errorf("Stats.Evicted = %d: a steady reader was evicted", n)
+	}
+}
+
+// bigBuffers gives every accepted connection a send buffer of 4 MiB, as the kernel's
+// autotuning does to a connection that was fast for a while.
+type bigBuffers struct{ net.Listener }
+
+func (l bigBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 20)
+	}
+	return c, err
+}
+
+// A steady reader behind a send buffer of megabytes is kept: one write may wait for
+// seconds, until a third of that buffer has drained, but the client's TCP stack accepts
+// data all along, and that progress is what keeps it (ConnContext, Linux).
+func TestServerSlowReaderProgress(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the send queue is read on Linux only")
+	}
+	const objects = 48 // of 256 KiB: 12 MiB, beyond the 8 MiB the kernel gives a 4 MiB SO_SNDBUF
+	up := newUpstream(t, memory.Options{})
+	val := strings.Repeat("v", 256<<10)
+	for i := range objects {
+		put(up.src, fmt.Sprintf("k%02d", i), val)
+	}
+	reported := make(chan error, 1)
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		WriteTimeout: time.Second, SendBuffer: -1,
+		ErrorHandler: func(err error) {
+			select {
+			case reported <- err:
+			default:
+			}
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Listener = bigBuffers{ts.Listener}
+	ts.Config.ConnContext = ConnContext
+	ts.Start()
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		ts.Close()
+	})
+	waitSynced(t, srv)
+	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true", "", 64<<10)
+	// 3 MiB at 1 MiB/s, in reads of 16 KiB: the server's writes block throughout.
+	const chunk, total = 16 << 10, 3 << 20
+	tick := time.NewTicker(time.Second * chunk / (1 << 20))
+	defer tick.Stop()
+	buf := make([]byte, chunk)
+	for read := 0; read < total; {
+		<-tick.C
+		n, err := io.ReadFull(rc.r, buf)
+		read += n
+		if err != nil {
+			t.Fatalf("after %d KiB: %v", read>>10, err)
+		}
+	}
+	select {
+	case err := <-reported:
+		t.Errorf("a steady reader at 1 MiB/s was reported: %v", err)
+	default:
+	}
+	if n := srv.Stats().Evicted; n != 0 {
+		t.Errorf("Stats.Evicted = %d: a steady reader was evicted", n)
+	}
+}
+
+// A client disconnected for stalling gets its connection reset, not closed, so that the
+// kernel drops the data queued for it at once (with ConnContext installed).
+func TestServerEvictedConnectionReset(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		WriteTimeout: 200 * time.Millisecond, SendBuffer: 4096, ErrorHandler: func(error) {},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, srv)
+	stalled := dialAs(t, ts.Listener.Addr().String(), "watch=1&resourceVersion="+rev(srv, 1), "", 4096)
+	big := strings.Repeat("x", 4<<10)
+	for i := 0; i < 1000 && srv.Stats().Evicted == 0; i++ {
+		put(up.src, fmt.Sprintf("k%03d", i%100), big+fmt.Sprint(i))
+		if i%50 == 49 {
+			eventually(t, "the server to take the changes", func() bool { return srv.src.Revision() >= int64(i+2) })
+		}
+	}
+	eventually(t, "the stalled watcher to be evicted", func() bool { return srv.Stats().Evicted == 1 })
+	_ = stalled.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	_, err = io.Copy(io.Discard, stalled.r)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the evicted watcher's connection ended with %v, want a reset (ECONNRESET)", err)
+	}
+	// A watch that ends normally ends gracefully: the reset is disarmed.
+	done := dialAs(t, ts.Listener.Addr().String(), "watch=1&timeoutSeconds=1&resourceVersion="+rev(srv, 1), "", 0)
+	_ = done.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	if _, err := io.Copy(io.Discard, done.r); err != nil {
+		t.Errorf("a watch at its timeout ended with %v, want a clean end", err)
+	}
+}
+
+// The history is bounded in bytes as well as in changes: one large object updated many
+// times does not pile up its versions.
+func TestServerHistoryBytes(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "0")
+	srv, ts := serve(t, up, ServerOptions[*obj]{HistoryBytes: 1 << 20})
+	big := strings.Repeat("x", 100<<10)
+	const n = 50 // 5 MB of versions of one 100 KiB object
+	for i := range n {
+		put(up.src, "a", fmt.Sprint(i)+big)
+	}
+	// The log compacts right after it appends: wait for both.
+	eventually(t, "the server to take the changes and drop the old ones", func() bool {
+		return srv.src.Revision() == n+1 && srv.src.Revision()-srv.src.CompactedRevision() <= 10
+	})
+	kept := srv.src.Revision() - srv.src.CompactedRevision()
+	if kept < 9 || kept > 10 {
+		t.Errorf("the server keeps %d versions of 100 KiB, want the 9 or 10 that fit in 1 MiB", kept)
+	}
+	// A watch from a revision that has left the history: 410; from one within it: served.
+	resp := rawGet(t, nil, ts.URL+"?watch=1&resourceVersion="+rev(srv, 2), nil)
+	if b := body(t, resp); resp.StatusCode != 410 {
+		t.Errorf("watch from a dropped revision: %d %.100s", resp.StatusCode, b)
+	}
+	st := openRaw(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, n))
+	if l := st.line(t); !strings.HasPrefix(l, fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q`, rev(srv, n+1))) {
+		t.Errorf("watch from a kept revision: %.80s", l)
+	}
+}
+
+// An object larger than MaxObjectSize is refused, reported and counted; clients keep its
+// previous state and everything else is served.
+func TestServerObjectTooLarge(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	reported := make(chan error, 4)
+	srv, ts := serve(t, up, ServerOptions[*obj]{MaxObjectSize: 1000, ServeOptions: ServeOptions{ErrorHandler: func(err error) { reported <- err }}})
+	st := openRaw(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1))
+	put(up.src, "a", strings.Repeat("x", 2000))
+	put(up.src, "b", "1")
+	if l := st.line(t); !strings.HasPrefix(l, `{"type":"ADDED"`) || !strings.Contains(l, `"name":"b"`) {
+		t.Errorf("after a refused object: %.80s, want b's ADDED", l)
+	}
+	select {
+	case err := <-reported:
+		if !strings.Contains(err.Error(), "object a is 2") || !strings.Contains(err.Error(), "MaxObjectSize (1000)") {
+			t.Errorf("reported %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("nothing reported")
+	}
+	if n := srv.Stats().TooLarge; n != 1 {
+		t.Errorf("Stats.TooLarge = %d, want 1", n)
+	}
+	if b := body(t, rawGet(t, nil, ts.URL, nil)); !strings.Contains(b, `{"name":"a","val":"1"}`) {
+		t.Errorf("list after a refused object: %.200s, want a's previous state", b)
+	}
+}
+
+// The largest object a Server serves by default reaches a Client with default options:
+// its frame fits the Client's frame limit.
+func TestServerLargestObjectReachesClient(t *testing.T) {
+	if DefaultMaxObjectSize+wire.MaxEnvelope > httpsource.DefaultMaxFrameSize {
+		t.Fatalf("DefaultMaxObjectSize %d + envelope %d > DefaultMaxFrameSize %d", DefaultMaxObjectSize, wire.MaxEnvelope, httpsource.DefaultMaxFrameSize)
+	}
+	up := newUpstream(t, memory.Options{})
+	put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{ErrorHandler: func(err error) { t.Error(err) }}})
+	w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	val := strings.Repeat("x", DefaultMaxObjectSize-len(`{"name":"a","val":""}`)) // exactly the limit
+	put(up.src, "a", val)
+	ev, err := w.Next()
+	if err != nil || ev.Type != informer.Modified || len(ev.Object.Val) != len(val) {
+		t.Fatalf("the largest object: %v %v", ev.Type, err)
+	}
+	if n := srv.Stats().TooLarge; n != 0 {
+		t.Errorf("Stats.TooLarge = %d", n)
+	}
+}
+
+// A refusal says only "unauthorized" or "forbidden" unless the hook chose a message;
+// a 401 carries a WWW-Authenticate challenge.
+func TestServerRefusalText(t *testing.T) {
+	_, _, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		Authorize: func(r *http.Request) error {
+			switch r.Header.Get("Authorization") {
+			case "":
+				return fmt.Errorf("token store at 10.0.0.7:5432 unreachable: %w", ErrUnauthorized)
+			case "Bearer reader":
+				return ClientMessage(ErrForbidden, "readers may not watch")
+			}
+			return errors.New("lookup of user 42 in ldap://internal failed")
+		},
+	}}, "a")
+	for _, tc := range []struct {
+		token, want string
+		code        int
+	}{
+		{"", `"message":"unauthorized"`, 401},
+		{"Bearer reader", `"message":"readers may not watch"`, 403},
+		{"Bearer bogus", `"message":"forbidden"`, 403},
+	} {
+		h := http.Header{}
+		if tc.token != "" {
+			h.Set("Authorization", tc.token)
+		}
+		resp := rawGet(t, nil, ts.URL, h)
+		b := body(t, resp)
+		if resp.StatusCode != tc.code || !strings.Contains(b, tc.want) || strings.Contains(b, "10.0.0.7") || strings.Contains(b, "ldap") {
+			t.Errorf("%q: %d %s, want %d with %s", tc.token, resp.StatusCode, b, tc.code, tc.want)
+		}
+		if got := resp.Header.Get("WWW-Authenticate"); (tc.code == 401) != (got == "Bearer") {
+			t.Errorf("%q: WWW-Authenticate %q", tc.token, got)
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package fanout
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wire"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// mirror is the informer handler that copies changes into the server's log and its
+// state tree (which lists read from). With an ordered upstream (up set) it holds the
+// changes back until the informer says which revision they add up to (OnRevision), and
+// then logs them as one batch: the tree and the log are always exactly the upstream's
+// state at a revision.
+type mirror[K cmp.Ordered, V any] struct {
+	src          *memory.Source[K, *record[K]]
+	key          informer.KeyFunc[K, V]
+	encode       func(V) ([]byte, error)
+	head         *atomic.Int64 // the log revision of the newest change
+	up           *upstreamRevisions
+	maxObject    int
+	historyBytes int64
+	report       func(error)
+	stats        *counters
+	filters      *filterHub[K, V] // nil without ServerOptions.Filters
+
+	mu        sync.Mutex                 // the tree and head change together; lists clone both
+	tree      *btree.Tree[K, *record[K]] // the served state, by key
+	log       []logged                   // size of each change in the history, oldest first from first
+	first     int                        // log[:first] is dropped
+	held      int64                      // sum of the sizes kept
+	pending   []pendingChange[K]         // changes held back until the next revision (up set), one per key
+	ops       []logOp[K]                 // OnRevision's buffer
+	pendingAt map[K]int                  // the index of a key's change in pending
+}
+
+// logOp is one change OnRevision logs.
+type logOp[K any] struct {
+	r      *record[K]
+	vals   [][]string // r's values in the filter indexes, when not a delete
+	delete bool
+}
+
+// pendingChange is a change held back until the informer reaches a revision.
+type pendingChange[K any] struct {
+	key     K
+	json    []byte     // the new state; for a delete, the state put earlier in the batch, if any
+	vals    [][]string // json's values in the filter indexes
+	deleted bool
+}
+
+// logged is the size of one change kept in the history.
+type logged struct {
+	rev  int64
+	size int64
+}
+
+// recordOverhead is what a change costs in the history besides its encoding.
+const recordOverhead = 128
+
+func (m *mirror[K, V]) OnAdd(obj V, _ bool) { m.put(obj) }
+
+func (m *mirror[K, V]) OnUpdate(_, obj V) { m.put(obj) }
+
+func (m *mirror[K, V]) OnDelete(obj V, _ bool) { m.delete(obj) }
+
+// OnRevision implements informer.RevisionHandler: the changes held back make the
+// upstream's state at rev; they are logged as one batch whose bound is rev.
+func (m *mirror[K, V]) OnRevision(rev string) {
+	if m.up == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ops := m.ops[:0]
+	for _, c := range m.pending {
+		old, present := m.tree.Get(c.key)
+		switch {
+		case !c.deleted && present && bytes.Equal(old.json, c.json):
+		case !c.deleted:
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals})
+		case present:
+			ops = append(ops, logOp[K]{r: old, delete: true})
+		case c.json != nil:
+			// Created and deleted within the batch: a client at a revision inside it
+			// may hold the object, so the batch says it went away.
+			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals}, logOp[K]{r: &record[K]{key: c.key, json: c.json}, delete: true})
+		}
+	}
+	clear(m.pending)
+	m.pending = m.pending[:0]
+	clear(m.pendingAt)
+	defer func() { clear(ops); m.ops = ops[:0] }()
+	// The bound goes first, so that a watcher that reads the batch's changes finds it.
+	seq := m.src.Revision() + int64(len(ops))
+	moved := m.up.reached(seq, rev)
+	// The filter indexes take the batch as one too: each value's last event of it is
+	// labelled with the batch's end, before the log's head reaches it.
+	if len(ops) > 0 {
+		m.filters.beginBatch()
+	}
+	for i, o := range ops {
+		r, ok := m.apply(o)
+		if i == len(ops)-1 {
+			m.filters.endBatch(seq)
+		}
+		if ok {
+			m.logged(r, int64(len(o.r.json)))
+		}
+	}
+	m.up.trim(m.src.CompactedRevision())
+	m.up.settled()
+	if moved && len(ops) == 0 {
+		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
+	}
+}
+
+// apply writes one change of a batch to the tree, the log and the filter indexes, and
+// returns its log revision; false if it changed nothing (a delete of a key not served).
+func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
+	if o.delete {
+		m.tree.Delete(o.r.key)
+		r, ok := m.src.Delete(o.r.key)
+		if ok {
+			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
+		}
+		return r, ok
+	}
+	m.tree.Set(o.r.key, o.r)
+	r := m.src.Put(o.r)
+	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
+	return r, true
+}
+
+// hold records a change until the next revision (ordered upstream), under mu.
+func (m *mirror[K, V]) hold(k K, b []byte, vals [][]string, deleted bool) {
+	if m.pendingAt == nil {
+		m.pendingAt = make(map[K]int)
+	}
+	i, ok := m.pendingAt[k]
+	if !ok {
+		m.pendingAt[k] = len(m.pending)
+		m.pending = append(m.pending, pendingChange[K]{key: k, json: b, vals: vals, deleted: deleted})
+		return
+	}
+	c := &m.pending[i]
+	if deleted {
+		c.deleted = true // json keeps the state put earlier in the batch
+		return
+	}
+	c.json, c.vals, c.deleted = b, vals, false
+}
+
+// put logs obj unless its encoding is the one already served (a relist of the informer
+// re-delivers unchanged objects as updates; they are not passed on).
+func (m *mirror[K, V]) put(obj V) {
+	k, err := m.key(obj)
+	if err != nil {
+		m.stats.EncodeErrors.Add(1)
+		m.report(fmt.Errorf("fanout: server: key of an object: %w", err))
+		return
+	}
+	b, err := m.encode(obj)
+	if err == nil {
+		b, err = wire.CompactJSON(b)
+	}
+	if err != nil {
+		m.stats.EncodeErrors.Add(1)
+		m.report(fmt.Errorf("fanout: server: encoding object %v (not served; clients keep its previous state): %w", k, err))
+		return
+	}
+	if len(b) > m.maxObject {
+		m.stats.TooLarge.Add(1)
+		m.report(fmt.Errorf("fanout: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
+		return
+	}
+	vals := m.filters.values(k, obj)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.up != nil {
+		m.hold(k, b, vals, false)
+		return
+	}
+	if old, ok := m.tree.Get(k); ok && bytes.Equal(old.json, b) {
+		return
+	}
+	r := &record[K]{key: k, json: b}
+	rev := m.src.Put(r)
+	m.tree.Set(k, r)
+	m.logged(rev, int64(len(b)))
+	m.filters.put(rev, r, vals, m.src.CompactedRevision())
+}
+
+func (m *mirror[K, V]) delete(obj V) {
+	k, err := m.key(obj)
+	if err != nil {
+		m.stats.EncodeErrors.Add(1)
+		m.report(fmt.Errorf("fanout: server: key of a deleted object: %w", err))
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.up != nil {
+		m.hold(k, nil, nil, true)
+		return
+	}
+	old, ok := m.tree.Delete(k)
+	if !ok {
+		return
+	}
+	if rev, ok := m.src.Delete(k); ok {
+		m.logged(rev, int64(len(old.json)))
+		m.filters.delete(rev, k, m.src.CompactedRevision())
+	}
+}
+
+// logged accounts for the change at rev and compacts the history down to historyBytes.
+func (m *mirror[K, V]) logged(rev, size int64) {
+	m.head.Store(rev)
+	if m.historyBytes < 0 {
+		return
+	}
+	compacted := m.src.CompactedRevision() // HistoryLimit's compaction
+	for m.first < len(m.log) && m.log[m.first].rev <= compacted {
+		m.held -= m.log[m.first].size
+		m.first++
+	}
+	m.log = append(m.log, logged{rev: rev, size: size + recordOverhead})
+	m.held += size + recordOverhead
+	last := int64(-1)
+	for m.held > m.historyBytes && len(m.log)-m.first > 1 {
+		m.held -= m.log[m.first].size
+		last = m.log[m.first].rev
+		m.first++
+	}
+	if last > compacted {
+		m.src.Compact(last)
+	}
+	if m.first > 1024 && m.first > len(m.log)/2 {
+		m.log = m.log[:copy(m.log, m.log[m.first:])]
+		m.first = 0
+	}
+}
+
+// snapshot returns the current state and its log revision; the tree is a copy-on-write
+// clone, O(1).
+func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tree.Clone(), m.head.Load()
+}
+
+// boundedWatches starts a watch with initial events (a streaming list) under the
+// mirror's lock, so that its initial state is one the log has a revision for, never one
+// in the middle of a batch being logged.
+type boundedWatches[K cmp.Ordered] struct {
+	*memory.Source[K, *record[K]]
+	mu *sync.Mutex
+}
+
+func (b boundedWatches[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	if opts.SendInitialEvents {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+	}
+	return b.Source.Watch(ctx, opts)
+}

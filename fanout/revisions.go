@@ -1,0 +1,363 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wire"
+)
+
+// DefaultCatchUpWait is how long a Server waits, when ServerOptions.CatchUpWait is 0, for
+// its informer to reach a revision a request asks for that it has not reached yet (a
+// client that comes from a replica further ahead) before it answers 503 with a
+// Retry-After.
+const DefaultCatchUpWait = 5 * time.Second
+
+// bound says that the server's log up to seq is exactly the upstream's state at every
+// revision from first to last.
+type bound struct {
+	seq         int64
+	first, last string
+}
+
+// upstreamRevisions serves the upstream's own revisions (a Server whose informer's source
+// is ordered). The log holds changes in batches, each ending at a bound; an event is
+// labelled with the revision of its batch's bound, and every event of a batch but its
+// last carries wire.PartialMark.
+type upstreamRevisions struct {
+	cmp  informer.RevisionComparer
+	tag  string        // the prefix of continue tokens
+	head *atomic.Int64 // the log revision of the newest change
+
+	trimmed int64 // the history's start at the last trim; the mirror's, under its lock
+
+	mu     sync.RWMutex
+	bounds []bound       // oldest first; the first is at or after the history's start
+	moved  chan struct{} // closed when the newest bound moves; nil while no request waits
+	ready  chan struct{} // closed at the first bound
+	once   sync.Once
+}
+
+func newUpstreamRevisions(cmp informer.RevisionComparer, tag string, head *atomic.Int64) *upstreamRevisions {
+	return &upstreamRevisions{cmp: cmp, tag: tag, head: head, ready: make(chan struct{})}
+}
+
+// reached records that the log up to seq is the upstream's state at rev; it reports
+// whether the revision moved (false for a revision not newer than the newest bound's).
+// The bound labels the batch's changes at once; requests see it (complete) once the log
+// holds them all, when head reaches seq; then call settled.
+func (u *upstreamRevisions) reached(seq int64, rev string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := len(u.bounds)
+	switch {
+	case n == 0:
+		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev})
+		u.once.Do(func() { close(u.ready) })
+	case u.bounds[n-1].seq == seq:
+		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
+			return false
+		}
+		u.bounds[n-1].last = rev
+	default:
+		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
+			// Changes at a revision already announced (a relist that found the cache
+			// different at the same revision): they join the newest batch.
+			u.bounds[n-1].seq = seq
+			break
+		}
+		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev})
+	}
+	return true
+}
+
+// settled wakes the requests waiting for a revision: the newest bound is complete.
+func (u *upstreamRevisions) settled() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.moved != nil {
+		close(u.moved)
+		u.moved = nil
+	}
+}
+
+// completeLocked returns the bounds whose changes the log holds: all but a newest one
+// still being written.
+func (u *upstreamRevisions) completeLocked() []bound {
+	if n := len(u.bounds); n > 0 && u.bounds[n-1].seq > u.head.Load() {
+		return u.bounds[:n-1]
+	}
+	return u.bounds
+}
+
+// trim drops the bounds before the history's start (compacted): no watch can start there.
+func (u *upstreamRevisions) trim(compacted int64) {
+	if compacted <= u.trimmed {
+		return
+	}
+	u.trimmed = compacted
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	i := 0
+	for i < len(u.bounds)-1 && u.bounds[i].seq < compacted {
+		i++
+	}
+	if i > 0 {
+		u.bounds = u.bounds[:copy(u.bounds, u.bounds[i:])]
+	}
+}
+
+// newest returns the newest revision reached, "" before the first.
+func (u *upstreamRevisions) newest() string {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	bounds := u.completeLocked()
+	if len(bounds) == 0 {
+		return ""
+	}
+	return bounds[len(bounds)-1].last
+}
+
+// parse checks a revision of a request: the upstream's, or one that ends a partial batch.
+func (u *upstreamRevisions) parse(onWire string) (rev string, partial bool, err error) {
+	rev, partial = strings.CutSuffix(onWire, string(wire.PartialMark))
+	if wire.IsOwnRevision(rev) {
+		return "", false, fmt.Errorf("resourceVersion %q is a revision of a server that numbers its changes itself, not of this server's upstream: %w", onWire, informer.ErrExpired)
+	}
+	if _, err := u.cmp.CompareRevisions(rev, rev); err != nil {
+		return "", false, fmt.Errorf("resourceVersion %q is not a revision of this server's upstream: %v", onWire, err)
+	}
+	return rev, partial, nil
+}
+
+// behind reports whether rev is newer than every revision reached, and returns the
+// channel closed when that changes.
+func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	bounds := u.completeLocked()
+	if len(bounds) > 0 {
+		if c, err := u.cmp.CompareRevisions(rev, bounds[len(bounds)-1].last); err != nil || c <= 0 {
+			return false, nil
+		}
+	}
+	if u.moved == nil {
+		u.moved = make(chan struct{})
+	}
+	return true, u.moved
+}
+
+// await waits, at most wait, until the revision of a request is reached. It returns an
+// error matching informer.ErrUnavailable if it is not (a client ahead of this replica).
+func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.Duration) error {
+	rev, _, err := u.parse(onWire)
+	if err != nil {
+		return nil // answered by watchRevision or listRevision
+	}
+	var timer *time.Timer
+	for {
+		behind, moved := u.behind(rev)
+		if !behind {
+			return nil
+		}
+		if wait <= 0 {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-moved:
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		break
+	}
+	return fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q; waited %v): retry, here or at another replica: %w", onWire, u.newest(), wait, informer.ErrUnavailable)
+}
+
+func (u *upstreamRevisions) watchRevision(onWire string) (string, error) {
+	rev, partial, err := u.parse(onWire)
+	if err != nil {
+		return "", err
+	}
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	bounds := u.completeLocked()
+	// i: the newest bound whose first revision is at or before rev.
+	i := countBefore(bounds, func(b bound) bool {
+		c, _ := u.cmp.CompareRevisions(b.first, rev)
+		return c <= 0
+	}) - 1
+	if i >= 0 && partial {
+		// The client holds part of the batch that ends at rev (a client that does not
+		// apply batches whole): start before that batch.
+		if c, _ := u.cmp.CompareRevisions(bounds[i].first, rev); c == 0 {
+			i--
+		}
+	}
+	if i < 0 {
+		oldest := ""
+		if len(bounds) > 0 {
+			oldest = bounds[0].first
+		}
+		return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, oldest, informer.ErrExpired)
+	}
+	if c, _ := u.cmp.CompareRevisions(rev, bounds[i].last); c > 0 && i == len(bounds)-1 {
+		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, bounds[i].last, informer.ErrUnavailable)
+	}
+	// Between bounds i and i+1 the client's state is the upstream's at rev: the batch
+	// after bound i brings each of its keys to a state at least as new as the client's.
+	return strconv.FormatInt(bounds[i].seq, 10), nil
+}
+
+func (u *upstreamRevisions) listRevision(onWire string) (string, error) {
+	rev, _, err := u.parse(onWire)
+	if err != nil {
+		return "", err
+	}
+	if behind, _ := u.behind(rev); behind {
+		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, u.newest(), informer.ErrUnavailable)
+	}
+	return "", nil // every state served is at least as new
+}
+
+func (u *upstreamRevisions) appendWire(dst []byte, local string) ([]byte, bool) {
+	n, err := strconv.ParseInt(local, 10, 64)
+	if err != nil {
+		return append(dst, local...), true // not a log revision; cannot happen
+	}
+	u.mu.RLock()
+	i := len(u.bounds) - 1 // a watcher that keeps up reads the newest batch
+	if i < 0 || u.bounds[i].seq < n || (i > 0 && u.bounds[i-1].seq >= n) {
+		i = countBefore(u.bounds, func(b bound) bool { return b.seq < n })
+	}
+	var b bound
+	ok := i < len(u.bounds)
+	if ok {
+		b = u.bounds[i]
+	} else if len(u.bounds) > 0 {
+		b = u.bounds[len(u.bounds)-1] // cannot happen: a batch's bound is set before its changes
+	}
+	u.mu.RUnlock()
+	dst = append(dst, b.last...)
+	if n < b.seq || !ok {
+		dst = append(dst, wire.PartialMark)
+	}
+	return dst, n >= u.head.Load()
+}
+
+func (u *upstreamRevisions) continueToken(onWire string) (string, error) {
+	return continueToken(u.tag, onWire)
+}
+
+func (u *upstreamRevisions) appendContinue(dst []byte, tok string) []byte {
+	return appendContinue(dst, u.tag, tok)
+}
+
+// countBefore returns the number of leading bounds for which before holds (a binary search over
+// a predicate that holds for a prefix).
+func countBefore(bounds []bound, before func(bound) bool) int {
+	i, _ := slices.BinarySearchFunc(bounds, true, func(b bound, _ bool) int {
+		if before(b) {
+			return -1
+		}
+		return 1
+	})
+	return i
+}
+
+// continueToken checks that a continue token carries tag and returns the rest.
+func continueToken(tag, onWire string) (string, error) {
+	t, tok, ok := strings.Cut(onWire, ".")
+	if !ok || tok == "" {
+		return "", fmt.Errorf("malformed continue token %q", onWire)
+	}
+	if t != tag {
+		return "", fmt.Errorf("continue token %q is from another instance of this server: %w", onWire, informer.ErrExpired)
+	}
+	return tok, nil
+}
+
+func appendContinue(dst []byte, tag, tok string) []byte {
+	dst = append(dst, tag...)
+	dst = append(dst, '.')
+	return append(dst, tok...)
+}
+
+// offsetRevisions is a Server's own numbering, for an upstream whose revisions are not
+// ordered: the log's revisions (0, 1, 2, …) are sent as <tag>.<n>, tag the server's start
+// time in base 36, so that a revision of another numbering — another instance's, or an
+// upstream's — is never taken for one of this server's.
+type offsetRevisions struct {
+	tag  string        // the server's start time in base 36
+	head *atomic.Int64 // the log revision of the newest change
+}
+
+// parse returns the log revision of a wire revision; foreign reports a revision of
+// another numbering.
+func (o *offsetRevisions) parse(onWire string) (n int64, foreign bool, err error) {
+	tag, num, ok := strings.Cut(onWire, ".")
+	switch {
+	case ok && tag == o.tag && wire.IsCanonicalInteger(num):
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
+		}
+		return n, false, nil
+	case wire.IsOwnRevision(onWire) || wire.IsCanonicalInteger(onWire):
+		return 0, true, nil
+	}
+	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
+}
+
+func (o *offsetRevisions) watchRevision(onWire string) (string, error) {
+	n, foreign, err := o.parse(onWire)
+	if err != nil {
+		return "", err
+	}
+	if foreign {
+		return "", fmt.Errorf("resourceVersion %s is of another numbering than this server's (another instance, or the upstream's; this server's revisions are %s.<n>): %w", onWire, o.tag, informer.ErrExpired)
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+func (o *offsetRevisions) listRevision(onWire string) (string, error) {
+	n, foreign, err := o.parse(onWire)
+	if err != nil || foreign {
+		return "", err // another numbering: any state of this instance will do
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
+	var n int64
+	for i := 0; i < len(rev); i++ {
+		c := rev[i]
+		if c < '0' || c > '9' || i > 18 {
+			return append(dst, rev...), true // not a log revision; cannot happen
+		}
+		n = n*10 + int64(c-'0')
+	}
+	dst = append(dst, o.tag...)
+	dst = append(dst, '.')
+	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
+}
+
+func (o *offsetRevisions) continueToken(onWire string) (string, error) {
+	return continueToken(o.tag, onWire)
+}
+
+func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
+	return appendContinue(dst, o.tag, tok)
+}

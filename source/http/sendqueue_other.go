@@ -1,8 +1,0 @@
-//go:build !linux
-
-package httpsource
-
-import "net"
-
-// sendQueue is not available on this system: only completed writes show progress.
-func sendQueue(*net.TCPConn) (int, bool) { return 0, false }
