@@ -91,7 +91,7 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 		// The reflector queues watch events (added, updated, observed deletes) with values.
 		if precompute && (d.typ == deltaAdded || d.typ == deltaUpdated || d.typ == deltaDeleted && !d.unknown) {
 			var h storeHint[string]
-			if inf.store.prepare(&h, d.obj) {
+			if inf.store.Prepare(&h, d.obj) {
 				if err := f.addPrepared(d.typ, d.key, d.obj, "", false, &h); err != nil {
 					t.Fatal(err)
 				}
@@ -102,12 +102,12 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 		f.queueLocked(d.key, delta[string]{typ: d.typ, object: d.obj, finalStateUnknown: d.unknown})
 		f.mu.Unlock()
 	}
-	batch, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
+	items, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	notes, _, _ := inf.store.applyBatch(&inf.writer, batch, "", nil)
-	f.finishBatch(batch)
+	notes, _, _ := inf.store.Apply(&batch[string, string]{items: items}, "", nil)
+	f.finishBatch(items)
 	var out []string
 	for _, n := range notes {
 		out = append(out, fmt.Sprintf("%d:%v:%v>%v:i%v:u%v:s%v", n.kind, n.key, n.old, n.new, n.initial, n.unknown, n.sync))
@@ -116,7 +116,7 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 }
 
 func dumpStore[K comparable, V any](s *store[K, V]) string {
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	var b strings.Builder
 	for k, v := range sn.All() {
 		fmt.Fprintf(&b, "%v=%v ", k, v)
@@ -140,7 +140,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	f := inf.fifo
 	queue := func(obj string) {
 		var h storeHint[string]
-		if !inf.store.prepare(&h, obj) {
+		if !inf.store.Prepare(&h, obj) {
 			t.Fatalf("prepare %q failed", obj)
 		}
 		if err := f.addPrepared(deltaUpdated, "a", obj, "", false, &h); err != nil {
@@ -157,19 +157,19 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue("a=y")
-	batch, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
+	items, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inf.store.allPrepared(batch[0].list) {
+	if inf.store.AllPrepared(items[0].list.deltas, items[0].list.held.(*queuedHint[string])) {
 		t.Fatal("a list prepared with two index sets counted as coalescible")
 	}
-	notes, _, _ := inf.store.applyBatch(&inf.writer, batch, "", nil)
-	f.finishBatch(batch)
+	notes, _, _ := inf.store.Apply(&batch[string, string]{items: items}, "", nil)
+	f.finishBatch(items)
 	if len(notes) != 1 || notes[0].kind != notifyAdd || notes[0].new != "a=y" {
 		t.Fatalf("notifications %+v, want only the add of a=y", notes)
 	}
-	if keys, _ := ReadIndexKeys(inf.store.snapshot(), "nox", "a=y"); !slices.Equal(keys, []string{"a"}) {
+	if keys, _ := ReadIndexKeys(inf.store.Snapshot(), "nox", "a=y"); !slices.Equal(keys, []string{"a"}) {
 		t.Fatalf("nox index holds %v for a=y", keys)
 	}
 }

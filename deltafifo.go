@@ -20,23 +20,6 @@ const (
 	deltaSync
 )
 
-// String returns the name of the delta type.
-func (t deltaType) String() string {
-	switch t {
-	case deltaAdded:
-		return "Added"
-	case deltaUpdated:
-		return "Updated"
-	case deltaDeleted:
-		return "Deleted"
-	case deltaReplaced:
-		return "Replaced"
-	case deltaSync:
-		return "Sync"
-	}
-	return "deltaType(?)"
-}
-
 // delta is one change of one key. A tombstone is a Deleted delta whose finalStateUnknown
 // is set: the object vanished without an observed delete, and object is its last known
 // state.
@@ -51,30 +34,39 @@ type delta[V any] struct {
 	unchanged bool
 	object    V
 	revision  string
-	// prepared: the store prepared the object as it was queued (see addPrepared). The
-	// list keeps the hint of its newest prepared delta.
+	// prepared: the store prepared the object as it was queued (see Add); the queue's
+	// keeper keeps what it prepared.
 	prepared bool
 }
 
-// deltaList holds the pending deltas of one key, oldest first. Lists are allocated in
-// chunks, keep their first delta inline (more in room carved from a chunk: see
-// spareDeltas) and are recycled after their batch is applied, so a steady stream of
-// events allocates nothing here.
+// The store reads a popped delta through these methods, never its fields: whether it is an
+// Added event, deletes its key, is a tombstone (its object the last state known), is of
+// the first list, re-delivers an unchanged object (a resync, or a relisted object at the
+// revision it was listed at), comes from a list, was prepared; its object and revision.
+func (d *delta[V]) Added() bool      { return d.typ == deltaAdded }
+func (d *delta[V]) Deleted() bool    { return d.typ == deltaDeleted }
+func (d *delta[V]) Unknown() bool    { return d.finalStateUnknown }
+func (d *delta[V]) Initial() bool    { return d.initial }
+func (d *delta[V]) Resync() bool     { return d.typ == deltaSync || d.unchanged }
+func (d *delta[V]) Relisted() bool   { return d.typ == deltaReplaced }
+func (d *delta[V]) Prepared() bool   { return d.prepared }
+func (d *delta[V]) Object() V        { return d.object }
+func (d *delta[V]) Revision() string { return d.revision }
+
+// deltaList holds the pending deltas of one key, oldest first. Lists come in chunks, keep
+// their first delta inline and are recycled: a steady stream of events allocates nothing.
 type deltaList[K comparable, V any] struct {
 	key    K // while queued
 	deltas []delta[V]
 	inline [1]delta[V]
-	hint   *queuedHint[V] // once the list has had a prepared delta; opaque to the queue
+	held   any // what the keeper keeps for the list's prepared deltas; opaque to the queue
 }
 
-// listChunk is how many delta lists are allocated at once.
-const listChunk = 128
+const listChunk = 128 // delta lists allocated at once
 
 // spareDeltas is the room a list gets, carved from a chunk shared by many lists, when its
-// inline delta is taken: under load a key often gets more changes while queued, and
-// growing its list one allocation at a time cost W1 of the bench module an allocation
-// every seventh event (lists are let go after a large list, so recycling alone does not
-// keep their grown buffers).
+// inline delta is taken: growing lists one allocation at a time cost W1 of the bench
+// module an allocation every seventh event.
 const spareDeltas = 8
 
 func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1] }
@@ -82,10 +74,47 @@ func (l *deltaList[K, V]) newest() *delta[V] { return &l.deltas[len(l.deltas)-1]
 // knownObjects is the cache as the delta queue sees it: replace and resync consult it.
 // Its methods are called with no batch in flight, so the cache agrees with what was popped.
 type knownObjects[K comparable, V any] interface {
-	eachKnown(fn func(key K, obj V))
+	EachKnown(fn func(key K, obj V))
 }
 
-// popped is one key taken from the queue by popBatch with its deltas, or a whole first
+// keeper keeps, for a queued key, what was prepared for its deltas as they were queued
+// (the store's index values), which the queue carries without looking inside. Its methods
+// are called under the queue's lock.
+type keeper interface {
+	// Keep records prep, prepared for delta i (from 0) of a list, into held, what the list
+	// kept so far (nil at first), and returns what the list keeps now.
+	Keep(held, prep any, i int) any
+	// Drop empties held as its list is recycled and returns it for reuse, or nil.
+	Drop(held any) any
+}
+
+// batch is what Pop takes from the queue: keys with their deltas, or a page of a first
+// list alone. The store reads it through its methods.
+type batch[K comparable, V any] struct {
+	items []popped[K, V]
+}
+
+// Len is the number of keys in b; entry i has a key, its deltas (oldest first) and what
+// the keeper kept for them (nil: nothing prepared). Page is the page of a first list b
+// holds instead, or nil.
+func (b *batch[K, V]) Len() int                { return len(b.items) - b.pages() }
+func (b *batch[K, V]) Key(i int) K             { return b.items[i].key }
+func (b *batch[K, V]) Deltas(i int) []delta[V] { return b.items[i].list.deltas }
+func (b *batch[K, V]) Held(i int) any          { return b.items[i].list.held }
+func (b *batch[K, V]) Page() *firstList[K, V] {
+	if b.pages() == 1 {
+		return b.items[0].bulk
+	}
+	return nil
+}
+func (b *batch[K, V]) pages() int {
+	if len(b.items) == 1 && b.items[0].bulk != nil {
+		return 1
+	}
+	return 0
+}
+
+// popped is one key taken from the queue by Pop with its deltas, or a whole first
 // list (bulk set, then key and list are unset and the batch holds nothing else).
 type popped[K comparable, V any] struct {
 	key  K
@@ -93,14 +122,11 @@ type popped[K comparable, V any] struct {
 	bulk *firstList[K, V]
 }
 
-// firstList is a page of the informer's first list when that list finds the queue and the
-// cache empty: the pages are queued whole, each as one unit that the store loads in one
-// write, instead of a Replaced delta per key, and the store loads a page while the
-// reflector reads the next. Nothing can be deleted by a first list and nothing is queued
-// before it, so the per-key bookkeeping of a relist (a map of the listed keys, a delta
-// list per key) would buy nothing; at 100,000 objects it was most of the time a first sync
-// spent after the list. keys[i] is the key of objs[i]; last marks the list's last page,
-// which carries its revision and completes the initial population.
+// firstList is a page of a first list that found the queue and the cache empty, queued
+// whole for the store to load in one write while the reflector reads the next: nothing can
+// be deleted by it, so a relist's per-key bookkeeping would buy nothing (at 100,000
+// objects it was most of a first sync's time after the list). keys[i] is the key of
+// objs[i]; last marks the last page, which carries the revision and completes the sync.
 type firstList[K comparable, V any] struct {
 	keys []K
 	objs []V
@@ -108,34 +134,26 @@ type firstList[K comparable, V any] struct {
 	last bool
 }
 
-// watermark says which revisions a popped batch covers: after it is applied, every change
-// with a revision older than rev (or equal to it, when inclusive) is in the cache.
-type watermark struct {
-	rev       string
-	inclusive bool
-}
+func (l *firstList[K, V]) Keys() []K    { return l.keys } // Objects()[i] is of Keys()[i]
+func (l *firstList[K, V]) Objects() []V { return l.objs }
 
 var errFIFOClosed = errors.New("informer: queue closed")
 
-// shrinkAbove: a queue that drains with more capacity than this is reallocated.
-const shrinkAbove = 8192
+const shrinkAbove = 8192 // a queue that drains with more capacity is reallocated
 
 // deltaFIFO is the queue between the reflector and the cache: deltas are grouped per key
 // and keys are popped in order of first arrival. It differs from client-go's in
 // these ways, on purpose:
 //
-//   - popBatch takes many keys at once and the lock is not held while the batch is applied
-//     or handlers run. Replace and Resync wait for the batch in flight to be applied,
-//     so they never read a cache older than what was popped (a resync racing a pop would otherwise queue stale objects).
-//   - Replace emits tombstones for every vanished key, known to the cache or only queued
-//
-// , and counts the keys of the initial population, not list entries.
+//   - Pop takes many keys at once and the lock is not held while the batch is applied or
+//     handlers run. Replace and Resync wait for the batch in flight to be applied, so they
+//     never read a cache older than what was popped (nor queue stale objects).
+//   - Replace emits tombstones for every vanished key, known to the cache or only queued,
+//     and counts the keys of the initial population, not list entries.
 //   - A Delete is always queued: whether the key is known is decided when the batch is
-//     applied, against the cache at that moment, so a delete racing an in-flight add is
-//     never lost.
-//   - Writes before the first Replace do not mark the queue populated: only a
-//     list does.
-//   - add blocks while more than maxPending deltas are queued (backpressure), except for
+//     applied, against the cache then, so a delete racing an in-flight add is never lost.
+//   - Writes before the first Replace do not mark the queue populated: only a list does.
+//   - Add blocks while more than maxPending deltas are queued (backpressure), except for
 //     Replace and Resync, which are bounded by the size of the collection.
 type deltaFIFO[K comparable, V any] struct {
 	mu    sync.Mutex
@@ -144,6 +162,7 @@ type deltaFIFO[K comparable, V any] struct {
 	queue []*deltaList[K, V] // the lists of keys with pending deltas, in first-arrival order; from head on
 	head  int
 	known knownObjects[K, V]
+	keep  keeper
 
 	pending    int // deltas queued
 	maxPending int // 0: unbounded
@@ -160,35 +179,44 @@ type deltaFIFO[K comparable, V any] struct {
 	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool               // drop free at the next finishBatch
 
-	hints hintChunks[V] // for lists that do not have theirs yet
-
 	wholeFirst bool               // queue a first list into an empty queue and cache by pages
 	firstOpen  bool               // pages of a first list are being queued; its last is to come
 	abortedRev string             // the revision of an aborted first list's pages, the whole cache
 	bulks      []*firstList[K, V] // pages of a first list not yet popped; popped before any key
 	spare      []delta[V]         // room for lists past their inline deltas; see spareDeltas
 
+	restored atomic.Bool // the cache holds a restored state that no list has replaced yet
+
 	// behind is set while keys are queued (from a key's queueing to the pop that takes the
 	// last): the writer has work, and Informer's reads give way to it.
 	behind atomic.Bool
 }
 
-func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], maxPending int) *deltaFIFO[K, V] {
-	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[K, V]), known: known, maxPending: maxPending}
+// newDeltaFIFO returns a queue over the cache known (nil: none) that carries what keep
+// keeps, holds at most maxPending deltas (0: no bound), and with wholeFirst queues a first
+// list into an empty queue and cache by pages.
+func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], keep keeper, maxPending int, wholeFirst bool) *deltaFIFO[K, V] {
+	f := &deltaFIFO[K, V]{items: make(map[K]*deltaList[K, V]), known: known, keep: keep, maxPending: maxPending, wholeFirst: wholeFirst}
 	f.cond = sync.NewCond(&f.mu)
 	return f
 }
 
-// add queues one watch change. It blocks while the queue is full and returns
-// errFIFOClosed once closed.
-func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
-	return f.addPrepared(typ, key, obj, rev, false, nil)
+// Add queues one watch event of type t (Added, Modified or Deleted) with what the store
+// prepared for obj (nil: nothing), kept by the queue's keeper. more says that more
+// changes of revision rev follow (a transaction's): until the last of them, no pop reports
+// rev as reached. It blocks while the queue is full and returns errFIFOClosed once closed.
+func (f *deltaFIFO[K, V]) Add(t EventType, key K, obj V, rev string, more bool, prep any) error {
+	typ := deltaUpdated
+	switch t {
+	case Added:
+		typ = deltaAdded
+	case Deleted:
+		typ = deltaDeleted
+	}
+	return f.addPrepared(typ, key, obj, rev, more, prep)
 }
 
-// addPrepared is add with what the store prepared for obj (nil: nothing), queued with it.
-// more says that more changes of revision rev follow (a transaction's): until the last of
-// them, no pop reports rev as reached.
-func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, more bool, hint *storeHint[V]) error {
+func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, more bool, prep any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
@@ -197,12 +225,9 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	if f.closed {
 		return errFIFOClosed
 	}
-	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, prepared: hint != nil})
-	if appended && hint != nil {
-		if l.hint == nil {
-			l.hint = f.hints.get(hint)
-		}
-		l.hint.record(hint, len(l.deltas)-1)
+	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, prepared: prep != nil})
+	if appended && prep != nil {
+		l.held = f.keep.Keep(l.held, prep, len(l.deltas)-1)
 	}
 	if rev != "" && !more {
 		f.lastRev = rev
@@ -210,8 +235,8 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	return nil
 }
 
-// bookmark records that every change up to rev has been added.
-func (f *deltaFIFO[K, V]) bookmark(rev string) {
+// Bookmark records that every change up to rev has been added.
+func (f *deltaFIFO[K, V]) Bookmark(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastRev = rev
@@ -274,11 +299,11 @@ func (f *deltaFIFO[K, V]) queueLocked(key K, d delta[V]) (*deltaList[K, V], bool
 	return l, true
 }
 
-// replace queues a list: a Replaced delta for every item and a tombstone for every
-// key that is in the cache or queued but not in the list. Tombstones carry the last known
-// object: the newest queued one, or the cached one. The first replace sets the initial
-// population.
-func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
+// Replace queues a list: a Replaced delta per item and a tombstone (with the newest queued
+// or the cached object) for every key cached or queued but not listed. The first replace
+// sets the initial population.
+func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
+	f.restored.Store(false)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.firstOpen || (!f.populated && f.canStartFirst()) {
@@ -323,7 +348,7 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	}
 	// Keys in the cache.
 	if f.known != nil {
-		f.known.eachKnown(func(k K, obj V) {
+		f.known.EachKnown(func(k K, obj V) {
 			if _, ok := listed[k]; ok {
 				return
 			}
@@ -344,12 +369,10 @@ func (f *deltaFIFO[K, V]) replace(keys []K, objs []V, rev string) error {
 	return nil
 }
 
-// firstPage queues a page of the informer's first list, not its last, if the list may be
-// queued by pages (see firstList): the queue and the cache are empty, or earlier pages of
-// the same list were queued. If it returns false the page must come with the rest of the
-// list in replace. Once a page was queued, replace gets only the pages after it, or
-// abortFirst is called.
-func (f *deltaFIFO[K, V]) firstPage(keys []K, objs []V) bool {
+// FirstPage queues a page of the first list, not its last, if the list may be queued by
+// pages (see firstList); if not, the page comes with the rest in Replace. Once a page was
+// queued, Replace gets only the pages after it, or AbortFirst is called.
+func (f *deltaFIFO[K, V]) FirstPage(keys []K, objs []V) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.takesPagesLocked() {
@@ -361,9 +384,9 @@ func (f *deltaFIFO[K, V]) firstPage(keys []K, objs []V) bool {
 	return true
 }
 
-// takesPages reports whether firstPage would queue a page now. Only the informer's
-// reflector adds to the queue, so nothing but a close changes that before its next call.
-func (f *deltaFIFO[K, V]) takesPages() bool {
+// TakesPages reports whether FirstPage would queue a page now (only a close can change
+// that before the reflector's next call).
+func (f *deltaFIFO[K, V]) TakesPages() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.takesPagesLocked()
@@ -373,11 +396,10 @@ func (f *deltaFIFO[K, V]) takesPagesLocked() bool {
 	return !f.closed && !f.populated && (f.firstOpen || f.canStartFirst())
 }
 
-// abortFirst ends a first list whose pages were being queued without its last page (the
-// list failed); rev is the revision of its pages. The pages queued are applied; the next
-// list is queued per key, against the cache they left, so that what it lacks is deleted,
-// and, if it is at rev too, what it lists again is unchanged: a resync, not an update.
-func (f *deltaFIFO[K, V]) abortFirst(rev string) {
+// AbortFirst ends a first list queued by pages that failed at revision rev: the pages
+// queued are applied, and the next list, queued per key against them, deletes what it
+// lacks and, if it is at rev too, finds what it lists again unchanged (a resync).
+func (f *deltaFIFO[K, V]) AbortFirst(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.firstOpen = false
@@ -394,15 +416,15 @@ func (f *deltaFIFO[K, V]) canStartFirst() bool {
 func (f *deltaFIFO[K, V]) anyKnown() bool {
 	known := false
 	if f.known != nil {
-		f.known.eachKnown(func(K, V) { known = true })
+		f.known.EachKnown(func(K, V) { known = true })
 	}
 	return known
 }
 
-// resync queues a Sync delta with the cached object for every cached key that has nothing
+// Resync queues a Sync delta with the cached object for every cached key that has nothing
 // pending. Keys with pending deltas are skipped: those deltas are newer than
 // the cache.
-func (f *deltaFIFO[K, V]) resync() error {
+func (f *deltaFIFO[K, V]) Resync() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for (f.inFlight || len(f.bulks) > 0 || f.firstOpen) && !f.closed {
@@ -414,7 +436,7 @@ func (f *deltaFIFO[K, V]) resync() error {
 	if f.known == nil {
 		return nil
 	}
-	f.known.eachKnown(func(k K, obj V) {
+	f.known.EachKnown(func(k K, obj V) {
 		if _, queued := f.items[k]; queued {
 			return
 		}
@@ -423,38 +445,42 @@ func (f *deltaFIFO[K, V]) resync() error {
 	return nil
 }
 
-// popBatch waits for pending keys and takes up to maxKeys of them, in queue order, and no
-// more than fit in maxDeltas deltas (one key at least), appending to buf. Until
-// finishBatch is called, Replace and Resync wait. It reports the watermark the batch
-// reaches and whether the batch completes the initial population.
-func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) ([]popped[K, V], watermark, bool, error) {
+// Pop takes into b up to maxKeys pending keys in queue order, within maxDeltas deltas (one
+// key at least), waiting for one; Replace and Resync wait until Done. Once b is applied,
+// every change older than rev (or as old, if inclusive) is in the cache; synced: b
+// completes the initial population.
+func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev string, inclusive, synced bool, err error) {
+	buf := b.items[:0]
+	defer func() { b.items = buf }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
 		f.cond.Wait()
 	}
 	if f.closed {
-		return buf, watermark{}, false, errFIFOClosed
+		return "", false, false, errFIFOClosed
 	}
 	f.wmDirty = false
 	if len(f.bulks) > 0 {
 		// A page alone in its batch: every key queued since came after its list.
-		b := f.bulks[0]
+		page := f.bulks[0]
 		f.bulks[0] = nil
 		f.bulks = f.bulks[1:]
 		if len(f.bulks) == 0 {
 			f.bulks = nil
 		}
 		f.inFlight = true
-		if !b.last {
-			return append(buf, popped[K, V]{bulk: b}), watermark{}, false, nil
+		if !page.last {
+			buf = append(buf, popped[K, V]{bulk: page})
+			return "", false, false, nil
 		}
-		wm := watermark{rev: b.rev, inclusive: true}
+		rev = page.rev
 		if f.head == len(f.queue) {
-			wm.rev = f.lastRev
+			rev = f.lastRev
 		}
 		f.syncPending = false
-		return append(buf, popped[K, V]{bulk: b}), wm, true, nil
+		buf = append(buf, popped[K, V]{bulk: page})
+		return rev, true, true, nil
 	}
 	n, deltas := 0, 0
 	for _, l := range f.queue[f.head:min(len(f.queue), f.head+maxKeys)] {
@@ -486,26 +512,27 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) (
 		f.queue, f.head = f.queue[:m], 0
 	}
 	f.behind.Store(f.head != len(f.queue))
-	var wm watermark
 	if f.head == len(f.queue) {
-		wm = watermark{rev: f.lastRev, inclusive: true}
+		rev, inclusive = f.lastRev, true
 	} else {
 		// The head key's oldest delta is the oldest change still queued.
-		wm = watermark{rev: f.queue[f.head].deltas[0].revision}
+		rev = f.queue[f.head].deltas[0].revision
 	}
 	f.inFlight = true
 	if f.maxPending > 0 {
 		f.cond.Broadcast() // space freed
 	}
-	synced := f.syncPending && f.initialCount == 0
+	synced = f.syncPending && f.initialCount == 0
 	if synced {
 		f.syncPending = false
 	}
-	return buf, wm, synced, nil
+	return rev, inclusive, synced, nil
 }
 
-// finishBatch marks the popped batch applied and recycles its delta lists.
-func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
+// Done marks the popped batch b applied and recycles its delta lists.
+func (f *deltaFIFO[K, V]) Done(b *batch[K, V]) {
+	batch := b.items
+	defer func() { clear(b.items); b.items = b.items[:0] }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(batch) == 1 && batch[0].bulk != nil {
@@ -535,8 +562,8 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 		} else {
 			l.deltas = l.deltas[:0]
 		}
-		if l.hint != nil && !l.hint.reset() {
-			l.hint = nil
+		if l.held != nil {
+			l.held = f.keep.Drop(l.held)
 		}
 		var zero K
 		l.key = zero
@@ -547,17 +574,11 @@ func (f *deltaFIFO[K, V]) finishBatch(batch []popped[K, V]) {
 	f.cond.Broadcast()
 }
 
-// hasSynced reports whether the initial population has been popped. The informer
-// reports synced only once that batch is also applied.
-func (f *deltaFIFO[K, V]) hasSynced() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.populated && f.initialCount == 0 && len(f.bulks) == 0
-}
+func (f *deltaFIFO[K, V]) Behind() bool { return f.behind.Load() } // Informer's reads give way
 
-// close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
+// Close wakes every waiter; pending deltas are dropped (unlike client-go, nothing is drained,
 // so that a stop is prompt).
-func (f *deltaFIFO[K, V]) close() {
+func (f *deltaFIFO[K, V]) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
@@ -565,11 +586,15 @@ func (f *deltaFIFO[K, V]) close() {
 	f.cond.Broadcast()
 }
 
-// markRestored records that the cache holds a restored state at rev, as if a first list
+// MarkRestored records that the cache holds a restored state at rev, as if a first list
 // had been applied: the next replace is a relist, whose adds are not initial.
-func (f *deltaFIFO[K, V]) markRestored(rev string) {
+func (f *deltaFIFO[K, V]) MarkRestored(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.populated = true
 	f.lastRev = rev
+	f.restored.Store(true)
 }
+
+// Restored reports whether the state MarkRestored recorded is not yet replaced by a list.
+func (f *deltaFIFO[K, V]) Restored() bool { return f.restored.Load() }

@@ -13,7 +13,7 @@ import (
 // fakeKnown is a cache for the queue's Replace and Resync.
 type fakeKnown map[string]string
 
-func (k fakeKnown) eachKnown(fn func(string, string)) {
+func (k fakeKnown) EachKnown(fn func(string, string)) {
 	for key, v := range k {
 		fn(key, v)
 	}
@@ -63,7 +63,7 @@ func equal(t *testing.T, got, want []string) {
 
 // A key already queued keeps its place; its later deltas come with the earlier ones.
 func TestDeltaFIFO_KeyKeepsPlace(t *testing.T) {
-	f := newDeltaFIFO[string, string](nil, 0)
+	f := newDeltaFIFO[string, string](nil, nil, 0, false)
 	f.add(deltaAdded, "a", "a1", "1")
 	f.add(deltaAdded, "b", "b1", "2")
 	f.add(deltaUpdated, "a", "a2", "3")
@@ -106,7 +106,7 @@ func TestDeltaFIFO_Dedup(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newDeltaFIFO[string, string](nil, 0)
+			f := newDeltaFIFO[string, string](nil, nil, 0, false)
 			c.run(f)
 			got, _, _ := popAll(t, f)
 			equal(t, got, []string{c.want})
@@ -118,11 +118,11 @@ func TestDeltaFIFO_Dedup(t *testing.T) {
 // whether known to the cache or only queued, with its last known object.
 func TestDeltaFIFO_ReplaceTombstones(t *testing.T) {
 	known := fakeKnown{"a": "a-cached", "gone": "gone-cached"}
-	f := newDeltaFIFO[string, string](known, 0)
+	f := newDeltaFIFO[string, string](known, nil, 0, false)
 	f.add(deltaAdded, "queued-only", "q1", "5")
 	f.add(deltaAdded, "deleted-queued", "x", "6")
 	f.add(deltaDeleted, "deleted-queued", "x", "7")
-	if err := f.replace([]string{"a", "new"}, []string{"a2", "n"}, "9"); err != nil {
+	if err := f.Replace([]string{"a", "new"}, []string{"a2", "n"}, "9"); err != nil {
 		t.Fatal(err)
 	}
 	got, wm, synced := popAll(t, f)
@@ -144,12 +144,12 @@ func TestDeltaFIFO_ReplaceTombstones(t *testing.T) {
 // Synced only after every key of the first Replace was popped; adds
 // before it do not count; an empty first list syncs at once.
 func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
-	f := newDeltaFIFO[string, string](fakeKnown{}, 0)
+	f := newDeltaFIFO[string, string](fakeKnown{}, nil, 0, false)
 	f.add(deltaAdded, "early", "e", "1")
-	if f.hasSynced() {
+	if f.HasSynced() {
 		t.Fatal("an add before the first list must not mark the queue synced")
 	}
-	f.replace([]string{"a", "b", "c"}, []string{"a", "b", "c"}, "2")
+	f.Replace([]string{"a", "b", "c"}, []string{"a", "b", "c"}, "2")
 	batch, _, synced, _ := f.popBatch(nil, 2, math.MaxInt) // early, a
 	if ds := batch[0].list.deltas; len(ds) != 2 || ds[0].initial || ds[1].initial {
 		t.Fatalf("early key, not in the first list: an add and a tombstone, neither initial: %+v", ds)
@@ -158,13 +158,13 @@ func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
 		t.Fatal("the objects of the first list are marked initial")
 	}
 	f.finishBatch(batch)
-	if synced || f.hasSynced() {
+	if synced || f.HasSynced() {
 		t.Fatal("synced before the whole initial population was popped")
 	}
 	f.add(deltaAdded, "late", "l", "3")
 	batch, _, synced, _ = f.popBatch(nil, 2, math.MaxInt) // b, c
 	f.finishBatch(batch)
-	if !synced || !f.hasSynced() {
+	if !synced || !f.HasSynced() {
 		t.Fatal("not synced after the initial population was popped")
 	}
 	batch, _, _, _ = f.popBatch(nil, 10, math.MaxInt)
@@ -173,8 +173,8 @@ func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
 	}
 	f.finishBatch(batch)
 
-	empty := newDeltaFIFO[string, string](fakeKnown{}, 0)
-	empty.replace(nil, nil, "7")
+	empty := newDeltaFIFO[string, string](fakeKnown{}, nil, 0, false)
+	empty.Replace(nil, nil, "7")
 	_, wm, synced := popAll(t, empty)
 	if !synced || wm.rev != "7" {
 		t.Fatalf("an empty first list syncs at once: synced=%v wm=%+v", synced, wm)
@@ -184,9 +184,9 @@ func TestDeltaFIFO_SyncedAfterInitialPopulation(t *testing.T) {
 // Resync queues Sync from the cache only for keys with nothing pending.
 func TestDeltaFIFO_ResyncSkipsPending(t *testing.T) {
 	known := fakeKnown{"a": "a-cached", "b": "b-cached"}
-	f := newDeltaFIFO[string, string](known, 0)
+	f := newDeltaFIFO[string, string](known, nil, 0, false)
 	f.add(deltaUpdated, "a", "a-new", "4")
-	f.resync()
+	f.Resync()
 	got, _, _ := popAll(t, f)
 	equal(t, got, []string{"a:Updated(a-new)", "b:Sync(b-cached)"})
 }
@@ -196,13 +196,13 @@ func TestDeltaFIFO_ResyncSkipsPending(t *testing.T) {
 func TestDeltaFIFO_ReplaceWaitsForBatchInFlight(t *testing.T) {
 	known := fakeKnown{}
 	var mu sync.Mutex
-	f := newDeltaFIFO[string, string](lockedKnown{known, &mu}, 0)
+	f := newDeltaFIFO[string, string](lockedKnown{known, &mu}, nil, 0, false)
 	f.add(deltaAdded, "a", "a1", "1")
 	batch, _, _, _ := f.popBatch(nil, 10, math.MaxInt)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f.replace([]string{"b"}, []string{"b1"}, "2")
+		f.Replace([]string{"b"}, []string{"b1"}, "2")
 	}()
 	select {
 	case <-done:
@@ -223,15 +223,15 @@ type lockedKnown struct {
 	mu *sync.Mutex
 }
 
-func (l lockedKnown) eachKnown(fn func(string, string)) {
+func (l lockedKnown) EachKnown(fn func(string, string)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.m.eachKnown(fn)
+	l.m.EachKnown(fn)
 }
 
 // The watermark of a partial pop is the oldest revision still queued, exclusive.
 func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
-	f := newDeltaFIFO[string, string](nil, 0)
+	f := newDeltaFIFO[string, string](nil, nil, 0, false)
 	f.add(deltaAdded, "a", "a", "1")
 	f.add(deltaAdded, "b", "b", "2")
 	f.add(deltaUpdated, "a", "a", "3")
@@ -240,7 +240,7 @@ func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
 		t.Fatalf("batch %v wm %+v, want a and everything before 2", batch[0].key, wm)
 	}
 	f.finishBatch(batch)
-	f.bookmark("8")
+	f.Bookmark("8")
 	_, wm, _ = popAll(t, f)
 	if wm != (watermark{rev: "8", inclusive: true}) {
 		t.Fatalf("after a bookmark: %+v", wm)
@@ -249,7 +249,7 @@ func TestDeltaFIFO_WatermarkOfPartialPop(t *testing.T) {
 
 // Backpressure: add blocks while MaxPending deltas are queued; close releases it.
 func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
-	f := newDeltaFIFO[string, string](nil, 2)
+	f := newDeltaFIFO[string, string](nil, nil, 2, false)
 	f.add(deltaAdded, "a", "a", "1")
 	f.add(deltaAdded, "b", "b", "2")
 	added := make(chan error)
@@ -265,7 +265,7 @@ func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 	}
 	f.finishBatch(batch)
 	go func() { added <- f.add(deltaAdded, "d", "d", "4") }()
-	f.close()
+	f.Close()
 	if err := <-added; !errors.Is(err, errFIFOClosed) {
 		t.Fatalf("add after close: %v", err)
 	}
@@ -279,10 +279,10 @@ func TestDeltaFIFO_BoundedAddBlocks(t *testing.T) {
 // relist waits until it is applied, then works per key against the cache.
 func TestDeltaFIFO_FirstListQueuedWhole(t *testing.T) {
 	known := fakeKnown{}
-	f := newDeltaFIFO[string, string](known, 0)
+	f := newDeltaFIFO[string, string](known, nil, 0, false)
 	f.wholeFirst = true
-	f.replace([]string{"a", "b", "a"}, []string{"a1", "b1", "a2"}, "5")
-	if f.hasSynced() {
+	f.Replace([]string{"a", "b", "a"}, []string{"a1", "b1", "a2"}, "5")
+	if f.HasSynced() {
 		t.Fatal("synced before the whole first list was popped")
 	}
 	f.add(deltaUpdated, "b", "b2", "6")
@@ -297,11 +297,11 @@ func TestDeltaFIFO_FirstListQueuedWhole(t *testing.T) {
 	if !synced || wm != (watermark{rev: "5", inclusive: true}) {
 		t.Fatalf("first pop: synced %v, watermark %+v; want synced at 5 (the key queued after is not in)", synced, wm)
 	}
-	go func() { relisted <- f.replace([]string{"a"}, []string{"a3"}, "7") }()
+	go func() { relisted <- f.Replace([]string{"a"}, []string{"a3"}, "7") }()
 	// The store applies the batch: the relist must not read the cache before that.
 	known["a"], known["b"] = "a2", "b1"
 	f.finishBatch(batch)
-	if !f.hasSynced() {
+	if !f.HasSynced() {
 		t.Fatal("not synced once the whole first list was popped")
 	}
 	if err := <-relisted; err != nil {
@@ -317,9 +317,9 @@ func TestDeltaFIFO_FirstListQueuedWhole(t *testing.T) {
 // A first list into a cache that already holds objects (adds before any list) is queued
 // per key, so that what the list lacks is deleted.
 func TestDeltaFIFO_FirstListIntoNonEmptyCachePerKey(t *testing.T) {
-	f := newDeltaFIFO[string, string](fakeKnown{"old": "o"}, 0)
+	f := newDeltaFIFO[string, string](fakeKnown{"old": "o"}, nil, 0, false)
 	f.wholeFirst = true
-	f.replace([]string{"a"}, []string{"a1"}, "3")
+	f.Replace([]string{"a"}, []string{"a1"}, "3")
 	got, wm, synced := popAll(t, f)
 	equal(t, got, []string{"a:Replaced(a1)", "old:Tombstone(o)"})
 	if !synced || wm != (watermark{rev: "3", inclusive: true}) {
@@ -332,21 +332,21 @@ func TestDeltaFIFO_FirstListIntoNonEmptyCachePerKey(t *testing.T) {
 // abort is refused, and the next list goes per key against what the pages left.
 func TestDeltaFIFO_FirstListByPages(t *testing.T) {
 	known := fakeKnown{}
-	f := newDeltaFIFO[string, string](known, 0)
+	f := newDeltaFIFO[string, string](known, nil, 0, false)
 	f.wholeFirst = true
-	if !f.firstPage([]string{"a", "b"}, []string{"a1", "b1"}) {
+	if !f.FirstPage([]string{"a", "b"}, []string{"a1", "b1"}) {
 		t.Fatal("the first page of a first list into an empty queue and cache was refused")
 	}
 	got, wm, synced := popAll(t, f)
 	equal(t, got, []string{"page:a=a1,b=b1"})
-	if synced || wm != (watermark{}) || f.hasSynced() {
+	if synced || wm != (watermark{}) || f.HasSynced() {
 		t.Fatalf("a page that is not the last: synced %v, watermark %+v", synced, wm)
 	}
 	known["a"], known["b"] = "a1", "b1"
-	if !f.firstPage([]string{"c"}, []string{"c1"}) {
+	if !f.FirstPage([]string{"c"}, []string{"c1"}) {
 		t.Fatal("a later page of the same list was refused")
 	}
-	if err := f.replace([]string{"d"}, []string{"d1"}, "4"); err != nil {
+	if err := f.Replace([]string{"d"}, []string{"d1"}, "4"); err != nil {
 		t.Fatal(err)
 	}
 	got, _, synced = popAll(t, f)
@@ -356,10 +356,10 @@ func TestDeltaFIFO_FirstListByPages(t *testing.T) {
 	}
 	got, wm, synced = popAll(t, f)
 	equal(t, got, []string{"last page@4:d=d1"})
-	if !synced || wm != (watermark{rev: "4", inclusive: true}) || !f.hasSynced() {
+	if !synced || wm != (watermark{rev: "4", inclusive: true}) || !f.HasSynced() {
 		t.Fatalf("last page: synced %v, watermark %+v", synced, wm)
 	}
-	if f.firstPage([]string{"e"}, []string{"e1"}) {
+	if f.FirstPage([]string{"e"}, []string{"e1"}) {
 		t.Fatal("a page was queued whole after the first list")
 	}
 }
@@ -368,17 +368,17 @@ func TestDeltaFIFO_FirstListByPages(t *testing.T) {
 // list is queued per key and deletes what it lacks.
 func TestDeltaFIFO_FirstListAbortedAfterPages(t *testing.T) {
 	known := fakeKnown{}
-	f := newDeltaFIFO[string, string](known, 0)
+	f := newDeltaFIFO[string, string](known, nil, 0, false)
 	f.wholeFirst = true
-	f.firstPage([]string{"a", "b"}, []string{"a1", "b1"})
-	f.abortFirst("1")
+	f.FirstPage([]string{"a", "b"}, []string{"a1", "b1"})
+	f.AbortFirst("1")
 	got, _, _ := popAll(t, f)
 	equal(t, got, []string{"page:a=a1,b=b1"})
 	known["a"], known["b"] = "a1", "b1"
-	if f.firstPage([]string{"x"}, []string{"x1"}) {
+	if f.FirstPage([]string{"x"}, []string{"x1"}) {
 		t.Fatal("a page was queued whole into a cache that holds the aborted list's pages")
 	}
-	f.replace([]string{"a", "c"}, []string{"a2", "c1"}, "6")
+	f.Replace([]string{"a", "c"}, []string{"a2", "c1"}, "6")
 	got, wm, synced := popAll(t, f)
 	equal(t, got, []string{"a:Replaced(a2)", "c:Replaced(c1)", "b:Tombstone(b1)"})
 	if !synced || wm != (watermark{rev: "6", inclusive: true}) {
@@ -396,7 +396,7 @@ func TestDeltaFIFO_QueuedChangesAllocateRarely(t *testing.T) {
 		names[i] = fmt.Sprintf("k%05d", i)
 	}
 	allocs := testing.AllocsPerRun(5, func() {
-		f := newDeltaFIFO[string, string](nil, 0)
+		f := newDeltaFIFO[string, string](nil, nil, 0, false)
 		for round := range 3 {
 			typ := deltaUpdated
 			if round == 0 {

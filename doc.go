@@ -125,9 +125,37 @@
 // wait — but nothing else: reads, Stats, AddHandler, RemoveHandler and metrics go on
 // while a Block handler is stalled. The delta queue is bounded too (Options.MaxPending).
 //
-// Each stage owns its state: the reflector (reflector.go) writes to the delta queue
-// (deltafifo.go), which carries what the store prepared for each object without looking
-// inside; the store (indexer.go, store.go) applies a popped batch and returns its
-// notifications; the processor (processor.go) queues them to each handler under its
-// policy. informer.go wires them together through their methods.
+// Each stage owns its state and the others reach it through its methods, never its
+// fields: the reflector writes what it reads to its sink, which keys each object, has the
+// store prepare its index values and queues it in the delta queue (which carries them
+// without looking inside); the writer pops a batch, has the store apply it (which returns
+// the batch's notifications) and hands those to the processor, which queues them to each
+// handler's listener under its policy.
+//
+// # How the pieces fit
+//
+// One line per file, in the order changes flow:
+//
+//	listwatch.go   the source's contract: ListerWatcher, List, Watch, Event, error classes
+//	watchfuncs.go  ChanWatch and FuncWatch, watches made from a channel or a function
+//	reflector.go   the list-and-watch loop: relists, expiries, resync timer
+//	list.go        one paged list (lister): page checks, continue tokens, nil items
+//	backoff.go     how the reflector waits: Backoff, the periodic timer, the watchdog
+//	source.go      what the reflector knows of its source: last revision, last failure
+//	sink.go        the reflector's sink: keys objects, prepares index values, queues them
+//	deltafifo.go   the delta queue: deltas per key, relists with tombstones, batches
+//	writer.go      the writer: batch → store → notifications → processor; watermarks
+//	store.go       the store and its writes: apply a batch, load, publish snapshots
+//	index.go       index functions, buckets and each index's writes
+//	hints.go       index values prepared as events are queued, carried by the queue
+//	snapshot.go    Reader and Snapshot, the immutable reads
+//	keyorder.go    key order and the trees' shared kit (order, nodes, epochs)
+//	processor.go   handler registration, fan-out of batches, resync, stop
+//	listener.go    one handler's bounded queue, policy and goroutine; notifications
+//	informer.go    Options, New, Run and the public methods, each delegating to a stage
+//	errors.go      the package's errors and the reporter (error handler, log, Stats)
+//	stats.go       Stats (state, counters, handlers), the counters behind them, Histogram
+//	warm.go        warm restart: load a saved state before Run, save while running
+//	persister.go   the Persister interface warm.go uses
+//	factory.go     one shared informer per source, WaitForCacheSync
 package informer

@@ -13,7 +13,7 @@ import (
 // the informer's B-tree cache iterates, so that the model can predict tombstone order.
 type sortedKnown map[string]string
 
-func (k sortedKnown) eachKnown(fn func(string, string)) {
+func (k sortedKnown) EachKnown(fn func(string, string)) {
 	keys := make([]string, 0, len(k))
 	for key := range k {
 		keys = append(keys, key)
@@ -75,7 +75,7 @@ func (m *fifoModel) replace(keys, objs []string, rev string) {
 		}
 		m.queueDelta(k, delta[string]{typ: deltaDeleted, finalStateUnknown: true, object: l[len(l)-1].object, revision: rev})
 	}
-	m.known.eachKnown(func(k, obj string) {
+	m.known.EachKnown(func(k, obj string) {
 		if _, queued := m.items[k]; listed[k] || queued {
 			return
 		}
@@ -91,7 +91,7 @@ func (m *fifoModel) replace(keys, objs []string, rev string) {
 }
 
 func (m *fifoModel) resync() {
-	m.known.eachKnown(func(k, obj string) {
+	m.known.EachKnown(func(k, obj string) {
 		if _, queued := m.items[k]; !queued {
 			m.queueDelta(k, delta[string]{typ: deltaSync, object: obj})
 		}
@@ -179,7 +179,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 		}
 		keys := []string{"a", "b", "c", "d"}
 		known := sortedKnown{}
-		q := newDeltaFIFO[string, string](known, 0)
+		q := newDeltaFIFO[string, string](known, nil, 0, false)
 		m := &fifoModel{items: map[string][]delta[string]{}, known: sortedKnown{}}
 		rev := 0
 		next := func(key string) (string, string) {
@@ -241,13 +241,13 @@ func FuzzDeltaFIFO(f *testing.F) {
 					lk, lo = append(lk, lk[0]), append(lo, lk[0]+"."+r+"b")
 				}
 				trace = append(trace, fmt.Sprintf("replace(%q@%s)", lo, r))
-				if err := q.replace(lk, lo, r); err != nil {
+				if err := q.Replace(lk, lo, r); err != nil {
 					fail("replace: %v", err)
 				}
 				m.replace(lk, lo, r)
 			case 4:
 				trace = append(trace, "resync")
-				if err := q.resync(); err != nil {
+				if err := q.Resync(); err != nil {
 					fail("resync: %v", err)
 				}
 				m.resync()
@@ -257,7 +257,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 				rev++
 				r := strconv.Itoa(rev)
 				trace = append(trace, "bookmark@"+r)
-				q.bookmark(r)
+				q.Bookmark(r)
 				m.lastRev, m.wmDirty = r, true
 			case 7:
 				pop(1<<20, math.MaxInt)
@@ -268,7 +268,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 			if pending != m.pending {
 				fail("pending %d, want %d", pending, m.pending)
 			}
-			if hs := q.hasSynced(); hs != (m.populated && m.initialCount == 0) || populated != m.populated || initial != m.initialCount {
+			if hs := q.HasSynced(); hs != (m.populated && m.initialCount == 0) || populated != m.populated || initial != m.initialCount {
 				fail("hasSynced %v populated %v initial %d, want populated %v initial %d", hs, populated, initial, m.populated, m.initialCount)
 			}
 		}
@@ -278,7 +278,7 @@ func FuzzDeltaFIFO(f *testing.F) {
 		if !knownEqual(known, m.known) {
 			fail("cache %v, model %v", known, m.known)
 		}
-		q.close()
+		q.Close()
 	})
 }
 

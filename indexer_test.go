@@ -64,7 +64,7 @@ func TestIndexer_ByUser(t *testing.T) {
 	for _, p := range []*pod{pod1, pod2, pod3} {
 		mustUpsert(t, s, p)
 	}
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	for user, want := range map[string][]string{
 		"ernie": {"one", "tre"}, "bert": {"one", "two"}, "oscar": {"two"}, "elmo": {"tre"},
 	} {
@@ -88,7 +88,7 @@ func TestIndexer_ByUser(t *testing.T) {
 	s.deleteLocked("tre")
 	s.publishLocked("")
 	s.mu.Unlock()
-	sn2 := s.snapshot()
+	sn2 := s.Snapshot()
 	if got, _ := ReadByIndex(sn2, "byUser", "ernie"); !slices.Equal(names(got), []string{"one"}) {
 		t.Fatalf("after delete ernie = %v", names(got))
 	}
@@ -106,7 +106,7 @@ func TestIndexer_UpdateMovesKey(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "p", ns: "a", users: "x"})
 	mustUpsert(t, s, &pod{name: "p", ns: "b", users: "x,y"})
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	if got, _ := ReadIndexKeys(sn, "ns", "a"); len(got) != 0 {
 		t.Fatalf("ns a still has %v", got)
 	}
@@ -127,7 +127,7 @@ func TestIndexer_QueriesAndErrors(t *testing.T) {
 	mustUpsert(t, s, &pod{name: "one", users: "ernie,bert"})
 	mustUpsert(t, s, &pod{name: "two", users: "bert,oscar"})
 	mustUpsert(t, s, &pod{name: "tre", users: "elmo"})
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	for _, call := range []func() error{
 		func() error { _, err := ReadByIndex(sn, "nope", "x"); return err },
 		func() error { _, err := ReadIndexKeys(sn, "nope", "x"); return err },
@@ -166,7 +166,7 @@ func TestIndexer_IndexErrorSkipsObject(t *testing.T) {
 			t.Fatalf("%s: want an ObjectError for p, got %v", ns, err)
 		}
 	}
-	if p, _ := s.snapshot().Get("p"); p.ns != "a" {
+	if p, _ := s.Snapshot().Get("p"); p.ns != "a" {
 		t.Fatalf("store changed by a failed upsert: %+v", p)
 	}
 }
@@ -187,7 +187,7 @@ func TestIndexer_AddIndexersOnData(t *testing.T) {
 	if !errors.Is(clash, ErrIndexExists) {
 		t.Fatalf("clash: %v", clash)
 	}
-	if got, _ := ReadByIndex(s.snapshot(), "upper", "B"); !slices.Equal(names(got), []string{"two"}) {
+	if got, _ := ReadByIndex(s.Snapshot(), "upper", "B"); !slices.Equal(names(got), []string{"two"}) {
 		t.Fatalf("new index = %v", names(got))
 	}
 }
@@ -198,7 +198,7 @@ func TestIndexer_OrderedScans(t *testing.T) {
 	for _, n := range []string{"b/2", "a/1", "b/1", "c/1", "a/2"} {
 		mustUpsert(t, s, &pod{name: n})
 	}
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	if got := ReadKeys(sn); !slices.Equal(got, []string{"a/1", "a/2", "b/1", "b/2", "c/1"}) {
 		t.Fatalf("Keys = %v", got)
 	}
@@ -219,7 +219,7 @@ func TestWithPrefix(t *testing.T) {
 	for _, n := range keys {
 		mustUpsert(t, s, &pod{name: n})
 	}
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	for _, c := range []struct {
 		prefix string
 		want   []string
@@ -255,13 +255,13 @@ func TestWithPrefix(t *testing.T) {
 func TestIndexer_SnapshotIsolation(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "a"})
-	s1 := s.snapshot()
-	if s.snapshot() != s1 {
+	s1 := s.Snapshot()
+	if s.Snapshot() != s1 {
 		t.Fatal("a snapshot with no write in between must be reused")
 	}
 	mustUpsert(t, s, &pod{name: "b"})
-	if s1.Len() != 1 || s.snapshot().Len() != 2 {
-		t.Fatalf("lens %d %d", s1.Len(), s.snapshot().Len())
+	if s1.Len() != 1 || s.Snapshot().Len() != 2 {
+		t.Fatalf("lens %d %d", s1.Len(), s.Snapshot().Len())
 	}
 }
 
@@ -388,7 +388,7 @@ func TestIndexer_SnapshotsMatchModel(t *testing.T) {
 				model[name] = p
 			}
 			if rng.IntN(7) == 0 || op == 399 {
-				snaps = append(snaps, held{s.snapshot(), maps.Clone(model)})
+				snaps = append(snaps, held{s.Snapshot(), maps.Clone(model)})
 			}
 		}
 		for i, h := range snaps {
@@ -468,7 +468,7 @@ func TestIndexer_ImpureIndexFunc(t *testing.T) {
 	fail = true // computing the old object's values now fails
 	mustUpsert(t, s, &pod{name: "b", ns: "y"})
 	for _, index := range []string{"one", "many"} {
-		vals, _ := ReadIndexValues(s.snapshot(), index)
+		vals, _ := ReadIndexValues(s.Snapshot(), index)
 		want := []string{"x2", "y2"}
 		if index == "many" {
 			want = []string{"all", "x2", "y2"}
@@ -483,7 +483,7 @@ func TestIndexer_ImpureIndexFunc(t *testing.T) {
 	s.publishLocked("")
 	s.mu.Unlock()
 	for _, index := range []string{"one", "many"} {
-		if vals, _ := ReadIndexValues(s.snapshot(), index); len(vals) != 0 {
+		if vals, _ := ReadIndexValues(s.Snapshot(), index); len(vals) != 0 {
 			t.Fatalf("after deleting everything, IndexValues(%s) = %v", index, vals)
 		}
 	}
@@ -502,7 +502,7 @@ func TestSnapshot_ByIndex(t *testing.T) {
 	} {
 		mustUpsert(t, s, p)
 	}
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	for _, c := range []struct{ index, value, want string }{
 		{"ns", "x", "a c d"},
 		{"ns", "y", "b"},
@@ -555,7 +555,7 @@ func TestSnapshot_ByIndex(t *testing.T) {
 	for i := range 200 {
 		mustUpsert(t, s, &pod{name: fmt.Sprintf("n%03d", i), ns: "x"})
 	}
-	sn = s.snapshot()
+	sn = s.Snapshot()
 	allocs := testing.AllocsPerRun(100, func() {
 		seq, _ := sn.ByIndex("ns", "x")
 		n := 0
@@ -577,13 +577,13 @@ func TestSnapshot_ByIndex(t *testing.T) {
 func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "a", ns: "x"})
-	if s.snapshot().Len() != 1 { // a reader reads
+	if s.Snapshot().Len() != 1 { // a reader reads
 		t.Fatal("first snapshot")
 	}
 	mustUpsert(t, s, &pod{name: "b", ns: "x"}) // the writer publishes a batch
 	s.mu.Lock()                                // and is busy with the next one
 	got := make(chan *Snapshot[string, *pod])
-	go func() { got <- s.snapshot() }()
+	go func() { got <- s.Snapshot() }()
 	select {
 	case sn := <-got:
 		s.mu.Unlock()
@@ -598,10 +598,10 @@ func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
 	// With no reader since, the writer makes no snapshot: a batch costs no clone.
 	mustUpsert(t, s, &pod{name: "c", ns: "x"})
 	mustUpsert(t, s, &pod{name: "d", ns: "x"})
-	if sn := s.snap.Load(); sn.Len() != 3 {
+	if sn := s.snap.Load().sn; sn.Len() != 3 {
 		t.Fatalf("the newest snapshot made has %d objects, want 3 (made for the reader's last read, then no more)", sn.Len())
 	}
-	if sn := s.snapshot(); sn.Len() != 4 {
+	if sn := s.Snapshot(); sn.Len() != 4 {
 		t.Fatalf("a read after the writes has %d objects, want 4", sn.Len())
 	}
 }
@@ -639,15 +639,15 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 	h0 := liveHeap()
 	s := load()
 	h1 := liveHeap()
-	s.compact()
+	s.Compact()
 	h2 := liveHeap()
 	loaded, compacted := float64(h1-h0)/n, float64(h2-h0)/n
 	t.Logf("trees: %.1f B/object loaded in key order, %.1f compacted", loaded, compacted)
 	if compacted > 0.65*loaded {
 		t.Errorf("compacted trees take %.1f B/object, loaded %.1f: want at most 65 %%", compacted, loaded)
 	}
-	want := podState(load().snapshot())
-	sn := s.snapshot()
+	want := podState(load().Snapshot())
+	sn := s.Snapshot()
 	if got := podState(sn); got != want {
 		t.Fatal("compact changed the contents")
 	}
@@ -661,7 +661,7 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 	if got := podState(sn); got != want {
 		t.Fatal("a snapshot changed with writes after compact")
 	}
-	after := s.snapshot()
+	after := s.Snapshot()
 	if objs, _ := ReadByIndex(after, "ns", "moved"); len(objs) != 1 || objs[0].name != "p000003" {
 		t.Fatalf("ByIndex(ns, moved) = %v", names(objs))
 	}

@@ -1,16 +1,13 @@
 package informer
 
 import (
-	"fmt"
 	"math"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/informer-go/informer/clock"
-	"github.com/informer-go/informer/internal/histogram"
 )
 
 // Handler receives an informer's notifications. Each handler has its own goroutine and
@@ -118,34 +115,6 @@ type HandlerOptions struct {
 	MeasureLatency bool
 }
 
-// idleBufferCap is the largest queue buffer an idle handler keeps.
-const idleBufferCap = 256
-
-// minimumResyncPeriod is the floor on a handler's resync period.
-const minimumResyncPeriod = time.Second
-
-type notifyKind uint8
-
-const (
-	notifyAdd notifyKind = iota + 1
-	notifyUpdate
-	notifyDelete
-	notifySynced   // marker: the handler has been given the whole initial state
-	notifyRevision // marker: the notifications so far are the state at the batch's rev (RevisionHandler)
-)
-
-// notification is one call to make on a handler. kind is never zero for a real one: the
-// queue never uses a zero value as "nothing".
-type notification[K comparable, V any] struct {
-	kind    notifyKind
-	initial bool // OnAdd's flag
-	unknown bool // OnDelete's finalStateUnknown
-	sync    bool // a resync: only for listeners due for one
-	key     K
-	old     V
-	new     V
-}
-
 // Registration is a handler added to an informer.
 type Registration struct {
 	l listenerControl
@@ -189,492 +158,8 @@ type HandlerStats struct {
 	Latency Histogram
 }
 
-// listener delivers to one handler: the informer appends to pending; the listener's
-// goroutine swaps pending out and calls the handler with no lock held (with a
-// bound). Once pending is full (Coalesce policy) notifications go to the overflow, which
-// keeps at most a delete and an add per key; while the overflow is not empty everything new
-// goes there too, so per-key order is kept.
-type listener[K comparable, V any] struct {
-	reg     *Registration
-	handler Handler[V]
-	revs    RevisionHandler // handler, if it implements RevisionHandler
-	opts    HandlerOptions
-	onPanic func(p *HandlerPanicError)
-
-	mu      sync.Mutex
-	space   *sync.Cond      // Block policy: signalled when the listener takes pending
-	pending []segment[K, V] // runs of shared batches, in order
-	queued  int             // notifications in pending
-	spare   []segment[K, V]
-	drained *noteBatch[K, V] // the listener's own batch for overflow drains, kept for reuse
-
-	// latency measurement (MeasureLatency): the clock, and when the overflow began
-	latency       *histogram.Histogram
-	clk           interface{ Now() time.Time }
-	overflowSince time.Time
-
-	overflow map[K]*coalesced[K, V]
-	order    []overflowSlot[K]
-	// overflowRev is the revision of the last RevisionHandler marker merged into the
-	// overflow when no change was merged after it: the overflow then ends in the exact
-	// state at that revision, and its drain ends with that marker. "" otherwise.
-	overflowRev string
-	stopped     atomic.Bool // set under mu; the delivery loop reads it without
-	wake        chan struct{}
-	done        chan struct{}
-
-	// resync state, guarded by the processor's lock
-	resyncPeriod time.Duration
-	nextResync   time.Time
-	syncing      bool
-
-	// the call in progress, for the stop's report of a handler that does not return
-	callMu  sync.Mutex
-	calling bool
-	callKey K
-
-	synced    atomic.Bool
-	syncedCh  chan struct{}
-	delivered atomic.Uint64
-	coalesce  atomic.Uint64
-	blocked   atomic.Uint64
-	panics    atomic.Uint64
-	inFlight  atomic.Int64
-}
-
-// noteBatch holds the notifications of one applied batch. It is shared, not copied: every
-// listener it is queued to holds a reference per segment, and the last release clears it
-// and returns it to its pool. A batch made for one listener (a replay, an overflow drain)
-// or for the listeners not due for a resync has no pool, and release does nothing.
-type noteBatch[K comparable, V any] struct {
-	notes []notification[K, V]
-	refs  atomic.Int32
-	pool  *batchPool[K, V]
-	rev   string // the revision of its notifyRevision marker, if it has one
-}
-
-// batchPool keeps free batches for reuse: up to keptBatches, of at most maxPooledNotes
-// notifications, and only small ones (idleBufferCap) while traffic is low, so that an
-// informer whose traffic fell lets a burst's buffers go.
-type batchPool[K comparable, V any] struct {
-	free chan *noteBatch[K, V]
-	low  atomic.Bool // the last batch was small
-}
-
-const (
-	maxPooledNotes = 8192
-	keptBatches    = 8
-)
-
-func newBatchPool[K comparable, V any]() *batchPool[K, V] {
-	return &batchPool[K, V]{free: make(chan *noteBatch[K, V], keptBatches)}
-}
-
-// get returns an empty batch holding one reference, the caller's.
-func (p *batchPool[K, V]) get() *noteBatch[K, V] {
-	var b *noteBatch[K, V]
-	select {
-	case b = <-p.free:
-	default:
-		b = &noteBatch[K, V]{pool: p}
-	}
-	b.refs.Store(1)
-	return b
-}
-
-func newNoteBatch[K comparable, V any](notes []notification[K, V]) *noteBatch[K, V] {
-	b := &noteBatch[K, V]{notes: notes}
-	b.refs.Store(1)
-	return b
-}
-
-func (b *noteBatch[K, V]) release() {
-	if b.pool == nil || b.refs.Add(-1) != 0 {
-		return
-	}
-	clear(b.notes)
-	b.notes = b.notes[:0]
-	if c := cap(b.notes); c > maxPooledNotes || c > idleBufferCap && b.pool.low.Load() {
-		return
-	}
-	select {
-	case b.pool.free <- b:
-	default: // enough kept
-	}
-}
-
-// segment is the part notes[lo:hi] of a batch, queued to one listener at the time at (set
-// only when the listener measures latency).
-type segment[K comparable, V any] struct {
-	b      *noteBatch[K, V]
-	lo, hi int
-	at     time.Time
-}
-
-type overflowSlot[K comparable] struct {
-	key    K
-	marker bool // the synced marker
-	// revision holds the place of a RevisionHandler marker (see listener.overflowRev) in
-	// an overflow that has nothing else; the drain skips it.
-	revision bool
-}
-
-// coalesced is what the overflow holds for one key: the merge of its notifications, and
-// after a delete, the add that followed it.
-type coalesced[K comparable, V any] struct {
-	first  notification[K, V]
-	second notification[K, V] // kind 0: none
-}
-
-func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk interface{ Now() time.Time }, onPanic func(*HandlerPanicError)) *listener[K, V] {
-	if opts.QueueLength <= 0 {
-		opts.QueueLength = DefaultQueueLength
-	}
-	l := &listener[K, V]{
-		reg:      &Registration{},
-		handler:  h,
-		opts:     opts,
-		onPanic:  onPanic,
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		syncedCh: make(chan struct{}),
-		// Unlike client-go, on purpose: client-go counts every listener as syncing until the
-		// first resync check, so an object relisted unchanged reaches handlers that never
-		// asked for resyncs. Here only a handler due for a resync receives resyncs.
-		syncing: false,
-	}
-	l.reg.l = l
-	l.revs, _ = h.(RevisionHandler)
-	if opts.MeasureLatency {
-		l.latency = histogram.New(histogram.DurationBuckets...)
-		l.clk = clk
-	}
-	l.space = sync.NewCond(&l.mu)
-	return l
-}
-
-func (l *listener[K, V]) name() string { return l.opts.Name }
-
-func (l *listener[K, V]) hasSynced() bool { return l.synced.Load() }
-
-func (l *listener[K, V]) syncedChan() <-chan struct{} { return l.syncedCh }
-
-func (l *listener[K, V]) stats() HandlerStats {
-	l.mu.Lock()
-	q := l.queued + len(l.order)
-	l.mu.Unlock()
-	return HandlerStats{
-		Queued:    q + int(l.inFlight.Load()),
-		Delivered: l.delivered.Load(),
-		Coalesced: l.coalesce.Load(),
-		Blocked:   l.blocked.Load(),
-		Panics:    l.panics.Load(),
-		Latency:   Histogram(l.latency.Snapshot()),
-	}
-}
-
-// enqueue queues the notifications of b for this listener, sharing b (a reference per
-// segment). It never waits: a Block listener takes the whole batch even beyond its
-// QueueLength (the writer then waits for room with waitForRoom, outside every lock but
-// the listener's own), a Coalesce listener merges what does not fit into its overflow.
-// force queues everything whatever the policy: a replay, or the synced marker.
-func (l *listener[K, V]) enqueue(b *noteBatch[K, V], force bool) {
-	ns := b.notes
-	if len(ns) == 0 {
-		return
-	}
-	force = force || l.opts.Policy == Block
-	var now time.Time
-	if l.latency != nil {
-		now = l.clk.Now()
-	}
-	lo := 0
-	l.mu.Lock()
-	for lo < len(ns) && !l.stopped.Load() {
-		switch {
-		case len(l.order) > 0:
-			l.coalesceLocked(ns[lo], b.rev)
-			lo++
-		case l.queued < l.opts.QueueLength || force:
-			room := len(ns) - lo
-			if !force {
-				room = min(room, l.opts.QueueLength-l.queued)
-			}
-			b.refs.Add(1)
-			l.pending = append(l.pending, segment[K, V]{b: b, lo: lo, hi: lo + room, at: now})
-			l.queued += room
-			lo += room
-		default:
-			if len(l.order) == 0 {
-				l.overflowSince = now
-			}
-			l.coalesceLocked(ns[lo], b.rev)
-			lo++
-		}
-	}
-	l.mu.Unlock()
-	l.signal()
-}
-
-// full reports whether a Block listener's queue has no room: the writer must wait before
-// it queues more.
-func (l *listener[K, V]) full() bool {
-	if l.opts.Policy != Block {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.queued >= l.opts.QueueLength && !l.stopped.Load()
-}
-
-// waitForRoom waits until a Block listener's queue has room again, the listener stops,
-// or abort is set (the informer is stopping). It holds only the listener's lock, and
-// releases it while it waits.
-func (l *listener[K, V]) waitForRoom(abort *atomic.Bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	counted := false
-	for l.queued >= l.opts.QueueLength && !l.stopped.Load() && !abort.Load() {
-		if !counted {
-			l.blocked.Add(1)
-			counted = true
-		}
-		l.space.Wait()
-	}
-}
-
-// wakeWaiters wakes a writer waiting in waitForRoom, to look at abort again.
-func (l *listener[K, V]) wakeWaiters() {
-	l.mu.Lock()
-	l.space.Broadcast()
-	l.mu.Unlock()
-}
-
-func (l *listener[K, V]) signal() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-// coalesceLocked merges n into the overflow. The handler has seen, or will have seen
-// before the overflow, everything in pending; the overflow only has to end each key in
-// its newest state with a valid sequence (no add on top of an add, no update after a
-// delete).
-//
-// A RevisionHandler marker is never lost: the overflow reorders, so a marker followed by
-// changes says nothing exact and is dropped, but the marker of the newest revision, when
-// no change follows it, ends the overflow's drain (the overflow then holds every key's
-// state at that revision).
-func (l *listener[K, V]) coalesceLocked(n notification[K, V], rev string) {
-	if n.kind == notifySynced {
-		l.order = append(l.order, overflowSlot[K]{marker: true})
-		return
-	}
-	if n.kind == notifyRevision {
-		if len(l.order) == 0 {
-			l.order = append(l.order, overflowSlot[K]{revision: true})
-		}
-		l.overflowRev = rev
-		return
-	}
-	l.overflowRev = "" // a change after the last marker: no exact revision until the next
-	if l.overflow == nil {
-		l.overflow = make(map[K]*coalesced[K, V])
-	}
-	c, ok := l.overflow[n.key]
-	if !ok {
-		l.overflow[n.key] = &coalesced[K, V]{first: n}
-		l.order = append(l.order, overflowSlot[K]{key: n.key})
-		return
-	}
-	l.coalesce.Add(1)
-	last := &c.first
-	if c.second.kind != 0 {
-		last = &c.second
-	}
-	switch {
-	case last.kind == notifyDelete && n.kind == notifyAdd:
-		// Only first can be a delete (second only ever holds the add that followed it).
-		c.second = n
-	case n.kind == notifyUpdate && last.kind == notifyAdd:
-		last.new, last.sync = n.new, false
-	case n.kind == notifyUpdate && last.kind == notifyUpdate:
-		last.new, last.sync = n.new, last.sync && n.sync
-	case n.kind == notifyDelete && last.kind == notifyAdd:
-		if last == &c.second {
-			c.second = notification[K, V]{} // delete, add, delete → delete
-		} else {
-			// added and deleted while queued: the handler never needs to hear of it.
-			c.first = notification[K, V]{}
-		}
-	case n.kind == notifyDelete && last.kind == notifyUpdate:
-		*last = n
-	default:
-		// Anything else (an update after a delete, say) is not a valid sequence from the
-		// cache; keep the newer notification rather than lose it.
-		*last = n
-	}
-}
-
-// run is the listener's goroutine: it takes pending (or the overflow) and calls the
-// handler for each notification, with no lock held.
-func (l *listener[K, V]) run() {
-	defer close(l.done)
-	for {
-		l.mu.Lock()
-		for len(l.pending) == 0 && len(l.order) == 0 && !l.stopped.Load() {
-			if cap(l.spare) > idleBufferCap {
-				l.spare = nil // idle: do not hold a burst's buffer
-			}
-			if cap(l.pending) > idleBufferCap {
-				l.pending = nil
-			}
-			if l.drained != nil && cap(l.drained.notes) > idleBufferCap {
-				l.drained = nil
-			}
-			l.mu.Unlock()
-			<-l.wake
-			l.mu.Lock()
-		}
-		if l.stopped.Load() {
-			l.mu.Unlock()
-			return // What is still queued is dropped
-		}
-		var segs []segment[K, V]
-		var drained *noteBatch[K, V] // the overflow, in a batch of this listener's own
-		n := l.queued
-		if len(l.pending) > 0 {
-			segs = l.pending
-			l.pending = l.spare[:0]
-			l.queued = 0
-		} else {
-			drained = l.drained
-			if drained == nil {
-				drained = newNoteBatch[K, V](nil)
-			}
-			l.drained = nil
-			drained.rev = l.overflowRev
-			drained.notes = l.drainOverflowLocked(drained.notes[:0])
-			l.overflowRev = ""
-			n = len(drained.notes)
-			segs = append(l.spare[:0], segment[K, V]{b: drained, hi: n, at: l.overflowSince})
-		}
-		l.inFlight.Store(int64(n))
-		l.space.Broadcast()
-		l.mu.Unlock()
-
-		for i := range segs {
-			sg := &segs[i]
-			for j := sg.lo; j < sg.hi && !l.stopped.Load(); j++ {
-				n := &sg.b.notes[j]
-				if l.latency != nil && n.kind < notifySynced {
-					l.latency.ObserveDuration(l.clk.Now().Sub(sg.at))
-				}
-				l.deliver(n, sg.b.rev)
-				l.inFlight.Add(-1)
-			}
-			sg.b.release() // a no-op for drained, which has no pool
-		}
-		clear(segs)
-		if drained != nil {
-			clear(drained.notes)
-			drained.notes = drained.notes[:0]
-			if cap(drained.notes) > 2*l.opts.QueueLength {
-				drained = nil // do not keep a large drain's peak size
-			}
-		}
-		l.mu.Lock()
-		l.spare = segs[:0]
-		l.drained = drained
-		l.mu.Unlock()
-	}
-}
-
-func (l *listener[K, V]) drainOverflowLocked(out []notification[K, V]) []notification[K, V] {
-	for _, slot := range l.order {
-		if slot.marker {
-			out = append(out, notification[K, V]{kind: notifySynced})
-			continue
-		}
-		if slot.revision {
-			continue
-		}
-		c := l.overflow[slot.key]
-		if c.first.kind != 0 {
-			out = append(out, c.first)
-		}
-		if c.second.kind != 0 {
-			out = append(out, c.second)
-		}
-		delete(l.overflow, slot.key)
-	}
-	if l.overflowRev != "" {
-		out = append(out, notification[K, V]{kind: notifyRevision})
-	}
-	clear(l.order)
-	l.order = l.order[:0]
-	return out
-}
-
-// deliver calls the handler; a panic is recovered, counted and reported, and the
-// notification is skipped (by choice: the process survives).
-func (l *listener[K, V]) deliver(n *notification[K, V], rev string) {
-	l.callMu.Lock()
-	l.calling, l.callKey = true, n.key
-	l.callMu.Unlock()
-	defer func() {
-		l.callMu.Lock()
-		var zero K
-		l.calling, l.callKey = false, zero
-		l.callMu.Unlock()
-		if r := recover(); r != nil {
-			l.panics.Add(1)
-			if l.onPanic != nil {
-				l.onPanic(&HandlerPanicError{Handler: l.opts.Name, Key: n.key, Value: r, Stack: debug.Stack()})
-			}
-		}
-	}()
-	switch n.kind {
-	case notifyAdd:
-		l.delivered.Add(1)
-		l.handler.OnAdd(n.new, n.initial)
-	case notifyUpdate:
-		l.delivered.Add(1)
-		l.handler.OnUpdate(n.old, n.new)
-	case notifyDelete:
-		l.delivered.Add(1)
-		l.handler.OnDelete(n.old, n.unknown)
-	case notifySynced:
-		if !l.synced.Swap(true) {
-			close(l.syncedCh)
-		}
-	case notifyRevision:
-		l.revs.OnRevision(rev)
-	}
-}
-
-// stop ends the listener; wait for done to know the goroutine returned.
-func (l *listener[K, V]) stop() {
-	l.mu.Lock()
-	l.stopped.Store(true)
-	l.space.Broadcast()
-	l.mu.Unlock()
-	l.signal()
-}
-
-// shouldResync reports whether the listener is due for a resync at now, and if so
-// schedules the next one.
-func (l *listener[K, V]) shouldResync(now time.Time) bool {
-	if l.resyncPeriod <= 0 {
-		return false
-	}
-	if now.Before(l.nextResync) {
-		return false
-	}
-	l.nextResync = now.Add(l.resyncPeriod)
-	return true
-}
+// minimumResyncPeriod is the floor on a handler's resync period.
+const minimumResyncPeriod = time.Second
 
 // processor fans notifications out to the listeners, one per handler. Its lock orders
 // handler registration against batches: a batch is written to the cache and queued to the
@@ -698,7 +183,8 @@ type processor[K comparable, V any] struct {
 	aborting atomic.Bool                     // the informer is stopping: no more waiting for room
 	wg       sync.WaitGroup
 	batches  *batchPool[K, V]
-	blocking []*listener[K, V] // deliver's buffer: Block listeners with full queues
+	blocking []*listener[K, V] // Block listeners whose queues the last Deliver left full
+	next     *noteBatch[K, V]  // the batch Buffer handed out, for Deliver
 }
 
 func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, onPanic func(*HandlerPanicError)) *processor[K, V] {
@@ -707,11 +193,12 @@ func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, on
 	return p
 }
 
-// add registers a handler. If the processor runs, replay gives what brings the new handler
+// Add registers a handler. If the processor runs, replay gives what brings the new handler
 // up to date: the cache as it is now, and the markers that follow it (queued as after a
-// batch, by queueMarks); it is called under the lock, between two batches. add fails with
-// ErrStopped once the processor stopped.
-func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() ([]notification[K, V], marks)) (*Registration, error) {
+// batch, by queueMarks: synced, and the revision the replay is exactly the source's state
+// at, if any). The caller calls Add between two batches. Add fails with ErrStopped once
+// the processor stopped.
+func (p *processor[K, V]) Add(h Handler[V], opts HandlerOptions, replay func() (notes []notification[K, V], synced bool, rev string)) (*Registration, error) {
 	l := newListener[K, V](h, opts, p.clock, p.onPanic)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -719,19 +206,17 @@ func (p *processor[K, V]) add(h Handler[V], opts HandlerOptions, replay func() (
 		return nil, ErrStopped
 	}
 	p.seq++
-	if l.opts.Name == "" {
-		l.opts.Name = fmt.Sprintf("handler-%d", p.seq)
-	}
+	l.Named(p.seq)
 	p.setResyncLocked(l, opts.ResyncPeriod)
 	p.listeners = append(p.listeners, l)
 	p.publishLocked()
 	if p.started {
 		p.startLocked(l)
-		notes, m := replay()
-		l.enqueue(newNoteBatch(notes), true)
-		queueMarks([]*listener[K, V]{l}, m, true)
+		notes, synced, rev := replay()
+		l.Enqueue(newNoteBatch(notes), true)
+		queueMarks([]*listener[K, V]{l}, marks{synced: synced, rev: rev}, true)
 	}
-	return l.reg, nil
+	return l.Registration(), nil
 }
 
 // marks are the markers that follow a batch's notifications (or a replay) in a handler's
@@ -749,9 +234,9 @@ type marks struct {
 // full drops it (what it then holds is no exact state). Called under the lock.
 func queueMarks[K comparable, V any](ls []*listener[K, V], m marks, replay bool) {
 	if m.synced {
-		marker := newNoteBatch([]notification[K, V]{{kind: notifySynced}})
+		marker := markerBatch[K, V]("")
 		for _, l := range ls {
-			l.enqueue(marker, true)
+			l.Enqueue(marker, true)
 		}
 	}
 	if m.rev == "" {
@@ -759,35 +244,27 @@ func queueMarks[K comparable, V any](ls []*listener[K, V], m marks, replay bool)
 	}
 	var b *noteBatch[K, V]
 	for _, l := range ls {
-		if l.revs == nil {
+		if !l.TakesRevisions() {
 			continue
 		}
 		if b == nil {
-			b = newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
-			b.rev = m.rev
+			b = markerBatch[K, V](m.rev)
 		}
-		l.enqueue(b, replay)
+		l.Enqueue(b, replay)
 	}
 }
 
-// coalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
+// CoalesceRoom returns the fewest notifications a Coalesce handler's queue takes before
 // it is full (0 for one already merging; math.MaxInt with no Coalesce handler): a batch of
 // at most that many merges nothing in a handler that kept up.
-func (p *processor[K, V]) coalesceRoom() int {
+func (p *processor[K, V]) CoalesceRoom() int {
 	limit := math.MaxInt
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, l := range p.listeners {
-		if l.opts.Policy == Block {
-			continue
+		if free, ok := l.Room(); ok {
+			limit = min(limit, free)
 		}
-		l.mu.Lock()
-		free := l.opts.QueueLength - l.queued
-		if len(l.order) > 0 {
-			free = 0
-		}
-		l.mu.Unlock()
-		limit = min(limit, max(free, 0))
 	}
 	return limit
 }
@@ -813,20 +290,17 @@ func (p *processor[K, V]) setResyncLocked(l *listener[K, V], requested time.Dura
 			p.resyncCheck = requested
 		}
 	}
-	l.resyncPeriod = requested
-	if requested > 0 {
-		l.nextResync = p.clock.Now().Add(requested)
-	}
+	l.SetResync(requested, p.clock.Now())
 }
 
-// remove unregisters the handler of reg and waits until its goroutine has returned. It
+// Remove unregisters the handler of reg and waits until its goroutine has returned. It
 // reports whether the handler was registered.
-func (p *processor[K, V]) remove(reg *Registration) bool {
+func (p *processor[K, V]) Remove(reg *Registration) bool {
 	l, ok := reg.l.(*listener[K, V])
 	if !ok {
 		return false
 	}
-	l.stop() // first, so that a writer waiting for room in its queue goes on
+	l.Stop() // first, so that a writer waiting for room in its queue goes on
 	p.mu.Lock()
 	i := slices.Index(p.listeners, l)
 	if i >= 0 {
@@ -836,7 +310,7 @@ func (p *processor[K, V]) remove(reg *Registration) bool {
 	started := p.started
 	p.mu.Unlock()
 	if i >= 0 && started {
-		<-l.done
+		<-l.Done()
 	}
 	return i >= 0
 }
@@ -845,96 +319,95 @@ func (p *processor[K, V]) remove(reg *Registration) bool {
 func (p *processor[K, V]) publishLocked() {
 	regs := make([]*Registration, len(p.listeners))
 	for i, l := range p.listeners {
-		regs[i] = l.reg
+		regs[i] = l.Registration()
 	}
 	p.regs.Store(&regs)
 }
 
-// handlers returns the registered handlers in the order they were added, without waiting
+// Handlers returns the registered handlers in the order they were added, without waiting
 // for anything.
-func (p *processor[K, V]) handlers() []*Registration {
+func (p *processor[K, V]) Handlers() []*Registration {
 	return slices.Clone(*p.regs.Load())
 }
 
-// deliver writes a batch and hands its notifications to every listener. write is called
-// under the lock with an empty buffer, applies the batch to the cache and returns the
-// buffer filled with the batch's notifications; m's markers follow them (see queueMarks);
-// queued, if not nil, is called under the lock once every listener has them (so that what
-// it publishes, a revision reached, implies the notifications are queued). Listeners share
-// the notifications; resyncs (sync set) go only to listeners due for one, and those not due
-// share a filtered copy. Once the lock is released, deliver waits while a Block listener's
-// queue is full, so that the source is read no faster than it drains.
-func (p *processor[K, V]) deliver(write func(buf []notification[K, V]) []notification[K, V], m marks, queued func()) {
+// Buffer returns an empty buffer for a batch's notifications, to be filled and passed to
+// Deliver. It and Deliver are called by one goroutine, the writer's.
+func (p *processor[K, V]) Buffer() []notification[K, V] {
+	p.next = p.batches.Get()
+	return p.next.Notes()
+}
+
+// Deliver hands notes, the notifications of a batch in the buffer Buffer returned, to
+// every listener, followed by the markers (see queueMarks): synced, the initial state is
+// complete; rev, if not empty, the revision the state is then exactly the source's at.
+// Listeners share the notifications; resyncs go only to listeners due for one, and those
+// not due share a filtered copy. It never waits: call WaitForRoom next, after publishing
+// what the batch reached, so that the source is read no faster than a Block handler
+// drains.
+func (p *processor[K, V]) Deliver(notes []notification[K, V], synced bool, rev string) {
+	m := marks{synced: synced, rev: rev}
 	p.mu.Lock()
-	b := p.batches.get()
-	b.notes = write(b.notes)
-	hasSync := false
-	for i := range b.notes {
-		if b.notes[i].sync {
-			hasSync = true
-			break
-		}
-	}
+	b := p.next
+	p.next = nil
+	b.SetNotes(notes)
+	hasSync := b.HasResyncs()
 	var filtered *noteBatch[K, V] // made once, shared by the listeners not due
 	for _, l := range p.listeners {
-		if !hasSync || l.syncing {
-			l.enqueue(b, false)
+		if !hasSync || l.Syncing() {
+			l.Enqueue(b, false)
 			continue
 		}
 		if filtered == nil {
-			filtered = newNoteBatch[K, V](nil)
-			for i := range b.notes {
-				if !b.notes[i].sync {
-					filtered.notes = append(filtered.notes, b.notes[i])
-				}
-			}
+			filtered = b.WithoutResyncs()
 		}
-		l.enqueue(filtered, false)
+		l.Enqueue(filtered, false)
 	}
-	p.batches.low.Store(len(b.notes) < idleBufferCap)
-	b.release()
+	p.batches.Track(len(notes))
+	b.Release()
 	queueMarks(p.listeners, m, false)
-	if queued != nil {
-		queued()
-	}
 	blocking := p.blocking[:0]
 	for _, l := range p.listeners {
-		if l.full() {
+		if l.Full() {
 			blocking = append(blocking, l)
 		}
 	}
 	p.blocking = blocking
 	p.mu.Unlock()
-	for i, l := range blocking {
-		l.waitForRoom(&p.aborting)
-		blocking[i] = nil
-	}
 }
 
-// resyncPeriod is how often the reflector should ask shouldResync; 0 means never.
-func (p *processor[K, V]) resyncPeriod() time.Duration {
+// WaitForRoom waits while a Block listener the last Deliver left full has no room in its
+// queue, holding no lock of the processor: registrations, removals and reads go on.
+func (p *processor[K, V]) WaitForRoom() {
+	for i, l := range p.blocking {
+		l.WaitForRoom(&p.aborting)
+		p.blocking[i] = nil
+	}
+	p.blocking = p.blocking[:0]
+}
+
+// ResyncPeriod is how often the reflector should ask ShouldResync; 0 means never.
+func (p *processor[K, V]) ResyncPeriod() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.resyncCheck
 }
 
-// shouldResync marks the listeners due for a resync now and reports whether any is; the
+// ShouldResync marks the listeners due for a resync now and reports whether any is; the
 // resync notifications of the next batches go to those only.
-func (p *processor[K, V]) shouldResync() bool {
+func (p *processor[K, V]) ShouldResync() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
 	due := false
 	for _, l := range p.listeners {
-		l.syncing = l.shouldResync(now)
-		due = due || l.syncing
+		due = l.DueForResync(now) || due
 	}
 	return due
 }
 
-// start starts the goroutine of every registered listener, and of every listener added
+// Start starts the goroutine of every registered listener, and of every listener added
 // from now on.
-func (p *processor[K, V]) start() {
+func (p *processor[K, V]) Start() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.started = true
@@ -947,33 +420,33 @@ func (p *processor[K, V]) startLocked(l *listener[K, V]) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		l.run()
+		l.Run()
 	}()
 }
 
-// abortWaits makes a writer waiting for room in a Block listener's queue give up: the
+// AbortWaits makes a writer waiting for room in a Block listener's queue give up: the
 // informer is stopping, and a stalled handler must not hold its stop.
-func (p *processor[K, V]) abortWaits() {
+func (p *processor[K, V]) AbortWaits() {
 	p.aborting.Store(true)
 	p.mu.Lock()
 	ls := slices.Clone(p.listeners)
 	p.mu.Unlock()
 	for _, l := range ls {
-		l.wakeWaiters()
+		l.WakeWaiters()
 	}
 }
 
-// stop stops every listener (what is still queued is dropped) and waits for their
+// Stop stops every listener (what is still queued is dropped) and waits for their
 // goroutines, at most bound (no bound if bound <= 0); later adds fail with ErrStopped. If
 // the bound passes first, stuck is called for each listener still in a handler call, with
 // the handler's name and the key of the call, and stop returns: the goroutines of those
 // handlers are left running, and return once their call does.
-func (p *processor[K, V]) stop(bound time.Duration, stuck func(handler string, key K)) {
+func (p *processor[K, V]) Stop(bound time.Duration, stuck func(handler string, key K)) {
 	p.mu.Lock()
 	p.stopped = true
 	ls := slices.Clone(p.listeners)
 	for _, l := range ls {
-		l.stop()
+		l.Stop()
 	}
 	p.mu.Unlock()
 	if bound <= 0 {
@@ -991,15 +464,57 @@ func (p *processor[K, V]) stop(bound time.Duration, stuck func(handler string, k
 	}
 	for _, l := range ls {
 		select {
-		case <-l.done:
+		case <-l.Done():
 			continue
 		default:
 		}
-		l.callMu.Lock()
-		calling, key := l.calling, l.callKey
-		l.callMu.Unlock()
-		if calling {
-			stuck(l.opts.Name, key)
+		if key, calling := l.Calling(); calling {
+			stuck(l.Registration().Name(), key)
 		}
 	}
+}
+
+// The batches the processor shares between the listeners.
+
+// Notes returns b's notifications.
+func (b *noteBatch[K, V]) Notes() []notification[K, V] { return b.notes }
+
+// SetNotes makes notes b's notifications.
+func (b *noteBatch[K, V]) SetNotes(notes []notification[K, V]) { b.notes = notes }
+
+// HasResyncs reports whether b holds a resync.
+func (b *noteBatch[K, V]) HasResyncs() bool {
+	for i := range b.notes {
+		if b.notes[i].sync {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutResyncs returns a batch of b's notifications but its resyncs, for the listeners
+// not due for one.
+func (b *noteBatch[K, V]) WithoutResyncs() *noteBatch[K, V] {
+	var notes []notification[K, V]
+	for i := range b.notes {
+		if !b.notes[i].sync {
+			notes = append(notes, b.notes[i])
+		}
+	}
+	return newNoteBatch(notes)
+}
+
+// Track records the size of the last batch: a pool keeps only small buffers while
+// batches are small.
+func (p *batchPool[K, V]) Track(n int) { p.low.Store(n < idleBufferCap) }
+
+// markerBatch is a batch of one marker: the revision marker of rev, or, if rev is empty,
+// the synced marker.
+func markerBatch[K comparable, V any](rev string) *noteBatch[K, V] {
+	if rev == "" {
+		return newNoteBatch([]notification[K, V]{{kind: notifySynced}})
+	}
+	b := newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
+	b.rev = rev
+	return b
 }

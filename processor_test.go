@@ -30,8 +30,8 @@ func del(k, v string) notification[string, string] {
 
 // runListener starts l and returns a function that stops it and waits.
 func runListener(l *listener[string, string]) func() {
-	go l.run()
-	return func() { l.stop(); <-l.done }
+	go l.Run()
+	return func() { l.Stop(); <-l.done }
 }
 
 // Strict FIFO per listener; the synced marker flips HasSynced after what
@@ -41,7 +41,7 @@ func TestListener_FIFOAndSyncMarker(t *testing.T) {
 	l := newListener[string, string](r, HandlerOptions{}, nil, nil)
 	stop := runListener(l)
 	defer stop()
-	l.enqueue(newNoteBatch([]notification[string, string]{add("a", "1"), upd("a", "1", "2"), {kind: notifySynced}, del("a", "2")}), false)
+	l.Enqueue(newNoteBatch([]notification[string, string]{add("a", "1"), upd("a", "1", "2"), {kind: notifySynced}, del("a", "2")}), false)
 	r.Expect(t, "add a=1", "update a=1→2", "delete a=2")
 	<-l.syncedCh
 	r.ExpectNoMore(t)
@@ -77,10 +77,10 @@ func TestListener_CoalesceSequences(t *testing.T) {
 			stop := runListener(l)
 			defer stop()
 			// Hold the handler inside its first call, so what follows queues up.
-			l.enqueue(newNoteBatch([]notification[string, string]{add("first", "x")}), false)
+			l.Enqueue(newNoteBatch([]notification[string, string]{add("first", "x")}), false)
 			waitFor(t, func() bool { return l.inFlight.Load() == 1 })
-			l.enqueue(newNoteBatch([]notification[string, string]{add("filler", "f")}), false) // fills the queue of 1
-			l.enqueue(newNoteBatch(c.in), false)                                               // all into the overflow
+			l.Enqueue(newNoteBatch([]notification[string, string]{add("filler", "f")}), false) // fills the queue of 1
+			l.Enqueue(newNoteBatch(c.in), false)                                               // all into the overflow
 			want := append([]string{"add first=x", "add filler=f"}, c.want...)
 			for range want {
 				r.Step(t)
@@ -111,8 +111,8 @@ func TestListener_BlockPolicyBackpressure(t *testing.T) {
 	go func() {
 		var abort atomic.Bool
 		for i := 0; i < len(in); i += 2 {
-			l.enqueue(newNoteBatch(in[i:i+2]), false)
-			l.waitForRoom(&abort)
+			l.Enqueue(newNoteBatch(in[i:i+2]), false)
+			l.WaitForRoom(&abort)
 		}
 		close(added)
 	}()
@@ -149,7 +149,7 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 	})
 	stop := runListener(l)
 	defer stop()
-	l.enqueue(newNoteBatch([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}), false)
+	l.Enqueue(newNoteBatch([]notification[string, string]{add("a", "a"), add("b", "boom"), add("c", "c")}), false)
 	for range 3 {
 		<-seen
 	}
@@ -162,13 +162,7 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 // waitFor polls cond with a deadline (for state that has no event to wait on).
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Until(t, "the condition", time.Millisecond, cond)
 }
 
 var _ = strings.Join
@@ -177,27 +171,27 @@ var _ = strings.Join
 // batch (low traffic) a burst's large buffer is let go at its release and a small one kept.
 func TestProcessor_BatchPool(t *testing.T) {
 	p := newBatchPool[string, string]()
-	big := p.get()
+	big := p.Get()
 	big.notes = append(big.notes, make([]notification[string, string], 2*idleBufferCap)...)
 	big.notes[0] = add("k", "v")
 	big.refs.Add(1) // a listener's segment
-	big.release()   // the writer's reference
+	big.Release()   // the writer's reference
 	if len(p.free) != 0 {
 		t.Fatal("batch pooled while a listener still holds it")
 	}
-	big.release() // the listener's
+	big.Release() // the listener's
 	if len(p.free) != 1 {
 		t.Fatalf("pooled %d batches after the last release, want 1", len(p.free))
 	}
-	again := p.get()
+	again := p.Get()
 	if again != big || len(again.notes) != 0 || again.notes[:1][0].key != "" {
 		t.Fatal("pooled batch not reused empty and cleared")
 	}
-	tiny := p.get()
+	tiny := p.Get()
 	tiny.notes = make([]notification[string, string], 0, 8)
 	p.low.Store(true) // the writer's last batch was small
-	again.release()
-	tiny.release()
+	again.Release()
+	tiny.Release()
 	if len(p.free) != 1 {
 		t.Fatalf("pool holds %d after a small batch, want 1", len(p.free))
 	}

@@ -7,11 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/informer-go/informer/clock"
 )
@@ -63,116 +60,22 @@ import (
 // per backoff step; the informer logs the detail of every error at Debug. The last source
 // error and its time are kept for Stats.LastError until the source recovers.
 
-// MaxListPages bounds the pages of one list. A list that has not ended after this many
-// pages (a source whose continue tokens never run out) fails with an error matching
-// ErrBadInput, as does a list whose continue token comes back (a repeat or a cycle, found
-// in O(1) memory however long the cycle). 100,000 pages of the default 500 objects are
-// 50 million objects.
-const MaxListPages = 100_000
-
-// defaultPageSize is the list Limit of an informer whose Options.PageSize is 0: the
-// source's page size (PageSizer), else 500; 0 for no paging.
-func defaultPageSize[V any](lw ListerWatcher[V]) int64 {
-	if ps, ok := lw.(PageSizer); ok {
-		if n := ps.DefaultPageSize(); n != 0 {
-			return max(n, 0)
-		}
-	}
-	return 500
-}
-
-// Backoff configures the reflector's jittered exponential backoff between failed attempts.
-// The zero value means the defaults client-go uses: 800 ms doubling to 30 s, full jitter,
-// reset after 2 minutes without a failure. The backoff also starts again from Initial as
-// soon as a watch delivers an event: it grows only while failures repeat without progress.
-type Backoff struct {
-	Initial time.Duration // default 800 ms
-	Max     time.Duration // default 30 s
-	Factor  float64       // default 2
-	// Jitter adds up to Jitter×delay at random; default 1.0. A negative value disables it,
-	// and with it the jitter before a relist after an expired watch (which then relists at
-	// once).
-	Jitter float64
-	// Reset: a failure this long after the previous one starts again from Initial;
-	// default 2 min.
-	Reset time.Duration
-}
-
-func (b Backoff) withDefaults() Backoff {
-	if b.Initial <= 0 {
-		b.Initial = 800 * time.Millisecond
-	}
-	if b.Max <= 0 {
-		b.Max = 30 * time.Second
-	}
-	if b.Factor < 1 {
-		b.Factor = 2
-	}
-	if b.Jitter == 0 {
-		b.Jitter = 1
-	}
-	if b.Jitter < 0 {
-		b.Jitter = 0
-	}
-	if b.Reset <= 0 {
-		b.Reset = 2 * time.Minute
-	}
-	return b
-}
-
-// backoff is the sliding exponential backoff between failed attempts: each call to next
-// returns the delay to wait before the next attempt. It is used by the reflector's
-// goroutine only.
-type backoff struct {
-	cfg   Backoff
-	clock clock.Clock
-	delay time.Duration
-	last  time.Time
-}
-
-func (b *backoff) next() time.Duration {
-	now := b.clock.Now()
-	if b.delay == 0 || now.Sub(b.last) > b.cfg.Reset {
-		b.delay = b.cfg.Initial
-	} else {
-		b.delay = min(time.Duration(float64(b.delay)*b.cfg.Factor), b.cfg.Max)
-	}
-	b.last = now
-	d := b.delay
-	if b.cfg.Jitter > 0 {
-		d += time.Duration(rand.Float64() * b.cfg.Jitter * float64(d))
-	}
-	return d
-}
-
-// reset makes the next delay Initial again: the source made progress.
-func (b *backoff) reset() { b.delay = 0 }
-
-// step is the current backoff step (at least Initial), the window of the Warn rate limit.
-func (b *backoff) step() time.Duration { return max(b.delay, b.cfg.Initial) }
-
-// prompt is the wait before a relist that follows progress: uniform in [0, Initial/4), or
-// nothing without jitter.
-func (b *backoff) prompt() time.Duration {
-	if b.cfg.Jitter <= 0 || b.cfg.Initial < 4 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(b.cfg.Initial / 4)))
-}
-
 // reflectorSink is where the reflector writes: the informer's queue.
 type reflectorSink[V any] interface {
-	replace(items []V, rev string) error
-	// listPage sees each page of a paged list but the last as it is read, which then
-	// comes with the whole list in replace; listAborted says that the list failed, and
+	Replace(items []V, rev string) error
+	// ListPage sees each page of a paged list but the last as it is read, which then
+	// comes with the whole list in Replace; ListAborted says that the list failed, and
 	// the revision its pages were at ("" if none was read).
-	listPage(items []V)
-	listAborted(rev string)
-	event(ev Event[V], more bool) error // Added, Modified, Deleted; more: see BatchedWatch
-	bookmark(rev string)
-	resync() error
-	resyncPeriod() time.Duration
-	shouldResync() bool
+	ListPage(items []V)
+	ListAborted(rev string)
+	Event(ev Event[V], more bool) error // Added, Modified, Deleted; more: see BatchedWatch
+	Bookmark(rev string)
+	Resync() error
+	ResyncPeriod() time.Duration
+	ShouldResync() bool
+	// Transform applies Options.Transform; false means the object failed and was
+	// reported.
+	Transform(obj V) (V, bool)
 }
 
 // reflectorConfig holds what the informer passes to its reflector.
@@ -190,184 +93,63 @@ type reflectorConfig struct {
 
 // reflector lists a source and then watches it, writing every change to the sink.
 type reflector[V any] struct {
-	cfg      reflectorConfig
+	cfg      *reflectorConfig
 	lw       ListerWatcher[V]
 	compare  RevisionComparer // nil when revisions are opaque
 	sink     reflectorSink[V]
 	backoff  *backoff
-	noStream bool // the source said ErrNotSupported to a streaming list
-	nilable  bool // V is a pointer, interface, map, channel or function type
-	oneWord  bool // V is a pointer, map, channel or function type: one word, nil or not
-	// transform, if set, is applied to every object as it arrives; false means the object
-	// failed (and was reported) and is dropped.
-	transform func(V) (V, bool)
+	src      *sourceState // the last revision, the last failure
+	pages    *lister[V]   // reads one list
+	noStream bool         // the source said ErrNotSupported to a streaming list
 
 	// Used by the reflector's goroutine only.
-	unservable string               // a revision the source answered expired to a list at
-	progressed bool                 // a watch delivered an event since the last list
-	expired    bool                 // the pass ended because the watch expired with no progress
-	warned     map[string]time.Time // when each kind of failure was last logged at Warn
-
-	mu       sync.Mutex
-	lastSync string // the revision of the last list or event applied
-	resume   bool   // warm restart: the next pass watches from lastSync without a list
-
-	lastErr atomic.Pointer[sourceError]
+	unservable string // a revision the source answered expired to a list at
+	progressed bool   // a watch delivered an event since the last list
+	expired    bool   // the pass ended because the watch expired with no progress
 }
 
-// sourceError is the last source error and when it was reported.
-type sourceError struct {
-	err error
-	at  time.Time
-}
-
-// opError is a failed operation of the reflector: it names the informer and the operation
-// once, then the source's error.
-type opError struct {
-	name, op string
-	err      error
-	retry    time.Duration // > 0: the operation is retried after this long
-}
-
-func (e *opError) Error() string {
-	if e.retry > 0 {
-		return fmt.Sprintf("informer %q: %s (retrying in %v): %v", e.name, e.op, e.retry, e.err)
+// newReflector returns the reflector of lw into sink, configured by opts (with New's
+// defaults applied).
+func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V], opts Options[K, V], logger *slog.Logger, report func(error), stats *counters) *reflector[V] {
+	pageSize := opts.PageSize
+	switch {
+	case pageSize == 0:
+		pageSize = defaultPageSize(lw)
+	case pageSize < 0:
+		pageSize = 0
 	}
-	return fmt.Sprintf("informer %q: %s: %v", e.name, e.op, e.err)
-}
-func (e *opError) Unwrap() error { return e.err }
-
-// errVeryShortWatch is returned for a watch that ended within a second with no event: the
-// source is probably failing fast, so the reflector relists after a backoff.
-var errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
-
-// errRelistPromptly ends a pass whose watch expired after progress: relist after a small
-// jitter, not a backoff.
-var errRelistPromptly = errors.New("relist promptly")
-
-// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
-var errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
-
-func newReflector[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
-	r := &reflector[V]{cfg: cfg, lw: lw, sink: sink, warned: map[string]time.Time{}}
-	r.compare, _ = lw.(RevisionComparer)
-	r.backoff = &backoff{cfg: cfg.backoff, clock: cfg.clock}
-	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
-		r.noStream = true
-	}
-	switch reflect.TypeFor[V]().Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
-		r.nilable, r.oneWord = true, true
-	case reflect.Interface:
-		r.nilable = true
+	r := newReflectorOf(lw, sink, reflectorConfig{
+		name:            opts.Name,
+		pageSize:        pageSize,
+		minWatchTimeout: opts.MinWatchTimeout,
+		progressTimeout: max(opts.ProgressTimeout, 0),
+		backoff:         opts.Backoff.withDefaults(),
+		clock:           opts.Clock,
+		logger:          logger,
+		report:          report,
+		stats:           stats,
+	})
+	if opts.Transform != nil {
+		r.pages.SetTransform(sink.Transform)
 	}
 	return r
 }
 
-// setTransform makes the reflector apply fn to every object as it arrives: see
-// Options.Transform. Call it before run.
-func (r *reflector[V]) setTransform(fn func(V) (V, bool)) { r.transform = fn }
-
-// isNil reports whether obj is a nil pointer, interface, map, channel or function (or an
-// interface holding one). It is called for every object: a pointer, map, channel or
-// function value is one machine word, nil when that word is, so no reflection is needed
-// (0.6 ns against 3.4 with reflect). An interface holding a value of a kind that cannot be
-// nil (a struct) is not nil: asking reflect whether it is would panic.
-func (r *reflector[V]) isNil(obj V) bool {
-	switch {
-	case r.oneWord:
-		return *(*unsafe.Pointer)(unsafe.Pointer(&obj)) == nil
-	case r.nilable: // an interface: nil, or holding a nil of a kind that has one
-		x := any(obj)
-		if x == nil {
-			return true
-		}
-		switch v := reflect.ValueOf(x); v.Kind() {
-		case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer, reflect.Slice:
-			return v.IsNil()
-		}
+func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg reflectorConfig) *reflector[V] {
+	r := &reflector[V]{cfg: &cfg, lw: lw, sink: sink}
+	r.compare, _ = lw.(RevisionComparer)
+	r.backoff = newBackoff(cfg.backoff, cfg.clock)
+	r.src = newSourceState(cfg.clock, cfg.logger, cfg.report, r.backoff.Step)
+	r.pages = newLister(lw, r.cfg, r.src, sink)
+	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
+		r.noStream = true
 	}
-	return false
-}
-
-// lastSyncRevision returns the revision of the last list or watch event applied.
-func (r *reflector[V]) lastSyncRevision() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lastSync
-}
-
-// received records rev, when not empty, as the last revision received (Stats.ReceivedRevision),
-// before the list or event that carries it is handed to the queue: whoever sees its
-// effect (the cache synced, a handler called) sees the revision too.
-func (r *reflector[V]) received(rev string) {
-	if rev != "" {
-		r.setLastSync(rev)
-	}
-}
-
-func (r *reflector[V]) setLastSync(rev string) {
-	r.mu.Lock()
-	r.lastSync = rev
-	r.mu.Unlock()
-}
-
-// lastError returns when the last source error was reported and the error, or the zero
-// time and nil. It is cleared when the source recovers: a list is applied, or a watch delivers an
-// event.
-func (r *reflector[V]) lastError() (at time.Time, err error) {
-	if e := r.lastErr.Load(); e != nil {
-		return e.at, e.err
-	}
-	return time.Time{}, nil
-}
-
-// recovered clears the last source error.
-func (r *reflector[V]) recovered() {
-	if r.lastErr.Load() != nil {
-		r.lastErr.Store(nil)
-	}
-}
-
-// fail reports a source failure: to the error handler and Stats, as the last error, and
-// to the log at Warn at most once per kind of failure per backoff step.
-func (r *reflector[V]) fail(err error) {
-	now := r.cfg.clock.Now()
-	r.lastErr.Store(&sourceError{err: err, at: now})
-	r.cfg.report(err)
-	kind := failureKind(err)
-	if last, ok := r.warned[kind]; ok && now.Sub(last) < r.backoff.step() {
-		return
-	}
-	r.warned[kind] = now
-	r.cfg.logger.Warn("source failure", "kind", kind, "err", err)
-}
-
-// failureKind names a failure's operation and class, the key of the Warn rate limit.
-func failureKind(err error) string {
-	op := "source"
-	var oe *opError
-	if errors.As(err, &oe) {
-		op = oe.op
-	}
-	switch {
-	case errors.Is(err, ErrExpired):
-		return op + ": expired"
-	case errors.Is(err, ErrRetryable):
-		return op + ": retryable"
-	case errors.Is(err, ErrBadInput):
-		return op + ": bad input"
-	}
-	return op + ": other"
-}
-
-func (r *reflector[V]) opErr(op string, err error) error {
-	return &opError{name: r.cfg.name, op: op, err: err}
+	return r
 }
 
 // run lists and watches until ctx is done: every return of listAndWatch is followed by a
 // wait (a backoff, or a small jitter after progress) and a fresh list.
-func (r *reflector[V]) run(ctx context.Context) {
+func (r *reflector[V]) Run(ctx context.Context) {
 	r.cfg.logger.Debug("starting reflector")
 	defer r.cfg.logger.Debug("stopping reflector")
 	for ctx.Err() == nil {
@@ -377,12 +159,12 @@ func (r *reflector[V]) run(ctx context.Context) {
 		}
 		var d time.Duration
 		if errors.Is(err, errRelistPromptly) {
-			d = r.backoff.prompt()
+			d = r.backoff.Prompt()
 		} else {
 			if err != nil {
 				r.fail(err)
 			}
-			d = r.backoff.next()
+			d = r.backoff.Next()
 			if ra, ok := RetryAfterOf(err); ok && ra > d {
 				d = ra // the source asked for at least this long (a 429 or 503 on a list)
 			}
@@ -408,7 +190,7 @@ func (r *reflector[V]) sleep(ctx context.Context, d time.Duration) bool {
 // listAndWatch is one pass: list (or stream the list), start the resync timer, then watch
 // until the watch fails in a way that needs a relist.
 func (r *reflector[V]) listAndWatch(ctx context.Context) error {
-	if r.takeResume() {
+	if r.src.TakeResume() {
 		return r.resumeWatch(ctx) // warm restart: the cache holds the state at lastSync
 	}
 	r.progressed = false
@@ -439,7 +221,7 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 	passCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	if period := r.sink.resyncPeriod(); period > 0 {
+	if period := r.sink.ResyncPeriod(); period > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.resyncLoop(passCtx, period) }()
 	}
@@ -448,227 +230,59 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 
 func (r *reflector[V]) resyncLoop(ctx context.Context, period time.Duration) {
 	every(ctx, r.cfg.clock, period, func() bool {
-		return !r.sink.shouldResync() || r.sink.resync() == nil
+		return !r.sink.ShouldResync() || r.sink.Resync() == nil
 	})
-}
-
-// every calls fn once per period, on clk, until ctx is done or fn returns false. A period
-// starts when the previous call returns.
-func every(ctx context.Context, clk clock.Clock, period time.Duration, fn func() bool) {
-	t := clk.NewTimer(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		if !fn() {
-			return
-		}
-		t.Reset(period)
-	}
 }
 
 // list reads every page of one list and replaces the queue's contents. It asks for the
 // cheapest list that is correct; see the rules at the top of this file.
 func (r *reflector[V]) list(ctx context.Context) error {
 	start := r.cfg.clock.Now()
-	r.cfg.stats.ListStarted.Store(start.UnixNano())
-	opts := ListOptions{Revision: r.lastSyncRevision()}
+	r.cfg.stats.ListBegan(start)
+	opts := ListOptions{Revision: r.LastSyncRevision()}
 	if opts.Revision != "" && opts.Revision == r.unservable {
 		opts = ListOptions{Consistent: true}
 	}
-	items, rev, err := r.listAt(ctx, opts)
+	items, rev, err := r.pages.List(ctx, opts)
 	if !opts.Consistent && (errors.Is(err, ErrExpired) || errors.Is(err, errStaleList)) {
 		// The source cannot serve a list at least as new as the revision already seen.
 		if errors.Is(err, errStaleList) {
 			r.fail(r.opErr("list", err))
 		} else {
-			r.cfg.stats.Expirations.Add(1)
+			r.cfg.stats.Expired()
 			r.cfg.logger.Debug("list at the last revision expired; listing consistently", "revision", opts.Revision, "err", err)
 		}
 		r.unservable = opts.Revision
-		items, rev, err = r.listAt(ctx, ListOptions{Consistent: true})
+		items, rev, err = r.pages.List(ctx, ListOptions{Consistent: true})
 	}
-	r.cfg.stats.ListStarted.Store(0) // read: no longer in progress
-	r.cfg.stats.Lists.Add(1)
-	r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
+	r.cfg.stats.ListEnded() // read: no longer in progress
+	r.cfg.stats.Listed()
+	r.cfg.stats.ListTook(r.cfg.clock.Since(start))
 	if err != nil {
-		r.cfg.stats.ListErrors.Add(1)
+		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
 			return nil // a stop during a list is not an error
 		}
 		if errors.Is(err, ErrExpired) {
-			r.cfg.stats.Expirations.Add(1)
+			r.cfg.stats.Expired()
 		}
 		return r.opErr("list", err)
 	}
-	r.cfg.stats.ListItems.Observe(float64(len(items)))
+	r.cfg.stats.ListHeld(len(items))
 	if d := r.cfg.clock.Since(start); d > 10*time.Second {
 		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
 	}
-	r.recovered() // before the replace, so that a caller who sees the sync sees it too
+	r.src.Recovered() // before the replace, so that a caller who sees the sync sees it too
 	if r.expired {
 		// The source served a list after an expiry: it compacted, it did not fail.
-		r.backoff.reset()
+		r.backoff.Reset()
 	}
 	r.expired = false
-	r.received(rev)
-	if err := r.sink.replace(items, rev); err != nil {
+	r.src.Received(rev)
+	if err := r.sink.Replace(items, rev); err != nil {
 		return r.opErr("unable to sync list result", err)
 	}
 	return nil
-}
-
-// errStaleList is a first page older than the revision the list asked for.
-var errStaleList = fmt.Errorf("%w: the list is older than the revision it was asked to be at least as new as", ErrBadInput)
-
-// continueExpiredError is a page after the first that answered ErrExpired: the list's
-// continue token expired.
-type continueExpiredError struct{ err error }
-
-func (e *continueExpiredError) Error() string {
-	return fmt.Sprintf("continue token expired: %v", e.err)
-}
-func (e *continueExpiredError) Unwrap() error { return e.err }
-
-// listAt reads one list at opts, paged; if its continue token expires, it reads the same
-// list again unpaged.
-func (r *reflector[V]) listAt(ctx context.Context, opts ListOptions) ([]V, string, error) {
-	if opts.Consistent {
-		r.cfg.stats.ConsistentLists.Add(1)
-	}
-	items, rev, err := r.listPages(ctx, opts, r.cfg.pageSize)
-	var ce *continueExpiredError
-	if errors.As(err, &ce) {
-		r.cfg.stats.Expirations.Add(1)
-		r.cfg.logger.Debug("continue token expired; listing again unpaged", "err", err)
-		if opts.Consistent {
-			r.cfg.stats.ConsistentLists.Add(1)
-		}
-		items, rev, err = r.listPages(ctx, opts, 0)
-	}
-	return items, rev, err
-}
-
-// listPages reads every page of one list with the given page size (0: one request).
-func (r *reflector[V]) listPages(ctx context.Context, opts ListOptions, limit int64) (_ []V, _ string, err error) {
-	rev := ""
-	defer func() {
-		if err != nil {
-			r.sink.listAborted(rev)
-		}
-	}()
-	var items []V
-	opts.Limit = limit
-	// A page must come within progressTimeout: a watchdog, not a timer per page, which
-	// would cost more than a small page.
-	parent := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	dog := newWatchdog(r.cfg.progressTimeout, func() { cancel(errPageTimeout) })
-	defer dog.stop()
-	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
-	// the last power of two is a cycle (a repeat is a cycle of length 1).
-	saved, power, steps := "", 1, 0
-	for page := 0; ; page++ {
-		if page == MaxListPages {
-			return nil, "", fmt.Errorf("%w: the list did not end after %d pages (MaxListPages)", ErrBadInput, MaxListPages)
-		}
-		l, err := r.callList(ctx, opts)
-		dog.moved.Add(1)
-		if err != nil && parent.Err() == nil && context.Cause(ctx) == errPageTimeout {
-			err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, r.cfg.progressTimeout, err)
-		}
-		if err != nil {
-			if page > 0 && errors.Is(err, ErrExpired) {
-				return nil, "", &continueExpiredError{err: err}
-			}
-			return nil, "", err
-		}
-		if page == 0 {
-			rev = l.Revision
-			if err := r.checkListRevision(rev, opts.Revision); err != nil {
-				return nil, "", err
-			}
-		} else if l.Revision != rev {
-			return nil, "", fmt.Errorf("%w: page %d of a list reports revision %q, the first page %q", ErrBadInput, page, l.Revision, rev)
-		}
-		l.Items = r.keepItems(l.Items, "list", page)
-		if l.Continue != "" {
-			r.sink.listPage(l.Items)
-		}
-		if items == nil {
-			items = l.Items
-		} else {
-			items = append(items, l.Items...)
-		}
-		if l.Continue == "" {
-			return items, rev, nil
-		}
-		if l.Continue == opts.Continue || l.Continue == saved {
-			return nil, "", fmt.Errorf("%w: list page %d returned a continue token already returned (the pages repeat)", ErrBadInput, page)
-		}
-		if steps++; steps == power {
-			saved, power, steps = l.Continue, power*2, 0
-		}
-		opts.Continue = l.Continue
-	}
-}
-
-// checkListRevision checks a list's revision when revisions are ordered: present, well
-// formed, and not older than asked (atLeast, when set).
-func (r *reflector[V]) checkListRevision(rev, atLeast string) error {
-	if r.compare == nil {
-		return nil
-	}
-	if rev == "" {
-		return fmt.Errorf("%w: the list reports no revision", ErrBadInput)
-	}
-	if _, err := r.compare.CompareRevisions(rev, rev); err != nil {
-		return fmt.Errorf("%w: list revision %q: %v", ErrBadInput, rev, err)
-	}
-	if atLeast == "" {
-		return nil
-	}
-	if c, err := r.compare.CompareRevisions(rev, atLeast); err == nil && c < 0 {
-		return fmt.Errorf("%w: list at revision %s, asked for at least %s", errStaleList, rev, atLeast)
-	}
-	return nil
-}
-
-// keepItems drops the nil items of a list (reported as a failure of op) and applies the
-// transform. page is the list page, or negative for a streaming list's initial events.
-func (r *reflector[V]) keepItems(items []V, op string, page int) []V {
-	if !r.nilable && r.transform == nil {
-		return items
-	}
-	kept, nils, first := items[:0], 0, -1
-	for i, obj := range items {
-		if r.isNil(obj) {
-			if nils++; first < 0 {
-				first = i
-			}
-			continue
-		}
-		if r.transform != nil {
-			var ok bool
-			if obj, ok = r.transform(obj); !ok {
-				continue
-			}
-		}
-		kept = append(kept, obj)
-	}
-	clear(items[len(kept):])
-	if nils > 0 {
-		where := "the initial events"
-		if page >= 0 {
-			where = fmt.Sprintf("page %d", page)
-		}
-		r.fail(r.opErr(op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first)))
-	}
-	return kept
 }
 
 // streamList starts a watch that begins with the current state (a streaming list) and
@@ -676,11 +290,11 @@ func (r *reflector[V]) keepItems(items []V, op string, page int) []V {
 // the watch, which goes on with changes.
 func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	start := r.cfg.clock.Now()
-	r.cfg.stats.ListStarted.Store(start.UnixNano())
-	defer r.cfg.stats.ListStarted.Store(0)
+	r.cfg.stats.ListBegan(start)
+	defer r.cfg.stats.ListEnded()
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
 	w, err := r.callWatch(ctx, opts)
-	r.cfg.stats.Lists.Add(1)
+	r.cfg.stats.Listed()
 	if err == nil && w == nil {
 		err = errNoWatch
 	}
@@ -688,8 +302,8 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		if w != nil {
 			r.stop(w)
 		}
-		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-		r.cfg.stats.ListErrors.Add(1)
+		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
+		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
 			return nil, nil
 		}
@@ -700,14 +314,14 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	}
 	var items []V
 	dog := r.watchdog(w, r.cfg.progressTimeout)
-	defer dog.stop()
+	defer dog.Stop()
 	fail := func(err error) (Watch[V], error) {
-		if dog.stalled.Load() {
+		if dog.Stalled() {
 			err = fmt.Errorf("%w: no initial event of the streaming list within %v (Options.ProgressTimeout): %v", ErrNoProgress, r.cfg.progressTimeout, err)
 		}
 		r.stop(w)
-		r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-		r.cfg.stats.ListErrors.Add(1)
+		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
+		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
 			return nil, nil
 		}
@@ -715,7 +329,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	}
 	for {
 		ev, err := r.next(w)
-		dog.moved.Add(1)
+		dog.Moved()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: stream ended before the end of the initial events", io.ErrUnexpectedEOF)
@@ -726,16 +340,16 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		case ev.Type == Added:
 			items = append(items, ev.Object)
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
-			if err := r.checkListRevision(ev.Revision, ""); err != nil {
+			if err := r.pages.CheckRevision(ev.Revision, ""); err != nil {
 				return fail(err)
 			}
-			items = r.keepItems(items, "streaming list", -1)
-			r.cfg.stats.ListDuration.ObserveDuration(r.cfg.clock.Since(start))
-			r.cfg.stats.ListItems.Observe(float64(len(items)))
-			r.recovered()
-			r.received(ev.Revision)
-			r.cfg.stats.ListStarted.Store(0)
-			if err := r.sink.replace(items, ev.Revision); err != nil {
+			items = r.pages.Keep(items, "streaming list", -1)
+			r.cfg.stats.ListTook(r.cfg.clock.Since(start))
+			r.cfg.stats.ListHeld(len(items))
+			r.src.Recovered()
+			r.src.Received(ev.Revision)
+			r.cfg.stats.ListEnded()
+			if err := r.sink.Replace(items, ev.Revision); err != nil {
 				r.stop(w)
 				return nil, r.opErr("unable to sync list result", err)
 			}
@@ -769,11 +383,11 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 		if w == nil {
 			var err error
 			w, err = r.callWatch(ctx, WatchOptions{
-				Revision:       r.lastSyncRevision(),
+				Revision:       r.LastSyncRevision(),
 				Timeout:        r.watchTimeout(),
 				AllowBookmarks: true,
 			})
-			r.cfg.stats.Watches.Add(1)
+			r.cfg.stats.WatchOpened()
 			if err == nil && w == nil {
 				err = errNoWatch
 			}
@@ -782,7 +396,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 					r.stop(w)
 					w = nil
 				}
-				r.cfg.stats.WatchErrors.Add(1)
+				r.cfg.stats.WatchFailed()
 				if retry, err := r.afterWatchError(ctx, err); !retry {
 					return err
 				}
@@ -792,11 +406,11 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 		err := r.handleWatch(ctx, w)
 		r.stop(w)
 		w = nil
-		r.cfg.stats.WatchDuration.ObserveDuration(r.cfg.clock.Since(start))
+		r.cfg.stats.WatchTook(r.cfg.clock.Since(start))
 		if err == nil {
 			continue
 		}
-		r.cfg.stats.WatchErrors.Add(1)
+		r.cfg.stats.WatchFailed()
 		if retry, err := r.afterWatchError(ctx, err); !retry {
 			return err
 		}
@@ -811,7 +425,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 	case ctx.Err() != nil:
 		return false, nil
 	case errors.Is(err, ErrExpired):
-		r.cfg.stats.Expirations.Add(1)
+		r.cfg.stats.Expired()
 		if r.progressed {
 			r.cfg.logger.Debug("watch revision expired after progress; relisting promptly", "err", err)
 			return false, errRelistPromptly
@@ -820,11 +434,11 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 		r.expired = true
 		return false, nil
 	case errors.Is(err, ErrRetryable):
-		d := r.backoff.next()
+		d := r.backoff.Next()
 		if ra, ok := RetryAfterOf(err); ok && ra > d {
 			d = ra
 		}
-		r.fail(&opError{name: r.cfg.name, op: "watch", err: err, retry: d.Round(time.Millisecond)})
+		r.fail(newOpError(r.cfg.name, "watch", err, d.Round(time.Millisecond)))
 		return r.sleep(ctx, d), nil
 	}
 	return false, r.opErr("watch", err)
@@ -835,22 +449,22 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	start := r.cfg.clock.Now()
 	count := 0
-	rev := r.lastSyncRevision()
+	rev := r.LastSyncRevision()
 	batched, _ := w.(BatchedWatch)
 	var bound time.Duration
 	if r.cfg.progressTimeout > 0 {
 		bound = 2*r.cfg.minWatchTimeout + r.cfg.progressTimeout
 	}
 	dog := r.watchdog(w, bound)
-	defer dog.stop()
+	defer dog.Stop()
 	for {
 		ev, err := r.next(w)
-		dog.moved.Add(1)
+		dog.Moved()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // a stop is not an error
 			}
-			if dog.stalled.Load() {
+			if dog.Stalled() {
 				return fmt.Errorf("%w: the watch delivered nothing for %v (2×MinWatchTimeout + Options.ProgressTimeout; it was asked to end by 2×MinWatchTimeout): %v", ErrNoProgress, bound, err)
 			}
 			if errors.Is(err, io.EOF) {
@@ -872,19 +486,17 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		}
 		switch ev.Type {
 		case Added, Modified, Deleted:
-			if r.isNil(ev.Object) {
+			if r.pages.IsNil(ev.Object) {
 				return fmt.Errorf("%w: %v event at revision %q with a nil object", ErrBadInput, ev.Type, ev.Revision)
 			}
-			r.cfg.stats.countEvent(ev.Type)
-			r.received(ev.Revision)
-			if r.transform != nil {
-				obj, ok := r.transform(ev.Object)
-				if !ok {
-					break
-				}
-				ev.Object = obj
+			r.cfg.stats.Event(ev.Type)
+			r.src.Received(ev.Revision)
+			obj, ok := r.pages.Transformed(ev.Object)
+			if !ok {
+				break
 			}
-			if err := r.sink.event(ev, batched != nil && batched.MoreAtRevision()); err != nil {
+			ev.Object = obj
+			if err := r.sink.Event(ev, batched != nil && batched.MoreAtRevision()); err != nil {
 				if errors.Is(err, errFIFOClosed) {
 					return nil
 				}
@@ -892,10 +504,10 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 				r.cfg.report(err)
 			}
 		case Bookmark:
-			r.cfg.stats.Bookmarks.Add(1)
-			r.received(ev.Revision)
+			r.cfg.stats.Bookmark()
+			r.src.Received(ev.Revision)
 			if ev.Revision != "" {
-				r.sink.bookmark(ev.Revision)
+				r.sink.Bookmark(ev.Revision)
 			}
 		default:
 			return fmt.Errorf("%w: unknown event type %d", ErrBadInput, uint8(ev.Type))
@@ -906,32 +518,11 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 		if count == 0 {
 			// Progress: the backoff starts again from Initial, the source has recovered.
 			r.progressed = true
-			r.backoff.reset()
-			r.recovered()
+			r.backoff.Reset()
+			r.src.Recovered()
 		}
 		count++
 	}
-}
-
-// The source's calls are a trust boundary: a panic in List, Watch, Watch.Next or
-// Watch.Stop is recovered and becomes an error matching ErrBadInput that names the call,
-// reported like any failure of the source; the reflector backs off and lists again.
-
-func sourcePanic(call string, p any) error {
-	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
-}
-
-// errPageTimeout is the cause of a list's context ended by Options.ProgressTimeout.
-var errPageTimeout = errors.New("list page timeout")
-
-// callList calls the source's List, recovering a panic.
-func (r *reflector[V]) callList(ctx context.Context, opts ListOptions) (l List[V], err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			l, err = List[V]{}, sourcePanic("List", p)
-		}
-	}()
-	return r.lw.List(ctx, opts)
 }
 
 // callWatch calls the source's Watch, recovering a panic.
@@ -954,61 +545,11 @@ func (r *reflector[V]) next(w Watch[V]) (ev Event[V], err error) {
 	return w.Next()
 }
 
-// watchdog ends a call that makes no progress for a whole bound (checked every bound, so
-// a stall is found between one and two bounds after the last progress): the reading
-// goroutine counts each return of Next, or each page, in moved; stalled says the
-// watchdog called its end function. It runs on the wall clock: a fake clock's waiters
-// stay the test's.
-type watchdog struct {
-	moved   atomic.Uint64
-	stalled atomic.Bool
-	mu      sync.Mutex
-	t       *time.Timer // nil: no bound, or stopped
-}
-
 func (r *reflector[V]) watchdog(w Watch[V], bound time.Duration) *watchdog {
 	return newWatchdog(bound, func() {
 		defer func() { _ = recover() }() // a panic in Stop is reported by the reader's stop
 		w.Stop()
 	})
-}
-
-func newWatchdog(bound time.Duration, end func()) *watchdog {
-	d := &watchdog{}
-	if bound <= 0 {
-		return d
-	}
-	seen := uint64(0)
-	var check func()
-	check = func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.t == nil {
-			return // stopped
-		}
-		if m := d.moved.Load(); m != seen {
-			seen = m
-			d.t = time.AfterFunc(bound, check)
-			return
-		}
-		d.stalled.Store(true)
-		d.t = nil
-		end()
-	}
-	d.mu.Lock()
-	d.t = time.AfterFunc(bound, check)
-	d.mu.Unlock()
-	return d
-}
-
-// stop ends the watchdog.
-func (d *watchdog) stop() {
-	d.mu.Lock()
-	if d.t != nil {
-		d.t.Stop()
-		d.t = nil
-	}
-	d.mu.Unlock()
 }
 
 // stop calls w.Stop; a panic is recovered and reported (the watch is over either way).
@@ -1021,26 +562,13 @@ func (r *reflector[V]) stop(w Watch[V]) {
 	w.Stop()
 }
 
-// --- warm restart (Options.Persist) ---
-
-// resumeFrom makes the next pass of listAndWatch watch from rev, the revision of a state
-// the informer restored, instead of listing. If the source says rev expired (a snapshot
-// older than the source's history), the reflector relists promptly, as after an expiry
-// that followed progress: the restored state counts as progress.
-func (r *reflector[V]) resumeFrom(rev string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lastSync = rev
-	r.resume = true
-}
-
 // resumeWatch is the pass of listAndWatch that resumes a restored state: the resync timer
 // and the watch, without a list.
 func (r *reflector[V]) resumeWatch(ctx context.Context) error {
 	passCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	if period := r.sink.resyncPeriod(); period > 0 {
+	if period := r.sink.ResyncPeriod(); period > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.resyncLoop(passCtx, period) }()
 	}
@@ -1048,11 +576,24 @@ func (r *reflector[V]) resumeWatch(ctx context.Context) error {
 	return r.watchLoop(ctx, nil)
 }
 
-// takeResume reports whether this pass resumes a restored state, once.
-func (r *reflector[V]) takeResume() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	resume := r.resume
-	r.resume = false
-	return resume
+// fail reports a source failure (see sourceState.Fail).
+func (r *reflector[V]) fail(err error) { r.src.Fail(err) }
+
+// OpErr is a failed operation of the informer's source, named.
+func (c *reflectorConfig) OpErr(op string, err error) error {
+	return newOpError(c.name, op, err, 0)
 }
+
+func (r *reflector[V]) opErr(op string, err error) error { return r.cfg.OpErr(op, err) }
+
+// LastSyncRevision returns the revision of the last list or watch event received.
+func (r *reflector[V]) LastSyncRevision() string { return r.src.LastSyncRevision() }
+
+// LastError returns the last source error and when it was reported (see Informer.LastError).
+func (r *reflector[V]) LastError() (time.Time, error) { return r.src.LastError() }
+
+// ResumeFrom makes the next pass of listAndWatch watch from rev, the revision of a state
+// the informer restored, instead of listing. If the source says rev expired (a snapshot
+// older than the source's history), the reflector relists promptly, as after an expiry
+// that followed progress: the restored state counts as progress.
+func (r *reflector[V]) ResumeFrom(rev string) { r.src.ResumeFrom(rev) }

@@ -590,7 +590,7 @@ func TestReflector_WarnRateLimitedPerKindAndStep(t *testing.T) {
 	fc := clock.NewFake(time.Unix(0, 0))
 	logs := &warnLines{}
 	var reported int
-	r := newReflector[string](ListerWatcherFuncs[string]{}, nil, reflectorConfig{
+	r := newReflectorOf[string](ListerWatcherFuncs[string]{}, nil, reflectorConfig{
 		name:    "payments",
 		backoff: Backoff{Initial: time.Second, Jitter: -1}.withDefaults(),
 		clock:   fc,
@@ -610,7 +610,7 @@ func TestReflector_WarnRateLimitedPerKindAndStep(t *testing.T) {
 	if !slices.Equal(logs.lines, want) || reported != 6 {
 		t.Fatalf("Warn lines %q (want %q), reported %d (want 6)", logs.lines, want, reported)
 	}
-	if at, err := r.lastError(); !errors.Is(err, ErrUnavailable) || !at.Equal(time.Unix(1, 0)) {
+	if at, err := r.LastError(); !errors.Is(err, ErrUnavailable) || !at.Equal(time.Unix(1, 0)) {
 		t.Fatalf("lastError %v at %v", err, at)
 	}
 }

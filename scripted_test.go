@@ -240,7 +240,7 @@ func TestInformer_BatchLimits(t *testing.T) {
 				}
 			}
 			inf.store.reading.Store(c.reading)
-			if keys, dels := inf.batchLimits(); keys != c.keys || dels != c.dels {
+			if keys, dels := inf.write.batchLimits(); keys != c.keys || dels != c.dels {
 				t.Fatalf("batchLimits() = %d keys, %d deltas; want %d, %d", keys, dels, c.keys, c.dels)
 			}
 		})

@@ -33,7 +33,7 @@ func TestStoreLoad(t *testing.T) {
 	}
 	keys := []string{"c", "a", "x", "b", "a"}
 	var reported []error
-	notes := s.load(keys, objs, "42", func(err error) { reported = append(reported, err) }, nil)
+	notes := s.Load(keys, objs, "42", func(err error) { reported = append(reported, err) }, nil)
 	var got []string
 	for _, n := range notes {
 		if n.kind != notifyAdd || !n.initial {
@@ -48,7 +48,7 @@ func TestStoreLoad(t *testing.T) {
 	if len(reported) != 1 || !errors.As(reported[0], &oe) || oe.Key != "x" {
 		t.Fatalf("reported %v, want one ObjectError for x", reported)
 	}
-	sn := s.snapshot()
+	sn := s.Snapshot()
 	if sn.Revision() != "42" || !sn.exact || sn.Len() != 3 {
 		t.Fatalf("snapshot at %q (exact %v) with %d objects", sn.Revision(), sn.exact, sn.Len())
 	}
@@ -74,13 +74,13 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 		pods[i] = &pod{name: fmt.Sprintf("p%06d", i), ns: fmt.Sprintf("ns%d", i%10), users: fmt.Sprintf("u%d", i%3)}
 		keys[i] = pods[i].name
 	}
-	w := &writeBatch[string, *pod]{report: func(err error) { t.Error(err) }}
 	h0 := liveHeap()
 	s := newPodStore(t)
+	s.Configure(func(err error) { t.Error(err) }, nil, func(string, string) {})
 	var notes []notification[string, *pod]
 	for from := 0; from < n; from += page {
 		to := min(from+page, n)
-		notes, _, _ = s.applyBatch(w, []popped[string, *pod]{{bulk: &firstList[string, *pod]{keys: keys[from:to], objs: pods[from:to]}}}, "", notes)
+		notes, _, _ = s.Apply(&batch[string, *pod]{items: []popped[string, *pod]{{bulk: &firstList[string, *pod]{keys: keys[from:to], objs: pods[from:to]}}}}, "", notes)
 	}
 	if s.loose {
 		t.Fatal("a sorted first list left the store to compact")
@@ -110,17 +110,17 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 		t.Errorf("trees written densely by pages take %.1f B/object; compacted ones about 80", dense)
 	}
 	h4 := liveHeap()
-	s.compact()
+	s.Compact()
 	h5 := liveHeap()
 	if after := dense + float64(h5-h4)/n; after < 0.9*dense {
 		t.Errorf("compacting the densely written trees saved %.0f %% (%.1f → %.1f B/object): they were not dense", 100*(1-after/dense), dense, after)
 	}
-	if podState(s.snapshot()) != podState(ref.snapshot()) {
+	if podState(s.Snapshot()) != podState(ref.Snapshot()) {
 		t.Fatal("the densely written store differs from one written in order")
 	}
 	// A page out of order: written in order, the store is to be compacted.
 	s2 := newPodStore(t)
-	s2.applyBatch(w, []popped[string, *pod]{{bulk: &firstList[string, *pod]{keys: []string{"b", "a"}, objs: []*pod{{name: "b"}, {name: "a"}}}}}, "", nil)
+	s2.Apply(&batch[string, *pod]{items: []popped[string, *pod]{{bulk: &firstList[string, *pod]{keys: []string{"b", "a"}, objs: []*pod{{name: "b"}, {name: "a"}}}}}}, "", nil)
 	if !s2.loose {
 		t.Fatal("an unsorted page did not leave the store to compact")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,7 +71,8 @@ func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
 			return informer.ChanWatch[*obj](ctx, nil, nil), nil
 		},
 	}
-	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr})
+	reported := make(chan error, 10)
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "dups", ErrorHandler: func(err error) { reported <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +81,76 @@ func TestInformer_FirstListWithADuplicateKey(t *testing.T) {
 	if got, _ := inf.Get("b"); got == nil || got.Val != "2" || inf.Len() != 2 {
 		t.Fatalf("cache: b=%+v, %d objects; want b=2 and 2 objects", got, inf.Len())
 	}
+	if d := inf.Stats().Duplicates; d != 1 {
+		t.Fatalf("Stats.Duplicates %d, want 1", d)
+	}
+	expectDuplicateReported(t, reported, `informer "dups"`, `"b"`)
+}
+
+// expectDuplicateReported waits for the one error a list with a duplicate key reports,
+// and checks that it names the informer and the key and that no other error came.
+func expectDuplicateReported(t *testing.T, reported <-chan error, informerName, key string) {
+	t.Helper()
+	select {
+	case err := <-reported:
+		if msg := err.Error(); !errors.Is(err, informer.ErrBadInput) || !strings.Contains(msg, informerName) || !strings.Contains(msg, key) {
+			t.Fatalf("reported %q; want an ErrBadInput naming %s and the key %s", msg, informerName, key)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error reported for the duplicate key")
+	}
+	select {
+	case err := <-reported:
+		t.Fatalf("a second error reported: %v", err)
+	default:
+	}
+}
+
+// A relist that holds keys more than once, and an ADDED event for a cached key: each is
+// applied (the last state wins) and counted in Stats.Duplicates; the list reports once,
+// naming its first duplicate key, however many keys repeat.
+func TestInformer_RelistAndAddedDuplicates(t *testing.T) {
+	var lists atomic.Int32
+	events := make(chan informer.Event[*obj], 1)
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+			if lists.Add(1) == 1 {
+				return informer.List[*obj]{Items: []*obj{newObj("a", "g", "1")}, Revision: "1"}, nil
+			}
+			items := []*obj{newObj("a", "g", "2"), newObj("c", "g", "1"), newObj("a", "g", "3"), newObj("c", "g", "2"), newObj("c", "g", "3")}
+			return informer.List[*obj]{Items: items, Revision: "5"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			if lists.Load() == 1 {
+				return informer.ChanWatch[*obj](ctx, events, nil), nil
+			}
+			return informer.ChanWatch[*obj](ctx, nil, nil), nil
+		},
+	}
+	reported := make(chan error, 10)
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "dups", Backoff: fastBackoff, ErrorHandler: func(err error) { reported <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := runRecorded(t, inf)
+	ev.Expect(t, "add*a=1")
+	events <- informer.Event[*obj]{Type: informer.Added, Object: newObj("a", "g", "9"), Revision: "2"}
+	ev.Expect(t, "add*a=1", "update a=1→9")
+	if d := inf.Stats().Duplicates; d != 1 {
+		t.Fatalf("Stats.Duplicates %d after an ADDED of a cached key, want 1", d)
+	}
+	select {
+	case err := <-reported:
+		t.Fatalf("an ADDED of a cached key reported %v; it is only counted", err)
+	default:
+	}
+	events <- informer.Event[*obj]{Type: informer.Added, Revision: "3"} // nil object: the watch fails, the informer relists
+	<-reported                                                          // the nil object
+	ev.Expect(t, "add*a=1", "update a=1→9", "update a=9→2", "update a=2→3", "add c=1", "update c=1→2", "update c=2→3")
+	if d := inf.Stats().Duplicates; d != 4 {
+		t.Fatalf("Stats.Duplicates %d, want 4 (one ADDED, three listed again)", d)
+	}
+	expectDuplicateReported(t, reported, `informer "dups"`, `"a"`)
 }
 
 // A first list read by pages that fails after its first page: the handlers have that

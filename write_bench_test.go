@@ -33,7 +33,7 @@ func BenchmarkWriteBatch(b *testing.B) {
 	f, s := inf.fifo, inf.store
 	var h storeHint[*obj]
 	queue := func(typ deltaType, o *obj) {
-		if !s.prepare(&h, o) {
+		if !s.Prepare(&h, o) {
 			b.Fatal("prepare failed")
 		}
 		if err := f.addPrepared(typ, o.key, o, "", false, &h); err != nil {
@@ -41,12 +41,12 @@ func BenchmarkWriteBatch(b *testing.B) {
 		}
 	}
 	apply := func() int {
-		batch, _, _, err := f.popBatch(nil, math.MaxInt, math.MaxInt)
+		items, _, _, err := f.popBatch(nil, math.MaxInt, math.MaxInt)
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, n, _ := s.applyBatch(&inf.writer, batch, "", nil)
-		f.finishBatch(batch)
+		_, n, _ := s.Apply(&batch[string, *obj]{items: items}, "", nil)
+		f.finishBatch(items)
 		return n
 	}
 	for i := range initial {
@@ -54,7 +54,7 @@ func BenchmarkWriteBatch(b *testing.B) {
 		live = append(live, i)
 	}
 	apply()
-	s.compact()
+	s.Compact()
 	next := initial
 	b.ResetTimer()
 	for done := 0; done < b.N; {

@@ -99,8 +99,8 @@ type ServerOptions[V any] struct {
 	Filters map[string]informer.IndexFunc[V]
 	// CatchUpWait is how long a request for a revision the server has not reached yet
 	// waits for it (a client that comes from a replica further ahead; see Server) before
-	// it is answered 503 with a Retry-After, which a Client takes as a cue to retry, here
-	// or at its next URL, without a relist. It applies when the informer's source has
+	// it is answered 410, so that the client lists again rather than retry for good a
+	// revision that may never come here. It applies when the informer's source has
 	// ordered revisions. 0 means DefaultCatchUpWait; negative means no wait.
 	CatchUpWait time.Duration
 }
@@ -112,20 +112,26 @@ type ServerOptions[V any] struct {
 // It registers a handler on the informer that copies every change, encoded once, into an
 // in-memory revisioned log (source/memory) with a bounded history, and serves from that
 // log: lists are consistent, paginated snapshots with continue tokens; watches resume from
-// any revision within the history. Every watcher reads the one shared log, so a watcher
-// costs two goroutines (the handler's and net/http's background reader) and a
-// connection, 28 KB of heap and stacks while idle (BenchmarkWatcherCost), plus a pooled
-// 32 KiB write buffer while it has something to send, whatever the rate of changes; the
-// memory of the server is the state, the history (bounded by HistoryLimit and
-// HistoryBytes) and the snapshots of lists in progress. Encoding is done once per change,
-// not once per watcher.
+// any revision within the history. Every watcher reads the one shared log. An HTTP/1.1
+// watch is taken over from net/http once its header is sent (its connection hijacked,
+// net/http's goroutines and buffers gone): an idle watcher costs one goroutine and a
+// connection, 7.5 KB of heap and stacks in use (BenchmarkWatcherCost), plus a pooled
+// 32 KiB write buffer while it has something to send, whatever the rate of changes. An HTTP/2
+// watch, or one served through a ResponseWriter that does not implement http.Hijacker,
+// stays on net/http's path: the handler's goroutine and net/http's buffers of the
+// stream. A taken-over watch ends when the Server's Shutdown, the watch's timeout or its
+// request context's deadline ends it, or its client goes away; http.Server.Close and
+// Shutdown do not know it. The memory of the server is the state, the history (bounded by
+// HistoryLimit and HistoryBytes) and the snapshots of lists in progress. Encoding is done
+// once per change, not once per watcher.
 //
 // Lists in progress. A list (paged or not, or the initial events of a streaming list)
 // reads a copy-on-write snapshot of the state, which costs nothing until the state
 // changes, then keeps the earlier version of each object changed since. A list is cut when
 // its revision leaves the history — a page being sent has its connection closed, a later
-// page's continue token is answered 410, a streaming list is sent an ERROR event (410) —
-// and counted in Stats.Evicted, however fast its reader reads. So all lists in progress
+// page's continue token is answered 410, a streaming list is sent an ERROR event (410),
+// or has its connection closed if a write waits for its reader — and counted in
+// Stats.Evicted, however fast its reader reads, within half a second of a stalled one. So all lists in progress
 // together, whatever their number, pin at most the earlier versions of the objects changed
 // within the history: at most HistoryLimit objects, about HistoryBytes when objects keep
 // their size. A reader slower than the history's span (HistoryLimit changes at the rate
@@ -143,8 +149,9 @@ type ServerOptions[V any] struct {
 // (ClientOptions.FailoverURLs, or a load balancer in front of them) with no relist. A
 // replica that has not yet reached the revision a request asks for (a client that comes
 // from a replica further ahead) waits for it up to CatchUpWait (DefaultCatchUpWait,
-// 5 s), then answers 503 with a Retry-After: a retry, here or at another replica, never a
-// 410 that would force a relist.
+// 5 s), which a replica that keeps up with its upstream never uses up; then it answers
+// 410 and the client lists again, for the revision may never come here (a revision of
+// another upstream, or of before a restore from a backup).
 //
 // The informer tells its handlers which revision their notifications add up to only
 // when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):
@@ -214,6 +221,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 			BookmarkInterval: lim.bookmarks,
 			StreamingList:    true,
 			HistoryLimit:     lim.history,
+			KeepRequests:     -1, // the log serves for good: no record of its calls
 		}),
 		synced: make(chan struct{}),
 	}
@@ -302,6 +310,10 @@ func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Durat
 func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
 	s.core.instance = tag
 	s.core.list = s.list
+	s.core.staleState = func() (func() bool, string) {
+		rev := s.mirror.head.Load() // the watch's state is at this revision or before
+		return s.staleAt(rev), s.onWire(rev)
+	}
 	s.core.lw = s.src
 	if s.up != nil {
 		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}

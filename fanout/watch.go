@@ -21,36 +21,70 @@ import (
 const watchBufferSize = 32 << 10
 
 // serveWatch streams a watch until the source ends it, the client goes away, the watcher
-// falls behind, or the server shuts down.
+// falls behind, or the server shuts down; then it calls c.requests.Done. An HTTP/1.1 watch
+// is taken over from net/http once its header is sent (takeover.go), and goes on in a
+// goroutine of its own.
 func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request, client string) {
 	release, ok := c.admit(w, &c.watchers, client, c.maxWatchers, c.maxClientWatchers, &c.stats.Rejected, "watchers")
 	if !ok {
+		c.requests.Done()
 		return
 	}
-	defer release()
-
+	t := newTakeover(w, r)
+	r = t.request(r)
 	ctx, done, wat, opts, replay, ok := c.openWatch(w, r, &req)
 	if !ok {
+		t.finish(0)
+		release()
+		c.requests.Done()
 		return
 	}
-	defer done()
-	defer wat.Stop()
 
-	ww := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
-	defer ww.end()
+	ww := &streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
-	defer c.stats.OpenWatches.Add(-1)
-	if err := c.startWatch(&ww, req); err != nil {
-		c.writeFailed(r, &ww, "watcher", err)
+	finish := func() {
+		c.stats.OpenWatches.Add(-1)
+		ww.end()
+		wat.Stop()
+		done()
+		release()
+		t.finish(c.writeTimeout)
+		c.requests.Done()
+	}
+	if err := c.startWatch(ww, req); err != nil {
+		c.writeFailed(ww.r, ww, "watcher", err)
+		finish()
 		return
 	}
-	ws := watchStream[V]{
+	ws := &watchStream[V]{
 		c: c, wat: wat, sse: req.sse, bookmarks: req.bookmarks, replay: replay,
 		inInitial: opts.SendInitialEvents, scratch: make([]byte, 0, 64),
 	}
 	ws.batched, _ = wat.(informer.BatchedWatch)
-	ws.run(ctx, &ww)
+	var stale func() bool
+	if opts.SendInitialEvents && c.staleState != nil {
+		// A streaming list is cut as a list is when its state leaves the history while a
+		// write waits for its reader; once the initial events are sent it is a watch.
+		stale, ws.initialRev = c.staleState()
+	}
+	run := func() {
+		if stale != nil { // checked from here: a takeover has swapped ww's writer by now
+			ws.cut = c.watchStale(ww, stale)
+			defer ws.cut.stop()
+		}
+		ws.run(ctx, ww)
+	}
+	if t.take(ww) {
+		go func() {
+			defer finish()
+			defer t.recover(c.logger, c.report)
+			run()
+		}()
+		return
+	}
+	defer finish()
+	run()
 }
 
 // startWatch sends the headers of a watch's answer.
@@ -80,16 +114,18 @@ func (c *core[V]) startWatch(ww *streamWriter, req request) error {
 // early for a client, and is dropped. A Server over an unordered upstream has its own
 // numbering and sends no batches.
 type watchStream[V any] struct {
-	c         *core[V]
-	wat       informer.Watch[V]
-	batched   informer.BatchedWatch // nil: the watch has no batches
-	sse       bool                  // frames are Server-Sent Events
-	bookmarks bool                  // the client asked for bookmarks
-	replay    bool                  // initial events the client did not ask for by name
-	inInitial bool                  // the initial events are being sent
-	open      bool                  // the last change sent was partial
-	out       []byte                // the frames not sent yet
-	scratch   []byte                // the wire revision of the event being encoded
+	c          *core[V]
+	wat        informer.Watch[V]
+	batched    informer.BatchedWatch // nil: the watch has no batches
+	sse        bool                  // frames are Server-Sent Events
+	bookmarks  bool                  // the client asked for bookmarks
+	replay     bool                  // initial events the client did not ask for by name
+	inInitial  bool                  // the initial events are being sent
+	open       bool                  // the last change sent was partial
+	out        []byte                // the frames not sent yet
+	scratch    []byte                // the wire revision of the event being encoded
+	cut        *staleWatch           // cuts the initial events once stale; nil: none
+	initialRev string                // the wire revision of the initial events, for cut's report
 }
 
 // run sends the watch's events until it ends. The write buffer is taken from a pool when
@@ -115,6 +151,11 @@ func (s *watchStream[V]) run(ctx context.Context, ww *streamWriter) {
 		}
 		if flush || len(s.out) >= watchBufferSize {
 			if err := ww.write(s.out, flush); err != nil {
+				if s.cut != nil && s.cut.cut.Load() {
+					s.c.listCut(ww.r, s.initialRev)
+					ww.abort()
+					return
+				}
 				s.c.writeFailed(ww.r, ww, "watcher", err)
 				return
 			}
@@ -148,6 +189,9 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 		switch {
 		case ev.EndOfInitialEvents:
 			s.inInitial = false
+			if s.cut != nil {
+				s.cut.stop()
+			}
 			if !s.replay {
 				s.out = s.c.appendBookmark(s.out, s.scratch, s.sse, ev.Revision, true)
 			}
