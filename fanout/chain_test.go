@@ -146,8 +146,17 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gate", status)
 		return
 	}
-	g.h.ServeHTTP(w, r.WithContext(ctx))
+	// The gate ends watches through their request's context, which a watch taken over
+	// from net/http no longer follows: a writer that does not hijack keeps them on
+	// net/http's path.
+	g.h.ServeHTTP(keptWriter{w}, r.WithContext(ctx))
 }
+
+// keptWriter is a ResponseWriter that cannot be hijacked: a watch served through it is
+// not taken over.
+type keptWriter struct{ http.ResponseWriter }
+
+func (w keptWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // signal tells a waiting test that a request was logged.
 func (g *gate) signal() {

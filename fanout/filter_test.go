@@ -336,10 +336,21 @@ func TestFilteredClient_CacheIsTheMatchingSubset(t *testing.T) {
 
 // gatedTransport holds every new connection, and so every request, while closed.
 type gatedTransport struct {
-	mu   sync.Mutex
-	gate chan struct{} // nil: open
-	once sync.Once
-	t    *http.Transport
+	mu    sync.Mutex
+	gate  chan struct{} // nil: open
+	once  sync.Once
+	t     *http.Transport
+	conns []net.Conn
+}
+
+// cut closes every connection dialed so far.
+func (g *gatedTransport) cut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		c.Close()
+	}
+	g.conns = nil
 }
 
 func (g *gatedTransport) close() {
@@ -374,7 +385,13 @@ func (g *gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 					return nil, ctx.Err()
 				}
 			}
-			return dial(ctx, network, addr)
+			c, err := dial(ctx, network, addr)
+			if err == nil {
+				g.mu.Lock()
+				g.conns = append(g.conns, c)
+				g.mu.Unlock()
+			}
+			return c, err
 		}
 	})
 	return g.t.RoundTrip(r)
@@ -403,7 +420,7 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 	lists := srv.Stats().Lists
 
 	gate.close()
-	ts.CloseClientConnections()
+	gate.cut()
 	wiretest.Eventually(t, "the client's watch to end", func() bool { return srv.Stats().OpenWatches == 0 })
 	step(t, srv, 3, func() { wiretest.Put(up.src, "c", "payments:1") })
 	step(t, srv, 4, func() { up.src.Delete("a") })

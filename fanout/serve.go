@@ -180,12 +180,12 @@ func (c *core[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer c.requests.Done()
 	if req.watch {
-		c.serveWatch(w, r, req, client)
-	} else {
-		c.serveList(w, r, req, client)
+		c.serveWatch(w, r, req, client) // calls c.requests.Done, maybe on another goroutine
+		return
 	}
+	defer c.requests.Done()
+	c.serveList(w, r, req, client)
 }
 
 // accept checks a request — authorization, method, body, query, the server's state — and

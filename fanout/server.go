@@ -112,13 +112,18 @@ type ServerOptions[V any] struct {
 // It registers a handler on the informer that copies every change, encoded once, into an
 // in-memory revisioned log (source/memory) with a bounded history, and serves from that
 // log: lists are consistent, paginated snapshots with continue tokens; watches resume from
-// any revision within the history. Every watcher reads the one shared log, so a watcher
-// costs two goroutines (the handler's and net/http's background reader) and a
-// connection, 28 KB of heap and stacks while idle (BenchmarkWatcherCost), plus a pooled
-// 32 KiB write buffer while it has something to send, whatever the rate of changes; the
-// memory of the server is the state, the history (bounded by HistoryLimit and
-// HistoryBytes) and the snapshots of lists in progress. Encoding is done once per change,
-// not once per watcher.
+// any revision within the history. Every watcher reads the one shared log. An HTTP/1.1
+// watch is taken over from net/http once its header is sent (its connection hijacked,
+// net/http's goroutines and buffers gone): an idle watcher costs one goroutine and a
+// connection, 7.5 KB of heap and stacks in use (BenchmarkWatcherCost), plus a pooled
+// 32 KiB write buffer while it has something to send, whatever the rate of changes. An HTTP/2
+// watch, or one served through a ResponseWriter that does not implement http.Hijacker,
+// stays on net/http's path: the handler's goroutine and net/http's buffers of the
+// stream. A taken-over watch ends when the Server's Shutdown, the watch's timeout or its
+// request context's deadline ends it, or its client goes away; http.Server.Close and
+// Shutdown do not know it. The memory of the server is the state, the history (bounded by
+// HistoryLimit and HistoryBytes) and the snapshots of lists in progress. Encoding is done
+// once per change, not once per watcher.
 //
 // Lists in progress. A list (paged or not, or the initial events of a streaming list)
 // reads a copy-on-write snapshot of the state, which costs nothing until the state
@@ -216,6 +221,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 			BookmarkInterval: lim.bookmarks,
 			StreamingList:    true,
 			HistoryLimit:     lim.history,
+			KeepRequests:     -1, // the log serves for good: no record of its calls
 		}),
 		synced: make(chan struct{}),
 	}

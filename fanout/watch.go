@@ -21,44 +21,70 @@ import (
 const watchBufferSize = 32 << 10
 
 // serveWatch streams a watch until the source ends it, the client goes away, the watcher
-// falls behind, or the server shuts down.
+// falls behind, or the server shuts down; then it calls c.requests.Done. An HTTP/1.1 watch
+// is taken over from net/http once its header is sent (takeover.go), and goes on in a
+// goroutine of its own.
 func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request, client string) {
 	release, ok := c.admit(w, &c.watchers, client, c.maxWatchers, c.maxClientWatchers, &c.stats.Rejected, "watchers")
 	if !ok {
+		c.requests.Done()
 		return
 	}
-	defer release()
-
+	t := newTakeover(w, r)
+	r = t.request(r)
 	ctx, done, wat, opts, replay, ok := c.openWatch(w, r, &req)
 	if !ok {
+		t.finish(0)
+		release()
+		c.requests.Done()
 		return
 	}
-	defer done()
-	defer wat.Stop()
 
-	ww := streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
-	defer ww.end()
+	ww := &streamWriter{w: w, r: r, rc: http.NewResponseController(w), timeout: c.writeTimeout}
 	c.stats.Watches.Add(1)
 	c.stats.OpenWatches.Add(1)
-	defer c.stats.OpenWatches.Add(-1)
-	if err := c.startWatch(&ww, req); err != nil {
-		c.writeFailed(r, &ww, "watcher", err)
+	finish := func() {
+		c.stats.OpenWatches.Add(-1)
+		ww.end()
+		wat.Stop()
+		done()
+		release()
+		t.finish(c.writeTimeout)
+		c.requests.Done()
+	}
+	if err := c.startWatch(ww, req); err != nil {
+		c.writeFailed(ww.r, ww, "watcher", err)
+		finish()
 		return
 	}
-	ws := watchStream[V]{
+	ws := &watchStream[V]{
 		c: c, wat: wat, sse: req.sse, bookmarks: req.bookmarks, replay: replay,
 		inInitial: opts.SendInitialEvents, scratch: make([]byte, 0, 64),
 	}
 	ws.batched, _ = wat.(informer.BatchedWatch)
+	var stale func() bool
 	if opts.SendInitialEvents && c.staleState != nil {
 		// A streaming list is cut as a list is when its state leaves the history while a
 		// write waits for its reader; once the initial events are sent it is a watch.
-		var stale func() bool
 		stale, ws.initialRev = c.staleState()
-		ws.cut = c.watchStale(&ww, stale)
-		defer ws.cut.stop()
 	}
-	ws.run(ctx, &ww)
+	run := func() {
+		if stale != nil { // checked from here: a takeover has swapped ww's writer by now
+			ws.cut = c.watchStale(ww, stale)
+			defer ws.cut.stop()
+		}
+		ws.run(ctx, ww)
+	}
+	if t.take(ww) {
+		go func() {
+			defer finish()
+			defer t.recover(c.logger, c.report)
+			run()
+		}()
+		return
+	}
+	defer finish()
+	run()
 }
 
 // startWatch sends the headers of a watch's answer.

@@ -122,12 +122,17 @@ func (s *Source[K, V]) Bookmark() {
 	s.wakeLocked()
 }
 
-// Requests returns every List and Watch call made so far, in the order they were made,
-// including those that failed or were delayed, in a new slice that belongs to the caller.
+// Requests returns every List and Watch call made so far (the newest
+// Options.KeepRequests of them, if set), in the order they were made, including those
+// that failed or were delayed, in a new slice that belongs to the caller.
 func (s *Source[K, V]) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	reqs := s.requests
+	if keep := s.opts.KeepRequests; keep > 0 && len(reqs) > keep {
+		reqs = reqs[len(reqs)-keep:]
+	}
+	return append([]Request(nil), reqs...)
 }
 
 // OpenWatches returns the number of open watches: those returned by Watch that have not
@@ -163,7 +168,12 @@ func (s *Source[K, V]) WaitForWatches(ctx context.Context, n int) error {
 // failure if one is due, waits the delay, and checks ctx.
 func (s *Source[K, V]) enter(ctx context.Context, r Request) error {
 	s.mu.Lock()
-	s.requests = append(s.requests, r)
+	if keep := s.opts.KeepRequests; keep >= 0 {
+		if keep > 0 && len(s.requests) >= 2*keep {
+			s.requests = append(s.requests[:0], s.requests[len(s.requests)-keep+1:]...)
+		}
+		s.requests = append(s.requests, r)
+	}
 	var fail error
 	for i := range s.fails {
 		f := &s.fails[i]

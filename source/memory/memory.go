@@ -58,6 +58,11 @@ type Options struct {
 	// HistoryLimit, when positive, compacts the log after every change so that it holds at
 	// most this many events. Zero or negative keeps every event until Compact.
 	HistoryLimit int
+	// KeepRequests bounds the log of List and Watch calls that Requests returns: when
+	// positive, only the newest KeepRequests calls are kept; negative keeps none, for a
+	// Source that serves for good (a fan-out Server's log), whose log would otherwise grow
+	// by one entry per call. Zero keeps every call.
+	KeepRequests int
 }
 
 // Source is an in-memory, revisioned collection and its change log. It implements

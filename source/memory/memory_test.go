@@ -717,6 +717,32 @@ func TestRequestsRecordOptions(t *testing.T) {
 	}
 }
 
+// KeepRequests keeps the newest calls only, or none.
+func TestRequestsKept(t *testing.T) {
+	ctx := context.Background()
+	for _, keep := range []int{-1, 1, 3} {
+		s := newSource(memory.Options{KeepRequests: keep})
+		for i := range 10 {
+			w, err := s.Watch(ctx, informer.WatchOptions{Revision: "0", Timeout: time.Duration(i+1) * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Stop()
+		}
+		var got []time.Duration
+		for _, r := range s.Requests() {
+			got = append(got, r.Watch.Timeout/time.Second)
+		}
+		var want []time.Duration
+		for i := 10 - keep + 1; keep > 0 && i <= 10; i++ {
+			want = append(want, time.Duration(i))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("KeepRequests %d: the calls kept have timeouts %v, want %v", keep, got, want)
+		}
+	}
+}
+
 func TestDropWatches(t *testing.T) {
 	for _, tc := range []struct {
 		err, want error

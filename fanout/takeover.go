@@ -1,0 +1,200 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+)
+
+// An HTTP/1.1 watch is taken over from net/http once its response header is sent: the
+// connection is hijacked, net/http's connection goroutine returns and frees its buffers
+// (the connection's reader and writer, the response's buffer) and its background reader
+// ends, and the watch goes on in a goroutine of its own whose stack holds the watch loop
+// alone, writing the same chunked body net/http would (one chunk per write, the last
+// chunk when the watch ends), then closing the connection. A client's going away is
+// noticed without a goroutine per watcher (watchHangup). HTTP/2 watches, and writers
+// that do not implement http.Hijacker themselves (middleware that wraps net/http's),
+// stay on net/http's path. net/http forgets a hijacked connection: http.Server.Close
+// and Shutdown do not end it; the Server's Shutdown does.
+
+// maxIdleInput is how much a watcher's client may send after its request (net/http would
+// have left it unread until the watch ended) before its watch is ended.
+const maxIdleInput = 64 << 10
+
+// takeover is the takeover of one watch; nil when the watch stays on net/http's path.
+type takeover struct {
+	w       http.ResponseWriter // until take
+	r       *http.Request       // the request, with a context of the watch's own
+	cancel  context.CancelFunc  // ends that context: the client went away, or the watch ended
+	unlink  func() bool         // stops the request's context from ending it
+	conn    net.Conn            // once taken
+	unwatch func()              // stops watching conn for its client's going away
+	broken  bool                // the watch panicked: its connection is cut, not ended
+	remote  string              // the client's address, for a panic's report
+}
+
+// newTakeover prepares the takeover of a watch of an HTTP/1.1 request, or returns nil. The
+// watch is to be served with request(r), whose context ends with r's until take, and then
+// only when the client goes away or the watch ends.
+func newTakeover(w http.ResponseWriter, r *http.Request) *takeover {
+	if r.ProtoMajor != 1 || r.ProtoMinor < 1 {
+		return nil // HTTP/2 multiplexes the connection; HTTP/1.0 has no chunked body
+	}
+	if _, ok := w.(http.Hijacker); !ok {
+		// A wrapper of net/http's writer (middleware) sees every write unless it passes
+		// hijacking on itself: it is not bypassed through its Unwrap.
+		return nil
+	}
+	// The request's context ends when the handler returns: after the takeover the watch
+	// keeps only its deadline (a middleware's bound on the request's duration).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	if d, ok := r.Context().Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(r.Context()), d)
+	}
+	return &takeover{w: w, r: r.WithContext(ctx), cancel: cancel, unlink: context.AfterFunc(r.Context(), cancel)}
+}
+
+// request returns the request to serve the watch with.
+func (t *takeover) request(r *http.Request) *http.Request {
+	if t == nil {
+		return r
+	}
+	return t.r
+}
+
+// take hijacks the connection once the response's header is flushed and points sw at it;
+// false if it cannot be (the watch then goes on in the handler, as before).
+func (t *takeover) take(sw *streamWriter) bool {
+	if t == nil {
+		return false
+	}
+	w := t.w
+	t.w = nil
+	conn, brw, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return false
+	}
+	t.unlink()
+	// Bytes the client sent after its request are dropped with net/http's reader.
+	_, _ = brw.Reader.Discard(brw.Reader.Buffered())
+	t.conn = conn
+	cw := &chunkedConn{conn: conn}
+	r := t.r
+	sw.mu.Lock()
+	sw.w, sw.rc = cw, http.NewResponseController(cw)
+	// What a stalled watcher's report names; the request itself (its header) is let go.
+	sw.r = &http.Request{Method: r.Method, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, RemoteAddr: r.RemoteAddr}
+	if sw.conn == nil {
+		sw.conn = conn
+	}
+	sw.mu.Unlock()
+	t.remote = r.RemoteAddr
+	t.r = nil
+	t.unwatch = watchHangup(conn, t.cancel)
+	return true
+}
+
+// recover, deferred by a taken-over watch's goroutine, does with a panic of the watch (a
+// source's or an Encode's) what net/http does with a handler's: it is logged with its
+// stack and reported, and the connection cut without the last chunk, so that the client
+// sees a broken stream, not an end; the process goes on.
+func (t *takeover) recover(log *slog.Logger, report func(error)) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	t.broken = true
+	if p == http.ErrAbortHandler {
+		return
+	}
+	stack := make([]byte, 64<<10)
+	stack = stack[:runtime.Stack(stack, false)]
+	err := fmt.Errorf("fanout: panic serving the watch of %s: %v", t.remote, p)
+	log.Error("fanout: panic serving a watch", "err", err, "stack", string(stack))
+	report(err)
+}
+
+// finish ends the watch's context and, for a watch taken over, writes the last chunk
+// (within timeout) and closes the connection.
+func (t *takeover) finish(timeout time.Duration) {
+	if t == nil {
+		return
+	}
+	t.unlink()
+	t.cancel()
+	if t.conn == nil {
+		return
+	}
+	if timeout > 0 {
+		_ = t.conn.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	if !t.broken {
+		_, _ = io.WriteString(t.conn, "0\r\n\r\n")
+	}
+	t.unwatch()
+	_ = t.conn.Close()
+}
+
+// readUntilHangup watches conn for its client's going away with a goroutine that reads
+// it: gone is called when the read fails (the client closed or reset the connection, or
+// the connection was closed) or the client sent more than maxIdleInput. Closing conn ends
+// the goroutine.
+func readUntilHangup(conn net.Conn, gone func()) (stop func()) {
+	go func() {
+		b := make([]byte, 512)
+		for read := 0; read <= maxIdleInput; {
+			n, err := conn.Read(b)
+			if err != nil {
+				break
+			}
+			read += n
+		}
+		gone()
+	}()
+	return func() {}
+}
+
+// chunkedConn writes a chunked body on a hijacked connection, as net/http's response
+// writer would: each Write is one chunk, sent at once. It is the ResponseWriter a
+// streamWriter uses once its watch is taken over.
+type chunkedConn struct {
+	conn net.Conn
+	size [18]byte
+	bufs [3][]byte
+}
+
+var crlf = []byte("\r\n")
+
+// Header is never used once the header is sent.
+func (c *chunkedConn) Header() http.Header { return http.Header{} }
+
+// WriteHeader is never used once the header is sent.
+func (c *chunkedConn) WriteHeader(int) {}
+
+// Write sends p as one chunk.
+func (c *chunkedConn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil // as net/http: an empty chunk would end the body
+	}
+	size := strconv.AppendUint(c.size[:0], uint64(len(p)), 16)
+	c.bufs = [3][]byte{append(size, crlf...), p, crlf}
+	bufs := net.Buffers(c.bufs[:])
+	_, err := bufs.WriteTo(c.conn)
+	c.bufs = [3][]byte{} // p is the watch's pooled buffer: not kept
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// FlushError has nothing to do: Write sends at once.
+func (c *chunkedConn) FlushError() error { return nil }
+
+// SetWriteDeadline sets the connection's write deadline.
+func (c *chunkedConn) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }
