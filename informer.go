@@ -314,8 +314,8 @@ func (inf *Informer[K, V]) ReportError(err error) {
 }
 
 // Key returns obj's key as the informer computes it (Options.Key; a panic is an error).
-// Pass inf.Key wherever another part of the program asks for the same key function (an
-// httpsource.Server, a controller), so that it is written once.
+// Pass inf.Key wherever another part of the program asks for the same key function (a
+// controller), so that it is written once; fanout.NewServer takes it from the informer.
 func (inf *Informer[K, V]) Key(obj V) (K, error) { return inf.sink.Key(obj) }
 
 // --- handlers ---
