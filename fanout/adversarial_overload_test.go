@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
@@ -27,8 +29,8 @@ func BenchmarkAdversarialEndlessBodies(b *testing.B) {
 		b.Skip("run with -adversarial (make adversarial)")
 	}
 	up := newUpstream(b, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(b, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func BenchmarkAdversarialEndlessBodies(b *testing.B) {
 	srv.core.mu.Lock()
 	held := srv.core.lists.total + srv.core.watchers.total
 	srv.core.mu.Unlock()
-	c := newTestClient(b, ts.URL, httpsource.ClientOptions[*obj]{})
+	c := newTestClient(b, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	_, lerr := c.List(context.Background(), informer.ListOptions{})
 	b.ReportMetric(float64(held), "slots-held")
 	b.ReportMetric(float64(refused), "answered-400/264")
@@ -76,9 +78,9 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 	up := newUpstream(b, memory.Options{})
 	val := strings.Repeat("v", size)
 	for i := range objects {
-		put(up.src, fmt.Sprintf("k%05d", i), val)
+		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
 	}
-	srv, err := newServer(b, up, ServerOptions[*obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
+	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 			case <-stop:
 				return
 			case <-tick.C:
-				put(up.src, fmt.Sprintf("k%05d", n%objects), fmt.Sprintf("%s%08d", val[:size-8], n))
+				wiretest.Put(up.src, fmt.Sprintf("k%05d", n%objects), fmt.Sprintf("%s%08d", val[:size-8], n))
 			}
 		}
 	}
@@ -156,12 +158,12 @@ func BenchmarkAdversarialSilentServer(b *testing.B) {
 	}
 	const interval = time.Second
 	sil, _, d := serveSilenceable(b, interval)
-	seen := len(d.rec.errors())
+	seen := len(d.Rec.Errors())
 	frozen := time.Now()
 	sil.freeze()
 	var noticed time.Duration
-	eventually(b, "the silence to be noticed", func() bool {
-		for _, err := range d.rec.errors()[seen:] {
+	wiretest.Eventually(b, "the silence to be noticed", func() bool {
+		for _, err := range d.Rec.Errors()[seen:] {
 			if errors.Is(err, informer.ErrRetryable) {
 				noticed = time.Since(frozen)
 				return true
@@ -182,10 +184,10 @@ func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
 	}
 	const runs, watchers, burst = 20, 1000, 300
 	raiseFileLimit(b, 2*watchers+1024)
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "0")
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "0")
 	up := startUpstream(b, src, "upstream", true)
-	srv, ts, _ := startReplica(b, up, ServerOptions[*obj]{QueueLength: 64})
+	srv, ts, _ := startReplica(b, up, ServerOptions[*wiretest.Obj]{QueueLength: 64})
 	addr := ts.Listener.Addr().String()
 	stale, staleRuns := 0, 0
 	for run := range runs {
@@ -194,10 +196,10 @@ func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
 		for i := range conns {
 			conns[i] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+from)
 		}
-		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
+		wiretest.Eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
 		var last int64
 		for i := range burst {
-			last = put(src, fmt.Sprintf("k%03d", i%100), fmt.Sprint(run, ".", i))
+			last = wiretest.Put(src, fmt.Sprintf("k%03d", i%100), fmt.Sprint(run, ".", i))
 		}
 		want := []byte(fmt.Sprintf(`"resourceVersion":"%d"`, last))
 		deadline := time.Now().Add(5 * time.Second)
@@ -232,7 +234,7 @@ func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
 		for _, c := range conns {
 			c.Close()
 		}
-		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+		wiretest.Eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	}
 	b.ReportMetric(float64(stale), "stale-watchers")
 	b.ReportMetric(float64(staleRuns), "stale-runs/20")

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -43,7 +45,7 @@ func dialFrom(tb testing.TB, addr string, from byte, query string) net.Conn {
 // status reads the status code of the response on conn, and no more than its header.
 func status(tb testing.TB, conn net.Conn) int {
 	tb.Helper()
-	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	_ = conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4096), nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -104,22 +106,22 @@ func (c watcherCost) report(b *testing.B, n int) {
 func BenchmarkWatcherCost(b *testing.B) {
 	const n = 1000
 	up := newUpstream(b, memory.Options{})
-	put(up.src, "a", "1")
-	srv, ts := serve(b, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, ts := serve(b, up, ServerOptions[*wiretest.Obj]{})
 	addr := ts.Listener.Addr().String()
 	for i := -1; i < b.N; i++ {
 		from := int64(i + 2) // the log revision: the initial object, then one change a round
-		eventually(b, "the server to hold the last change", func() bool { return srv.src.Revision() == from })
+		wiretest.Eventually(b, "the server to hold the last change", func() bool { return srv.src.Revision() == from })
 		cost := startWatcherCost()
 		conns := make([]net.Conn, n)
 		for j := range conns {
 			conns[j] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+rev(srv, from))
 		}
-		eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
+		wiretest.Eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
 		val := fmt.Sprint("round", i)
-		put(up.src, "a", val)
+		wiretest.Put(up.src, "a", val)
 		for _, c := range conns { // each has its change: the server is idle again
-			_ = c.SetReadDeadline(time.Now().Add(waitTimeout))
+			_ = c.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 			resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
 			if err != nil {
 				b.Fatal(err)
@@ -134,7 +136,7 @@ func BenchmarkWatcherCost(b *testing.B) {
 		for _, c := range conns {
 			c.Close()
 		}
-		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+		wiretest.Eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	}
 }
 
@@ -146,9 +148,9 @@ func BenchmarkAdversarialFairness(b *testing.B) {
 		b.Skip("run with -adversarial (make adversarial)")
 	}
 	up := newUpstream(b, memory.Options{})
-	put(up.src, "a", "1")
-	put(up.src, "b", "1")
-	srv, ts := serve(b, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	wiretest.Put(up.src, "b", "1")
+	srv, ts := serve(b, up, ServerOptions[*wiretest.Obj]{})
 	addr := ts.Listener.Addr().String()
 	q := "watch=1&resourceVersion=" + rev(srv, 2)
 	held, rejected := 0, 0
@@ -167,16 +169,16 @@ func BenchmarkAdversarialFairness(b *testing.B) {
 
 	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}).DialContext}}
 	defer hc.CloseIdleConnections()
-	resp := rawGet(b, hc, ts.URL+"?limit=1", nil)
-	_, tok, _ := strings.Cut(body(b, resp), `"continue":"`)
+	resp := wiretest.Get(b, hc, ts.URL+"?limit=1", nil)
+	_, tok, _ := strings.Cut(wiretest.Body(b, resp), `"continue":"`)
 	tok = tok[:strings.IndexByte(tok, '"')]
 	attacker := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
 	defer attacker.CloseIdleConnections()
 	for range 1000 {
-		body(b, rawGet(b, attacker, ts.URL+"?limit=1", nil))
+		wiretest.Body(b, wiretest.Get(b, attacker, ts.URL+"?limit=1", nil))
 	}
-	second := rawGet(b, hc, ts.URL+"?limit=1&continue="+tok, nil)
-	body(b, second)
+	second := wiretest.Get(b, hc, ts.URL+"?limit=1&continue="+tok, nil)
+	wiretest.Body(b, second)
 	b.ReportMetric(float64(held), "attacker-watches")
 	b.ReportMetric(float64(rejected), "attacker-429s")
 	b.ReportMetric(float64(boolInt(served)), "victim-served")
@@ -201,9 +203,9 @@ func BenchmarkAdversarialStalledLists(b *testing.B) {
 	up := newUpstream(b, memory.Options{})
 	val := strings.Repeat("v", 1<<10)
 	for i := range 20000 {
-		put(up.src, fmt.Sprintf("k%05d", i), val)
+		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
 	}
-	srv, err := newServer(b, up, ServerOptions[*obj]{ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
+	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -245,9 +247,9 @@ func BenchmarkAdversarialSlowReader(b *testing.B) {
 	up := newUpstream(b, memory.Options{})
 	val := strings.Repeat("v", 64<<10)
 	for i := range 64 { // 4 MiB
-		put(up.src, fmt.Sprintf("k%02d", i), val)
+		wiretest.Put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
-	srv, err := newServer(b, up, ServerOptions[*obj]{ServeOptions: ServeOptions{WriteTimeout: timeout, ErrorHandler: func(error) {}}})
+	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: timeout, ErrorHandler: func(error) {}}})
 	if err != nil {
 		b.Fatal(err)
 	}

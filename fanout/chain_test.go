@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
@@ -29,52 +31,52 @@ func TestChain(t *testing.T) {
 	}{{"ndjson", httpsource.NDJSON}, {"sse", httpsource.ServerSentEvents}} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newUpstream(t, memory.Options{})
-			put(up.src, "a", "1")
-			put(up.src, "b", "1")
-			srv, ts := serve(t, up, ServerOptions[*obj]{})
-			want := func() string { return state(up.src.Items()) }
+			wiretest.Put(up.src, "a", "1")
+			wiretest.Put(up.src, "b", "1")
+			srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
+			want := func() string { return wiretest.State(up.src.Items()) }
 
-			var clients []*downstream
+			var clients []*wiretest.Mirror
 			for i := range 3 {
-				c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Framing: tc.framing})
-				clients = append(clients, newDownstream(t, c.Ordered(), "client", func(o *informer.Options[string, *obj]) {
+				c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{Framing: tc.framing})
+				clients = append(clients, wiretest.NewMirror(t, c.Ordered(), "client", func(o *informer.Options[string, *wiretest.Obj]) {
 					o.PageSize = int64(i + 1) // paginated lists of every size
 				}))
 			}
 			for _, d := range clients {
-				converge(t, d, want)
+				wiretest.Converge(t, d, want)
 			}
 
-			put(up.src, "c", "1")
-			put(up.src, "a", "2")
+			wiretest.Put(up.src, "c", "1")
+			wiretest.Put(up.src, "a", "2")
 			up.src.Delete("b")
 			for _, d := range clients {
-				converge(t, d, want)
+				wiretest.Converge(t, d, want)
 			}
 
 			// An upstream relist: the upstream informer re-delivers every object; the server
 			// passes on only what changed (d, added while it was disconnected).
 			up.src.DropWatches(informer.ErrExpired)
-			put(up.src, "d", "1")
+			wiretest.Put(up.src, "d", "1")
 			for _, d := range clients {
-				converge(t, d, want)
+				wiretest.Converge(t, d, want)
 			}
 			// Read-your-writes through the tier: the server's revision, waited for on a client.
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 			defer cancel()
 			for _, d := range clients {
-				if err := d.inf.WaitForRevision(ctx, srv.Revision()); err != nil {
+				if err := d.Inf.WaitForRevision(ctx, srv.Revision()); err != nil {
 					t.Fatal(err)
 				}
-				if got := state(d.inf.List()); got != want() {
+				if got := wiretest.State(d.Inf.List()); got != want() {
 					t.Fatalf("after WaitForRevision: %s, want %s", got, want())
 				}
-				wantCalls := []string{"add* a=1", "add* b=1", "add c=1", "update a=1→2", "delete b=1", "add d=1"}
-				until(t, "the handler calls", func() bool { return len(d.rec.get()) >= len(wantCalls) }, d.rec.ch)
-				if got := d.rec.get(); !slices.Equal(got, wantCalls) {
-					t.Errorf("%s: handler saw\n%q\nwant\n%q", d.inf.Name(), got, wantCalls)
+				wantCalls := []string{"add*a=1", "add*b=1", "add c=1", "update a=1→2", "delete b=1", "add d=1"}
+				wiretest.Until(t, "the handler calls", func() bool { return len(d.Rec.Calls()) >= len(wantCalls) }, d.Rec.Changed)
+				if got := d.Rec.Calls(); !slices.Equal(got, wantCalls) {
+					t.Errorf("%s: handler saw\n%q\nwant\n%q", d.Inf.Name(), got, wantCalls)
 				}
-				if errs := d.rec.errors(); len(errs) > 0 {
+				if errs := d.Rec.Errors(); len(errs) > 0 {
 					t.Errorf("client errors: %v", errs)
 				}
 			}
@@ -201,53 +203,53 @@ func (g *gate) watches() []time.Time {
 // again, and sees the object deleted meanwhile as a tombstone (finalStateUnknown).
 func TestChainExpiredRelistTombstones(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	put(up.src, "b", "1")
-	put(up.src, "x", "1")
-	srv, _ := serve(t, up, ServerOptions[*obj]{HistoryLimit: 5})
+	wiretest.Put(up.src, "a", "1")
+	wiretest.Put(up.src, "b", "1")
+	wiretest.Put(up.src, "x", "1")
+	srv, _ := serve(t, up, ServerOptions[*wiretest.Obj]{HistoryLimit: 5})
 	g := newGate(srv)
 	ts := httptest.NewServer(g)
 	t.Cleanup(ts.Close)
-	want := func() string { return state(up.src.Items()) }
-	byVal := func(o *obj) string { return o.Val } // unchanged objects of a relist are resyncs
+	want := func() string { return wiretest.State(up.src.Items()) }
+	byVal := func(o *wiretest.Obj) string { return o.Val } // unchanged objects of a relist are resyncs
 
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
-	d := newDownstream(t, c.Ordered(), "client", func(o *informer.Options[string, *obj]) { o.Revision = byVal })
-	converge(t, d, want)
-	put(up.src, "a", "2") // so that the watch has delivered an event before it is cut
-	converge(t, d, want)
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, c.Ordered(), "client", func(o *informer.Options[string, *wiretest.Obj]) { o.Revision = byVal })
+	wiretest.Converge(t, d, want)
+	wiretest.Put(up.src, "a", "2") // so that the watch has delivered an event before it is cut
+	wiretest.Converge(t, d, want)
 
 	g.setClosed(true)
 	g.cut()
 	up.src.Delete("x")
-	put(up.src, "y", "1")
+	wiretest.Put(up.src, "y", "1")
 	for i := 2; i <= 10; i++ {
-		put(up.src, "b", strconv.Itoa(i))
+		wiretest.Put(up.src, "b", strconv.Itoa(i))
 	}
 	// An observer that talks to the server directly shows when it has every change.
 	direct := httptest.NewServer(srv)
 	t.Cleanup(direct.Close)
-	obs := newDownstream(t, newTestClient(t, direct.URL, httpsource.ClientOptions[*obj]{}), "direct", nil)
-	converge(t, obs, want)
+	obs := wiretest.NewMirror(t, newTestClient(t, direct.URL, httpsource.ClientOptions[*wiretest.Obj]{}), "direct", nil)
+	wiretest.Converge(t, obs, want)
 
 	before := len(g.entries())
 	g.setClosed(false)
-	converge(t, d, want)
-	until(t, "the client to watch again", func() bool {
+	wiretest.Converge(t, d, want)
+	wiretest.Until(t, "the client to watch again", func() bool {
 		e := g.entries()
 		return strings.HasPrefix(e[len(e)-1], "watch ") && strings.HasPrefix(e[len(e)-2], "list ")
 	}, g.requests)
 
-	calls := d.rec.get()
-	wantCalls := []string{"add* a=1", "add* b=1", "add* x=1", "update a=1→2"}
+	calls := d.Rec.Calls()
+	wantCalls := []string{"add*a=1", "add*b=1", "add*x=1", "update a=1→2"}
 	if !slices.Equal(calls[:4], wantCalls) {
 		t.Fatalf("before the gap: %q, want %q", calls[:4], wantCalls)
 	}
 	after := slices.Sorted(slices.Values(calls[4:]))
-	if want := []string{"add y=1", "delete? x=1", "update b=1→10"}; !slices.Equal(after, want) {
+	if want := []string{"add y=1", "delete?x=1", "update b=1→10"}; !slices.Equal(after, want) {
 		t.Fatalf("after the gap: %q, want %q", after, want)
 	}
-	if !d.rec.hasError(informer.ErrExpired) && d.inf.Stats().Expirations == 0 {
+	if !d.Rec.HasError(informer.ErrExpired) && d.Inf.Stats().Expirations == 0 {
 		t.Error("the client never saw its revision expire")
 	}
 	// The requests after the gate opened: refused watches, then the watch from the old
@@ -270,11 +272,11 @@ func TestChainExpiredRelistTombstones(t *testing.T) {
 // converges, with a tombstone for the object deleted while the server was down.
 func TestChainServerRestart(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	put(up.src, "b", "1")
-	want := func() string { return state(up.src.Items()) }
+	wiretest.Put(up.src, "a", "1")
+	wiretest.Put(up.src, "b", "1")
+	want := func() string { return wiretest.State(up.src.Items()) }
 
-	srv1, err := newServer(t, up, ServerOptions[*obj]{})
+	srv1, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,25 +284,25 @@ func TestChainServerRestart(t *testing.T) {
 	addr := ts1.Listener.Addr().String()
 	waitSynced(t, srv1)
 
-	c := newTestClient(t, ts1.URL, httpsource.ClientOptions[*obj]{})
-	d := newDownstream(t, c.Ordered(), "client", nil)
-	converge(t, d, want)
-	put(up.src, "b", "2")
-	converge(t, d, want)
+	c := newTestClient(t, ts1.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, c.Ordered(), "client", nil)
+	wiretest.Converge(t, d, want)
+	wiretest.Put(up.src, "b", "2")
+	wiretest.Converge(t, d, want)
 
 	// Kill: cut every connection, stop listening, drop the server's state.
 	ts1.CloseClientConnections()
 	ts1.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if err := srv1.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	up.src.Delete("a")
-	put(up.src, "c", "1")
-	put(up.src, "b", "3")
+	wiretest.Put(up.src, "c", "1")
+	wiretest.Put(up.src, "b", "3")
 
-	srv2, err := newServer(t, up, ServerOptions[*obj]{})
+	srv2, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,11 +316,11 @@ func TestChainServerRestart(t *testing.T) {
 		_ = srv2.Shutdown(context.Background())
 		ts2.Close()
 	})
-	converge(t, d, want)
+	wiretest.Converge(t, d, want)
 
-	calls := d.rec.get()
+	calls := d.Rec.Calls()
 	tail := slices.Sorted(slices.Values(calls[3:]))
-	if w := []string{"add c=1", "delete? a=1", "update b=2→3"}; !slices.Equal(tail, w) {
+	if w := []string{"add c=1", "delete?a=1", "update b=2→3"}; !slices.Equal(tail, w) {
 		t.Fatalf("after the restart: %q, want %q (all: %q)", tail, w, calls)
 	}
 }
@@ -327,35 +329,35 @@ func TestChainServerRestart(t *testing.T) {
 // same revision, without a relist.
 func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, _ := serve(t, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, _ := serve(t, up, ServerOptions[*wiretest.Obj]{})
 	g := newGate(srv)
 	ts := httptest.NewServer(g)
 	t.Cleanup(ts.Close)
-	want := func() string { return state(up.src.Items()) }
+	want := func() string { return wiretest.State(up.src.Items()) }
 
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Ordered(), "client", nil)
-	converge(t, d, want)
-	put(up.src, "a", "2") // the watch delivers an event, so its end is not a "very short watch"
-	converge(t, d, want)
-	lists := d.inf.Stats().Lists
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Ordered(), "client", nil)
+	wiretest.Converge(t, d, want)
+	wiretest.Put(up.src, "a", "2") // the watch delivers an event, so its end is not a "very short watch"
+	wiretest.Converge(t, d, want)
+	lists := d.Inf.Stats().Lists
 	watchesBefore := len(g.watches())
 
 	g.answer(http.StatusTooManyRequests, "1", 1)
 	g.cut()
-	until(t, "the client to watch again after the 429", func() bool { return len(g.watches()) >= watchesBefore+2 }, g.requests)
-	put(up.src, "b", "1")
-	converge(t, d, want)
+	wiretest.Until(t, "the client to watch again after the 429", func() bool { return len(g.watches()) >= watchesBefore+2 }, g.requests)
+	wiretest.Put(up.src, "b", "1")
+	wiretest.Converge(t, d, want)
 
 	at := g.watches()[watchesBefore:]
 	if gap := at[1].Sub(at[0]); gap < time.Second {
 		t.Errorf("watched again %v after a 429 with Retry-After: 1", gap)
 	}
-	if n := d.inf.Stats().Lists; n != lists {
+	if n := d.Inf.Stats().Lists; n != lists {
 		t.Errorf("the client listed %d times after the 429; want a re-watch without a relist", n-lists)
 	}
 	var ra time.Duration
-	for _, err := range d.rec.errors() {
+	for _, err := range d.Rec.Errors() {
 		if errors.Is(err, informer.ErrTooManyRequests) {
 			ra, _ = informer.RetryAfterOf(err)
 		}
@@ -368,10 +370,10 @@ func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 // TLS with HTTP/2, and a bearer token checked by the server's Authorize hook.
 func TestChainTLS(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
+	wiretest.Put(up.src, "a", "1")
 	var protoMu sync.Mutex
 	protos := map[string]bool{}
-	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		Authorize: func(r *http.Request) error {
 			protoMu.Lock()
 			protos[r.Proto] = true
@@ -394,19 +396,19 @@ func TestChainTLS(t *testing.T) {
 	})
 	waitSynced(t, srv)
 
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{
 		HTTPClient: ts.Client(),
 		PrepareRequest: func(r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer s3cret")
 			return nil
 		},
 	})
-	d := newDownstream(t, c.Ordered(), "client", nil)
-	want := func() string { return state(up.src.Items()) }
-	converge(t, d, want)
-	put(up.src, "b", "1")
+	d := wiretest.NewMirror(t, c.Ordered(), "client", nil)
+	want := func() string { return wiretest.State(up.src.Items()) }
+	wiretest.Converge(t, d, want)
+	wiretest.Put(up.src, "b", "1")
 	up.src.Delete("a")
-	converge(t, d, want)
+	wiretest.Converge(t, d, want)
 	protoMu.Lock()
 	defer protoMu.Unlock()
 	if !protos["HTTP/2.0"] {
@@ -418,18 +420,18 @@ func TestChainTLS(t *testing.T) {
 // (sendInitialEvents=true) and needs no list at all.
 func TestChainStreamingList(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	put(up.src, "b", "1")
-	srv, ts := serve(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "client", nil)
-	want := func() string { return state(up.src.Items()) }
-	converge(t, d, want)
-	put(up.src, "c", "1")
-	converge(t, d, want)
+	wiretest.Put(up.src, "a", "1")
+	wiretest.Put(up.src, "b", "1")
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true}).Ordered(), "client", nil)
+	want := func() string { return wiretest.State(up.src.Items()) }
+	wiretest.Converge(t, d, want)
+	wiretest.Put(up.src, "c", "1")
+	wiretest.Converge(t, d, want)
 	if n := srv.Stats().Lists; n != 0 {
 		t.Errorf("server served %d lists to a streaming client", n)
 	}
-	if got, w := d.rec.get(), []string{"add* a=1", "add* b=1", "add c=1"}; !slices.Equal(got, w) {
+	if got, w := d.Rec.Calls(), []string{"add*a=1", "add*b=1", "add c=1"}; !slices.Equal(got, w) {
 		t.Errorf("handler saw %q, want %q", got, w)
 	}
 }
@@ -437,26 +439,26 @@ func TestChainStreamingList(t *testing.T) {
 // PassThrough serves a bare ListerWatcher: here the memory source itself, revisions and
 // continue tokens passed through.
 func TestPassThroughChain(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
-	put(src, "b", "1")
-	put(src, "c", "1")
-	h := NewPassThrough[*obj](src, PassThroughOptions[*obj]{})
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
+	wiretest.Put(src, "b", "1")
+	wiretest.Put(src, "c", "1")
+	h := NewPassThrough[*wiretest.Obj](src, PassThroughOptions[*wiretest.Obj]{})
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		_ = h.Shutdown(context.Background())
 		ts.Close()
 	})
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Ordered(), "client", func(o *informer.Options[string, *obj]) { o.PageSize = 2 })
-	want := func() string { return state(src.Items()) }
-	converge(t, d, want)
-	put(src, "a", "2")
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Ordered(), "client", func(o *informer.Options[string, *wiretest.Obj]) { o.PageSize = 2 })
+	want := func() string { return wiretest.State(src.Items()) }
+	wiretest.Converge(t, d, want)
+	wiretest.Put(src, "a", "2")
 	src.Delete("b")
-	converge(t, d, want)
+	wiretest.Converge(t, d, want)
 	// The reflector records the revision after it has queued the event that the cache
 	// converged on: wait for the revision itself.
-	eventually(t, "the client's revision to reach 5", func() bool { return d.inf.LastSyncRevision() == "5" })
-	if got := d.inf.LastSyncRevision(); got != "5" {
+	wiretest.Eventually(t, "the client's revision to reach 5", func() bool { return d.Inf.LastSyncRevision() == "5" })
+	if got := d.Inf.LastSyncRevision(); got != "5" {
 		t.Errorf("client revision %q, want the source's own revision 5", got)
 	}
 	if n := h.Stats().Lists; n != 2 {

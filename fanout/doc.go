@@ -26,9 +26,9 @@
 //
 // Failures are answered with a Status body and a status code that says what to do:
 //
-//	410 Gone              the revision or continue token expired: list again
+//	410 Gone              the revision or continue token expired, or a Server replica has not reached the revision within ServerOptions.CatchUpWait: list again
 //	429 Too Many Requests too many watchers or lists (in all, or of this client): wait Retry-After, then retry (a watch from the same revision, no relist)
-//	503, other 5xx        transient: back off, watch again from the same revision (a Server replica behind the revision asked for answers 503 after ServerOptions.CatchUpWait)
+//	503, other 5xx        transient: back off, watch again from the same revision
 //	400, 401, 403, 404    the request is wrong or refused (a GET with a body is answered 400): reported, backed off, relisted
 //
 // # Filtered lists and watches

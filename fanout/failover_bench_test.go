@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
@@ -32,27 +34,27 @@ func benchmarkFailover(b *testing.B, n int) {
 	var relists uint64
 	for range b.N {
 		b.StopTimer()
-		src := memory.New(objName, memory.Options{})
+		src := memory.New(wiretest.ObjName, memory.Options{})
 		for i := range 100 {
-			put(src, fmt.Sprint("k", i), "0")
+			wiretest.Put(src, fmt.Sprint("k", i), "0")
 		}
-		opts := ServerOptions[*obj]{ServeOptions: ServeOptions{MaxWatchersPerClient: -1, MaxListsPerClient: -1, MaxLists: -1}}
+		opts := ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxWatchersPerClient: -1, MaxListsPerClient: -1, MaxLists: -1}}
 		_, tsA, killA := startReplica(b, startUpstream(b, src, "a", true), opts)
 		_, tsB, _ := startReplica(b, startUpstream(b, src, "b", true), opts)
 		transport := &http.Transport{MaxIdleConnsPerHost: n}
 		b.Cleanup(transport.CloseIdleConnections)
 		hc := &http.Client{Transport: transport}
-		infs := make([]*informer.Informer[string, *obj], n)
+		infs := make([]*informer.Informer[string, *wiretest.Obj], n)
 		for i := range infs {
-			c := newTestClient(b, tsA.URL, httpsource.ClientOptions[*obj]{HTTPClient: hc, StreamingList: true, FailoverURLs: []string{tsB.URL}})
-			inf, err := informer.New(c.Ordered(), informer.Options[string, *obj]{
-				Key: objKey, Logger: quiet, ErrorHandler: func(error) {},
+			c := newTestClient(b, tsA.URL, httpsource.ClientOptions[*wiretest.Obj]{HTTPClient: hc, StreamingList: true, FailoverURLs: []string{tsB.URL}})
+			inf, err := informer.New(c.Ordered(), informer.Options[string, *wiretest.Obj]{
+				Key: wiretest.ObjKey, Logger: quiet, ErrorHandler: func(error) {},
 				Backoff: informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 			})
 			if err != nil {
 				b.Fatal(err)
 			}
-			run(b, inf)
+			wiretest.Run(b, inf)
 			infs[i] = inf
 		}
 		for _, inf := range infs {
@@ -65,7 +67,7 @@ func benchmarkFailover(b *testing.B, n int) {
 		b.StartTimer()
 		start := time.Now()
 		killA()
-		rev := strconv.FormatInt(put(src, "k0", "1"), 10)
+		rev := strconv.FormatInt(wiretest.Put(src, "k0", "1"), 10)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		for _, inf := range infs {
 			if err := inf.WaitForRevision(ctx, rev); err != nil {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -46,7 +48,7 @@ func raiseFileLimit(tb testing.TB, n uint64) {
 // fanoutServer starts a Server over an idle upstream with the filter index "team", on a
 // loopback http.Server set up as the README says (ConnContext), with no limit on
 // watchers per client (they all come from 127.0.0.1).
-func fanoutServer(tb testing.TB, opts ServerOptions[*obj]) (*Server[string, *obj], string) {
+func fanoutServer(tb testing.TB, opts ServerOptions[*wiretest.Obj]) (*Server[string, *wiretest.Obj], string) {
 	tb.Helper()
 	up := newUpstream(tb, memory.Options{})
 	opts.Filters = filterOptions().Filters
@@ -93,24 +95,24 @@ func watchConn(tb testing.TB, addr, query string, readBuffer int) net.Conn {
 func BenchmarkFilterDispatch(b *testing.B) {
 	for _, others := range []int{0, 1000, 10000} {
 		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
-			src := memory.New(objName, memory.Options{})
-			inf, err := informer.New(src, informer.Options[string, *obj]{Key: objKey})
+			src := memory.New(wiretest.ObjName, memory.Options{})
+			inf, err := informer.New(src, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv, err := NewServer(inf, ServerOptions[*obj]{HistoryLimit: 1000, Filters: filterOptions().Filters})
+			srv, err := NewServer(inf, ServerOptions[*wiretest.Obj]{HistoryLimit: 1000, Filters: filterOptions().Filters})
 			if err != nil {
 				b.Fatal(err)
 			}
 			h := srv.mirror.filters
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			open := func(value string) *filterWatch[string, *obj] {
+			open := func(value string) *filterWatch[string, *wiretest.Obj] {
 				w, err := h.watch(ctx, valueFilter{Index: "team", Value: value}, informer.WatchOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
-				fw := w.(*filterWatch[string, *obj])
+				fw := w.(*filterWatch[string, *wiretest.Obj])
 				h.mu.Lock() // blocked in Next, as a served watcher that has caught up is
 				fw.waiting = true
 				fw.fv.waiters = append(fw.fv.waiters, fw)
@@ -122,9 +124,9 @@ func BenchmarkFilterDispatch(b *testing.B) {
 				open(fmt.Sprint("other", i))
 			}
 			x := open("x")
-			objs := make([]*obj, 1024)
+			objs := make([]*wiretest.Obj, 1024)
 			for i := range objs {
-				objs[i] = &obj{Name: fmt.Sprintf("k%02d", i%64), Val: fmt.Sprint("x:", i)}
+				objs[i] = &wiretest.Obj{Name: fmt.Sprintf("k%02d", i%64), Val: fmt.Sprint("x:", i)}
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -156,7 +158,7 @@ func BenchmarkFanoutWatcherMemory(b *testing.B) {
 		for _, n := range []int{1000, 5000} {
 			b.Run(fmt.Sprintf("%s/watchers=%d", kind, n), func(b *testing.B) {
 				raiseFileLimit(b, uint64(2*n+1024))
-				srv, addr := fanoutServer(b, ServerOptions[*obj]{})
+				srv, addr := fanoutServer(b, ServerOptions[*wiretest.Obj]{})
 				query := "watch=1&resourceVersion="
 				if kind == "filtered" {
 					query = "watch=1&index=team&value=payments&resourceVersion="
@@ -168,11 +170,11 @@ func BenchmarkFanoutWatcherMemory(b *testing.B) {
 					for j := range conns {
 						conns[j] = watchConn(b, addr, query+from, 0)
 					}
-					eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == int64(n) })
+					wiretest.Eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == int64(n) })
 					val := fmt.Sprint("payments:", i)
-					srv.mirror.put(&obj{Name: "a", Val: val})
+					srv.mirror.put(&wiretest.Obj{Name: "a", Val: val})
 					for _, c := range conns { // each has its change: the server is idle again
-						_ = c.SetReadDeadline(time.Now().Add(waitTimeout))
+						_ = c.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 						resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
 						if err != nil {
 							b.Fatal(err)
@@ -187,7 +189,7 @@ func BenchmarkFanoutWatcherMemory(b *testing.B) {
 					for _, c := range conns {
 						c.Close()
 					}
-					eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+					wiretest.Eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 				}
 			})
 		}
@@ -246,14 +248,14 @@ func BenchmarkFanoutStalledLatency(b *testing.B) {
 	raiseFileLimit(b, 2*stalled+1024)
 	pad := strings.Repeat("p", 1<<10)
 	for i := 0; i < b.N; i++ {
-		srv, addr := fanoutServer(b, ServerOptions[*obj]{ServeOptions: ServeOptions{WriteTimeout: 5 * time.Minute, SendBuffer: 16 << 10}})
+		srv, addr := fanoutServer(b, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: 5 * time.Minute, SendBuffer: 16 << 10}})
 		healthy := newHealthyWatcher(b, addr, "watch=1&resourceVersion="+srv.Revision())
 		seq := 0
 		run := func(lat []time.Duration, n int) []time.Duration {
 			for range n {
 				seq++
 				start := time.Now()
-				srv.mirror.put(&obj{Name: fmt.Sprint("k", seq%100), Val: fmt.Sprintf("payments:%d:%s", seq, pad)})
+				srv.mirror.put(&wiretest.Obj{Name: fmt.Sprint("k", seq%100), Val: fmt.Sprintf("payments:%d:%s", seq, pad)})
 				a, ok := <-healthy
 				if !ok || a.seq != seq {
 					b.Fatalf("healthy watcher read change %d (open: %v), want %d", a.seq, ok, seq)
@@ -271,13 +273,13 @@ func BenchmarkFanoutStalledLatency(b *testing.B) {
 			for j := range conns {
 				conns[j] = watchConn(b, addr, "watch=1&resourceVersion="+from, 4<<10)
 			}
-			eventually(b, "the stalled watchers to open", func() bool { return srv.Stats().OpenWatches == stalled+1 })
+			wiretest.Eventually(b, "the stalled watchers to open", func() bool { return srv.Stats().OpenWatches == stalled+1 })
 			run(nil, warm) // fills the stalled watchers' sockets
 			loaded = run(loaded, measured)
 			for _, c := range conns {
 				c.Close()
 			}
-			eventually(b, "the stalled watchers to go", func() bool { return srv.Stats().OpenWatches == 1 })
+			wiretest.Eventually(b, "the stalled watchers to go", func() bool { return srv.Stats().OpenWatches == 1 })
 		}
 		if ev := srv.Stats().Evicted; ev != 0 {
 			b.Fatalf("%d watchers were disconnected for stalling", ev)
@@ -305,7 +307,7 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 	for _, kind := range []string{"unfiltered", "filtered"} {
 		b.Run(kind, func(b *testing.B) {
 			raiseFileLimit(b, 2*watchers+1024)
-			srv, addr := fanoutServer(b, ServerOptions[*obj]{HistoryLimit: changes})
+			srv, addr := fanoutServer(b, ServerOptions[*wiretest.Obj]{HistoryLimit: changes})
 			query := "watch=1&resourceVersion="
 			if kind == "filtered" {
 				query = "watch=1&index=team&value=payments&resourceVersion="
@@ -313,9 +315,9 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 			var total time.Duration
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
-				objs := make([]*obj, changes)
+				objs := make([]*wiretest.Obj, changes)
 				for c := range objs {
-					objs[c] = &obj{Name: fmt.Sprintf("object-%03d", c%500), Val: fmt.Sprint("payments:", i*changes+c)}
+					objs[c] = &wiretest.Obj{Name: fmt.Sprintf("object-%03d", c%500), Val: fmt.Sprint("payments:", i*changes+c)}
 				}
 				from := srv.Revision()
 				var ready, done sync.WaitGroup
@@ -331,7 +333,7 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 					}()
 				}
 				ready.Wait()
-				eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
+				wiretest.Eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
 				b.StartTimer()
 				start := time.Now()
 				for _, o := range objs {
@@ -345,7 +347,7 @@ func BenchmarkFanoutThousandWatchers(b *testing.B) {
 					b.Fatal(err)
 				default:
 				}
-				eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+				wiretest.Eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 			}
 			n := float64(b.N * changes)
 			b.ReportMetric(n/total.Seconds(), "changes/s")
@@ -390,17 +392,17 @@ func BenchmarkServerFanout(b *testing.B) {
 
 func benchmarkServerFanout(b *testing.B, ordered bool) {
 	const changes, watchers = 100_000, 100
-	src := memory.New(objName, memory.Options{})
-	var lw informer.ListerWatcher[*obj] = src
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	var lw informer.ListerWatcher[*wiretest.Obj] = src
 	if !ordered {
 		lw = unordered{src}
 	}
-	inf, err := informer.New(lw, informer.Options[string, *obj]{Key: objKey})
+	inf, err := informer.New(lw, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
 	if err != nil {
 		b.Fatal(err)
 	}
-	run(b, inf)
-	srv, err := NewServer(inf, ServerOptions[*obj]{HistoryLimit: changes})
+	wiretest.Run(b, inf)
+	srv, err := NewServer(inf, ServerOptions[*wiretest.Obj]{HistoryLimit: changes})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -417,9 +419,9 @@ func benchmarkServerFanout(b *testing.B, ordered bool) {
 	var mallocs uint64
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		objs := make([]*obj, changes) // made beforehand: only the server's allocations count
+		objs := make([]*wiretest.Obj, changes) // made beforehand: only the server's allocations count
 		for c := range objs {
-			objs[c] = &obj{Name: fmt.Sprintf("object-%04d", c%1000), Val: fmt.Sprint(i*changes + c)}
+			objs[c] = &wiretest.Obj{Name: fmt.Sprintf("object-%04d", c%1000), Val: fmt.Sprint(i*changes + c)}
 		}
 		from := srv.Revision()
 		var ready, done sync.WaitGroup

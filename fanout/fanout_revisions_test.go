@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/wire"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -27,37 +28,25 @@ import (
 // unordered hides a source's RevisionComparer: an upstream whose revisions the informer
 // (and so a Server over it) cannot order.
 type unordered struct {
-	informer.ListerWatcher[*obj]
+	informer.ListerWatcher[*wiretest.Obj]
 }
 
 // startUpstream starts an informer over a memory source, hiding the source's order
 // unless ordered.
-func startUpstream(t testing.TB, src *memory.Source[string, *obj], name string, ordered bool) *upstream {
+func startUpstream(t testing.TB, src *memory.Source[string, *wiretest.Obj], name string, ordered bool) *upstream {
 	t.Helper()
-	u := &upstream{src: src, rec: newRecorder()}
-	var lw informer.ListerWatcher[*obj] = src
+	var lw informer.ListerWatcher[*wiretest.Obj] = src
 	if !ordered {
 		lw = unordered{src}
 	}
-	inf, err := informer.New(lw, informer.Options[string, *obj]{
-		Key: objKey, Name: name, Backoff: testBackoff, ErrorHandler: u.rec.onError,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inf.AddHandler(u.rec, informer.HandlerOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	u.inf = inf
-	run(t, inf)
-	return u
+	return &upstream{Mirror: wiretest.NewMirror(t, lw, name, nil), src: src}
 }
 
 // startServer serves u's informer on a loopback server; kill stops both at once, as a
 // crashed process would (open watches are cut).
-func startReplica(t testing.TB, u *upstream, opts ServerOptions[*obj]) (srv *Server[string, *obj], ts *httptest.Server, kill func()) {
+func startReplica(t testing.TB, u *upstream, opts ServerOptions[*wiretest.Obj]) (srv *Server[string, *wiretest.Obj], ts *httptest.Server, kill func()) {
 	t.Helper()
-	srv, err := NewServer(u.inf, opts)
+	srv, err := NewServer(u.Inf, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +58,7 @@ func startReplica(t testing.TB, u *upstream, opts ServerOptions[*obj]) (srv *Ser
 		}
 		killed = true
 		ts.CloseClientConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		ts.Close()
@@ -82,27 +71,27 @@ func startReplica(t testing.TB, u *upstream, opts ServerOptions[*obj]) (srv *Ser
 // Read-your-writes through the fan-out tier: a client informer that waits for the
 // revision of a write to the upstream source sees the write.
 func TestFanoutReadYourWrites(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", true)
-	_, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	_, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	for i := range 20 {
-		r := strconv.FormatInt(put(src, "k", fmt.Sprint(i)), 10)
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		err := d.inf.WaitForRevision(ctx, r)
+		r := strconv.FormatInt(wiretest.Put(src, "k", fmt.Sprint(i)), 10)
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
+		err := d.Inf.WaitForRevision(ctx, r)
 		cancel()
 		if err != nil {
 			t.Fatalf("WaitForRevision(%s): %v", r, err)
 		}
-		if got, ok := d.inf.Get("k"); !ok || got.Val != fmt.Sprint(i) {
+		if got, ok := d.Inf.Get("k"); !ok || got.Val != fmt.Sprint(i) {
 			t.Fatalf("after WaitForRevision(%s) of the write k=%d the mirror reads %v: a stale read", r, i, got)
 		}
 	}
 	// The mirror's revision is the upstream's own.
-	eventually(t, "the mirror at the upstream's revision", func() bool {
-		return d.inf.LastSyncRevision() == strconv.FormatInt(src.Revision(), 10)
+	wiretest.Eventually(t, "the mirror at the upstream's revision", func() bool {
+		return d.Inf.LastSyncRevision() == strconv.FormatInt(src.Revision(), 10)
 	})
 }
 
@@ -110,22 +99,22 @@ func TestFanoutReadYourWrites(t *testing.T) {
 // client's WaitForRevision refuses a revision of another numbering (the upstream's) with
 // an error rather than return at once as if it were reached.
 func TestFanoutOwnNumberingRefusesForeignRevision(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", false)
-	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Ordered(), "mirror", nil)
+	srv, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
-	r := strconv.FormatInt(put(src, "a", "2"), 10)
-	err := d.inf.WaitForRevision(context.Background(), r)
+	r := strconv.FormatInt(wiretest.Put(src, "a", "2"), 10)
+	err := d.Inf.WaitForRevision(context.Background(), r)
 	if err == nil || !strings.Contains(err.Error(), "numbering") {
 		t.Fatalf("WaitForRevision(%s) of the upstream's numbering: %v, want an error naming the other numbering", r, err)
 	}
 	// Its own revisions are fine.
-	until(t, "the mirror to see a=2", func() bool { o, _ := d.inf.Get("a"); return o != nil && o.Val == "2" }, d.rec.ch)
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	wiretest.Until(t, "the mirror to see a=2", func() bool { o, _ := d.Inf.Get("a"); return o != nil && o.Val == "2" }, d.Rec.Changed)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
-	if err := d.inf.WaitForRevision(ctx, srv.Revision()); err != nil {
+	if err := d.Inf.WaitForRevision(ctx, srv.Revision()); err != nil {
 		t.Fatalf("WaitForRevision(%s) of the server's own numbering: %v", srv.Revision(), err)
 	}
 }
@@ -133,29 +122,29 @@ func TestFanoutOwnNumberingRefusesForeignRevision(t *testing.T) {
 // Two Servers over two informers of one ordered upstream serve the same revisions, so a
 // watch started at one resumes at the other from any revision within its history.
 func TestFanoutReplicasShareRevisions(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
-	srvA, tsA, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
-	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
+	srvA, tsA, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*wiretest.Obj]{})
+	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*wiretest.Obj]{})
 	// One change at a time, so that each is a revision of both servers.
-	r1 := put(src, "b", "1")
-	eventually(t, "both servers at the upstream's revision", func() bool {
+	r1 := wiretest.Put(src, "b", "1")
+	wiretest.Eventually(t, "both servers at the upstream's revision", func() bool {
 		return srvA.Revision() == fmt.Sprint(r1) && srvB.Revision() == fmt.Sprint(r1)
 	})
-	put(src, "a", "2")
+	wiretest.Put(src, "a", "2")
 	want := strconv.FormatInt(src.Revision(), 10)
-	eventually(t, "both servers at the upstream's revision", func() bool {
+	wiretest.Eventually(t, "both servers at the upstream's revision", func() bool {
 		return srvA.Revision() == want && srvB.Revision() == want
 	})
 	// A watch at B from a revision A served: the changes after it, no 410.
-	resp := rawGet(t, nil, fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsB.URL, r1), nil)
+	resp := wiretest.Get(t, nil, fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsB.URL, r1), nil)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("watch at replica B from revision %d: %d %s", r1, resp.StatusCode, b)
 	}
-	st := &rawStream{resp: resp, r: bufio.NewReader(resp.Body)}
-	if got, want := st.line(t), fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":"2"}}`, want); got != want {
+	st := wiretest.NewStream(resp)
+	if got, want := st.Line(t), fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":"2"}}`, want); got != want {
 		t.Fatalf("watch at replica B: %s, want %s", got, want)
 	}
 	_ = tsA
@@ -164,27 +153,27 @@ func TestFanoutReplicasShareRevisions(t *testing.T) {
 // A client whose server dies fails over to a replica (ClientOptions.FailoverURLs) and
 // resumes its watch there from its revision: no relist, and it keeps up with the writes.
 func TestFanoutFailoverWithoutRelist(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
+	src := memory.New(wiretest.ObjName, memory.Options{})
 	for i := range 10 {
-		put(src, fmt.Sprint("k", i), "0")
+		wiretest.Put(src, fmt.Sprint("k", i), "0")
 	}
-	_, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
-	_, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
-	c := newTestClient(t, tsA.URL, httpsource.ClientOptions[*obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
-	d := newDownstream(t, c.Ordered(), "mirror", nil)
+	_, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*wiretest.Obj]{})
+	_, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*wiretest.Obj]{})
+	c := newTestClient(t, tsA.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true, FailoverURLs: []string{tsB.URL}})
+	d := wiretest.NewMirror(t, c.Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
-	relists := d.inf.Stats().Relists
+	relists := d.Inf.Stats().Relists
 
 	write := func(round int) {
 		t.Helper()
 		var last int64
 		for i := range 10 {
-			last = put(src, fmt.Sprint("k", i), fmt.Sprint(round))
+			last = wiretest.Put(src, fmt.Sprint("k", i), fmt.Sprint(round))
 		}
 		src.Delete(fmt.Sprint("k", round))
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 		defer cancel()
-		if err := d.inf.WaitForRevision(ctx, strconv.FormatInt(last, 10)); err != nil {
+		if err := d.Inf.WaitForRevision(ctx, strconv.FormatInt(last, 10)); err != nil {
 			t.Fatalf("WaitForRevision(%d): %v", last, err)
 		}
 		mirrorConverge(t, d, src)
@@ -196,10 +185,10 @@ func TestFanoutFailoverWithoutRelist(t *testing.T) {
 	if c.URL() != tsB.URL {
 		t.Errorf("the client's URL is %s after replica A died, want replica B's, %s", c.URL(), tsB.URL)
 	}
-	if got := d.inf.Stats().Relists; got != relists {
+	if got := d.Inf.Stats().Relists; got != relists {
 		t.Errorf("%d relists after the failover, want 0", got-relists)
 	}
-	if errs := d.rec.errors(); len(errs) > 0 {
+	if errs := d.Rec.Errors(); len(errs) > 0 {
 		for _, err := range errs {
 			if errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrBadInput) {
 				t.Errorf("the mirror reported %v", err)
@@ -236,18 +225,18 @@ func roundRobin(t testing.TB, backends ...string) *httptest.Server {
 // Replicas behind one address: a round-robin load balancer spreads a client's lists and
 // watches over two replicas, one of which dies; the client never relists.
 func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
+	src := memory.New(wiretest.ObjName, memory.Options{})
 	for i := range 10 {
-		put(src, fmt.Sprint("k", i), "0")
+		wiretest.Put(src, fmt.Sprint("k", i), "0")
 	}
-	srvA, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
-	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*obj]{})
+	srvA, tsA, killA := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*wiretest.Obj]{})
+	srvB, tsB, _ := startReplica(t, startUpstream(t, src, "b", true), ServerOptions[*wiretest.Obj]{})
 	lb := roundRobin(t, tsA.URL, tsB.URL)
 	// The first request (the streaming list, which goes on as the watch) goes to A.
-	c := newTestClient(t, lb.URL, httpsource.ClientOptions[*obj]{StreamingList: true})
-	d := newDownstream(t, c.Ordered(), "mirror", nil)
+	c := newTestClient(t, lb.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true})
+	d := wiretest.NewMirror(t, c.Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
-	relists := d.inf.Stats().Relists
+	relists := d.Inf.Stats().Relists
 	for round := 1; round <= 4; round++ {
 		if round == 3 {
 			if srvA.Stats().OpenWatches != 1 || srvB.Stats().Watches != 0 {
@@ -257,17 +246,17 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 		}
 		var last int64
 		for i := range 10 {
-			last = put(src, fmt.Sprint("k", i), fmt.Sprint(round))
+			last = wiretest.Put(src, fmt.Sprint("k", i), fmt.Sprint(round))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		err := d.inf.WaitForRevision(ctx, strconv.FormatInt(last, 10))
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
+		err := d.Inf.WaitForRevision(ctx, strconv.FormatInt(last, 10))
 		cancel()
 		if err != nil {
 			t.Fatalf("WaitForRevision(%d): %v", last, err)
 		}
 		mirrorConverge(t, d, src)
 	}
-	if got := d.inf.Stats().Relists; got != relists {
+	if got := d.Inf.Stats().Relists; got != relists {
 		t.Errorf("%d relists through the load balancer, want 0", got-relists)
 	}
 	if srvB.Stats().OpenWatches != 1 {
@@ -276,23 +265,25 @@ func TestFanoutFailoverThroughLoadBalancer(t *testing.T) {
 }
 
 // A replica behind the revision a client asks for waits for it (ServerOptions.CatchUpWait)
-// or, past the wait, answers 503 with a Retry-After: never a 410 that would force a relist.
-func TestFanoutReplicaBehindWaitsOrAnswers503(t *testing.T) {
+// or, past the wait, answers 410, so that the client lists again rather than retry for
+// good a revision the replica may never reach (another upstream's, or one of before a
+// restore).
+func TestFanoutReplicaBehindWaitsOrAnswers410(t *testing.T) {
 	// Two sources that see the same writes in the same order have the same revisions: B's
 	// is held back to make its replica fall behind.
-	src, srcB := memory.New(objName, memory.Options{}), memory.New(objName, memory.Options{})
-	put(src, "a", "1")
-	put(srcB, "a", "1")
+	src, srcB := memory.New(wiretest.ObjName, memory.Options{}), memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
+	wiretest.Put(srcB, "a", "1")
 	upB := startUpstream(t, srcB, "b", true)
-	_, tsNoWait, _ := startReplica(t, upB, ServerOptions[*obj]{CatchUpWait: -1})
-	srvWait, tsWait, _ := startReplica(t, upB, ServerOptions[*obj]{CatchUpWait: waitTimeout})
-	r2 := put(src, "a", "2")
+	_, tsNoWait, _ := startReplica(t, upB, ServerOptions[*wiretest.Obj]{CatchUpWait: -1})
+	srvWait, tsWait, _ := startReplica(t, upB, ServerOptions[*wiretest.Obj]{CatchUpWait: wiretest.WaitTimeout})
+	r2 := wiretest.Put(src, "a", "2")
 
 	for _, path := range []string{"?watch=1&resourceVersion=2", "?resourceVersion=2&resourceVersionMatch=NotOlderThan"} {
-		resp := rawGet(t, nil, tsNoWait.URL+path, nil)
-		b := body(t, resp)
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(b, "not reached") {
-			t.Errorf("GET %s at a replica behind: %d (Retry-After %q) %s, want 503 with a Retry-After", path, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		resp := wiretest.Get(t, nil, tsNoWait.URL+path, nil)
+		b := wiretest.Body(t, resp)
+		if resp.StatusCode != http.StatusGone || !strings.Contains(b, "not reached") {
+			t.Errorf("GET %s at a replica behind, past its wait: %d %s, want 410", path, resp.StatusCode, b)
 		}
 	}
 
@@ -306,7 +297,7 @@ func TestFanoutReplicaBehindWaitsOrAnswers503(t *testing.T) {
 		got <- answer{resp, err}
 	}()
 	// The request waits until the replica reaches revision 2; then it watches from there.
-	eventually(t, "the request to wait at the replica", func() bool {
+	wiretest.Eventually(t, "the request to wait at the replica", func() bool {
 		srvWait.core.mu.Lock()
 		defer srvWait.core.mu.Unlock()
 		return srvWait.core.watchers.total == 1
@@ -314,39 +305,39 @@ func TestFanoutReplicaBehindWaitsOrAnswers503(t *testing.T) {
 	if n := srvWait.Stats().Watches; n != 0 {
 		t.Fatalf("%d watches started at a replica behind, want 0 until it catches up", n)
 	}
-	put(srcB, "a", "2")
+	wiretest.Put(srcB, "a", "2")
 	a := <-got
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	st := &rawStream{resp: a.resp, r: bufio.NewReader(a.resp.Body)}
-	t.Cleanup(st.close)
+	st := wiretest.NewStream(a.resp)
+	t.Cleanup(st.Close)
 	if a.resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch at the replica once it caught up: %d %s", a.resp.StatusCode, body(t, a.resp))
+		t.Fatalf("watch at the replica once it caught up: %d %s", a.resp.StatusCode, wiretest.Body(t, a.resp))
 	}
-	put(srcB, "a", "3")
-	if got, want := st.line(t), `{"type":"MODIFIED","resourceVersion":"3","object":{"name":"a","val":"3"}}`; got != want {
+	wiretest.Put(srcB, "a", "3")
+	if got, want := st.Line(t), `{"type":"MODIFIED","resourceVersion":"3","object":{"name":"a","val":"3"}}`; got != want {
 		t.Fatalf("watch from %d: %s, want %s", r2, got, want)
 	}
 }
 
 // mirrorConverge waits until the mirror's cache and handler hold src's state, and says
 // how they differ if they never do.
-func mirrorConverge(t testing.TB, d *downstream, src *memory.Source[string, *obj]) {
+func mirrorConverge(t testing.TB, d *wiretest.Mirror, src *memory.Source[string, *wiretest.Obj]) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(wiretest.WaitTimeout)
 	for {
-		want := state(src.Items())
-		cache, told := state(d.inf.List()), d.rec.state()
+		want := wiretest.State(src.Items())
+		cache, told := wiretest.State(d.Inf.List()), d.Rec.State()
 		if cache == want && told == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, err := d.inf.LastError()
-			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.inf.LastSyncRevision(), err, d.rec.errors())
+			_, err := d.Inf.LastError()
+			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.Inf.LastSyncRevision(), err, d.Rec.Errors())
 		}
 		select {
-		case <-d.rec.ch:
+		case <-d.Rec.Changed:
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -367,57 +358,57 @@ func (s *staller) hold() {
 		<-s.release
 	}
 }
-func (s *staller) OnAdd(*obj, bool)    { s.hold() }
-func (s *staller) OnUpdate(_, _ *obj)  { s.hold() }
-func (s *staller) OnDelete(*obj, bool) { s.hold() }
+func (s *staller) OnAdd(*wiretest.Obj, bool)    { s.hold() }
+func (s *staller) OnUpdate(_, _ *wiretest.Obj)  { s.hold() }
+func (s *staller) OnDelete(*wiretest.Obj, bool) { s.hold() }
 
 // A client whose revision falls inside a batch of the replica it resumes at (the
 // replicas' informers batched the same changes differently) is sent that whole batch, as
 // one batch: every key it holds comes to a state at least as new, and nothing is lost.
 func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
-	src, srcB := memory.New(objName, memory.Options{}), memory.New(objName, memory.Options{})
-	both := func(name, val string) int64 { put(srcB, name, val); return put(src, name, val) }
+	src, srcB := memory.New(wiretest.ObjName, memory.Options{}), memory.New(wiretest.ObjName, memory.Options{})
+	both := func(name, val string) int64 { wiretest.Put(srcB, name, val); return wiretest.Put(src, name, val) }
 	both("a", "1")
-	srvA, _, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*obj]{})
+	srvA, _, _ := startReplica(t, startUpstream(t, src, "a", true), ServerOptions[*wiretest.Obj]{})
 	upB := startUpstream(t, srcB, "b", true)
 	st := &staller{entered: make(chan struct{}), release: make(chan struct{})}
-	reg, err := upB.inf.AddHandler(st, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1})
+	reg, err := upB.Inf.AddHandler(st, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	free := func() { once.Do(func() { close(st.release) }) }
 	t.Cleanup(free) // before the informer stops, which waits for its handlers
-	eventually(t, "the staller to have had the cache's replay", reg.HasSynced)
-	srvB, tsB, _ := startReplica(t, upB, ServerOptions[*obj]{})
+	wiretest.Eventually(t, "the staller to have had the cache's replay", reg.HasSynced)
+	srvB, tsB, _ := startReplica(t, upB, ServerOptions[*wiretest.Obj]{})
 
 	st.stalled.Store(true)
 	both("a", "2") // r2: the staller holds it
 	<-st.entered
 	both("b", "1") // r3: fills the staller's queue; B's informer waits
-	eventually(t, "replica B at revision 3", func() bool { return srvB.Revision() == "3" })
+	wiretest.Eventually(t, "replica B at revision 3", func() bool { return srvB.Revision() == "3" })
 	r4 := both("a", "3") // r4 and r5 wait in B's informer's queue: one batch there
 	both("c", "1")
-	eventually(t, "replica A at revision 5", func() bool { return srvA.Revision() == "5" })
-	eventually(t, "B's informer to have received revision 5", func() bool { return upB.inf.LastSyncRevision() == "5" })
+	wiretest.Eventually(t, "replica A at revision 5", func() bool { return srvA.Revision() == "5" })
+	wiretest.Eventually(t, "B's informer to have received revision 5", func() bool { return upB.Inf.LastSyncRevision() == "5" })
 	free()
-	eventually(t, "replica B at revision 5", func() bool { return srvB.Revision() == "5" })
+	wiretest.Eventually(t, "replica B at revision 5", func() bool { return srvB.Revision() == "5" })
 
 	// Revision 4 is one of A's; at B it falls inside the batch that ends at 5.
-	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsB.URL, r4))
+	raw := wiretest.Open(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d", tsB.URL, r4))
 	want := []string{
 		`{"type":"MODIFIED","resourceVersion":"5~","object":{"name":"a","val":"3"}}`,
 		`{"type":"ADDED","resourceVersion":"5","object":{"name":"c","val":"1"}}`,
 	}
 	for _, w := range want {
-		if got := raw.line(t); got != w {
+		if got := raw.Line(t); got != w {
 			t.Fatalf("watch at B from %d: %s, want %s", r4, got, w)
 		}
 	}
-	raw.close()
+	raw.Close()
 
 	// A Client delivers the batch whole, every event at the batch's revision.
-	c := newTestClient(t, tsB.URL, httpsource.ClientOptions[*obj]{})
+	c := newTestClient(t, tsB.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: strconv.FormatInt(r4, 10)})
 	if err != nil {
 		t.Fatal(err)
@@ -440,17 +431,17 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 // an object as it was): a bookmark takes the revision to the clients, so that their
 // WaitForRevision for that write returns.
 func TestFanoutBookmarksFollowUpstreamProgress(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", true)
-	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{StreamingList: true}).Ordered(), "mirror", nil)
+	srv, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{StreamingList: true}).Ordered(), "mirror", nil)
 	mirrorConverge(t, d, src)
 	watches := srv.Stats().Watches
-	r := strconv.FormatInt(put(src, "a", "1"), 10) // the same value: nothing to serve
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	r := strconv.FormatInt(wiretest.Put(src, "a", "1"), 10) // the same value: nothing to serve
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
-	if err := d.inf.WaitForRevision(ctx, r); err != nil {
+	if err := d.Inf.WaitForRevision(ctx, r); err != nil {
 		t.Fatalf("WaitForRevision(%s) of a write that changed nothing served: %v (server at %s)", r, err, srv.Revision())
 	}
 	if got := srv.Stats().Watches; got != watches {
@@ -486,7 +477,7 @@ func TestClientAppliesBatchesWhole(t *testing.T) {
 				}
 			}))
 			defer ts.Close()
-			w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "3"})
+			w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "3"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -513,14 +504,14 @@ func TestClientAppliesBatchesWhole(t *testing.T) {
 // A client that does not apply batches whole (not a Client of this package) and resumes
 // from a revision it got inside a batch ("5~") is sent that batch again from its start.
 func TestFanoutResumeFromPartialRevision(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
 	up := startUpstream(t, src, "upstream", true)
-	srv, ts, _ := startReplica(t, up, ServerOptions[*obj]{})
-	r2 := put(src, "a", "2")
-	eventually(t, "the server at revision 2", func() bool { return srv.Revision() == fmt.Sprint(r2) })
-	raw := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d%c", ts.URL, r2, wire.PartialMark))
-	if got, want := raw.line(t), `{"type":"MODIFIED","resourceVersion":"2","object":{"name":"a","val":"2"}}`; got != want {
+	srv, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	r2 := wiretest.Put(src, "a", "2")
+	wiretest.Eventually(t, "the server at revision 2", func() bool { return srv.Revision() == fmt.Sprint(r2) })
+	raw := wiretest.Open(t, fmt.Sprintf("%s?watch=1&resourceVersion=%d%c", ts.URL, r2, wire.PartialMark))
+	if got, want := raw.Line(t), `{"type":"MODIFIED","resourceVersion":"2","object":{"name":"a","val":"2"}}`; got != want {
 		t.Fatalf("watch from %d+: %s, want %s", r2, got, want)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -24,16 +26,16 @@ import (
 
 // teamOf is the test objects' "team": their value up to the first colon
 // ("payments:1" is on team payments).
-func teamOf(o *obj) string {
+func teamOf(o *wiretest.Obj) string {
 	team, _, _ := strings.Cut(o.Val, ":")
 	return team
 }
 
 // filterOptions serves the filter indexes "team" and "initial" (the name's first letter).
 // The team index function fails for the value "fail" and panics for "panic".
-func filterOptions() ServerOptions[*obj] {
-	return ServerOptions[*obj]{Filters: map[string]informer.IndexFunc[*obj]{
-		"team": func(o *obj) ([]string, error) {
+func filterOptions() ServerOptions[*wiretest.Obj] {
+	return ServerOptions[*wiretest.Obj]{Filters: map[string]informer.IndexFunc[*wiretest.Obj]{
+		"team": func(o *wiretest.Obj) ([]string, error) {
 			switch o.Val {
 			case "fail":
 				return nil, errors.New("no team")
@@ -42,46 +44,46 @@ func filterOptions() ServerOptions[*obj] {
 			}
 			return []string{teamOf(o)}, nil
 		},
-		"initial": func(o *obj) ([]string, error) { return []string{o.Name[:1]}, nil },
+		"initial": func(o *wiretest.Obj) ([]string, error) { return []string{o.Name[:1]}, nil },
 	}}
 }
 
-// openBounded opens a watch whose reads fail after waitTimeout rather than block: its
+// openBounded opens a watch whose reads fail after wiretest.WaitTimeout rather than block: its
 // body is closed then.
-func openBounded(t *testing.T, url string) *rawStream {
+func openBounded(t *testing.T, url string) *wiretest.Stream {
 	t.Helper()
-	st := openRaw(t, url)
-	stop := time.AfterFunc(waitTimeout, st.close)
+	st := wiretest.Open(t, url)
+	stop := time.AfterFunc(wiretest.WaitTimeout, st.Close)
 	t.Cleanup(func() { stop.Stop() })
 	return st
 }
 
 // step makes one change upstream and waits until the server holds it at log revision n.
-func step(t *testing.T, srv *Server[string, *obj], n int64, change func()) {
+func step(t *testing.T, srv *Server[string, *wiretest.Obj], n int64, change func()) {
 	t.Helper()
 	change()
-	eventually(t, fmt.Sprintf("the server to hold log revision %d", n), func() bool { return srv.Revision() == rev(srv, n) })
+	wiretest.Eventually(t, fmt.Sprintf("the server to hold log revision %d", n), func() bool { return srv.Revision() == rev(srv, n) })
 }
 
 func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	srv, ts := serve(t, up, filterOptions())
-	watch := func(team string) *rawStream {
+	watch := func(team string) *wiretest.Stream {
 		return openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=%s&resourceVersion=%s", ts.URL, team, rev(srv, 0)))
 	}
 	payments, search, all := watch("payments"), watch("search"), openBounded(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 0))
-	eventually(t, "the watches to open", func() bool { return srv.Stats().OpenWatches == 3 })
+	wiretest.Eventually(t, "the watches to open", func() bool { return srv.Stats().OpenWatches == 3 })
 
 	changes := []func(){
-		func() { put(up.src, "a", "payments:1") },
-		func() { put(up.src, "b", "search:1") },
-		func() { put(up.src, "a", "payments:2") },
-		func() { put(up.src, "a", "search:2") },
-		func() { put(up.src, "b", "payments:3") },
-		func() { put(up.src, "c", "other:1") },
+		func() { wiretest.Put(up.src, "a", "payments:1") },
+		func() { wiretest.Put(up.src, "b", "search:1") },
+		func() { wiretest.Put(up.src, "a", "payments:2") },
+		func() { wiretest.Put(up.src, "a", "search:2") },
+		func() { wiretest.Put(up.src, "b", "payments:3") },
+		func() { wiretest.Put(up.src, "c", "other:1") },
 		func() { up.src.Delete("b") },
-		func() { put(up.src, "a", "search:3") },
-		func() { put(up.src, "z", "payments:9") },
+		func() { wiretest.Put(up.src, "a", "search:3") },
+		func() { wiretest.Put(up.src, "z", "payments:9") },
 	}
 	for i, change := range changes {
 		step(t, srv, int64(i+1), change)
@@ -91,7 +93,7 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		st   *rawStream
+		st   *wiretest.Stream
 		want []string
 	}{
 		{"payments", payments, []string{
@@ -122,7 +124,7 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 	} {
 		var got []string
 		for range tc.want {
-			got = append(got, tc.st.line(t))
+			got = append(got, tc.st.Line(t))
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s watcher:\n%s\nwant\n%s", tc.name, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
@@ -132,22 +134,22 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 	// Resumed from a revision: the same filtered events after it.
 	resumed := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 4)))
 	for _, want := range []string{frame("ADDED", 5, "b", "payments:3"), frame("DELETED", 7, "b", "payments:3"), frame("ADDED", 9, "z", "payments:9")} {
-		if got := resumed.line(t); got != want {
+		if got := resumed.Line(t); got != want {
 			t.Errorf("resumed from 4: %s, want %s", got, want)
 		}
 	}
 	// The last event of a value is sent at once, though it is not the server's newest.
 	search8 := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=search&resourceVersion=%s", ts.URL, rev(srv, 5)))
-	if got, want := search8.line(t), frame("MODIFIED", 8, "a", "search:3"); got != want {
+	if got, want := search8.Line(t), frame("MODIFIED", 8, "a", "search:3"); got != want {
 		t.Errorf("resumed from 5: %s, want %s", got, want)
 	}
 	// Without a revision: the value's objects, then its changes.
 	initial := openBounded(t, ts.URL+"?watch=1&index=team&value=search")
-	if got, want := initial.line(t), frame("ADDED", 9, "a", "search:3"); got != want {
+	if got, want := initial.Line(t), frame("ADDED", 9, "a", "search:3"); got != want {
 		t.Errorf("initial event %s, want %s", got, want)
 	}
-	step(t, srv, 10, func() { put(up.src, "y", "search:1") })
-	if got, want := initial.line(t), frame("ADDED", 10, "y", "search:1"); got != want {
+	step(t, srv, 10, func() { wiretest.Put(up.src, "y", "search:1") })
+	if got, want := initial.Line(t), frame("ADDED", 10, "y", "search:1"); got != want {
 		t.Errorf("after the initial events: %s, want %s", got, want)
 	}
 }
@@ -155,17 +157,17 @@ func TestFilteredWatch_MovesInAndOutAreAddedAndDeleted(t *testing.T) {
 func TestFilteredList_ServedFromTheBucket(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	for i, team := range []string{"payments", "search", "payments", "other", "payments"} {
-		put(up.src, fmt.Sprintf("k%d", i), team+":1")
+		wiretest.Put(up.src, fmt.Sprintf("k%d", i), team+":1")
 	}
 	srv, ts := serve(t, up, filterOptions())
 	type page struct {
 		Metadata struct{ ResourceVersion, Continue string }
-		Items    []*obj
+		Items    []*wiretest.Obj
 	}
 	list := func(query string) page {
 		t.Helper()
-		resp := rawGet(t, nil, ts.URL+"?"+query, nil)
-		b := body(t, resp)
+		resp := wiretest.Get(t, nil, ts.URL+"?"+query, nil)
+		b := wiretest.Body(t, resp)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET ?%s: %d %s", query, resp.StatusCode, b)
 		}
@@ -176,7 +178,7 @@ func TestFilteredList_ServedFromTheBucket(t *testing.T) {
 		return p
 	}
 	p := list("index=team&value=payments")
-	if got := state(p.Items); got != "k0=payments:1 k2=payments:1 k4=payments:1" || p.Metadata.ResourceVersion != rev(srv, 5) || p.Metadata.Continue != "" {
+	if got := wiretest.State(p.Items); got != "k0=payments:1 k2=payments:1 k4=payments:1" || p.Metadata.ResourceVersion != rev(srv, 5) || p.Metadata.Continue != "" {
 		t.Fatalf("filtered list: %s at %s (continue %q)", got, p.Metadata.ResourceVersion, p.Metadata.Continue)
 	}
 	if p := list("index=team&value=nobody"); len(p.Items) != 0 || p.Metadata.ResourceVersion != rev(srv, 5) {
@@ -191,26 +193,26 @@ func TestFilteredList_ServedFromTheBucket(t *testing.T) {
 		fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":"k4","val":"payments:1"}}`, r5),
 		fmt.Sprintf(`{"type":"BOOKMARK","resourceVersion":%[1]q,"object":{"metadata":{"resourceVersion":%[1]q,"annotations":{"k8s.io/initial-events-end":"true"}}}}`, r5),
 	} {
-		if got := st.line(t); got != want {
+		if got := st.Line(t); got != want {
 			t.Errorf("streaming list: %s, want %s", got, want)
 		}
 	}
 	// Paged: every page is the bucket at the first page's revision.
 	first := list("index=team&value=payments&limit=2")
-	step(t, srv, 6, func() { put(up.src, "k1", "payments:2") })
+	step(t, srv, 6, func() { wiretest.Put(up.src, "k1", "payments:2") })
 	second := list("index=team&value=payments&limit=2&continue=" + first.Metadata.Continue)
-	if got := state(first.Items) + " | " + state(second.Items); got != "k0=payments:1 k2=payments:1 | k4=payments:1" || second.Metadata.Continue != "" || second.Metadata.ResourceVersion != rev(srv, 5) {
+	if got := wiretest.State(first.Items) + " | " + wiretest.State(second.Items); got != "k0=payments:1 k2=payments:1 | k4=payments:1" || second.Metadata.Continue != "" || second.Metadata.ResourceVersion != rev(srv, 5) {
 		t.Fatalf("pages %s, second at %s", got, second.Metadata.ResourceVersion)
 	}
-	if p := list("index=team&value=payments"); state(p.Items) != "k0=payments:1 k1=payments:2 k2=payments:1 k4=payments:1" || p.Metadata.ResourceVersion != rev(srv, 6) {
-		t.Fatalf("after k1 moved in: %s at %s", state(p.Items), p.Metadata.ResourceVersion)
+	if p := list("index=team&value=payments"); wiretest.State(p.Items) != "k0=payments:1 k1=payments:2 k2=payments:1 k4=payments:1" || p.Metadata.ResourceVersion != rev(srv, 6) {
+		t.Fatalf("after k1 moved in: %s at %s", wiretest.State(p.Items), p.Metadata.ResourceVersion)
 	}
 }
 
 func TestFilter_BadRequests(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	srv, ts := serve(t, up, filterOptions())
-	h := httptest.NewServer(NewPassThrough[*obj](up.src, PassThroughOptions[*obj]{}))
+	h := httptest.NewServer(NewPassThrough[*wiretest.Obj](up.src, PassThroughOptions[*wiretest.Obj]{}))
 	t.Cleanup(h.Close)
 	for _, tc := range []struct {
 		url, query, want string
@@ -223,7 +225,7 @@ func TestFilter_BadRequests(t *testing.T) {
 		{ts.URL, "index=team&value=" + strings.Repeat("v", maxFilterValue+1), `longer than 1024 bytes`},
 		{h.URL, "index=team&value=x", `unknown filter index \"team\": this server has none`},
 	} {
-		got := body(t, rawGet(t, nil, tc.url+"?"+tc.query, nil))
+		got := wiretest.Body(t, wiretest.Get(t, nil, tc.url+"?"+tc.query, nil))
 		if !strings.Contains(got, `"code":400`) || !strings.Contains(got, tc.want) {
 			t.Errorf("?%.40s: %s, want a 400 saying %s", tc.query, got, tc.want)
 		}
@@ -232,18 +234,18 @@ func TestFilter_BadRequests(t *testing.T) {
 		t.Errorf("BadRequests = %d, want 6", n)
 	}
 	// The Client's errors say it once.
-	_, err := httpsource.NewClient[*obj](ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Value: "x"}})
+	_, err := httpsource.NewClient[*wiretest.Obj](ts.URL, httpsource.ClientOptions[*wiretest.Obj]{Filter: httpsource.Filter{Value: "x"}})
 	if err == nil || err.Error() != `httpsource: NewClient: Filter.Value "x" without Filter.Index` {
 		t.Errorf("NewClient with a value and no index: %v", err)
 	}
 	for _, tc := range []struct {
-		filters map[string]informer.IndexFunc[*obj]
+		filters map[string]informer.IndexFunc[*wiretest.Obj]
 		want    string
 	}{
-		{map[string]informer.IndexFunc[*obj]{"": func(*obj) ([]string, error) { return nil, nil }}, "fanout: NewServer: ServerOptions.Filters has an index with an empty name"},
-		{map[string]informer.IndexFunc[*obj]{"team": nil}, `fanout: NewServer: ServerOptions.Filters["team"] is nil`},
+		{map[string]informer.IndexFunc[*wiretest.Obj]{"": func(*wiretest.Obj) ([]string, error) { return nil, nil }}, "fanout: NewServer: ServerOptions.Filters has an index with an empty name"},
+		{map[string]informer.IndexFunc[*wiretest.Obj]{"team": nil}, `fanout: NewServer: ServerOptions.Filters["team"] is nil`},
 	} {
-		if _, err := NewServer(up.inf, ServerOptions[*obj]{Filters: tc.filters}); err == nil || err.Error() != tc.want {
+		if _, err := NewServer(up.Inf, ServerOptions[*wiretest.Obj]{Filters: tc.filters}); err == nil || err.Error() != tc.want {
 			t.Errorf("NewServer: %v, want %s", err, tc.want)
 		}
 	}
@@ -261,11 +263,11 @@ func TestFilter_IndexFunctionFailureLeavesTheFilter(t *testing.T) {
 	}
 	srv, ts := serve(t, up, opts)
 	st := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 0)))
-	step(t, srv, 1, func() { put(up.src, "a", "payments:1") })
-	step(t, srv, 2, func() { put(up.src, "a", "fail") })
-	step(t, srv, 3, func() { put(up.src, "b", "payments:1") })
-	step(t, srv, 4, func() { put(up.src, "b", "panic") })
-	step(t, srv, 5, func() { put(up.src, "a", "payments:2") })
+	step(t, srv, 1, func() { wiretest.Put(up.src, "a", "payments:1") })
+	step(t, srv, 2, func() { wiretest.Put(up.src, "a", "fail") })
+	step(t, srv, 3, func() { wiretest.Put(up.src, "b", "payments:1") })
+	step(t, srv, 4, func() { wiretest.Put(up.src, "b", "panic") })
+	step(t, srv, 5, func() { wiretest.Put(up.src, "a", "payments:2") })
 	frame := func(typ string, n int64, name, val string) string {
 		return fmt.Sprintf(`{"type":%q,"resourceVersion":%q,"object":{"name":%q,"val":%q}}`, typ, rev(srv, n), name, val)
 	}
@@ -275,7 +277,7 @@ func TestFilter_IndexFunctionFailureLeavesTheFilter(t *testing.T) {
 		frame("ADDED", 5, "a", "payments:2"),
 	}
 	for _, w := range want {
-		if got := st.line(t); got != w {
+		if got := st.Line(t); got != w {
 			t.Errorf("got %s, want %s", got, w)
 		}
 	}
@@ -305,10 +307,10 @@ func TestFilteredClient_CacheIsTheMatchingSubset(t *testing.T) {
 	opts.MaxWatchDuration = 40 * time.Millisecond
 	_, ts := serve(t, up, opts)
 	teams := []string{"payments", "search", "ads"}
-	clients := map[string]*downstream{}
+	clients := map[string]*wiretest.Mirror{}
 	for _, team := range teams {
-		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Index: "team", Value: team}, StreamingList: team == "ads"})
-		clients[team] = newDownstream(t, c, "filtered-"+team, nil)
+		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{Filter: httpsource.Filter{Index: "team", Value: team}, StreamingList: team == "ads"})
+		clients[team] = wiretest.NewMirror(t, c, "filtered-"+team, nil)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
@@ -316,18 +318,18 @@ func TestFilteredClient_CacheIsTheMatchingSubset(t *testing.T) {
 		if rng.IntN(5) == 0 {
 			up.src.Delete(name)
 		} else {
-			put(up.src, name, fmt.Sprintf("%s:%d", teams[rng.IntN(len(teams))], i))
+			wiretest.Put(up.src, name, fmt.Sprintf("%s:%d", teams[rng.IntN(len(teams))], i))
 		}
 	}
 	for _, team := range teams {
-		converge(t, clients[team], func() string {
-			var want []*obj
+		wiretest.Converge(t, clients[team], func() string {
+			var want []*wiretest.Obj
 			for _, o := range up.src.Items() {
 				if teamOf(o) == team {
 					want = append(want, o)
 				}
 			}
-			return state(want)
+			return wiretest.State(want)
 		})
 	}
 }
@@ -403,36 +405,36 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 	opts := filterOptions()
 	opts.HistoryLimit = 4
 	srv, ts := serve(t, up, opts)
-	step(t, srv, 1, func() { put(up.src, "a", "payments:1") })
-	step(t, srv, 2, func() { put(up.src, "b", "search:1") })
+	step(t, srv, 1, func() { wiretest.Put(up.src, "a", "payments:1") })
+	step(t, srv, 2, func() { wiretest.Put(up.src, "b", "search:1") })
 	gate := &gatedTransport{}
 	t.Cleanup(func() {
 		if gate.t != nil {
 			gate.t.CloseIdleConnections()
 		}
 	})
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{HTTPClient: &http.Client{Transport: gate}, Filter: httpsource.Filter{Index: "team", Value: "payments"}})
-	d := newDownstream(t, c, "filtered", nil)
-	converge(t, d, func() string { return "a=payments:1" })
-	eventually(t, "the client's watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{HTTPClient: &http.Client{Transport: gate}, Filter: httpsource.Filter{Index: "team", Value: "payments"}})
+	d := wiretest.NewMirror(t, c, "filtered", nil)
+	wiretest.Converge(t, d, func() string { return "a=payments:1" })
+	wiretest.Eventually(t, "the client's watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
 	lists := srv.Stats().Lists
 
 	gate.close()
 	gate.cut()
-	eventually(t, "the client's watch to end", func() bool { return srv.Stats().OpenWatches == 0 })
-	step(t, srv, 3, func() { put(up.src, "c", "payments:1") })
+	wiretest.Eventually(t, "the client's watch to end", func() bool { return srv.Stats().OpenWatches == 0 })
+	step(t, srv, 3, func() { wiretest.Put(up.src, "c", "payments:1") })
 	step(t, srv, 4, func() { up.src.Delete("a") })
 	for i := range 6 {
-		step(t, srv, int64(5+i), func() { put(up.src, "b", fmt.Sprint("search:", i)) })
+		step(t, srv, int64(5+i), func() { wiretest.Put(up.src, "b", fmt.Sprint("search:", i)) })
 	}
 	gate.open()
-	converge(t, d, func() string { return "c=payments:1" })
+	wiretest.Converge(t, d, func() string { return "c=payments:1" })
 	if got := srv.Stats().Lists; got != lists+1 {
-		t.Errorf("the server served %d lists after the cut, want 1 (the filtered relist); calls %q errors %v", got-lists, d.rec.get(), d.rec.errors())
+		t.Errorf("the server served %d lists after the cut, want 1 (the filtered relist); calls %q errors %v", got-lists, d.Rec.Calls(), d.Rec.Errors())
 	}
-	got := d.rec.get()
+	got := d.Rec.Calls()
 	for i, call := range got { // the relist's calls, in whatever order, marked or not
-		got[i] = strings.NewReplacer("*", "", "?", "").Replace(call)
+		got[i] = strings.NewReplacer("add*", "add ", "delete?", "delete ").Replace(call)
 	}
 	slices.Sort(got[1:])
 	if want := []string{"add a=payments:1", "add c=payments:1", "delete a=payments:1"}; !slices.Equal(got, want) {
@@ -448,16 +450,16 @@ func TestFilteredWatch_FromACompactedOrFutureRevision(t *testing.T) {
 	opts.HistoryLimit = 2
 	srv, ts := serve(t, up, opts)
 	for i := range 5 {
-		step(t, srv, int64(i+1), func() { put(up.src, "a", fmt.Sprint("payments:", i)) })
+		step(t, srv, int64(i+1), func() { wiretest.Put(up.src, "a", fmt.Sprint("payments:", i)) })
 	}
 	for _, from := range []int64{1, 9} {
-		got := body(t, rawGet(t, nil, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, from)), nil))
+		got := wiretest.Body(t, wiretest.Get(t, nil, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, from)), nil))
 		if !strings.Contains(got, `"code":410`) {
 			t.Errorf("from %d: %s, want 410", from, got)
 		}
 	}
 	st := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 4)))
-	if got, want := st.line(t), fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":"payments:4"}}`, rev(srv, 5)); got != want {
+	if got, want := st.Line(t), fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":"payments:4"}}`, rev(srv, 5)); got != want {
 		t.Errorf("from 4: %s, want %s", got, want)
 	}
 }
@@ -470,10 +472,10 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 	opts.HistoryLimit = 3
 	srv, ts := serve(t, up, opts)
 	for i := range 20 {
-		step(t, srv, int64(i+1), func() { put(up.src, "a", fmt.Sprint("team", i, ":1")) })
+		step(t, srv, int64(i+1), func() { wiretest.Put(up.src, "a", fmt.Sprint("team", i, ":1")) })
 	}
 	st := openBounded(t, ts.URL+"?watch=1&index=team&value=nobody&resourceVersion="+rev(srv, 20))
-	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
+	wiretest.Eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
 	values := func() []string {
 		h := srv.mirror.filters
 		h.mu.Lock()
@@ -488,8 +490,8 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 	if got, want := values(), []string{"nobody", "team16", "team17", "team18", "team19"}; !slices.Equal(got, want) {
 		t.Errorf("values %q, want %q", got, want)
 	}
-	st.close()
-	eventually(t, "the watch to close", func() bool { return srv.Stats().OpenWatches == 0 })
+	st.Close()
+	wiretest.Eventually(t, "the watch to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	if got, want := values(), []string{"team16", "team17", "team18", "team19"}; !slices.Equal(got, want) {
 		t.Errorf("values after the watch closed %q, want %q", got, want)
 	}
@@ -500,8 +502,8 @@ func TestFilter_ValuesAreForgotten(t *testing.T) {
 // resumes from there; a timeout ends a filtered watch cleanly. Both on the server's clock.
 func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "payments:1")
-	put(up.src, "b", "search:1")
+	wiretest.Put(up.src, "a", "payments:1")
+	wiretest.Put(up.src, "b", "search:1")
 	fake := clock.NewFake(time.Unix(1000, 0))
 	opts := filterOptions()
 	opts.BookmarkInterval, opts.Clock = 10*time.Second, fake
@@ -511,14 +513,14 @@ func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 	if !fake.WaitForWaiters(2, nil) { // the bookmark timer and the timeout
 		t.Fatal("no timers")
 	}
-	step(t, srv, 3, func() { put(up.src, "b", "search:2") })
+	step(t, srv, 3, func() { wiretest.Put(up.src, "b", "search:2") })
 	fake.Step(10 * time.Second)
 	want := fmt.Sprintf(`{"type":"BOOKMARK","resourceVersion":"%[1]s","object":{"metadata":{"resourceVersion":"%[1]s"}}}`, rev(srv, 3))
-	if got := with.line(t); got != want {
+	if got := with.Line(t); got != want {
 		t.Errorf("bookmark %s, want %s", got, want)
 	}
 	fake.Step(5 * time.Second)
-	if got := without.line(t); got != "EOF" {
+	if got := without.Line(t); got != "EOF" {
 		t.Errorf("filtered watch at its timeout: %s, want its clean end", got)
 	}
 }
@@ -527,8 +529,8 @@ func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 // history ends with an error matching informer.ErrExpired (served as an ERROR 410 frame),
 // after the events it could still deliver.
 func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	inf, err := informer.New[string, *obj](unordered{src}, informer.Options[string, *obj]{Key: objKey})
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	inf, err := informer.New[string, *wiretest.Obj](unordered{src}, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,12 +546,12 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	srv.mirror.put(&obj{Name: "a", Val: "payments:1"})
+	srv.mirror.put(&wiretest.Obj{Name: "a", Val: "payments:1"})
 	if ev, err := w.Next(); err != nil || ev.Type != informer.Added || ev.Revision != "1" || string(ev.Object.json) != `{"name":"a","val":"payments:1"}` {
 		t.Fatalf("first event %v %q %v", ev.Type, ev.Revision, err)
 	}
 	for i := range 4 {
-		srv.mirror.put(&obj{Name: "a", Val: fmt.Sprint("payments:", i+2)})
+		srv.mirror.put(&wiretest.Obj{Name: "a", Val: fmt.Sprint("payments:", i+2)})
 	}
 	_, err = w.Next()
 	if !errors.Is(err, informer.ErrExpired) || !strings.HasPrefix(err.Error(), `fanout: filtered watch of team="payments": its next event has left the server's history: `) {
@@ -578,16 +580,16 @@ func TestFilteredClient_UpstreamRevisions(t *testing.T) {
 }
 
 func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
-	src := memory.New(objName, memory.Options{})
+	src := memory.New(wiretest.ObjName, memory.Options{})
 	if !empty {
-		put(src, "z", "search:0")
+		wiretest.Put(src, "z", "search:0")
 	}
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, filterOptions())
-	d := newDownstream(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{Filter: httpsource.Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{Filter: httpsource.Filter{Index: "team", Value: "payments"}}).Ordered(), "payments", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
-	if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
+	if err := informer.WaitForCacheSync(ctx, d.Inf); err != nil {
 		t.Fatal(err)
 	}
 	teams := []string{"payments", "search", "billing"}
@@ -597,7 +599,7 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 		if i%5 == 4 {
 			team = "payments"
 		}
-		r := put(src, name, fmt.Sprintf("%s:%d", team, i))
+		r := wiretest.Put(src, name, fmt.Sprintf("%s:%d", team, i))
 		if i%7 == 0 {
 			src.Delete(fmt.Sprintf("o%02d", (i+3)%17))
 		}
@@ -605,11 +607,11 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 			continue // a burst: the Server gets several changes per batch
 		}
 		rs := strconv.FormatInt(r, 10)
-		if err := d.inf.WaitForRevision(ctx, rs); err != nil {
+		if err := d.Inf.WaitForRevision(ctx, rs); err != nil {
 			t.Fatalf("WaitForRevision(%s): %v", rs, err)
 		}
-		if got, ok := d.inf.Get(name); !ok || got.Val != fmt.Sprintf("payments:%d", i) {
-			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)", rs, name, i, got, d.inf.LastSyncRevision())
+		if got, ok := d.Inf.Get(name); !ok || got.Val != fmt.Sprintf("payments:%d", i) {
+			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)", rs, name, i, got, d.Inf.LastSyncRevision())
 		}
 	}
 	want := func() string {
@@ -621,14 +623,14 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 		}
 		return b.String()
 	}()
-	eventually(t, "the filtered mirror to hold the payments subset", func() bool {
+	wiretest.Eventually(t, "the filtered mirror to hold the payments subset", func() bool {
 		var b strings.Builder
-		for _, o := range d.inf.List() {
+		for _, o := range d.Inf.List() {
 			fmt.Fprintf(&b, "%s=%s ", o.Name, o.Val)
 		}
 		return b.String() == want
 	})
-	if n := d.inf.Stats().Relists; n != 1 {
+	if n := d.Inf.Stats().Relists; n != 1 {
 		t.Errorf("the filtered mirror listed %d times, want 1 (no relist)", n)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
@@ -20,27 +22,27 @@ var _ informer.SourceIdentifier = (*httpsource.Client[int])(nil)
 // one URL (one restarted) are two sources, one Server asked twice is one. A server that
 // names no instance (a plain API; a PassThrough) is its URL.
 func TestClientSourceID(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	u := newUpstream(t, memory.Options{})
-	put(u.src, "a", "1")
-	first, err := newServer(t, u, ServerOptions[*obj]{})
+	wiretest.Put(u.src, "a", "1")
+	first, err := newServer(t, u, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := newServer(t, u, ServerOptions[*obj]{})
+	second, err := newServer(t, u, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitSynced(t, first)
 	waitSynced(t, second)
-	var current atomic.Pointer[Server[string, *obj]]
+	var current atomic.Pointer[Server[string, *wiretest.Obj]]
 	current.Store(first)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(ts.Close)
 	t.Cleanup(func() { first.Shutdown(ctx); second.Shutdown(ctx) })
 
-	c := newTestClient(t, ts.URL+"/objs", httpsource.ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL+"/objs", httpsource.ClientOptions[*wiretest.Obj]{})
 	id1, err := c.SourceID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -58,9 +60,9 @@ func TestClientSourceID(t *testing.T) {
 		t.Fatalf("two Server instances at %s: %q and %q, want the URL and two instances", ts.URL, id1, id2)
 	}
 
-	plain := httptest.NewServer(NewPassThrough[*obj](u.src, PassThroughOptions[*obj]{}))
+	plain := httptest.NewServer(NewPassThrough[*wiretest.Obj](u.src, PassThroughOptions[*wiretest.Obj]{}))
 	t.Cleanup(plain.Close)
-	id, err := newTestClient(t, plain.URL, httpsource.ClientOptions[*obj]{}).SourceID(ctx)
+	id, err := newTestClient(t, plain.URL, httpsource.ClientOptions[*wiretest.Obj]{}).SourceID(ctx)
 	if err != nil || id != plain.URL {
 		t.Fatalf("a server that names no instance: %q %v, want its URL %q", id, err, plain.URL)
 	}

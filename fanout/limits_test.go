@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer/internal/wire"
 	httpsource "github.com/informer-go/informer/source/http"
 
@@ -44,7 +46,7 @@ func dialAs(t testing.TB, addr, query, token string, readBuffer int) *rawConn {
 	if _, err := fmt.Fprintf(conn, "GET /?%s HTTP/1.1\r\nHost: %s\r\n%s\r\n", query, addr, auth); err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	_ = conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 	rc := &rawConn{conn: conn}
 	if rc.resp, err = http.ReadResponse(bufio.NewReaderSize(conn, 4096), nil); err != nil {
 		t.Fatal(err)
@@ -64,19 +66,19 @@ func byToken(r *http.Request) (string, error) {
 
 // startServer serves srv on loopback with the http.Server settings the README asks for
 // (ConnContext installed), and shuts both down at the end of the test.
-func startServer(t testing.TB, srv *Server[string, *obj]) *httptest.Server {
+func startServer(t testing.TB, srv *Server[string, *wiretest.Obj]) *httptest.Server {
 	t.Helper()
 	return serveFront(t, srv, srv)
 }
 
 // serveFront is startServer with front (a handler that passes requests to srv) served.
-func serveFront(t testing.TB, srv *Server[string, *obj], front http.Handler) *httptest.Server {
+func serveFront(t testing.TB, srv *Server[string, *wiretest.Obj], front http.Handler) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(front)
 	ts.Config.ConnContext = ConnContext
 	ts.Start()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		ts.Close()
@@ -100,9 +102,9 @@ func TestServerStalledListReaders(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	val := strings.Repeat("v", 1<<10)
 	for i := range objects {
-		put(up.src, fmt.Sprintf("k%05d", i), val)
+		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
 	}
-	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{WriteTimeout: 500 * time.Millisecond, ErrorHandler: func(error) {}}})
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: 500 * time.Millisecond, ErrorHandler: func(error) {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +129,13 @@ func TestServerStalledListReaders(t *testing.T) {
 	if held > 4<<20 {
 		t.Errorf("stalled list readers hold %d KiB of heap, want under 4 MiB", held>>10)
 	}
-	eventually(t, "the stalled list readers to be evicted", func() bool { return srv.Stats().Evicted == DefaultMaxListsPerClient })
+	wiretest.Eventually(t, "the stalled list readers to be evicted", func() bool { return srv.Stats().Evicted == DefaultMaxListsPerClient })
 	if n := srv.Stats().ListsRejected; n != readers-DefaultMaxListsPerClient {
 		t.Errorf("Stats.ListsRejected = %d, want %d", n, readers-DefaultMaxListsPerClient)
 	}
 	// Their slots are free: a list is served in full.
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
-	eventually(t, "a list to be served again", func() bool {
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	wiretest.Eventually(t, "a list to be served again", func() bool {
 		l, err := c.List(context.Background(), informer.ListOptions{})
 		return err == nil && len(l.Items) == objects
 	})
@@ -144,7 +146,7 @@ func TestServerStalledListReaders(t *testing.T) {
 // remote address.
 func TestServerWatchersPerClient(t *testing.T) {
 	t.Run("named", func(t *testing.T) {
-		_, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{
+		_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 			AuthorizeClient: byToken, MaxWatchers: 10, MaxWatchersPerClient: 3,
 		}}, "a")
 		addr := ts.Listener.Addr().String()
@@ -167,7 +169,7 @@ func TestServerWatchersPerClient(t *testing.T) {
 		}
 	})
 	t.Run("by address", func(t *testing.T) {
-		_, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{MaxWatchersPerClient: 2}}, "a")
+		_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxWatchersPerClient: 2}}, "a")
 		addr := ts.Listener.Addr().String()
 		q := "watch=1&resourceVersion=" + rev(srv, 1)
 		var got []int
@@ -183,12 +185,12 @@ func TestServerWatchersPerClient(t *testing.T) {
 // A client that starts paged list after paged list loses its own oldest snapshots, never
 // another client's: a paged informer still gets its second page.
 func TestServerPagedListsPerClient(t *testing.T) {
-	_, srv, ts := withObjects(t, ServerOptions[*obj]{PagedLists: 4, PagedListsPerClient: 3, ServeOptions: ServeOptions{AuthorizeClient: byToken}}, "a", "b", "c")
+	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{PagedLists: 4, PagedListsPerClient: 3, ServeOptions: ServeOptions{AuthorizeClient: byToken}}, "a", "b", "c")
 	hc := &http.Client{}
 	first := func(who string) string {
 		t.Helper()
-		resp := rawGet(t, hc, ts.URL+"?limit=1", http.Header{"Authorization": {"Bearer " + who}})
-		b := body(t, resp)
+		resp := wiretest.Get(t, hc, ts.URL+"?limit=1", http.Header{"Authorization": {"Bearer " + who}})
+		b := wiretest.Body(t, resp)
 		_, tok, ok := strings.Cut(b, `"continue":"`)
 		if resp.StatusCode != 200 || !ok {
 			t.Fatalf("%s's first page: %d %s", who, resp.StatusCode, b)
@@ -197,8 +199,8 @@ func TestServerPagedListsPerClient(t *testing.T) {
 	}
 	next := func(who, tok string) (int, string) {
 		t.Helper()
-		resp := rawGet(t, hc, ts.URL+"?limit=1&continue="+tok, http.Header{"Authorization": {"Bearer " + who}})
-		return resp.StatusCode, body(t, resp)
+		resp := wiretest.Get(t, hc, ts.URL+"?limit=1&continue="+tok, http.Header{"Authorization": {"Bearer " + who}})
+		return resp.StatusCode, wiretest.Body(t, resp)
 	}
 	bob := first("bob")
 	var alice []string
@@ -244,7 +246,7 @@ func TestServerPagedListsPerClient(t *testing.T) {
 // must then be authorized again, so a revoked credential stops receiving within it.
 func TestServerWatchLifetime(t *testing.T) {
 	var revoked atomic.Bool
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		MaxWatchDuration: 400 * time.Millisecond,
 		AuthorizeClient: func(r *http.Request) (string, error) {
 			if revoked.Load() {
@@ -273,7 +275,7 @@ func TestServerWatchLifetime(t *testing.T) {
 			case <-done:
 				return
 			case <-tick.C:
-				put(up.src, "a", fmt.Sprint(i))
+				wiretest.Put(up.src, "a", fmt.Sprint(i))
 			}
 		}
 	}()
@@ -324,11 +326,11 @@ func paced(t *testing.T, rc *rawConn, rate int, want int) {
 	const chunk = 16 << 10
 	tick := time.NewTicker(time.Duration(int64(time.Second) * chunk / int64(rate)))
 	defer tick.Stop()
-	_ = rc.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	_ = rc.conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 	buf := make([]byte, chunk)
 	var added int
 	var tail []byte
-	for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(wiretest.WaitTimeout); time.Now().Before(deadline); {
 		<-tick.C
 		n, err := rc.resp.Body.Read(buf)
 		tail = append(tail, buf[:n]...)
@@ -365,9 +367,9 @@ func TestServerSlowReaderKept(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	val := strings.Repeat("v", 64<<10)
 	for i := range objects {
-		put(up.src, fmt.Sprintf("k%02d", i), val)
+		wiretest.Put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
-	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: time.Second, SendBuffer: 64 << 10, ErrorHandler: func(error) {},
 	}})
 	if err != nil {
@@ -404,10 +406,10 @@ func TestServerSlowReaderProgress(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	val := strings.Repeat("v", 256<<10)
 	for i := range objects {
-		put(up.src, fmt.Sprintf("k%02d", i), val)
+		wiretest.Put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
 	reported := make(chan error, 1)
-	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: time.Second, SendBuffer: -1,
 		ErrorHandler: func(err error) {
 			select {
@@ -456,8 +458,8 @@ func TestServerSlowReaderProgress(t *testing.T) {
 // kernel drops the data queued for it at once (with ConnContext installed).
 func TestServerEvictedConnectionReset(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: 200 * time.Millisecond, SendBuffer: 4096, ErrorHandler: func(error) {},
 	}})
 	if err != nil {
@@ -467,20 +469,20 @@ func TestServerEvictedConnectionReset(t *testing.T) {
 	stalled := dialAs(t, ts.Listener.Addr().String(), "watch=1&resourceVersion="+rev(srv, 1), "", 4096)
 	big := strings.Repeat("x", 4<<10)
 	for i := 0; i < 1000 && srv.Stats().Evicted == 0; i++ {
-		put(up.src, fmt.Sprintf("k%03d", i%100), big+fmt.Sprint(i))
+		wiretest.Put(up.src, fmt.Sprintf("k%03d", i%100), big+fmt.Sprint(i))
 		if i%50 == 49 {
-			eventually(t, "the server to take the changes", func() bool { return srv.src.Revision() >= int64(i+2) })
+			wiretest.Eventually(t, "the server to take the changes", func() bool { return srv.src.Revision() >= int64(i+2) })
 		}
 	}
-	eventually(t, "the stalled watcher to be evicted", func() bool { return srv.Stats().Evicted == 1 })
-	_ = stalled.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	wiretest.Eventually(t, "the stalled watcher to be evicted", func() bool { return srv.Stats().Evicted == 1 })
+	_ = stalled.conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 	_, err = io.Copy(io.Discard, stalled.r)
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("the evicted watcher's connection ended with %v, want a reset (ECONNRESET)", err)
 	}
 	// A watch that ends normally ends gracefully: the reset is disarmed.
 	done := dialAs(t, ts.Listener.Addr().String(), "watch=1&timeoutSeconds=1&resourceVersion="+rev(srv, 1), "", 0)
-	_ = done.conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	_ = done.conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 	if _, err := io.Copy(io.Discard, done.r); err != nil {
 		t.Errorf("a watch at its timeout ended with %v, want a clean end", err)
 	}
@@ -490,15 +492,15 @@ func TestServerEvictedConnectionReset(t *testing.T) {
 // times does not pile up its versions.
 func TestServerHistoryBytes(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "0")
-	srv, ts := serve(t, up, ServerOptions[*obj]{HistoryBytes: 1 << 20})
+	wiretest.Put(up.src, "a", "0")
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{HistoryBytes: 1 << 20})
 	big := strings.Repeat("x", 100<<10)
 	const n = 50 // 5 MB of versions of one 100 KiB object
 	for i := range n {
-		put(up.src, "a", fmt.Sprint(i)+big)
+		wiretest.Put(up.src, "a", fmt.Sprint(i)+big)
 	}
 	// The log compacts right after it appends: wait for both.
-	eventually(t, "the server to take the changes and drop the old ones", func() bool {
+	wiretest.Eventually(t, "the server to take the changes and drop the old ones", func() bool {
 		return srv.src.Revision() == n+1 && srv.src.Revision()-srv.src.CompactedRevision() <= 10
 	})
 	kept := srv.src.Revision() - srv.src.CompactedRevision()
@@ -506,12 +508,12 @@ func TestServerHistoryBytes(t *testing.T) {
 		t.Errorf("the server keeps %d versions of 100 KiB, want the 9 or 10 that fit in 1 MiB", kept)
 	}
 	// A watch from a revision that has left the history: 410; from one within it: served.
-	resp := rawGet(t, nil, ts.URL+"?watch=1&resourceVersion="+rev(srv, 2), nil)
-	if b := body(t, resp); resp.StatusCode != 410 {
+	resp := wiretest.Get(t, nil, ts.URL+"?watch=1&resourceVersion="+rev(srv, 2), nil)
+	if b := wiretest.Body(t, resp); resp.StatusCode != 410 {
 		t.Errorf("watch from a dropped revision: %d %.100s", resp.StatusCode, b)
 	}
-	st := openRaw(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, n))
-	if l := st.line(t); !strings.HasPrefix(l, fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q`, rev(srv, n+1))) {
+	st := wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, n))
+	if l := st.Line(t); !strings.HasPrefix(l, fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q`, rev(srv, n+1))) {
 		t.Errorf("watch from a kept revision: %.80s", l)
 	}
 }
@@ -520,13 +522,13 @@ func TestServerHistoryBytes(t *testing.T) {
 // previous state and everything else is served.
 func TestServerObjectTooLarge(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
+	wiretest.Put(up.src, "a", "1")
 	reported := make(chan error, 4)
-	srv, ts := serve(t, up, ServerOptions[*obj]{MaxObjectSize: 1000, ServeOptions: ServeOptions{ErrorHandler: func(err error) { reported <- err }}})
-	st := openRaw(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1))
-	put(up.src, "a", strings.Repeat("x", 2000))
-	put(up.src, "b", "1")
-	if l := st.line(t); !strings.HasPrefix(l, `{"type":"ADDED"`) || !strings.Contains(l, `"name":"b"`) {
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{MaxObjectSize: 1000, ServeOptions: ServeOptions{ErrorHandler: func(err error) { reported <- err }}})
+	st := wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1))
+	wiretest.Put(up.src, "a", strings.Repeat("x", 2000))
+	wiretest.Put(up.src, "b", "1")
+	if l := st.Line(t); !strings.HasPrefix(l, `{"type":"ADDED"`) || !strings.Contains(l, `"name":"b"`) {
 		t.Errorf("after a refused object: %.80s, want b's ADDED", l)
 	}
 	select {
@@ -534,13 +536,13 @@ func TestServerObjectTooLarge(t *testing.T) {
 		if !strings.Contains(err.Error(), "object a is 2") || !strings.Contains(err.Error(), "MaxObjectSize (1000)") {
 			t.Errorf("reported %v", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(wiretest.WaitTimeout):
 		t.Fatal("nothing reported")
 	}
 	if n := srv.Stats().TooLarge; n != 1 {
 		t.Errorf("Stats.TooLarge = %d, want 1", n)
 	}
-	if b := body(t, rawGet(t, nil, ts.URL, nil)); !strings.Contains(b, `{"name":"a","val":"1"}`) {
+	if b := wiretest.Body(t, wiretest.Get(t, nil, ts.URL, nil)); !strings.Contains(b, `{"name":"a","val":"1"}`) {
 		t.Errorf("list after a refused object: %.200s, want a's previous state", b)
 	}
 }
@@ -552,15 +554,15 @@ func TestServerLargestObjectReachesClient(t *testing.T) {
 		t.Fatalf("DefaultMaxObjectSize %d + envelope %d > DefaultMaxFrameSize %d", DefaultMaxObjectSize, wire.MaxEnvelope, httpsource.DefaultMaxFrameSize)
 	}
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{ErrorHandler: func(err error) { t.Error(err) }}})
-	w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
+	wiretest.Put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{ErrorHandler: func(err error) { t.Error(err) }}})
+	w, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 	val := strings.Repeat("x", DefaultMaxObjectSize-len(`{"name":"a","val":""}`)) // exactly the limit
-	put(up.src, "a", val)
+	wiretest.Put(up.src, "a", val)
 	ev, err := w.Next()
 	if err != nil || ev.Type != informer.Modified || len(ev.Object.Val) != len(val) {
 		t.Fatalf("the largest object: %v %v", ev.Type, err)
@@ -573,7 +575,7 @@ func TestServerLargestObjectReachesClient(t *testing.T) {
 // A refusal says only "unauthorized" or "forbidden" unless the hook chose a message;
 // a 401 carries a WWW-Authenticate challenge.
 func TestServerRefusalText(t *testing.T) {
-	_, _, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	_, _, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		Authorize: func(r *http.Request) error {
 			switch r.Header.Get("Authorization") {
 			case "":
@@ -596,8 +598,8 @@ func TestServerRefusalText(t *testing.T) {
 		if tc.token != "" {
 			h.Set("Authorization", tc.token)
 		}
-		resp := rawGet(t, nil, ts.URL, h)
-		b := body(t, resp)
+		resp := wiretest.Get(t, nil, ts.URL, h)
+		b := wiretest.Body(t, resp)
 		if resp.StatusCode != tc.code || !strings.Contains(b, tc.want) || strings.Contains(b, "10.0.0.7") || strings.Contains(b, "ldap") {
 			t.Errorf("%q: %d %s, want %d with %s", tc.token, resp.StatusCode, b, tc.code, tc.want)
 		}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -56,7 +58,7 @@ func runModelHTTP(t *testing.T, seed uint64) {
 		}
 		val := key + "." + strconv.Itoa(len(history[key]))
 		history[key] = append(history[key], val)
-		put(u.src, key, val)
+		wiretest.Put(u.src, key, val)
 	}
 	keys := []string{"a", "b", "c", "d", "e", "f"}
 	for range 4 {
@@ -66,7 +68,7 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	// A stable address in front of the current Server: "killed" is 503 and every open
 	// connection cut; "restarted" is a new Server of the upstream informer. The front
 	// knows which watch streams are open, and can cut one in the middle of a frame.
-	var cur atomic.Pointer[Server[string, *obj]]
+	var cur atomic.Pointer[Server[string, *wiretest.Obj]]
 	watches := newWatchTracker()
 	front := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 		s := cur.Load()
@@ -82,9 +84,9 @@ func runModelHTTP(t *testing.T, seed uint64) {
 		defer watches.close(id)
 		s.ServeHTTP(&cutWriter{ResponseWriter: w, t: watches, id: id}, r)
 	}))
-	var servers []*Server[string, *obj]
+	var servers []*Server[string, *wiretest.Obj]
 	start := func() {
-		s, err := newServer(t, u, ServerOptions[*obj]{})
+		s, err := newServer(t, u, ServerOptions[*wiretest.Obj]{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +100,7 @@ func runModelHTTP(t *testing.T, seed uint64) {
 			return
 		}
 		front.CloseClientConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
@@ -112,11 +114,11 @@ func runModelHTTP(t *testing.T, seed uint64) {
 
 	// The downstream handler checks every key's life cycle and keeps the states it saw
 	// (the default Coalesce policy: a delete may carry a state merged away).
-	v := informertest.NewLifeCycle(func(o *obj) (string, string) { return o.Name, o.Val }, informertest.LifeCycleOptions{Coalesce: true})
-	c := newTestClient(t, front.URL, httpsource.ClientOptions[*obj]{})
-	d := &downstream{rec: newRecorder()}
-	inf, err := informer.New(c.Ordered(), informer.Options[string, *obj]{
-		Key: objKey, Name: "client", Backoff: testBackoff, ErrorHandler: func(error) {},
+	v := informertest.NewLifeCycle(func(o *wiretest.Obj) (string, string) { return o.Name, o.Val }, informertest.LifeCycleOptions{Coalesce: true})
+	c := newTestClient(t, front.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	d := &wiretest.Mirror{Rec: wiretest.NewRecorder()}
+	inf, err := informer.New(c.Ordered(), informer.Options[string, *wiretest.Obj]{
+		Key: wiretest.ObjKey, Name: "client", Backoff: wiretest.TestBackoff, ErrorHandler: func(error) {},
 		MaxBatch: 1 + rng.IntN(4),
 	})
 	if err != nil {
@@ -126,8 +128,8 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.inf = inf
-	run(t, inf)
+	d.Inf = inf
+	wiretest.Run(t, inf)
 
 	liveCuts, midFrameCuts := 0, 0
 	for op := 0; op < 60; op++ {
@@ -146,13 +148,13 @@ func runModelHTTP(t *testing.T, seed uint64) {
 			// Each put is a change, so a frame for an open watch; if the client was
 			// between watches the put may come by a list instead: put again until a
 			// frame is cut.
-			deadline := time.After(waitTimeout)
+			deadline := time.After(wiretest.WaitTimeout)
 		cutting:
 			for {
 				key := keys[rng.IntN(len(keys))]
 				val := key + "." + strconv.Itoa(len(history[key]))
 				history[key] = append(history[key], val)
-				put(u.src, key, val)
+				wiretest.Put(u.src, key, val)
 				select {
 				case <-cut:
 					break cutting
@@ -180,16 +182,16 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	for _, o := range u.src.Items() {
 		final[o.Name] = o.Val
 	}
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(wiretest.WaitTimeout)
 	for {
 		// Converged can hold for a moment while the handler is behind (an earlier delete
 		// is the final state too): its queue must be empty as well.
-		ok := state(inf.List()) == state(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
+		ok := wiretest.State(inf.List()) == wiretest.State(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
 		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, state(inf.List()), state(u.src.Items()))
+			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, wiretest.State(inf.List()), wiretest.State(u.src.Items()))
 		}
 		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
 	}
@@ -256,7 +258,7 @@ func (w *watchTracker) close(id int) {
 // now as cut, and returns the first id of the watches opened since the last cut.
 func (w *watchTracker) waitFresh(t *testing.T) int {
 	t.Helper()
-	deadline := time.After(waitTimeout)
+	deadline := time.After(wiretest.WaitTimeout)
 	for {
 		w.mu.Lock()
 		for id := range w.openIDs {

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	httpsource "github.com/informer-go/informer/source/http"
 )
@@ -15,15 +17,15 @@ import (
 // source/etcd's does for a transaction, which of them are followed by more at their
 // revision.
 type batchedSource struct {
-	events []informer.Event[*obj]
+	events []informer.Event[*wiretest.Obj]
 	more   []bool
 }
 
-func (s *batchedSource) List(context.Context, informer.ListOptions) (informer.List[*obj], error) {
-	return informer.List[*obj]{Revision: "4"}, nil
+func (s *batchedSource) List(context.Context, informer.ListOptions) (informer.List[*wiretest.Obj], error) {
+	return informer.List[*wiretest.Obj]{Revision: "4"}, nil
 }
 
-func (s *batchedSource) Watch(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+func (s *batchedSource) Watch(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*wiretest.Obj], error) {
 	return &batchedWatch{s: s, ctx: ctx, i: -1}, nil
 }
 
@@ -33,10 +35,10 @@ type batchedWatch struct {
 	i   int
 }
 
-func (w *batchedWatch) Next() (informer.Event[*obj], error) {
+func (w *batchedWatch) Next() (informer.Event[*wiretest.Obj], error) {
 	if w.i+1 >= len(w.s.events) {
 		<-w.ctx.Done()
-		return informer.Event[*obj]{}, w.ctx.Err()
+		return informer.Event[*wiretest.Obj]{}, w.ctx.Err()
 	}
 	w.i++
 	return w.s.events[w.i], nil
@@ -49,22 +51,22 @@ func (w *batchedWatch) Stop()                {}
 // transaction) sends them as a batch, every change but the last with the partial mark,
 // so that a Client's WaitForRevision does not count the revision reached halfway.
 func TestPassThroughSendsSourceBatches(t *testing.T) {
-	ev := func(name, rev string) informer.Event[*obj] {
-		return informer.Event[*obj]{Type: informer.Modified, Object: &obj{Name: name, Val: "v"}, Revision: rev}
+	ev := func(name, rev string) informer.Event[*wiretest.Obj] {
+		return informer.Event[*wiretest.Obj]{Type: informer.Modified, Object: &wiretest.Obj{Name: name, Val: "v"}, Revision: rev}
 	}
 	src := &batchedSource{
-		events: []informer.Event[*obj]{ev("a", "5"), ev("b", "5"), ev("c", "5"), ev("d", "6"), ev("e", "7"), ev("f", "7")},
+		events: []informer.Event[*wiretest.Obj]{ev("a", "5"), ev("b", "5"), ev("c", "5"), ev("d", "6"), ev("e", "7"), ev("f", "7")},
 		more:   []bool{true, true, false, false, true, false},
 	}
-	ts := httptest.NewServer(NewPassThrough[*obj](src, PassThroughOptions[*obj]{}))
+	ts := httptest.NewServer(NewPassThrough[*wiretest.Obj](src, PassThroughOptions[*wiretest.Obj]{}))
 	t.Cleanup(ts.Close)
 	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
-	defer st.close()
+	defer st.Close()
 	for i, want := range []string{"a@5~", "b@5~", "c@5", "d@6", "e@7~", "f@7"} {
 		var name, rev string
 		fmt.Sscanf(want, "%1s@%s", &name, &rev)
 		frame := fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
-		if got := st.line(t); got != frame {
+		if got := st.Line(t); got != frame {
 			t.Fatalf("frame %d:\n got %s\nwant %s", i, got, frame)
 		}
 	}
@@ -85,15 +87,15 @@ func TestPassThroughPassesClientBatchesOn(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	client, err := httpsource.NewClient[*obj](upstream.URL, httpsource.ClientOptions[*obj]{})
+	client, err := httpsource.NewClient[*wiretest.Obj](upstream.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := serveFunc(t, NewPassThrough[*obj](client, PassThroughOptions[*obj]{}).ServeHTTP)
+	ts := serveFunc(t, NewPassThrough[*wiretest.Obj](client, PassThroughOptions[*wiretest.Obj]{}).ServeHTTP)
 	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
-	defer st.close()
+	defer st.Close()
 	for i, want := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
-		if got := st.line(t); got != want {
+		if got := st.Line(t); got != want {
 			t.Fatalf("frame %d:\n got %s\nwant %s", i, got, want)
 		}
 	}

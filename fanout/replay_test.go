@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	httpsource "github.com/informer-go/informer/source/http"
 
 	"github.com/informer-go/informer"
@@ -18,18 +20,18 @@ import (
 // more at its revision) until the test resumes them, as a slow network would: the
 // informer then holds exactly what was whole at that point.
 type pausedClient struct {
-	httpsource.OrderedClient[*obj]
+	httpsource.OrderedClient[*wiretest.Obj]
 	gate    chan struct{} // closed by the test: the first watch may be sent
 	resume  chan struct{} // closed by the test: paused watches go on
 	watched chan string   // the revision of the first watch, once it is asked for
 	once    sync.Once
 }
 
-func newPausedClient(c *httpsource.Client[*obj]) *pausedClient {
+func newPausedClient(c *httpsource.Client[*wiretest.Obj]) *pausedClient {
 	return &pausedClient{OrderedClient: c.Ordered(), gate: make(chan struct{}), resume: make(chan struct{}), watched: make(chan string, 1)}
 }
 
-func (p *pausedClient) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+func (p *pausedClient) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*wiretest.Obj], error) {
 	p.once.Do(func() { p.watched <- opts.Revision })
 	select {
 	case <-p.gate:
@@ -45,18 +47,18 @@ func (p *pausedClient) Watch(ctx context.Context, opts informer.WatchOptions) (i
 
 // pausedWatch forwards a Client's watch and pauses after each whole batch.
 type pausedWatch struct {
-	informer.Watch[*obj]
+	informer.Watch[*wiretest.Obj]
 	ctx    context.Context
 	resume chan struct{}
 	pause  bool // the last event ended its batch
 }
 
-func (w *pausedWatch) Next() (informer.Event[*obj], error) {
+func (w *pausedWatch) Next() (informer.Event[*wiretest.Obj], error) {
 	if w.pause {
 		select {
 		case <-w.resume:
 		case <-w.ctx.Done():
-			return informer.Event[*obj]{}, w.ctx.Err()
+			return informer.Event[*wiretest.Obj]{}, w.ctx.Err()
 		}
 	}
 	ev, err := w.Watch.Next()
@@ -77,21 +79,21 @@ func (w *pausedWatch) MoreAtRevision() bool {
 func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 	for _, filtered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("filtered=%v", filtered), func(t *testing.T) {
-			src := memory.New(objName, memory.Options{})
+			src := memory.New(wiretest.ObjName, memory.Options{})
 			up := startUpstream(t, src, "upstream", true)
 			srv, ts, _ := startReplica(t, up, filterOptions())
 			if got := srv.Revision(); got != "0" {
 				t.Fatalf("the server of an empty upstream is at revision %q, want 0", got)
 			}
-			var copts httpsource.ClientOptions[*obj]
+			var copts httpsource.ClientOptions[*wiretest.Obj]
 			if filtered {
 				copts.Filter = httpsource.Filter{Index: "team", Value: "payments"}
 			}
 			pc := newPausedClient(newTestClient(t, ts.URL, copts))
-			d := newDownstream(t, pc, "mirror", nil)
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			d := wiretest.NewMirror(t, pc, "mirror", nil)
+			ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 			defer cancel()
-			if err := informer.WaitForCacheSync(ctx, d.inf); err != nil {
+			if err := informer.WaitForCacheSync(ctx, d.Inf); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -110,26 +112,26 @@ func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 				if i%3 == 1 {
 					team = "search"
 				}
-				last = put(src, fmt.Sprintf("o%d", i), fmt.Sprintf("%s:%d", team, i))
+				last = wiretest.Put(src, fmt.Sprintf("o%d", i), fmt.Sprintf("%s:%d", team, i))
 			}
 			rs := strconv.FormatInt(last, 10)
-			eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == rs })
+			wiretest.Eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == rs })
 			close(pc.gate)
-			if err := d.inf.WaitForRevision(ctx, rs); err != nil {
+			if err := d.Inf.WaitForRevision(ctx, rs); err != nil {
 				t.Fatalf("WaitForRevision(%s): %v", rs, err)
 			}
-			got := state(d.inf.List())
+			got := wiretest.State(d.Inf.List())
 			close(pc.resume)
-			var want []*obj
+			var want []*wiretest.Obj
 			for _, o := range src.Items() {
 				if !filtered || teamOf(o) == "payments" {
 					want = append(want, o)
 				}
 			}
-			if got != state(want) {
-				t.Fatalf("right after WaitForRevision(%s) the client's cache holds %q, want the upstream's state %q", rs, got, state(want))
+			if got != wiretest.State(want) {
+				t.Fatalf("right after WaitForRevision(%s) the client's cache holds %q, want the upstream's state %q", rs, got, wiretest.State(want))
 			}
-			if n := d.inf.Stats().Relists; n != 1 {
+			if n := d.Inf.Stats().Relists; n != 1 {
 				t.Errorf("the client listed %d times, want 1", n)
 			}
 		})
@@ -140,15 +142,15 @@ func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 // every event but the last with the partial mark, filtered or not, asked for by
 // sendInitialEvents or by a watch from "0" or from no revision.
 func TestServerReplayFramesAreOneBatch(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
+	src := memory.New(wiretest.ObjName, memory.Options{})
 	up := startUpstream(t, src, "upstream", true)
 	srv, ts, _ := startReplica(t, up, filterOptions())
-	put(src, "a", "payments:1")
-	put(src, "b", "search:1")
-	put(src, "c", "payments:2")
-	put(src, "d", "payments:3")
-	r := strconv.FormatInt(put(src, "e", "billing:1"), 10)
-	eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == r })
+	wiretest.Put(src, "a", "payments:1")
+	wiretest.Put(src, "b", "search:1")
+	wiretest.Put(src, "c", "payments:2")
+	wiretest.Put(src, "d", "payments:3")
+	r := strconv.FormatInt(wiretest.Put(src, "e", "billing:1"), 10)
+	wiretest.Eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == r })
 
 	added := func(name, val, rv string) string {
 		return fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":%q,"val":%q}}`, rv, name, val)
@@ -174,9 +176,9 @@ func TestServerReplayFramesAreOneBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := openBounded(t, ts.URL+"?watch=1"+tc.query)
-			defer st.close()
+			defer st.Close()
 			for i, want := range tc.want {
-				if got := st.line(t); got != want {
+				if got := st.Line(t); got != want {
 					t.Fatalf("frame %d:\n got %s\nwant %s", i, got, want)
 				}
 			}
@@ -186,10 +188,10 @@ func TestServerReplayFramesAreOneBatch(t *testing.T) {
 	// After the replay, the watch goes on with the changes, each batch as before.
 	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=0")
 	for range all {
-		st.line(t)
+		st.Line(t)
 	}
-	r2 := strconv.FormatInt(put(src, "f", "payments:4"), 10)
-	if got, want := st.line(t), added("f", "payments:4", r2); got != want {
+	r2 := strconv.FormatInt(wiretest.Put(src, "f", "payments:4"), 10)
+	if got, want := st.Line(t), added("f", "payments:4", r2); got != want {
 		t.Fatalf("the change after the replay:\n got %s\nwant %s", got, want)
 	}
 }

@@ -16,8 +16,7 @@ import (
 
 // DefaultCatchUpWait is how long a Server waits, when ServerOptions.CatchUpWait is 0, for
 // its informer to reach a revision a request asks for that it has not reached yet (a
-// client that comes from a replica further ahead) before it answers 503 with a
-// Retry-After.
+// client that comes from a replica further ahead) before it answers 410.
 const DefaultCatchUpWait = 5 * time.Second
 
 // bound says that the server's log up to seq is exactly the upstream's state at every
@@ -155,7 +154,8 @@ func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
 }
 
 // await waits, at most wait, until the revision of a request is reached. It returns an
-// error matching informer.ErrUnavailable if it is not (a client ahead of this replica).
+// error matching informer.ErrExpired if it is not (a client ahead of this replica, or of
+// another upstream), which is answered 410.
 func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.Duration) error {
 	rev, _, err := u.parse(onWire)
 	if err != nil {
@@ -183,7 +183,9 @@ func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.
 		}
 		break
 	}
-	return fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q; waited %v): retry, here or at another replica: %w", onWire, u.newest(), wait, informer.ErrUnavailable)
+	// Past the wait, the revision may never come here (another upstream's, or one of
+	// before a restore): the client lists again rather than retry it for good.
+	return fmt.Errorf("this replica has not reached resourceVersion %s (its newest is %q; waited %v): list again: %w", onWire, u.newest(), max(wait, 0), informer.ErrExpired)
 }
 
 func (u *upstreamRevisions) watchRevision(onWire string) (string, error) {

@@ -44,6 +44,10 @@ type core[V any] struct {
 	ready        func() bool // nil: always ready
 	// list, when set, answers list requests instead of lw.List (a Server's snapshots).
 	list func(client string, req request) (page[V], error)
+	// staleState, when set, returns a check that the state a streaming list opened now
+	// sends has left the history, and that state's wire revision (a Server's log), so that
+	// its initial events are cut as a list is.
+	staleState func() (stale func() bool, rev string)
 	// replayOnEmpty makes a watch without resourceVersion (or "0") start with the current
 	// state, as Kubernetes does; it needs a source that supports SendInitialEvents.
 	replayOnEmpty bool

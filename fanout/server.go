@@ -99,8 +99,8 @@ type ServerOptions[V any] struct {
 	Filters map[string]informer.IndexFunc[V]
 	// CatchUpWait is how long a request for a revision the server has not reached yet
 	// waits for it (a client that comes from a replica further ahead; see Server) before
-	// it is answered 503 with a Retry-After, which a Client takes as a cue to retry, here
-	// or at its next URL, without a relist. It applies when the informer's source has
+	// it is answered 410, so that the client lists again rather than retry for good a
+	// revision that may never come here. It applies when the informer's source has
 	// ordered revisions. 0 means DefaultCatchUpWait; negative means no wait.
 	CatchUpWait time.Duration
 }
@@ -129,8 +129,9 @@ type ServerOptions[V any] struct {
 // reads a copy-on-write snapshot of the state, which costs nothing until the state
 // changes, then keeps the earlier version of each object changed since. A list is cut when
 // its revision leaves the history — a page being sent has its connection closed, a later
-// page's continue token is answered 410, a streaming list is sent an ERROR event (410) —
-// and counted in Stats.Evicted, however fast its reader reads. So all lists in progress
+// page's continue token is answered 410, a streaming list is sent an ERROR event (410),
+// or has its connection closed if a write waits for its reader — and counted in
+// Stats.Evicted, however fast its reader reads, within half a second of a stalled one. So all lists in progress
 // together, whatever their number, pin at most the earlier versions of the objects changed
 // within the history: at most HistoryLimit objects, about HistoryBytes when objects keep
 // their size. A reader slower than the history's span (HistoryLimit changes at the rate
@@ -148,8 +149,9 @@ type ServerOptions[V any] struct {
 // (ClientOptions.FailoverURLs, or a load balancer in front of them) with no relist. A
 // replica that has not yet reached the revision a request asks for (a client that comes
 // from a replica further ahead) waits for it up to CatchUpWait (DefaultCatchUpWait,
-// 5 s), then answers 503 with a Retry-After: a retry, here or at another replica, never a
-// 410 that would force a relist.
+// 5 s), which a replica that keeps up with its upstream never uses up; then it answers
+// 410 and the client lists again, for the revision may never come here (a revision of
+// another upstream, or of before a restore from a backup).
 //
 // The informer tells its handlers which revision their notifications add up to only
 // when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):
@@ -308,6 +310,10 @@ func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Durat
 func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
 	s.core.instance = tag
 	s.core.list = s.list
+	s.core.staleState = func() (func() bool, string) {
+		rev := s.mirror.head.Load() // the watch's state is at this revision or before
+		return s.staleAt(rev), s.onWire(rev)
+	}
 	s.core.lw = s.src
 	if s.up != nil {
 		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -24,11 +26,11 @@ import (
 )
 
 // withObjects starts an upstream holding name=1 for each name, and a server of it.
-func withObjects(t *testing.T, opts ServerOptions[*obj], names ...string) (*upstream, *Server[string, *obj], *httptest.Server) {
+func withObjects(t *testing.T, opts ServerOptions[*wiretest.Obj], names ...string) (*upstream, *Server[string, *wiretest.Obj], *httptest.Server) {
 	t.Helper()
 	up := newUpstream(t, memory.Options{})
 	for _, n := range names {
-		put(up.src, n, "1")
+		wiretest.Put(up.src, n, "1")
 	}
 	srv, ts := serve(t, up, opts)
 	if got := srv.Revision(); got != rev(srv, int64(len(names))) {
@@ -39,37 +41,37 @@ func withObjects(t *testing.T, opts ServerOptions[*obj], names ...string) (*upst
 
 // waitRevision waits until the server at url holds the change of log revision n: a watch
 // from log revision from, which the server has, shows when it arrives.
-func waitRevision(t *testing.T, url string, srv *Server[string, *obj], from, n int64) {
+func waitRevision(t *testing.T, url string, srv *Server[string, *wiretest.Obj], from, n int64) {
 	t.Helper()
-	st := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%s", url, rev(srv, from)))
-	defer st.close()
-	for want := fmt.Sprintf(`"resourceVersion":%q`, rev(srv, n)); !strings.Contains(st.line(t), want); {
+	st := wiretest.Open(t, fmt.Sprintf("%s?watch=1&resourceVersion=%s", url, rev(srv, from)))
+	defer st.Close()
+	for want := fmt.Sprintf(`"resourceVersion":%q`, rev(srv, n)); !strings.Contains(st.Line(t), want); {
 	}
 }
 
 func TestServerListPagination(t *testing.T) {
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{}, "a", "b", "c", "d", "e")
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a", "b", "c", "d", "e")
 	r5 := rev(srv, 5)
 
-	resp := rawGet(t, nil, ts.URL+"?limit=2", nil)
+	resp := wiretest.Get(t, nil, ts.URL+"?limit=2", nil)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	var page struct {
 		Metadata struct{ ResourceVersion, Continue string }
-		Items    []*obj
+		Items    []*wiretest.Obj
 	}
-	if err := json.Unmarshal([]byte(body(t, resp)), &page); err != nil {
+	if err := json.Unmarshal([]byte(wiretest.Body(t, resp)), &page); err != nil {
 		t.Fatal(err)
 	}
-	if page.Metadata.ResourceVersion != r5 || page.Metadata.Continue == "" || state(page.Items) != "a=1 b=1" {
+	if page.Metadata.ResourceVersion != r5 || page.Metadata.Continue == "" || wiretest.State(page.Items) != "a=1 b=1" {
 		t.Fatalf("first page: %+v", page)
 	}
 
 	// A change between pages is not in this list: every page reflects the first's revision.
-	put(up.src, "a", "2")
-	put(up.src, "f", "1")
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
+	wiretest.Put(up.src, "a", "2")
+	wiretest.Put(up.src, "f", "1")
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	ctx := context.Background()
 	var got []string
 	opts := informer.ListOptions{Continue: page.Metadata.Continue, Limit: 2}
@@ -78,7 +80,7 @@ func TestServerListPagination(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s@%s more=%v", state(l.Items), l.Revision, l.Continue != ""))
+		got = append(got, fmt.Sprintf("%s@%s more=%v", wiretest.State(l.Items), l.Revision, l.Continue != ""))
 		if l.Continue == "" {
 			break
 		}
@@ -112,9 +114,9 @@ func TestServerListPagination(t *testing.T) {
 }
 
 func TestServerWatchFromRevision(t *testing.T) {
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{}, "a", "b")
-	put(up.src, "c", "1")
-	put(up.src, "a", "2")
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a", "b")
+	wiretest.Put(up.src, "c", "1")
+	wiretest.Put(up.src, "a", "2")
 	up.src.Delete("b")
 	waitRevision(t, ts.URL, srv, 2, 5)
 
@@ -132,22 +134,22 @@ func TestServerWatchFromRevision(t *testing.T) {
 		}},
 		{4, []string{frame("DELETED", 5, `{"name":"b","val":"1"}`)}},
 	} {
-		st := openRaw(t, fmt.Sprintf("%s?watch=1&resourceVersion=%s", ts.URL, rev(srv, tc.from)))
-		if ct := st.resp.Header.Get("Content-Type"); ct != "application/json" {
+		st := wiretest.Open(t, fmt.Sprintf("%s?watch=1&resourceVersion=%s", ts.URL, rev(srv, tc.from)))
+		if ct := st.Header().Get("Content-Type"); ct != "application/json" {
 			t.Errorf("Content-Type %q", ct)
 		}
 		var got []string
 		for range tc.want {
-			got = append(got, st.line(t))
+			got = append(got, st.Line(t))
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("from %d:\n%s\nwant\n%s", tc.from, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 		}
-		st.close()
+		st.Close()
 	}
 
 	// Through the client: the same events, typed.
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 2)})
 	if err != nil {
 		t.Fatal(err)
@@ -168,14 +170,14 @@ func TestServerWatchFromRevision(t *testing.T) {
 }
 
 func TestServerWatchExpired(t *testing.T) {
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{HistoryLimit: 2}, "a")
-	st := openRaw(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1))
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{HistoryLimit: 2}, "a")
+	st := wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1))
 	for i := range 5 {
-		put(up.src, "a", fmt.Sprint(i+2))
-		st.line(t) // one change at a time, so that this watcher never falls behind
+		wiretest.Put(up.src, "a", fmt.Sprint(i+2))
+		st.Line(t) // one change at a time, so that this watcher never falls behind
 	}
-	st.close()
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
+	st.Close()
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	for _, tc := range []struct {
 		name, rev string
 	}{
@@ -198,7 +200,7 @@ func TestServerWatchExpired(t *testing.T) {
 }
 
 func TestServerQueryValidation(t *testing.T) {
-	_, srv, ts := withObjects(t, ServerOptions[*obj]{}, "a")
+	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a")
 	for _, q := range []string{
 		"labelSelector=x",
 		"limit=-1",
@@ -221,8 +223,8 @@ func TestServerQueryValidation(t *testing.T) {
 		"watch=1&resourceVersion=-5",
 		"%zz",
 	} {
-		resp := rawGet(t, nil, ts.URL+"?"+q, nil)
-		b := body(t, resp)
+		resp := wiretest.Get(t, nil, ts.URL+"?"+q, nil)
+		b := wiretest.Body(t, resp)
 		var se struct {
 			Kind, Status, Reason, Message string
 			Code                          int
@@ -237,11 +239,11 @@ func TestServerQueryValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body(t, resp); resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
+	if wiretest.Body(t, resp); resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
 		t.Errorf("POST: %d", resp.StatusCode)
 	}
-	resp = rawGet(t, nil, ts.URL, http.Header{"Accept": {"application/vnd.kubernetes.protobuf"}})
-	if body(t, resp); resp.StatusCode != 406 {
+	resp = wiretest.Get(t, nil, ts.URL, http.Header{"Accept": {"application/vnd.kubernetes.protobuf"}})
+	if wiretest.Body(t, resp); resp.StatusCode != 406 {
 		t.Errorf("protobuf only: %d", resp.StatusCode)
 	}
 	if n := srv.Stats().BadRequests; n != 22 {
@@ -251,7 +253,7 @@ func TestServerQueryValidation(t *testing.T) {
 
 func TestServerAuthorize(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	srv, ts := serve(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		Authorize: func(r *http.Request) error {
 			switch r.Header.Get("Authorization") {
 			case "":
@@ -274,7 +276,7 @@ func TestServerAuthorize(t *testing.T) {
 		{"Bearer bogus", 403, "Forbidden"},
 		{"Bearer good", 200, ""},
 	} {
-		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{PrepareRequest: func(r *http.Request) error {
+		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{PrepareRequest: func(r *http.Request) error {
 			if tc.token != "" {
 				r.Header.Set("Authorization", tc.token)
 			}
@@ -299,18 +301,18 @@ func TestServerAuthorize(t *testing.T) {
 // Before the informer has delivered its initial state, the server answers 503 with a
 // Retry-After, which a client classifies as ErrUnavailable.
 func TestServerNotSynced(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	inf, err := informer.New(src, informer.Options[string, *obj]{Key: objKey})
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	inf, err := informer.New(src, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(inf, ServerOptions[*obj]{ServeOptions: ServeOptions{RetryAfter: 2500 * time.Millisecond}})
+	srv, err := NewServer(inf, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{RetryAfter: 2500 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	_, err = newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).List(context.Background(), informer.ListOptions{})
+	_, err = newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).List(context.Background(), informer.ListOptions{})
 	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrUnavailable) || d != 3*time.Second {
 		t.Errorf("%v (retry after %v), want ErrUnavailable after 3s", err, d)
 	}
@@ -320,17 +322,17 @@ func TestServerNotSynced(t *testing.T) {
 }
 
 func TestServerWatcherLimit(t *testing.T) {
-	_, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{MaxWatchers: 2}}, "a")
+	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxWatchers: 2}}, "a")
 	r := rev(srv, 1)
-	openRaw(t, ts.URL+"?watch=1&resourceVersion="+r)
-	second := openRaw(t, ts.URL+"?watch=1&resourceVersion="+r)
-	resp := rawGet(t, nil, ts.URL+"?watch=1&resourceVersion="+r, nil)
-	b := body(t, resp)
+	wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+r)
+	second := wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+r)
+	resp := wiretest.Get(t, nil, ts.URL+"?watch=1&resourceVersion="+r, nil)
+	b := wiretest.Body(t, resp)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(b, `"reason":"TooManyRequests"`) || !strings.Contains(b, `"code":429`) {
 		t.Fatalf("third watch: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
 	// The client sees it as a retryable error with the delay.
-	_, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: r})
+	_, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: r})
 	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrTooManyRequests) || !errors.Is(err, informer.ErrRetryable) || d != time.Second {
 		t.Fatalf("client: %v (retry after %v)", err, d)
 	}
@@ -338,12 +340,12 @@ func TestServerWatcherLimit(t *testing.T) {
 		t.Errorf("Stats.Rejected = %d, want 2", n)
 	}
 	// Lists are not limited.
-	if resp := rawGet(t, nil, ts.URL, nil); resp.StatusCode != 200 {
+	if resp := wiretest.Get(t, nil, ts.URL, nil); resp.StatusCode != 200 {
 		t.Errorf("list at the watcher limit: %d", resp.StatusCode)
 	} else {
-		body(t, resp)
+		wiretest.Body(t, resp)
 	}
-	second.close()
+	second.Close()
 }
 
 // smallBuffer makes the server's side of the first connection buffer little, so that a
@@ -391,7 +393,7 @@ func dialWatch(t testing.TB, addr, query string, readBuffer int) *rawConn {
 	return rc
 }
 
-func (rc *rawConn) line(t testing.TB) string {
+func (rc *rawConn) Line(t testing.TB) string {
 	t.Helper()
 	l, err := rc.r.ReadString('\n')
 	if err == io.EOF && l == "" {
@@ -408,8 +410,8 @@ func (rc *rawConn) line(t testing.TB) string {
 // bounded by the history, whatever the watcher does.
 func TestServerSlowWatcherEvicted(t *testing.T) {
 	up := newUpstream(t, memory.Options{HistoryLimit: 10})
-	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{HistoryLimit: 20})
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{HistoryLimit: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,15 +434,15 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 	// goroutine could otherwise start after its first change left the history).
 	const n = 300
 	big := strings.Repeat("x", 4<<10)
-	put(up.src, "k000", big)
-	if l := slow.line(t); !strings.Contains(l, `"name":"k000"`) {
+	wiretest.Put(up.src, "k000", big)
+	if l := slow.Line(t); !strings.Contains(l, `"name":"k000"`) {
 		t.Fatalf("slow watcher, event 0: %.80s", l)
 	}
 	for i := range n {
 		if i > 0 {
-			put(up.src, fmt.Sprintf("k%03d", i), big)
+			wiretest.Put(up.src, fmt.Sprintf("k%03d", i), big)
 		}
-		if l := fast.line(t); !strings.Contains(l, fmt.Sprintf(`"name":"k%03d"`, i)) {
+		if l := fast.Line(t); !strings.Contains(l, fmt.Sprintf(`"name":"k%03d"`, i)) {
 			t.Fatalf("fast watcher, event %d: %.80s", i, l)
 		}
 	}
@@ -450,7 +452,7 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 	// The slow one: the changes it had buffered before it stalled, in order, then ERROR.
 	got := 1
 	for {
-		l := slow.line(t)
+		l := slow.Line(t)
 		if strings.HasPrefix(l, `{"type":"ERROR"`) {
 			if !strings.Contains(l, `"code":410`) || !strings.Contains(l, `"reason":"Expired"`) || !strings.Contains(l, "fell behind") {
 				t.Errorf("ERROR event: %s", l)
@@ -466,7 +468,7 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 	if got >= n-20 {
 		t.Errorf("the slow watcher received %d events before the ERROR; want it to have stalled early", got)
 	}
-	if l := slow.line(t); l != "EOF" {
+	if l := slow.Line(t); l != "EOF" {
 		t.Errorf("after the ERROR: %.80s, want the end of the stream", l)
 	}
 	if e := srv.Stats().Evicted; e != 1 {
@@ -479,9 +481,9 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 // end, no ERROR event: nothing can be written to it).
 func TestServerStalledWatcher(t *testing.T) {
 	up := newUpstream(t, memory.Options{HistoryLimit: 10})
-	put(up.src, "a", "1")
+	wiretest.Put(up.src, "a", "1")
 	reported := make(chan error, 1)
-	srv, err := newServer(t, up, ServerOptions[*obj]{ServeOptions: ServeOptions{
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: 200 * time.Millisecond,
 		ErrorHandler: func(err error) {
 			select {
@@ -507,15 +509,15 @@ func TestServerStalledWatcher(t *testing.T) {
 	fast := dialWatch(t, addr, from, 0)
 	big := strings.Repeat("x", 4<<10)
 	for i := range 100 { // far more than the stalled watcher's buffers hold
-		put(up.src, fmt.Sprintf("k%03d", i), big)
-		fast.line(t)
+		wiretest.Put(up.src, fmt.Sprintf("k%03d", i), big)
+		fast.Line(t)
 	}
 	select {
 	case err := <-reported:
 		if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stalled") {
 			t.Errorf("reported %v", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(wiretest.WaitTimeout):
 		t.Fatal("the stalled watcher was never disconnected")
 	}
 	var lines int
@@ -543,20 +545,20 @@ func TestServerStalledWatcher(t *testing.T) {
 // Bookmarks at the interval, on the server's clock, only for watchers that allow them.
 func TestServerBookmarks(t *testing.T) {
 	fake := clock.NewFake(time.Unix(1000, 0))
-	_, srv, ts := withObjects(t, ServerOptions[*obj]{BookmarkInterval: 10 * time.Second, Clock: fake}, "a")
-	with := openRaw(t, ts.URL+"?watch=1&allowWatchBookmarks=true&resourceVersion="+rev(srv, 1))
-	without := openRaw(t, ts.URL+"?watch=1&timeoutSeconds=15&resourceVersion="+rev(srv, 1))
+	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{BookmarkInterval: 10 * time.Second, Clock: fake}, "a")
+	with := wiretest.Open(t, ts.URL+"?watch=1&allowWatchBookmarks=true&resourceVersion="+rev(srv, 1))
+	without := wiretest.Open(t, ts.URL+"?watch=1&timeoutSeconds=15&resourceVersion="+rev(srv, 1))
 	// Each watch arms a timer: the bookmark timer and the timeout.
 	if !fake.WaitForWaiters(2, nil) {
 		t.Fatal("no timers")
 	}
 	fake.Step(10 * time.Second)
 	want := fmt.Sprintf(`{"type":"BOOKMARK","resourceVersion":"%[1]s","object":{"metadata":{"resourceVersion":"%[1]s"}}}`, rev(srv, 1))
-	if got := with.line(t); got != want {
+	if got := with.Line(t); got != want {
 		t.Errorf("bookmark %s, want %s", got, want)
 	}
 	fake.Step(5 * time.Second) // the second watch's timeout: it ends cleanly, with no bookmark
-	if got := without.line(t); got != "EOF" {
+	if got := without.Line(t); got != "EOF" {
 		t.Errorf("watch without bookmarks: %s, want the clean end of the timeout", got)
 	}
 }
@@ -564,17 +566,17 @@ func TestServerBookmarks(t *testing.T) {
 // A watch without resourceVersion starts with the current state (Kubernetes' semantics);
 // sendInitialEvents=true adds the annotated bookmark that ends it.
 func TestServerWatchInitialEvents(t *testing.T) {
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{}, "a", "b")
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a", "b")
 	r2 := rev(srv, 2)
-	plain := openRaw(t, ts.URL+"?watch=1")
-	stream := openRaw(t, ts.URL+"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
-	put(up.src, "c", "1")
+	plain := wiretest.Open(t, ts.URL+"?watch=1")
+	stream := wiretest.Open(t, ts.URL+"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
+	wiretest.Put(up.src, "c", "1")
 	r3 := rev(srv, 3)
 	add := func(n, r string) string {
 		return fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":%q,"val":"1"}}`, r, n)
 	}
 	for _, tc := range []struct {
-		st   *rawStream
+		st   *wiretest.Stream
 		want []string
 	}{
 		{plain, []string{add("a", r2), add("b", r2), add("c", r3)}},
@@ -584,7 +586,7 @@ func TestServerWatchInitialEvents(t *testing.T) {
 	} {
 		var got []string
 		for range tc.want {
-			got = append(got, tc.st.line(t))
+			got = append(got, tc.st.Line(t))
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
@@ -594,13 +596,13 @@ func TestServerWatchInitialEvents(t *testing.T) {
 
 // Server-Sent Events on request.
 func TestServerSSE(t *testing.T) {
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{}, "a")
-	resp := rawGet(t, nil, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1), http.Header{"Accept": {"text/event-stream"}})
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a")
+	resp := wiretest.Get(t, nil, ts.URL+"?watch=1&resourceVersion="+rev(srv, 1), http.Header{"Accept": {"text/event-stream"}})
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("Content-Type %q", ct)
 	}
-	put(up.src, "b", "1")
+	wiretest.Put(up.src, "b", "1")
 	r := bufio.NewReader(resp.Body)
 	want := fmt.Sprintf("data: {\"type\":\"ADDED\",\"resourceVersion\":%q,\"object\":{\"name\":\"b\",\"val\":\"1\"}}\n\n", rev(srv, 2))
 	got := make([]byte, len(want))
@@ -613,16 +615,16 @@ func TestServerSSE(t *testing.T) {
 // answers later requests 503, and returns once every handler has.
 func TestServerShutdown(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	waitSynced(t, srv)
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{})
-	var watches []informer.Watch[*obj]
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	var watches []informer.Watch[*wiretest.Obj]
 	for range 3 {
 		w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
 		if err != nil {
@@ -630,13 +632,13 @@ func TestServerShutdown(t *testing.T) {
 		}
 		watches = append(watches, w)
 	}
-	put(up.src, "b", "1")
+	wiretest.Put(up.src, "b", "1")
 	for _, w := range watches {
 		if ev, err := w.Next(); err != nil || ev.Object.Name != "b" {
 			t.Fatalf("%v %v", ev, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -656,8 +658,8 @@ func TestServerShutdown(t *testing.T) {
 	}
 	// The handler is gone from the informer: changes no longer reach the server.
 	before := srv.Revision()
-	put(up.src, "c", "1")
-	converge(t, &downstream{inf: up.inf, rec: up.rec}, func() string { return state(up.src.Items()) })
+	wiretest.Put(up.src, "c", "1")
+	wiretest.Converge(t, up.Mirror, func() string { return wiretest.State(up.src.Items()) })
 	if srv.Revision() != before {
 		t.Error("the server still mirrors after Shutdown")
 	}
@@ -667,7 +669,7 @@ func TestServerShutdown(t *testing.T) {
 // shutdown ends them all; bounded in count and in time.
 func TestServer1000Watchers(t *testing.T) {
 	const n = 1000
-	up, srv, ts := withObjects(t, ServerOptions[*obj]{ServeOptions: ServeOptions{MaxWatchers: n}}, "a")
+	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxWatchers: n}}, "a")
 	addr := ts.Listener.Addr().String()
 	from := "watch=1&resourceVersion=" + rev(srv, 1)
 	start := time.Now()
@@ -688,23 +690,23 @@ func TestServer1000Watchers(t *testing.T) {
 	opened := time.Since(start)
 
 	start = time.Now()
-	put(up.src, "b", "1")
+	wiretest.Put(up.src, "b", "1")
 	want := fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":"b","val":"1"}}`, rev(srv, 2))
 	for i, c := range conns {
-		if got := c.line(t); got != want {
+		if got := c.Line(t); got != want {
 			t.Fatalf("watcher %d: %s", i, got)
 		}
 	}
 	fanout := time.Since(start)
 
 	start = time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range conns {
-		if got := c.line(t); got != "EOF" {
+		if got := c.Line(t); got != "EOF" {
 			t.Fatalf("watcher %d after Shutdown: %s", i, got)
 		}
 	}

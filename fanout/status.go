@@ -78,8 +78,8 @@ func (e *requestError) Error() string { return e.err.Error() }
 func (e *requestError) Unwrap() error { return e.err }
 
 // answerRequestError answers an error from translating a revision or token: ErrExpired
-// → 410, ErrUnavailable (a revision not reached yet) → 503 with a Retry-After, the server
-// shutting down → 503, anything else → 400.
+// → 410 (a revision not reached within CatchUpWait too), ErrUnavailable → 503 with a
+// Retry-After, the server shutting down → 503, anything else → 400.
 func (c *core[V]) answerRequestError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, informer.ErrExpired):

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -25,7 +26,7 @@ import (
 // reader of what follows, still chunked.
 func readWatchHead(t testing.TB, conn net.Conn) *bufio.Reader {
 	t.Helper()
-	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	_ = conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 	br := bufio.NewReaderSize(conn, 1024)
 	status, err := br.ReadString('\n')
 	if err != nil || status != "HTTP/1.1 200 OK\r\n" {
@@ -81,17 +82,17 @@ func readChunk(t testing.TB, br *bufio.Reader) []byte {
 func TestServerIdleWatcherGoroutines(t *testing.T) {
 	const n = 20
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
 	addr := ts.Listener.Addr().String()
-	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	before := runtime.NumGoroutine()
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = dialFrom(t, addr, 0, "watch=1&resourceVersion="+rev(srv, 1))
 	}
-	eventually(t, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
-	put(up.src, "a", "2")
+	wiretest.Eventually(t, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
+	wiretest.Put(up.src, "a", "2")
 	for _, c := range conns {
 		br := readWatchHead(t, c)
 		if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"2"`) {
@@ -99,15 +100,15 @@ func TestServerIdleWatcherGoroutines(t *testing.T) {
 		}
 	}
 	// One per watcher, and the one that watches their connections for hang-ups.
-	eventually(t, fmt.Sprintf("at most %d goroutines for %d idle watchers", n+1, n), func() bool {
+	wiretest.Eventually(t, fmt.Sprintf("at most %d goroutines for %d idle watchers", n+1, n), func() bool {
 		return runtime.NumGoroutine()-before <= n+1
 	})
 	t.Logf("%d goroutines for %d idle watchers", runtime.NumGoroutine()-before, n)
 	for _, c := range conns {
 		c.Close()
 	}
-	eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches == 0 })
-	eventually(t, "the watchers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	wiretest.Eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches == 0 })
+	wiretest.Eventually(t, "the watchers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 	if n := len(srv.src.Requests()); n != 0 {
 		t.Errorf("the server's log keeps a record of %d calls; want none (it grows by one per watch)", n)
 	}
@@ -117,16 +118,16 @@ func TestServerIdleWatcherGoroutines(t *testing.T) {
 // chunk per write, lower-case hex sizes, and the last chunk when the watch ends.
 func TestServerWatchWire(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*obj]{})
-	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	wiretest.Put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
+	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	conn := dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1))
-	eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
+	wiretest.Eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
 	br := readWatchHead(t, conn)
 	big := strings.Repeat("x", 40<<10) // more than a write buffer: written before the flush
 	var want strings.Builder
 	for i, v := range []string{"2", big, "3"} {
-		put(up.src, "a", v)
+		wiretest.Put(up.src, "a", v)
 		fmt.Fprintf(&want, `{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":%q}}`+"\n", rev(srv, int64(i+2)), v)
 	}
 	var got []byte
@@ -136,7 +137,7 @@ func TestServerWatchWire(t *testing.T) {
 	if string(got) != want.String() {
 		t.Fatalf("the stream's data:\n%.300q\nwant\n%.300q", got, want.String())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -151,9 +152,9 @@ func TestServerWatchWire(t *testing.T) {
 func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 	const n = 5
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*obj]{}) // its cleanup's Shutdown only waits again
-	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	wiretest.Put(up.src, "a", "1")
+	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{}) // its cleanup's Shutdown only waits again
+	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	before := runtime.NumGoroutine()
 	var readers []*bufio.Reader
 	var conns []net.Conn
@@ -163,7 +164,7 @@ func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 		conns = append(conns, c)
 	}
 	// http.Server.Shutdown does not track hijacked connections: Server.Shutdown must.
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -179,14 +180,14 @@ func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	eventually(t, "the watches' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	wiretest.Eventually(t, "the watches' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // A taken-over watch keeps the deadline a middleware gave its request's context.
 func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +201,11 @@ func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
 		ts.Close()
 	})
 	waitSynced(t, srv)
-	eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
+	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	before := runtime.NumGoroutine()
 	br := readWatchHead(t, dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1)))
-	eventually(t, "the watch to be taken over", func() bool { return runtime.NumGoroutine() <= before+2 })
-	put(up.src, "a", "2")
+	wiretest.Eventually(t, "the watch to be taken over", func() bool { return runtime.NumGoroutine() <= before+2 })
+	wiretest.Put(up.src, "a", "2")
 	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"2"`) {
 		t.Fatalf("first frame %q", l)
 	}
@@ -217,10 +218,10 @@ func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
 // net/http makes of a handler's: the stream is cut, not ended, the panic reported, and
 // the process serves on.
 func TestTakenOverWatchPanic(t *testing.T) {
-	src := memory.New(objName, memory.Options{})
-	put(src, "a", "1")
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	wiretest.Put(src, "a", "1")
 	reported := make(chan error, 1)
-	pt := NewPassThrough[*obj](src, PassThroughOptions[*obj]{
+	pt := NewPassThrough[*wiretest.Obj](src, PassThroughOptions[*wiretest.Obj]{
 		ServeOptions: ServeOptions{
 			Logger: slog.New(slog.DiscardHandler),
 			ErrorHandler: func(err error) {
@@ -230,7 +231,7 @@ func TestTakenOverWatchPanic(t *testing.T) {
 				}
 			},
 		},
-		Encode: func(o *obj) ([]byte, error) {
+		Encode: func(o *wiretest.Obj) ([]byte, error) {
 			if o.Val == "boom" {
 				panic("boom")
 			}
@@ -244,7 +245,7 @@ func TestTakenOverWatchPanic(t *testing.T) {
 	})
 	addr := ts.Listener.Addr().String()
 	br := readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=1"))
-	put(src, "a", "boom")
+	wiretest.Put(src, "a", "boom")
 	if l, err := br.ReadString('\n'); err == nil || l != "" {
 		t.Fatalf("after the panic: read %q, %v; want the connection cut", l, err)
 	}
@@ -253,12 +254,12 @@ func TestTakenOverWatchPanic(t *testing.T) {
 		if !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "boom") {
 			t.Errorf("reported %v", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(wiretest.WaitTimeout):
 		t.Fatal("the panic was not reported")
 	}
-	put(src, "a", "2")
+	wiretest.Put(src, "a", "2")
 	br = readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=3"))
-	put(src, "a", "3")
+	wiretest.Put(src, "a", "3")
 	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"3"`) {
 		t.Fatalf("the next watch's first frame %q", l)
 	}
@@ -269,8 +270,8 @@ func TestTakenOverWatchPanic(t *testing.T) {
 // (a close_notify, then its FIN, under TLS) frees its slot.
 func TestServerTakenOverWatchTLS(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,8 +281,8 @@ func TestServerTakenOverWatchTLS(t *testing.T) {
 		ts.Close()
 	})
 	waitSynced(t, srv)
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*obj]{HTTPClient: ts.Client()})
-	watch := func() informer.Watch[*obj] {
+	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{HTTPClient: ts.Client()})
+	watch := func() informer.Watch[*wiretest.Obj] {
 		w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: srv.Revision()})
 		if err != nil {
 			t.Fatal(err)
@@ -290,8 +291,8 @@ func TestServerTakenOverWatchTLS(t *testing.T) {
 	}
 	closed, ended := watch(), watch()
 	for _, v := range []string{"2", "3"} {
-		put(up.src, "a", v)
-		for _, w := range []informer.Watch[*obj]{closed, ended} {
+		wiretest.Put(up.src, "a", v)
+		for _, w := range []informer.Watch[*wiretest.Obj]{closed, ended} {
 			if ev, err := w.Next(); err != nil || ev.Object.Val != v {
 				t.Fatalf("%+v %v, want a=%s", ev, err, v)
 			}
@@ -299,8 +300,8 @@ func TestServerTakenOverWatchTLS(t *testing.T) {
 	}
 	closed.Stop()
 	ts.Client().Transport.(*nethttp.Transport).CloseIdleConnections()
-	eventually(t, "the closed watch's slot to be freed", func() bool { return srv.Stats().OpenWatches == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	wiretest.Eventually(t, "the closed watch's slot to be freed", func() bool { return srv.Stats().OpenWatches == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)

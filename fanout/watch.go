@@ -62,16 +62,29 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		inInitial: opts.SendInitialEvents, scratch: make([]byte, 0, 64),
 	}
 	ws.batched, _ = wat.(informer.BatchedWatch)
+	var stale func() bool
+	if opts.SendInitialEvents && c.staleState != nil {
+		// A streaming list is cut as a list is when its state leaves the history while a
+		// write waits for its reader; once the initial events are sent it is a watch.
+		stale, ws.initialRev = c.staleState()
+	}
+	run := func() {
+		if stale != nil { // checked from here: a takeover has swapped ww's writer by now
+			ws.cut = c.watchStale(ww, stale)
+			defer ws.cut.stop()
+		}
+		ws.run(ctx, ww)
+	}
 	if t.take(ww) {
 		go func() {
 			defer finish()
 			defer t.recover(c.logger, c.report)
-			ws.run(ctx, ww)
+			run()
 		}()
 		return
 	}
 	defer finish()
-	ws.run(ctx, ww)
+	run()
 }
 
 // startWatch sends the headers of a watch's answer.
@@ -101,16 +114,18 @@ func (c *core[V]) startWatch(ww *streamWriter, req request) error {
 // early for a client, and is dropped. A Server over an unordered upstream has its own
 // numbering and sends no batches.
 type watchStream[V any] struct {
-	c         *core[V]
-	wat       informer.Watch[V]
-	batched   informer.BatchedWatch // nil: the watch has no batches
-	sse       bool                  // frames are Server-Sent Events
-	bookmarks bool                  // the client asked for bookmarks
-	replay    bool                  // initial events the client did not ask for by name
-	inInitial bool                  // the initial events are being sent
-	open      bool                  // the last change sent was partial
-	out       []byte                // the frames not sent yet
-	scratch   []byte                // the wire revision of the event being encoded
+	c          *core[V]
+	wat        informer.Watch[V]
+	batched    informer.BatchedWatch // nil: the watch has no batches
+	sse        bool                  // frames are Server-Sent Events
+	bookmarks  bool                  // the client asked for bookmarks
+	replay     bool                  // initial events the client did not ask for by name
+	inInitial  bool                  // the initial events are being sent
+	open       bool                  // the last change sent was partial
+	out        []byte                // the frames not sent yet
+	scratch    []byte                // the wire revision of the event being encoded
+	cut        *staleWatch           // cuts the initial events once stale; nil: none
+	initialRev string                // the wire revision of the initial events, for cut's report
 }
 
 // run sends the watch's events until it ends. The write buffer is taken from a pool when
@@ -136,6 +151,11 @@ func (s *watchStream[V]) run(ctx context.Context, ww *streamWriter) {
 		}
 		if flush || len(s.out) >= watchBufferSize {
 			if err := ww.write(s.out, flush); err != nil {
+				if s.cut != nil && s.cut.cut.Load() {
+					s.c.listCut(ww.r, s.initialRev)
+					ww.abort()
+					return
+				}
 				s.c.writeFailed(ww.r, ww, "watcher", err)
 				return
 			}
@@ -169,6 +189,9 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 		switch {
 		case ev.EndOfInitialEvents:
 			s.inInitial = false
+			if s.cut != nil {
+				s.cut.stop()
+			}
 			if !s.replay {
 				s.out = s.c.appendBookmark(s.out, s.scratch, s.sse, ev.Revision, true)
 			}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/informer-go/informer/internal/wiretest"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -21,8 +22,8 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 	const n = 1000
 	raiseFileLimit(b, 2*n+1024)
 	up := newUpstream(b, memory.Options{})
-	put(up.src, "a", "1")
-	srv, err := newServer(b, up, ServerOptions[*obj]{})
+	wiretest.Put(up.src, "a", "1")
+	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 	line := make([]byte, 1)
 	for i := -1; i < b.N; i++ {
 		from := int64(i + 2)
-		eventually(b, "the server to hold the last change", func() bool { return srv.src.Revision() == from })
+		wiretest.Eventually(b, "the server to hold the last change", func() bool { return srv.src.Revision() == from })
 		cost := startWatcherCost()
 		bodies := make([]io.ReadCloser, n)
 		for j := range bodies {
@@ -52,7 +53,7 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 			bodies[j] = resp.Body
 		}
 		val := fmt.Sprint("round", i)
-		put(up.src, "a", val)
+		wiretest.Put(up.src, "a", val)
 		for _, body := range bodies { // each has its change: the server is idle again
 			var got []byte
 			for !bytes.HasSuffix(got, []byte("\n")) {
@@ -71,6 +72,6 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 		for _, body := range bodies {
 			body.Close()
 		}
-		eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
+		wiretest.Eventually(b, "the watchers to close", func() bool { return srv.Stats().OpenWatches == 0 })
 	}
 }

@@ -236,8 +236,12 @@ func (s *scanner) eventType() (string, error) {
 }
 
 // TooManyItems is the error of a list page with more items than the limit.
-type TooManyItems struct{ Max int }
+type TooManyItems struct {
+	// Max is the limit the page went over.
+	Max int
+}
 
+// Error returns "more than <Max> items".
 func (e TooManyItems) Error() string { return fmt.Sprintf("more than %d items", e.Max) }
 
 // CompactJSON checks that b is one JSON value and returns it without line breaks, so that

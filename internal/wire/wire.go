@@ -74,8 +74,11 @@ const (
 // Status is a failure as the protocol carries it: the HTTP status code, the Kubernetes
 // reason word and a message, sent as a Status body (AppendStatus) or in an ERROR event.
 type Status struct {
-	Code    int
-	Reason  string
+	// Code is the HTTP status code.
+	Code int
+	// Reason is the Kubernetes reason word ("Expired", "BadRequest", …); see Reason.
+	Reason string
+	// Message says what happened, for a person.
 	Message string
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 )
 
@@ -26,7 +28,7 @@ func BenchmarkAdversarialEndlessBatch(b *testing.B) {
 	}
 	const bound = 16 << 20
 	var lists atomic.Int64
-	c := newTestClient(b, endlessBatch(b, 1<<10, &lists).URL, ClientOptions[*obj]{MaxBatchBytes: bound})
+	c := newTestClient(b, endlessBatch(b, 1<<10, &lists).URL, ClientOptions[*wiretest.Obj]{MaxBatchBytes: bound})
 	before := memInUse()
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 )
 
@@ -41,10 +43,10 @@ func TestClientListSkipsUndecodableItems(t *testing.T) {
 	var errs decodeErrors
 	_, ts := newFake(t, []string{listBody("5", o("a", "1"), `{"name":"b","val":7}`, o("c", "1"))},
 		stream(ev("MODIFIED", "6", o("b", "fixed"))))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{OnDecodeError: errs.report})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{OnDecodeError: errs.report})
 	l, err := c.List(context.Background(), informer.ListOptions{})
-	if err != nil || state(l.Items) != "a=1 c=1" || l.Revision != "5" {
-		t.Fatalf("%s @%s, %v", state(l.Items), l.Revision, err)
+	if err != nil || wiretest.State(l.Items) != "a=1 c=1" || l.Revision != "5" {
+		t.Fatalf("%s @%s, %v", wiretest.State(l.Items), l.Revision, err)
 	}
 	got := errs.get()
 	if len(got) != 1 || c.DecodeErrors() != 1 {
@@ -65,22 +67,22 @@ func TestClientListSkipsUndecodableItems(t *testing.T) {
 func TestClientUndecodableItemFixedLater(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("5", o("a", "1"), `{"name":"b","val":7}`)},
 		stream(ev("MODIFIED", "6", o("b", "fixed"))))
-	rec := newRecorder()
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{}) // informer.New hands c its error sink
-	inf, err := informer.New(c, informer.Options[string, *obj]{Key: objKey, Backoff: testBackoff, ErrorHandler: rec.onError})
+	rec := wiretest.NewRecorder()
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{}) // informer.New hands c its error sink
+	inf, err := informer.New(c, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey, Backoff: wiretest.TestBackoff, ErrorHandler: rec.OnError})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, inf)
-	converge(t, &downstream{inf: inf, rec: rec}, func() string { return "a=1 b=fixed" })
+	wiretest.Run(t, inf)
+	wiretest.Converge(t, &wiretest.Mirror{Inf: inf, Rec: rec}, func() string { return "a=1 b=fixed" })
 	if n := inf.Stats().DecodeErrors; n != 1 {
 		t.Errorf("Stats.DecodeErrors %d, want 1", n)
 	}
-	if !rec.hasError(informer.ErrDecode) {
-		t.Errorf("errors %v: want the undecodable item reported", rec.errors())
+	if !rec.HasError(informer.ErrDecode) {
+		t.Errorf("errors %v: want the undecodable item reported", rec.Errors())
 	}
 	if got := rec.Calls(); !slices.Contains(got, "add b=fixed") {
 		t.Errorf("calls %q: want the fix delivered as an add", got)
@@ -174,8 +176,8 @@ func parseStoreToken(tok string) (rev, after string, err error) {
 }
 
 // storeOptions are the five extension points set up for fakeStore.
-func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
-	decodeRow := func(raw json.RawMessage) (*obj, error) {
+func storeOptions(errs *decodeErrors) ClientOptions[*wiretest.Obj] {
+	decodeRow := func(raw json.RawMessage) (*wiretest.Obj, error) {
 		var row struct {
 			K string `json:"k"`
 			V string `json:"v"`
@@ -183,9 +185,9 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 		if err := json.Unmarshal(raw, &row); err != nil {
 			return nil, err
 		}
-		return &obj{Name: row.K, Val: row.V}, nil
+		return &wiretest.Obj{Name: row.K, Val: row.V}, nil
 	}
-	return ClientOptions[*obj]{
+	return ClientOptions[*wiretest.Obj]{
 		ListRequest: func(req *OutgoingRequest, opts informer.ListOptions) error {
 			q := map[string]any{"limit": opts.Limit}
 			if opts.Continue != "" {
@@ -228,7 +230,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 			}
 			return l, nil
 		},
-		DecodeFrame: func(f *Frame[*obj]) error {
+		DecodeFrame: func(f *Frame[*wiretest.Obj]) error {
 			var line struct {
 				Rev     string `json:"rev"`
 				Changes []struct {
@@ -248,7 +250,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 				return &StatusError{Code: line.Err.Code, Message: line.Err.Msg}
 			}
 			if line.Progress {
-				f.Add(informer.Event[*obj]{Type: informer.Bookmark, Revision: line.Rev})
+				f.Add(informer.Event[*wiretest.Obj]{Type: informer.Bookmark, Revision: line.Rev})
 				return nil
 			}
 			for _, ch := range line.Changes {
@@ -261,7 +263,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*obj] {
 				if ch.Del {
 					typ = informer.Deleted
 				}
-				f.Add(informer.Event[*obj]{Type: typ, Object: o, Revision: line.Rev})
+				f.Add(informer.Event[*wiretest.Obj]{Type: typ, Object: o, Revision: line.Rev})
 			}
 			return nil
 		},
@@ -305,7 +307,7 @@ func TestClientRequestHooksAndListOptions(t *testing.T) {
 					pages = append(pages, err.Error())
 					break
 				}
-				pages = append(pages, state(l.Items)+"@"+l.Revision)
+				pages = append(pages, wiretest.State(l.Items)+"@"+l.Revision)
 				if tok = l.Continue; tok == "" {
 					break
 				}
@@ -431,7 +433,7 @@ func TestClientClassify(t *testing.T) {
 		t.Errorf("%#v", se)
 	}
 	// Without the hook the same answer has no class.
-	plain := newTestClient(t, ts.URL, ClientOptions[*obj]{ListRequest: storeOptions(nil).ListRequest})
+	plain := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{ListRequest: storeOptions(nil).ListRequest})
 	_, err = plain.List(context.Background(), informer.ListOptions{Limit: 1, Continue: storeToken("40", "a")})
 	if err == nil || errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrRetryable) {
 		t.Errorf("without Classify: %v", err)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/wire"
 )
@@ -64,7 +66,7 @@ func TestClientListItemLimit(t *testing.T) {
 		w.Header().Set("Content-Encoding", "gzip")
 		_, _ = w.Write(gz.Bytes())
 	})
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 	l, err := c.List(context.Background(), informer.ListOptions{})
 	wantError(t, err, "more than 1000000 items (ClientOptions.MaxListItems)", informer.ErrBadInput)
 	if len(l.Items) != 0 {
@@ -76,11 +78,11 @@ func TestClientListItemLimit(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"1"},"items":[{}`+strings.Repeat(`,{}`, 999)+`]}`)
 	})
-	c = newTestClient(t, small.URL, ClientOptions[*obj]{MaxListItems: 1000})
+	c = newTestClient(t, small.URL, ClientOptions[*wiretest.Obj]{MaxListItems: 1000})
 	if l, err := c.List(context.Background(), informer.ListOptions{}); err != nil || len(l.Items) != 1000 {
 		t.Fatalf("%d items, %v", len(l.Items), err)
 	}
-	c = newTestClient(t, small.URL, ClientOptions[*obj]{MaxListItems: 999})
+	c = newTestClient(t, small.URL, ClientOptions[*wiretest.Obj]{MaxListItems: 999})
 	_, err = c.List(context.Background(), informer.ListOptions{})
 	wantError(t, err, "more than 999 items", informer.ErrBadInput)
 }
@@ -120,7 +122,7 @@ func TestClientListByteLimit(t *testing.T) {
 				}
 				_, _ = io.WriteString(w, b)
 			})
-			c := newTestClient(t, ts.URL, ClientOptions[*obj]{MaxListBytes: limit})
+			c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{MaxListBytes: limit})
 			l, err := c.List(context.Background(), informer.ListOptions{})
 			if tc.ok {
 				if err != nil || len(l.Items) != 1 {
@@ -135,7 +137,7 @@ func TestClientListByteLimit(t *testing.T) {
 
 // The limits' defaults are the documented ones.
 func TestClientLimitDefaults(t *testing.T) {
-	c := newTestClient(t, "http://127.0.0.1:1/", ClientOptions[*obj]{})
+	c := newTestClient(t, "http://127.0.0.1:1/", ClientOptions[*wiretest.Obj]{})
 	got := fmt.Sprint(c.maxFrame, c.maxListBytes, c.maxListItems, c.headerTimeout, c.listTimeout, c.watchGrace, c.watchIdle, c.maxRetryAfter)
 	if want := "16777216 268435456 1000000 1m0s 5m0s 30s 10m0s 5m0s"; got != want {
 		t.Errorf("defaults %s, want %s", got, want)
@@ -178,19 +180,19 @@ func TestClientSilentServer(t *testing.T) {
 	}
 	t.Cleanup(func() { blackhole.Close() })
 
-	opts := ClientOptions[*obj]{
+	opts := ClientOptions[*wiretest.Obj]{
 		HTTPClient:            http.DefaultClient,
 		ResponseHeaderTimeout: 200 * time.Millisecond,
 		ListTimeout:           300 * time.Millisecond,
 		WatchGrace:            200 * time.Millisecond,
 		WatchIdleTimeout:      300 * time.Millisecond,
 	}
-	list := func(c *Client[*obj]) error {
+	list := func(c *Client[*wiretest.Obj]) error {
 		_, err := c.List(context.Background(), informer.ListOptions{})
 		return err
 	}
-	watch := func(timeout time.Duration) func(c *Client[*obj]) error {
-		return func(c *Client[*obj]) error {
+	watch := func(timeout time.Duration) func(c *Client[*wiretest.Obj]) error {
+		return func(c *Client[*wiretest.Obj]) error {
 			w, err := c.Watch(context.Background(), informer.WatchOptions{Timeout: timeout})
 			if err != nil {
 				return err
@@ -207,7 +209,7 @@ func TestClientSilentServer(t *testing.T) {
 		name   string
 		url    string // "" for the handler's server
 		h      http.HandlerFunc
-		call   func(*Client[*obj]) error
+		call   func(*Client[*wiretest.Obj]) error
 		says   string
 		within time.Duration
 	}{
@@ -237,7 +239,7 @@ func TestClientSilentServer(t *testing.T) {
 				if d := time.Since(start); d > tc.within {
 					t.Errorf("took %v", d)
 				}
-			case <-time.After(waitTimeout):
+			case <-time.After(wiretest.WaitTimeout):
 				t.Fatal("the call is still blocked")
 			}
 		})
@@ -248,7 +250,7 @@ func TestClientSilentServer(t *testing.T) {
 // timeout, cleanly: Next returns io.EOF after the events sent before.
 func TestClientEndWatchAtTimeout(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1")}, stream(ev("ADDED", "2", o("a", "1"))))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{EndWatchAtTimeout: true, WatchGrace: time.Hour})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{EndWatchAtTimeout: true, WatchGrace: time.Hour})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -277,11 +279,11 @@ func TestClientSilentWatchRewatches(t *testing.T) {
 			<-r.Context().Done()
 		},
 		stream(ev("MODIFIED", "2", o("a", "2"))))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{WatchGrace: 100 * time.Millisecond})
-	d := newDownstream(t, c, "silent", func(o *informer.Options[string, *obj]) { o.MinWatchTimeout = time.Second })
-	converge(t, d, func() string { return "a=2" })
-	if !d.rec.hasError(informer.ErrRetryable) {
-		t.Errorf("errors %v: want the silent watch reported", d.rec.errors())
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{WatchGrace: 100 * time.Millisecond})
+	d := wiretest.NewMirror(t, c, "silent", func(o *informer.Options[string, *wiretest.Obj]) { o.MinWatchTimeout = time.Second })
+	wiretest.Converge(t, d, func() string { return "a=2" })
+	if !d.Rec.HasError(informer.ErrRetryable) {
+		t.Errorf("errors %v: want the silent watch reported", d.Rec.Errors())
 	}
 	var lists, watches int
 	for _, r := range f.requests() {
@@ -317,7 +319,7 @@ func TestClientRetryAfterCap(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, listBody("1", o("a", "1")))
 	})
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 	_, err := c.List(context.Background(), informer.ListOptions{})
 	if d, ok := informer.RetryAfterOf(err); !ok || d != DefaultMaxRetryAfter {
 		t.Fatalf("retry after %v (%v), want the default cap %v: %v", d, ok, DefaultMaxRetryAfter, err)
@@ -326,13 +328,13 @@ func TestClientRetryAfterCap(t *testing.T) {
 	mu.Lock()
 	refuse = true
 	mu.Unlock()
-	c = newTestClient(t, ts.URL, ClientOptions[*obj]{MaxRetryAfter: 300 * time.Millisecond})
+	c = newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{MaxRetryAfter: 300 * time.Millisecond})
 	_, err = c.List(context.Background(), informer.ListOptions{})
 	if d, _ := informer.RetryAfterOf(err); d != 300*time.Millisecond {
 		t.Fatalf("retry after %v, want 300ms: %v", d, err)
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
 	if l, err := c.List(ctx, informer.ListOptions{}); err != nil || len(l.Items) != 1 {
 		t.Fatalf("%+v %v", l, err)
@@ -369,14 +371,14 @@ func TestClientRedirects(t *testing.T) {
 
 	t.Run("another port", func(t *testing.T) {
 		ts := serveFunc(t, redirector(other.URL+"/collection"))
-		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*obj]{PrepareRequest: bearer})
+		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*wiretest.Obj]{PrepareRequest: bearer})
 		_, err := c.List(context.Background(), informer.ListOptions{})
 		wantError(t, err, "refused a redirect from "+origin(mustParse(t, ts.URL))+" to another origin, "+origin(mustParse(t, other.URL)))
 	})
 	t.Run("https to http", func(t *testing.T) {
 		tls := httptest.NewTLSServer(redirector(other.URL + "/collection"))
 		t.Cleanup(tls.Close)
-		c := newTestClient(t, tls.URL+"/collection", ClientOptions[*obj]{HTTPClient: tls.Client(), PrepareRequest: bearer})
+		c := newTestClient(t, tls.URL+"/collection", ClientOptions[*wiretest.Obj]{HTTPClient: tls.Client(), PrepareRequest: bearer})
 		_, err := c.List(context.Background(), informer.ListOptions{})
 		wantError(t, err, "to another origin, http://")
 	})
@@ -388,7 +390,7 @@ func TestClientRedirects(t *testing.T) {
 
 	t.Run("same origin, body and token resent", func(t *testing.T) {
 		ts := serveFunc(t, redirector("/here"))
-		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*obj]{
+		c := newTestClient(t, ts.URL+"/collection", ClientOptions[*wiretest.Obj]{
 			PrepareRequest: bearer,
 			ListRequest: func(req *OutgoingRequest, _ informer.ListOptions) error {
 				req.Method, req.Body = http.MethodPost, []byte("page-1")
@@ -396,8 +398,8 @@ func TestClientRedirects(t *testing.T) {
 			},
 		})
 		l, err := c.List(context.Background(), informer.ListOptions{})
-		if err != nil || state(l.Items) != "here=page-1 auth=Bearer secret" {
-			t.Fatalf("%s %v", state(l.Items), err)
+		if err != nil || wiretest.State(l.Items) != "here=page-1 auth=Bearer secret" {
+			t.Fatalf("%s %v", wiretest.State(l.Items), err)
 		}
 	})
 }
@@ -438,12 +440,12 @@ func TestClientContentTypeRule(t *testing.T) {
 					}
 					_, _ = io.WriteString(w, listBody("1", o("a", "1")))
 				})
-				c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+				c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 				var err error
 				if op == "list" {
 					_, err = c.List(context.Background(), informer.ListOptions{})
 				} else {
-					var w informer.Watch[*obj]
+					var w informer.Watch[*wiretest.Obj]
 					if w, err = c.Watch(context.Background(), informer.WatchOptions{}); err == nil {
 						_, err = w.Next()
 						w.Stop()

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 )
 
@@ -49,11 +51,11 @@ func TestClientBatchBound(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		size  int
-		opts  ClientOptions[*obj]
+		opts  ClientOptions[*wiretest.Obj]
 		limit string
 	}{
-		{"events", 10, ClientOptions[*obj]{MaxBatch: 1000}, "MaxBatch)"},
-		{"bytes", 4 << 10, ClientOptions[*obj]{MaxBatchBytes: 1 << 20}, "MaxBatchBytes)"},
+		{"events", 10, ClientOptions[*wiretest.Obj]{MaxBatch: 1000}, "MaxBatch)"},
+		{"bytes", 4 << 10, ClientOptions[*wiretest.Obj]{MaxBatchBytes: 1 << 20}, "MaxBatchBytes)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestClient(t, endlessBatch(t, tc.size, &lists).URL, tc.opts)
@@ -66,7 +68,7 @@ func TestClientBatchBound(t *testing.T) {
 			if !errors.Is(err, informer.ErrBadInput) || !strings.Contains(err.Error(), tc.limit) {
 				t.Fatalf("Next = %v, %v; want an error matching ErrBadInput naming %s", ev, err, tc.limit)
 			}
-			if held := cap(w.(*watch[*obj]).held); held > 2048 {
+			if held := cap(w.(*watch[*wiretest.Obj]).held); held > 2048 {
 				t.Errorf("the watch held up to %d events of the batch, want at most 2048", held)
 			}
 		})
@@ -77,17 +79,17 @@ func TestClientBatchBound(t *testing.T) {
 // and lists again, with its memory bounded.
 func TestClientBatchBoundRelists(t *testing.T) {
 	var lists atomic.Int64
-	c := newTestClient(t, endlessBatch(t, 100, &lists).URL, ClientOptions[*obj]{MaxBatch: 500})
-	d := newDownstream(t, c, "endless-batch", nil)
-	eventually(t, "the bound's error and a relist", func() bool {
-		for _, err := range d.rec.errors() {
+	c := newTestClient(t, endlessBatch(t, 100, &lists).URL, ClientOptions[*wiretest.Obj]{MaxBatch: 500})
+	d := wiretest.NewMirror(t, c, "endless-batch", nil)
+	wiretest.Eventually(t, "the bound's error and a relist", func() bool {
+		for _, err := range d.Rec.Errors() {
 			if errors.Is(err, informer.ErrBadInput) && strings.Contains(err.Error(), "MaxBatch") {
 				return lists.Load() >= 2
 			}
 		}
 		return false
 	})
-	if n := d.inf.Len(); n != 0 {
+	if n := d.Inf.Len(); n != 0 {
 		t.Errorf("the cache holds %d objects of a batch that never ended, want 0", n)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/wiretest"
+
 	"github.com/informer-go/informer"
 )
 
@@ -152,19 +154,19 @@ func TestClientBadInput(t *testing.T) {
 				listBody("10", o("a", "1")),
 				listBody("20", o("a", "1"), o("b", "1"), o("c", "1")),
 			}, tc.watch)
-			c := newTestClient(t, ts.URL, ClientOptions[*obj]{MaxFrameSize: tc.maxSize})
-			d := newDownstream(t, c, "client", func(o *informer.Options[string, *obj]) {
-				o.Revision = func(o *obj) string { return o.Val }
+			c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{MaxFrameSize: tc.maxSize})
+			d := wiretest.NewMirror(t, c, "client", func(o *informer.Options[string, *wiretest.Obj]) {
+				o.Revision = func(o *wiretest.Obj) string { return o.Val }
 			})
-			converge(t, d, func() string { return "a=1 b=1 c=1" })
+			wiretest.Converge(t, d, func() string { return "a=1 b=1 c=1" })
 			var bad error
-			for _, err := range d.rec.errors() {
+			for _, err := range d.Rec.Errors() {
 				if errors.Is(err, informer.ErrBadInput) {
 					bad = err
 				}
 			}
 			if bad == nil || !strings.Contains(bad.Error(), tc.message) {
-				t.Fatalf("reported %v; want an ErrBadInput saying %q", d.rec.errors(), tc.message)
+				t.Fatalf("reported %v; want an ErrBadInput saying %q", d.Rec.Errors(), tc.message)
 			}
 			if strings.HasPrefix(tc.name, "cut") && !errors.Is(bad, io.ErrUnexpectedEOF) {
 				t.Errorf("%v does not match io.ErrUnexpectedEOF", bad)
@@ -172,7 +174,7 @@ func TestClientBadInput(t *testing.T) {
 			// b arrives by the watch (or, without one, by the relist), c by the relist; the
 			// bad frame's change never arrives.
 			want := []string{"add*a=1", "add b=1", "add c=1"}
-			if got := d.rec.Calls(); !slices.Equal(got, want) {
+			if got := d.Rec.Calls(); !slices.Equal(got, want) {
 				t.Errorf("handler saw %q, want %q", got, want)
 			}
 			reqs := f.requests()
@@ -181,7 +183,7 @@ func TestClientBadInput(t *testing.T) {
 			}
 			// A frame whose object cannot be decoded is a decode error; any other bad frame
 			// a source error.
-			st := d.inf.Stats()
+			st := d.Inf.Stats()
 			if n := st.SourceErrors + st.DecodeErrors; n == 0 {
 				t.Error("Stats.SourceErrors + fanout.Stats.DecodeErrors = 0")
 			}
@@ -225,22 +227,22 @@ func TestClientHonoursRetryAfter(t *testing.T) {
 		ts.CloseClientConnections()
 		ts.Close()
 	})
-	d := newDownstream(t, newTestClient(t, ts.URL, ClientOptions[*obj]{}), "client", nil)
-	converge(t, d, func() string { return "a=1" })
+	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{}), "client", nil)
+	wiretest.Converge(t, d, func() string { return "a=1" })
 	mu.Lock()
 	defer mu.Unlock()
 	if gap := at[1].Sub(at[0]); gap < time.Second {
 		t.Errorf("second request %v after a 503 with Retry-After: 1", gap)
 	}
-	if !d.rec.hasError(informer.ErrUnavailable) {
-		t.Errorf("errors %v: want the 503 reported", d.rec.errors())
+	if !d.Rec.HasError(informer.ErrUnavailable) {
+		t.Errorf("errors %v: want the 503 reported", d.Rec.Errors())
 	}
 }
 
 // The Watch itself: an event, then the error, and the same error from then on.
 func TestClientWatchErrorIsSticky(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1")}, stream(ev("ADDED", "2", o("a", "1")), "garbage\n"))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +263,7 @@ func TestClientWatchErrorIsSticky(t *testing.T) {
 // last revision (retryable).
 func TestClientCutBetweenFrames(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1")}, cutStream(chunk(ev("ADDED", "2", o("a", "1")))))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
 	if err != nil {
 		t.Fatal(err)
@@ -306,8 +308,8 @@ func TestClientErrorClasses(t *testing.T) {
 		}
 		ts := httptest.NewServer(http.HandlerFunc(h))
 		// Two clients: after a Retry-After, one client would wait before its next request.
-		_, lerr := newTestClient(t, ts.URL, ClientOptions[*obj]{}).List(context.Background(), informer.ListOptions{})
-		_, werr := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "1"})
+		_, lerr := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{}).List(context.Background(), informer.ListOptions{})
+		_, werr := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "1"})
 		ts.Close()
 		for _, err := range []error{lerr, werr} {
 			got := class{
@@ -340,7 +342,7 @@ func TestClientErrorClasses(t *testing.T) {
 		}},
 	} {
 		_, ts := newFake(t, []string{listBody("1")}, stream(`{"type":"ERROR","object":`+tc.status+"}\n"))
-		w, err := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "1"})
+		w, err := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: "1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,13 +359,13 @@ func TestClientErrorClasses(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	_, err = newTestClient(t, "http://"+addr, ClientOptions[*obj]{}).Watch(context.Background(), informer.WatchOptions{})
+	_, err = newTestClient(t, "http://"+addr, ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{})
 	if !errors.Is(err, informer.ErrConnectionRefused) || !errors.Is(err, informer.ErrRetryable) {
 		t.Errorf("refused: %v", err)
 	}
 	// A request hook that fails.
 	hookErr := errors.New("no token")
-	_, err = newTestClient(t, "http://"+addr, ClientOptions[*obj]{PrepareRequest: func(*http.Request) error { return hookErr }}).
+	_, err = newTestClient(t, "http://"+addr, ClientOptions[*wiretest.Obj]{PrepareRequest: func(*http.Request) error { return hookErr }}).
 		List(context.Background(), informer.ListOptions{})
 	if !errors.Is(err, hookErr) {
 		t.Errorf("hook: %v", err)
@@ -382,9 +384,9 @@ func TestClientKubernetesShapes(t *testing.T) {
 			`{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"105","creationTimestamp":null,"annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n",
 			`{"type":"DELETED","object":`+pod("a", "106")+"}\n",
 		))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 	l, err := c.List(context.Background(), informer.ListOptions{})
-	if err != nil || l.Revision != "100" || l.Continue != "tok" || state(l.Items) != "a=1" {
+	if err != nil || l.Revision != "100" || l.Continue != "tok" || wiretest.State(l.Items) != "a=1" {
 		t.Fatalf("%+v %v", l, err)
 	}
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "100"})
@@ -414,15 +416,15 @@ func TestClientKubernetesShapes(t *testing.T) {
 func TestClientCustomDecode(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1", o("a", "1"))}, stream(ev("ADDED", "2", o("b", "2"))))
 	var seen []string
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{Decode: func(raw json.RawMessage) (*obj, error) {
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{Decode: func(raw json.RawMessage) (*wiretest.Obj, error) {
 		seen = append(seen, string(raw))
-		var x obj
+		var x wiretest.Obj
 		err := json.Unmarshal(raw, &x)
 		x.Val += "!"
 		return &x, err
 	}})
 	l, err := c.List(context.Background(), informer.ListOptions{})
-	if err != nil || state(l.Items) != "a=1!" {
+	if err != nil || wiretest.State(l.Items) != "a=1!" {
 		t.Fatalf("%v %v", l, err)
 	}
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
@@ -441,7 +443,7 @@ func TestClientCustomDecode(t *testing.T) {
 // ClientOptions.Revision is used for frames that carry no revision at all.
 func TestClientRevisionFunc(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1")}, stream(`{"type":"ADDED","object":{"name":"a","val":"7"}}`+"\n"))
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{Revision: func(o *obj) string { return o.Val }})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{Revision: func(o *wiretest.Obj) string { return o.Val }})
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
 	if err != nil {
 		t.Fatal(err)
@@ -455,7 +457,7 @@ func TestClientRevisionFunc(t *testing.T) {
 // The requests a client sends, as a Kubernetes API server expects them.
 func TestClientRequests(t *testing.T) {
 	f, ts := newFake(t, []string{listBody("1")})
-	c := newTestClient(t, ts.URL+"/api/v1/pods?labelSelector=app%3Dx", ClientOptions[*obj]{StreamingList: true})
+	c := newTestClient(t, ts.URL+"/api/v1/pods?labelSelector=app%3Dx", ClientOptions[*wiretest.Obj]{StreamingList: true})
 	ctx := context.Background()
 	for _, opts := range []informer.ListOptions{
 		{},
@@ -489,7 +491,7 @@ func TestClientRequests(t *testing.T) {
 		t.Errorf("requests\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// Without StreamingList, a streaming watch is not supported.
-	_, err := newTestClient(t, ts.URL, ClientOptions[*obj]{}).Watch(ctx, informer.WatchOptions{SendInitialEvents: true})
+	_, err := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{}).Watch(ctx, informer.WatchOptions{SendInitialEvents: true})
 	if !errors.Is(err, informer.ErrNotSupported) {
 		t.Errorf("%v, want ErrNotSupported", err)
 	}
@@ -499,14 +501,14 @@ func TestClientRequests(t *testing.T) {
 // cancelled, with no event pending.
 func TestClientWatchStopAndCancel(t *testing.T) {
 	_, ts := newFake(t, []string{listBody("1")})
-	c := newTestClient(t, ts.URL, ClientOptions[*obj]{})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 	for _, tc := range []struct {
 		name string
-		end  func(w informer.Watch[*obj], cancel context.CancelFunc)
+		end  func(w informer.Watch[*wiretest.Obj], cancel context.CancelFunc)
 		want error
 	}{
-		{"stop", func(w informer.Watch[*obj], _ context.CancelFunc) { w.Stop() }, ErrWatchStopped},
-		{"cancel", func(_ informer.Watch[*obj], cancel context.CancelFunc) { cancel() }, context.Canceled},
+		{"stop", func(w informer.Watch[*wiretest.Obj], _ context.CancelFunc) { w.Stop() }, ErrWatchStopped},
+		{"cancel", func(_ informer.Watch[*wiretest.Obj], cancel context.CancelFunc) { cancel() }, context.Canceled},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
 		w, err := c.Watch(ctx, informer.WatchOptions{Revision: "1"})
@@ -524,7 +526,7 @@ func TestClientWatchStopAndCancel(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 			}
-		case <-time.After(waitTimeout):
+		case <-time.After(wiretest.WaitTimeout):
 			t.Fatalf("%s: Next did not return", tc.name)
 		}
 		w.Stop()
@@ -534,7 +536,7 @@ func TestClientWatchStopAndCancel(t *testing.T) {
 
 func TestNewClientErrors(t *testing.T) {
 	for _, u := range []string{"", "ftp://x/y", "http://", "://", "http://x/?%zz"} {
-		if _, err := NewClient[*obj](u, ClientOptions[*obj]{}); err == nil {
+		if _, err := NewClient[*wiretest.Obj](u, ClientOptions[*wiretest.Obj]{}); err == nil {
 			t.Errorf("NewClient(%q) accepted", u)
 		}
 	}
