@@ -162,13 +162,7 @@ func TestListener_PanicSkipsItem(t *testing.T) {
 // waitFor polls cond with a deadline (for state that has no event to wait on).
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Until(t, "the condition", time.Millisecond, cond)
 }
 
 var _ = strings.Join

@@ -16,6 +16,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/workqueue"
 )
 
@@ -29,9 +30,9 @@ func TestRequeueAfterPeriodic(t *testing.T) {
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
 
 	clk := clock.NewFake(time.Unix(0, 0))
-	calls := newCalls()
+	calls := testkit.NewLog()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
+		calls.Record(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
 		if key == "poll" {
 			return Result{RequeueAfter: time.Minute}, nil
 		}
@@ -45,19 +46,19 @@ func TestRequeueAfterPeriodic(t *testing.T) {
 	}
 	start(t, c)
 
-	if got := joined(calls.wait(t, 2)); got != "once@0s poll@0s" {
+	if got := joined(calls.Next(t, 2)); got != "once@0s poll@0s" {
 		t.Fatalf("initial reconciles: %s", got)
 	}
 	for i := 1; i <= 3; i++ {
 		clk.WaitForWaiters(1, nil) // the queue's delay timer, armed for poll
 		clk.Step(time.Minute - 1)
-		calls.none(t)
+		calls.ExpectNoMore(t)
 		clk.Step(1)
-		if got, want := calls.wait(t, 1)[0], fmt.Sprintf("poll@%dm0s", i); got != want {
+		if got, want := calls.Next(t, 1)[0], fmt.Sprintf("poll@%dm0s", i); got != want {
 			t.Fatalf("period %d: reconciled %s, want %s", i, got, want)
 		}
 	}
-	calls.none(t)
+	calls.ExpectNoMore(t)
 }
 
 // TestResyncPeriodic shows the informer-wide periodic reconcile: an informer with a resync
@@ -71,10 +72,10 @@ func TestResyncPeriodic(t *testing.T) {
 	const syncPeriod = 10 * time.Minute
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs", Clock: ic, ResyncPeriod: syncPeriod})
 
-	calls := newCalls()
+	calls := testkit.NewLog()
 	var resyncs atomic.Int64
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	}), Options[string]{Logger: discard()})
 	if err != nil {
@@ -91,13 +92,13 @@ func TestResyncPeriodic(t *testing.T) {
 	}
 	start(t, c)
 
-	if got := joined(calls.wait(t, 2)); got != "a b" {
+	if got := joined(calls.Next(t, 2)); got != "a b" {
 		t.Fatalf("initial reconciles: %s", got)
 	}
 	for i := 1; i <= 3; i++ {
 		ic.WaitForWaiters(1, nil) // the reflector's resync timer
 		ic.Step(syncPeriod)
-		got := calls.wait(t, 2)
+		got := calls.Next(t, 2)
 		slices.Sort(got)
 		if joined(got) != "a b" {
 			t.Fatalf("resync %d: reconciled %s, want a b", i, joined(got))
@@ -106,7 +107,7 @@ func TestResyncPeriodic(t *testing.T) {
 			t.Fatalf("resync %d: %d resync updates seen, want %d", i, r, 2*i)
 		}
 	}
-	calls.none(t)
+	calls.ExpectNoMore(t)
 }
 
 // TestOneWorkerPerKey runs 8 workers under 10,000 updates to 32 keys from 4 writers and
@@ -212,10 +213,10 @@ func TestPanicRecovered(t *testing.T) {
 	lim := newRecordingLimiter()
 	met := newTestMetrics()
 	var logs logBuffer
-	calls := newCalls()
+	calls := testkit.NewLog()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
-		if len(calls.list()) == 1 {
+		calls.Record(key)
+		if len(calls.Calls()) == 1 {
 			var s []int
 			_ = s[len(key)] // a runtime panic: index out of range
 		}
@@ -227,7 +228,7 @@ func TestPanicRecovered(t *testing.T) {
 	start(t, c)
 	c.Queue().Add("k")
 
-	calls.wait(t, 1)
+	calls.Next(t, 1)
 	if o := recv(t, met.outcomes, "outcome"); o != OutcomeError {
 		t.Fatalf("outcome %v, want error", o)
 	}
@@ -244,7 +245,7 @@ func TestPanicRecovered(t *testing.T) {
 		}
 	}
 	clk.Step(time.Second)
-	calls.wait(t, 1)
+	calls.Next(t, 1)
 	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
 		t.Fatalf("retry outcome %v, want success", o)
 	}
@@ -258,10 +259,10 @@ func TestPanicRecovered(t *testing.T) {
 func TestTerminalError(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
 	met := newTestMetrics()
-	calls := newCalls()
+	calls := testkit.NewLog()
 	errs := []error{errBoom, TerminalError(errBoom), nil}
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		err := errs[0]
 		errs = errs[1:]
 		return Result{}, err
@@ -271,10 +272,10 @@ func TestTerminalError(t *testing.T) {
 	}
 	start(t, c)
 	c.Queue().Add("k")
-	calls.wait(t, 1)
+	calls.Next(t, 1)
 	recv(t, met.outcomes, "outcome")
 	clk.Step(time.Second)
-	calls.wait(t, 1)
+	calls.Next(t, 1)
 	if o := recv(t, met.outcomes, "outcome"); o != OutcomeTerminal {
 		t.Fatalf("outcome %v, want terminal", o)
 	}
@@ -288,10 +289,10 @@ func TestTerminalError(t *testing.T) {
 		t.Errorf("errors %d terminal %d, want 2 and 1", e, te)
 	}
 	clk.Step(time.Hour)
-	calls.none(t)
+	calls.ExpectNoMore(t)
 
 	c.Queue().Add("k") // a new notification
-	calls.wait(t, 1)
+	calls.Next(t, 1)
 	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
 		t.Fatalf("outcome %v, want success", o)
 	}
@@ -382,12 +383,12 @@ func TestWorkersWaitForSync(t *testing.T) {
 	slowInf := runInformer(t, gatedLW{slow, gate}, informer.Options[string, *obj]{Name: "slow"})
 
 	var released atomic.Bool
-	calls := newCalls()
+	calls := testkit.NewLog()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
 		if !released.Load() || !slowInf.HasSynced() || !fastInf.HasSynced() {
 			t.Errorf("reconcile of %s before the caches synced", key)
 		}
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	}), Options[string]{Logger: discard()})
 	if err != nil {
@@ -405,7 +406,7 @@ func TestWorkersWaitForSync(t *testing.T) {
 
 	released.Store(true)
 	close(gate)
-	got := calls.wait(t, 3)
+	got := calls.Next(t, 3)
 	slices.Sort(got)
 	if joined(got) != "early f s" {
 		t.Fatalf("reconciled %s", joined(got))
@@ -511,7 +512,7 @@ func TestCacheSyncTimeoutHandler(t *testing.T) {
 // blocker is a Reconciler whose calls for "slow" block until released or until their
 // context ends, and which records every call with the state of its context.
 type blocker struct {
-	calls   *calls
+	calls   *testkit.Log
 	entered chan struct{}
 	release chan struct{}
 	mu      sync.Mutex
@@ -519,7 +520,7 @@ type blocker struct {
 }
 
 func newBlocker() *blocker {
-	return &blocker{calls: newCalls(), entered: make(chan struct{}), release: make(chan struct{}), ctxErrs: map[string]error{}}
+	return &blocker{calls: testkit.NewLog(), entered: make(chan struct{}), release: make(chan struct{}), ctxErrs: map[string]error{}}
 }
 
 func (b *blocker) Reconcile(ctx context.Context, key string) (Result, error) {
@@ -533,7 +534,7 @@ func (b *blocker) Reconcile(ctx context.Context, key string) (Result, error) {
 	b.mu.Lock()
 	b.ctxErrs[key] = ctx.Err()
 	b.mu.Unlock()
-	b.calls.add(key)
+	b.calls.Record(key)
 	return Result{}, nil
 }
 
@@ -574,7 +575,7 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("Start returned %v after a complete drain", err)
 	}
 	s.done <- nil
-	if got := joined(b.calls.list()); got != "slow q1 q2" {
+	if got := joined(b.calls.Calls()); got != "slow q1 q2" {
 		t.Fatalf("reconciled %s, want slow q1 q2", got)
 	}
 	for _, k := range []string{"slow", "q1", "q2"} {
@@ -602,7 +603,7 @@ func TestShutdownBoundedByContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start returned %v, want context.Canceled", err)
 	}
-	if got := joined(b.calls.list()); got != "slow" {
+	if got := joined(b.calls.Calls()); got != "slow" {
 		t.Fatalf("reconciled %s, want only slow (q1 and q2 dropped)", got)
 	}
 	if err := b.ctxErr("slow"); !errors.Is(err, context.Canceled) {
@@ -632,7 +633,7 @@ func TestShutdownTimeout(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Start returned %v, want context.DeadlineExceeded", err)
 	}
-	if got := joined(b.calls.list()); got != "slow" {
+	if got := joined(b.calls.Calls()); got != "slow" {
 		t.Fatalf("reconciled %s, want only slow", got)
 	}
 	if err := b.ctxErr("slow"); err == nil {
@@ -641,9 +642,9 @@ func TestShutdownTimeout(t *testing.T) {
 }
 
 func TestStartOnce(t *testing.T) {
-	calls := newCalls()
+	calls := testkit.NewLog()
 	rec := ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	})
 	c, err := New(rec, Options[string]{Logger: discard()})
@@ -652,7 +653,7 @@ func TestStartOnce(t *testing.T) {
 	}
 	s := start(t, c)
 	c.Queue().Add("k")
-	calls.wait(t, 1) // Start is running
+	calls.Next(t, 1) // Start is running
 	inf := runInformer(t, newSource(), informer.Options[string, *obj]{})
 	if err := c.Start(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
 		t.Fatalf("second Start: %v", err)
@@ -710,9 +711,9 @@ func TestWatchesMapsAndFilters(t *testing.T) {
 	src.Put(&obj{Name: "z"}) // no owner
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "children"})
 
-	calls := newCalls()
+	calls := testkit.NewLog()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	}), Options[string]{Logger: discard()})
 	if err != nil {
@@ -732,7 +733,7 @@ func TestWatchesMapsAndFilters(t *testing.T) {
 
 	expect := func(when string, want ...string) {
 		t.Helper()
-		if got := joined(calls.wait(t, len(want))); got != joined(want) {
+		if got := joined(calls.Next(t, len(want))); got != joined(want) {
 			t.Fatalf("%s: reconciled %s, want %s", when, got, joined(want))
 		}
 	}
@@ -744,7 +745,7 @@ func TestWatchesMapsAndFilters(t *testing.T) {
 	expect("filtered update", "D")
 	src.Delete("x")
 	expect("delete", "C")
-	calls.none(t)
+	calls.ExpectNoMore(t)
 }
 
 // TestKeyFuncError: a key function that fails drops that notification and logs it.
@@ -754,9 +755,9 @@ func TestKeyFuncError(t *testing.T) {
 	src.Put(&obj{Name: "good"})
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
 	var logs logBuffer
-	calls := newCalls()
+	calls := testkit.NewLog()
 	c, _ := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	}), Options[string]{Logger: logs.logger()})
 	key := func(o *obj) (string, error) {
@@ -769,7 +770,7 @@ func TestKeyFuncError(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, c)
-	if got := calls.wait(t, 1)[0]; got != "good" {
+	if got := calls.Next(t, 1)[0]; got != "good" {
 		t.Fatalf("reconciled %s", got)
 	}
 	if !strings.Contains(logs.String(), "key function failed") {
@@ -798,10 +799,10 @@ func TestStartBeforeInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := newCalls()
+	calls := testkit.NewLog()
 	clk := clock.NewFake(time.Unix(0, 0))
 	c, _ := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	}), Options[string]{Clock: clk, Logger: discard()})
 	if err := For(c, inf, objKeyErr); err != nil {
@@ -809,12 +810,12 @@ func TestStartBeforeInformer(t *testing.T) {
 	}
 	s := start(t, c)
 	clk.WaitForWaiters(1, nil) // Start registered its handler and waits for the sync
-	calls.none(t)
+	calls.ExpectNoMore(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(ctx) }()
-	if got := calls.wait(t, 1)[0]; got != "a" {
+	if got := calls.Next(t, 1)[0]; got != "a" {
 		t.Fatalf("reconciled %s", got)
 	}
 	if err := s.stop(t); err != nil {
@@ -893,9 +894,9 @@ func TestForDefaultsToTheInformersKey(t *testing.T) {
 	src := newSource()
 	src.Put(&obj{Name: "a"})
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs", Key: func(o *obj) (string, error) { return "k/" + o.Name, nil }})
-	calls := newCalls()
+	calls := testkit.NewLog()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		return Result{}, nil
 	}), Options[string]{Logger: discard()})
 	if err != nil {
@@ -912,7 +913,7 @@ func TestForDefaultsToTheInformersKey(t *testing.T) {
 		t.Fatalf("For with a nil key on an informer of another key type: %v", err)
 	}
 	start(t, c)
-	if got := joined(calls.wait(t, 1)); got != "k/a" {
+	if got := joined(calls.Next(t, 1)); got != "k/a" {
 		t.Fatalf("reconciled %s, want the informer's key k/a", got)
 	}
 }

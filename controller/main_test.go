@@ -214,48 +214,6 @@ func (m *testMetrics) NewReconcileTimeMetric(string) workqueue.Histogram        
 func (m *testMetrics) NewActiveWorkersMetric(string) workqueue.Gauge             { return &m.active }
 func (m *testMetrics) NewMaxConcurrentReconcilesFunc(_ string, v func() float64) { m.maxWork = v }
 
-// calls records reconcile calls in order and signals each.
-type calls struct {
-	mu   sync.Mutex
-	keys []string
-	ch   chan string
-}
-
-func newCalls() *calls { return &calls{ch: make(chan string, 100_000)} }
-
-func (c *calls) add(key string) {
-	c.mu.Lock()
-	c.keys = append(c.keys, key)
-	c.mu.Unlock()
-	c.ch <- key
-}
-
-func (c *calls) list() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.keys...)
-}
-
-// wait waits for n more calls and returns their keys in order.
-func (c *calls) wait(t *testing.T, n int) []string {
-	t.Helper()
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = recv(t, c.ch, fmt.Sprintf("reconcile call %d of %d", i+1, n))
-	}
-	return keys
-}
-
-// none checks that no call is pending.
-func (c *calls) none(t *testing.T) {
-	t.Helper()
-	select {
-	case k := <-c.ch:
-		t.Fatalf("unexpected reconcile of %q", k)
-	default:
-	}
-}
-
 var errBoom = errors.New("boom")
 
 func joined(keys []string) string { return strings.Join(keys, " ") }

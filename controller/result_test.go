@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // step is one scripted Reconcile of the key "k" and what the controller must do with it.
@@ -88,10 +89,10 @@ func TestResultTable(t *testing.T) {
 			lim := newRecordingLimiter()
 			met := newTestMetrics()
 			var logs logBuffer
-			calls := newCalls()
+			calls := testkit.NewLog()
 			n := 0 // calls so far; one worker, so no lock
 			c, err := New(ReconcilerFunc[string](func(ctx context.Context, key string) (Result, error) {
-				calls.add(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
+				calls.Record(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
 				i := n
 				n++
 				if i >= len(tt.steps) {
@@ -110,7 +111,7 @@ func TestResultTable(t *testing.T) {
 
 			var at time.Duration // fake time of the current call
 			for i, s := range tt.steps {
-				if got, want := recv(t, calls.ch, fmt.Sprintf("call %d", i)), fmt.Sprintf("k@%v", at); got != want {
+				if got, want := calls.Next(t, 1)[0], fmt.Sprintf("k@%v", at); got != want {
 					t.Fatalf("call %d: got %s, want %s", i, got, want)
 				}
 				if o := recv(t, met.outcomes, "outcome"); o != s.outcome {
@@ -138,11 +139,11 @@ func TestResultTable(t *testing.T) {
 					t.Fatalf("call %d: %d timers armed, want the queue's", i, w)
 				}
 				clk.Step(s.delay - 1)
-				calls.none(t) // the timer cannot have fired
+				calls.ExpectNoMore(t) // the timer cannot have fired
 				clk.Step(1)
 				at += s.delay
 			}
-			calls.none(t)
+			calls.ExpectNoMore(t)
 			if tt.log != "" && !strings.Contains(logs.String(), tt.log) {
 				t.Errorf("log does not contain %q:\n%s", tt.log, logs.String())
 			}
@@ -155,7 +156,7 @@ func TestResultTable(t *testing.T) {
 // keys ready at the same instant in the order they were put back.
 func TestResultCallOrder(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
-	calls := newCalls()
+	calls := testkit.NewLog()
 	met := newTestMetrics()
 	script := map[string][]Result{
 		"a": {{RequeueAfter: 3 * time.Second}, {}},
@@ -164,7 +165,7 @@ func TestResultCallOrder(t *testing.T) {
 		"d": {{}},
 	}
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.add(key)
+		calls.Record(key)
 		r := script[key][0]
 		script[key] = script[key][1:]
 		return r, nil
@@ -179,13 +180,13 @@ func TestResultCallOrder(t *testing.T) {
 
 	wait := func(when string, n int, want string) {
 		t.Helper()
-		if got := joined(calls.wait(t, n)); got != want {
+		if got := joined(calls.Next(t, n)); got != want {
 			t.Fatalf("%s: reconciled %s, want %s", when, got, want)
 		}
 		for range n {
 			recv(t, met.outcomes, "outcome")
 		}
-		calls.none(t)
+		calls.ExpectNoMore(t)
 	}
 	wait("t=0", 4, "a b c d")
 	clk.Step(time.Second) // b and c backed off 1 s; c fails again, 2 s

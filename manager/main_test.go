@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,37 +41,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	testkit.Until(t, what, 5*time.Millisecond, cond)
 }
 
-// events records what happened, in order, from many goroutines.
-type events struct {
-	mu  sync.Mutex
-	log []string
-	ch  chan string
-}
-
-func newEvents() *events { return &events{ch: make(chan string, 1000)} }
-
-func (e *events) add(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	e.mu.Lock()
-	e.log = append(e.log, s)
-	e.mu.Unlock()
-	e.ch <- s
-}
-
-func (e *events) all() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.log)
-}
-
-// waitFor waits until the event want has been recorded.
-func (e *events) waitFor(t *testing.T, want string) {
-	t.Helper()
-	for !slices.Contains(e.all(), want) {
-		recv(t, e.ch, want)
-	}
-}
-
 type thing struct{ Name, Value string }
 
 func thingKey(t *thing) string { return t.Name }
@@ -94,12 +62,12 @@ func newInformer(t *testing.T, name string, lw informer.ListerWatcher[*thing]) *
 // recordedCache records when its Run returns.
 type recordedCache struct {
 	manager.Cache
-	ev *events
+	ev *testkit.Log
 }
 
 func (c recordedCache) Run(ctx context.Context) error {
 	err := c.Cache.Run(ctx)
-	c.ev.add("stop informer %s", c.Name())
+	c.ev.Record(fmt.Sprintf("stop informer %s", c.Name()))
 	return err
 }
 

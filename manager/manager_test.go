@@ -3,12 +3,14 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/manager"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -16,7 +18,7 @@ import (
 // The caches sync before any runnable starts; the leader-only runnable gets the term; the
 // stop runs in reverse order: leader-only runnables, runnables from the last added, caches.
 func TestStartsInOrderAndStopsInReverse(t *testing.T) {
-	ev := newEvents()
+	ev := testkit.NewLog()
 	src := memory.New(thingKey, memory.Options{})
 	src.Put(&thing{Name: "a"})
 	inf := newInformer(t, "things", src)
@@ -29,35 +31,35 @@ func TestStartsInOrderAndStopsInReverse(t *testing.T) {
 		m.Add(name, manager.RunnableFunc(func(ctx context.Context) error {
 			select {
 			case <-inf.Synced():
-				ev.add("start %s", name)
+				ev.Record(fmt.Sprintf("start %s", name))
 			default:
-				ev.add("start %s before the cache synced", name)
+				ev.Record(fmt.Sprintf("start %s before the cache synced", name))
 			}
 			<-ctx.Done()
-			ev.add("stop %s", name)
+			ev.Record(fmt.Sprintf("stop %s", name))
 			return nil
 		}))
 	}
 	m.AddLeader("reconciler", manager.RunnableFunc(func(ctx context.Context) error {
 		term, _ := manager.TermFrom(ctx)
-		ev.add("lead %d", term.Value)
+		ev.Record(fmt.Sprintf("lead %d", term.Value))
 		<-ctx.Done()
-		ev.add("stop reconciler")
+		ev.Record("stop reconciler")
 		return nil
 	}))
 	s := start(t, m)
-	ev.waitFor(t, "start first")
-	ev.waitFor(t, "start second")
+	ev.WaitForLine(t, "start first")
+	ev.WaitForLine(t, "start second")
 	if got, ok := m.Leading(); ok {
 		t.Fatalf("leading term %v before any was granted", got)
 	}
 	term := newFakeTerm(7)
 	el.grants <- term
-	ev.waitFor(t, "lead 7")
+	ev.WaitForLine(t, "lead 7")
 	if err := s.stop(t); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	got := ev.all()
+	got := ev.Calls()
 	if !slices.Equal(got[3:], []string{"stop reconciler", "stop second", "stop first", "stop informer things"}) {
 		t.Fatalf("events: %q", got)
 	}
@@ -144,7 +146,7 @@ func TestFailingRunnableStopsTheManager(t *testing.T) {
 // A term lost stops the leader-only runnables and resigns; the manager campaigns again and
 // leads a later term without a restart, and its caches run throughout.
 func TestDemotedManagerCampaignsAgain(t *testing.T) {
-	ev := newEvents()
+	ev := testkit.NewLog()
 	src := memory.New(thingKey, memory.Options{})
 	inf := newInformer(t, "things", src)
 	el := newFakeElector()
@@ -152,17 +154,17 @@ func TestDemotedManagerCampaignsAgain(t *testing.T) {
 	m.AddInformer(recordedCache{inf, ev})
 	m.AddLeader("reconciler", manager.RunnableFunc(func(ctx context.Context) error {
 		term, _ := manager.TermFrom(ctx)
-		ev.add("lead %d", term.Value)
+		ev.Record(fmt.Sprintf("lead %d", term.Value))
 		<-ctx.Done()
-		ev.add("stop %d", term.Value)
+		ev.Record(fmt.Sprintf("stop %d", term.Value))
 		return nil
 	}))
 	start(t, m)
 	first, second := newFakeTerm(1), newFakeTerm(5)
 	el.grants <- first
-	ev.waitFor(t, "lead 1")
+	ev.WaitForLine(t, "lead 1")
 	close(first.lost)
-	ev.waitFor(t, "stop 1")
+	ev.WaitForLine(t, "stop 1")
 	recv(t, first.resigned, "the lost term to be resigned")
 	eventually(t, "a second campaign", func() bool { return el.campaigns.Load() == 2 })
 	if _, ok := m.Leading(); ok {
@@ -172,11 +174,11 @@ func TestDemotedManagerCampaignsAgain(t *testing.T) {
 		t.Fatalf("a follower is not ready: %d %s", code, body)
 	}
 	el.grants <- second
-	ev.waitFor(t, "lead 5")
+	ev.WaitForLine(t, "lead 5")
 	if term, ok := m.Leading(); !ok || term.Value != 5 {
 		t.Fatalf("Leading() = %v, %v; want term 5", term, ok)
 	}
-	if got := ev.all(); !slices.Equal(got, []string{"lead 1", "stop 1", "lead 5"}) {
+	if got := ev.Calls(); !slices.Equal(got, []string{"lead 1", "stop 1", "lead 5"}) {
 		t.Fatalf("events: %q (the informer must not stop)", got)
 	}
 }

@@ -21,16 +21,11 @@ import (
 // and checks the controller's and its queue's series once the work is done, then that
 // they go away with the controller (and the informer's with the informer).
 func TestControllerSeries(t *testing.T) {
-	reg := prometheus.NewRegistry()
 	src := memory.New(itemName, memory.Options{})
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
 		src.Put(&item{Name: name})
 	}
-	inf := newInformer(t, src, "items")
-	im, err := metrics.RegisterInformer(reg, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, inf, im := registered(t, src)
 	cm, err := metrics.RegisterController(reg, "items")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -54,6 +55,19 @@ func newInformer(t *testing.T, src *memory.Source[string, *item], name string) *
 	return inf
 }
 
+// registered returns newInformer's informer over src, named "items", registered in a
+// new registry, and its metrics.
+func registered(t *testing.T, src *memory.Source[string, *item]) (*prometheus.Registry, *informer.Informer[string, *item], *metrics.InformerMetrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	inf := newInformer(t, src, "items")
+	im, err := metrics.RegisterInformer(reg, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, inf, im
+}
+
 // run starts inf and returns a function that stops it and waits until Run has returned.
 func run(t *testing.T, inf interface{ Run(context.Context) error }) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -93,7 +107,6 @@ func (p panicky) OnUpdate(old, new *item) {
 // add, a bookmark and a delete — and checks every series once it has stopped, then that
 // Unregister leaves none.
 func TestInformerSeries(t *testing.T) {
-	reg := prometheus.NewRegistry()
 	src := memory.New(itemName, memory.Options{})
 	for _, name := range []string{"a", "b", "c", "bad-key", "bad-transform"} {
 		src.Put(&item{Name: name}) // revisions 1 to 5
@@ -101,11 +114,7 @@ func TestInformerSeries(t *testing.T) {
 	src.FailNext(1, memory.OpList, nil)  // ErrUnavailable: listed again after the backoff
 	src.FailNext(1, memory.OpWatch, nil) // ErrUnavailable: retryable, watched again
 
-	inf := newInformer(t, src, "items")
-	im, err := metrics.RegisterInformer(reg, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, inf, im := registered(t, src)
 	logH, panicH := newRecorder(), newRecorder()
 	for _, h := range []struct {
 		name string
@@ -269,26 +278,15 @@ informer_list_items_count{name="items"} 1
 // waitUntil polls cond with a deadline, for state that has no event to wait on.
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Until(t, "the condition", time.Millisecond, cond)
 }
 
 // TestInformerHandlers: the handlers' series follow the informer's handlers as they are
 // added and removed; two handlers of one name stay apart; a handler that measures its
 // latency has a latency histogram; a name is free again once unregistered.
 func TestInformerHandlers(t *testing.T) {
-	reg := prometheus.NewRegistry()
 	src := memory.New(itemName, memory.Options{})
-	inf := newInformer(t, src, "items")
-	im, err := metrics.RegisterInformer(reg, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, inf, im := registered(t, src)
 	add := func(opts informer.HandlerOptions) *informer.Registration {
 		hr, err := inf.AddHandler(newRecorder(), opts)
 		if err != nil {
@@ -426,21 +424,22 @@ informer_last_sync_revision{name="fake"} ` + tc.want + "\n"
 // TestGatherWhileRunning gathers, and adds and removes a handler, while the
 // informer applies changes: run it with -race.
 func TestGatherWhileRunning(t *testing.T) {
-	reg := prometheus.NewRegistry()
 	src := memory.New(itemName, memory.Options{})
-	inf := newInformer(t, src, "items")
-	im, err := metrics.RegisterInformer(reg, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, inf, im := registered(t, src)
 	defer im.Unregister()
 	r := newRecorder()
-	_, err = inf.AddHandler(r, informer.HandlerOptions{Name: "h"})
+	_, err := inf.AddHandler(r, informer.HandlerOptions{Name: "h"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := run(t, inf)
 	defer stop()
+	// Synced first, so that "last" reaches the handler as a live add, not in the list.
+	ctx, cancel := context.WithTimeout(context.Background(), informertest.DefaultTimeout)
+	defer cancel()
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
 
 	gathered := make(chan error)
 	var extra *informer.Registration

@@ -42,29 +42,25 @@ type logHistogram struct {
 
 func (h logHistogram) Observe(v float64) { h.l.Record(fmt.Sprintf("%s=%g", h.name, v)) }
 
-func (p *provider) named(name string) {
+// named notes the name a constructor was given and returns the log its metric records in.
+func (p *provider) named(name string) *testkit.Log {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.names = append(p.names, name)
+	return p.Log
 }
 
-func (p *provider) NewDepthMetric(name string) Gauge { p.named(name); return logGauge{p.Log} }
-func (p *provider) NewAddsMetric(name string) Counter {
-	p.named(name)
-	return logCounter{p.Log, "adds"}
-}
-func (p *provider) NewRetriesMetric(name string) Counter {
-	p.named(name)
-	return logCounter{p.Log, "retries"}
-}
+func (p *provider) NewDepthMetric(name string) Gauge     { return logGauge{p.named(name)} }
+func (p *provider) NewAddsMetric(name string) Counter    { return logCounter{p.named(name), "adds"} }
+func (p *provider) NewRetriesMetric(name string) Counter { return logCounter{p.named(name), "retries"} }
 func (p *provider) NewLatencyMetric(name string) Histogram {
-	p.named(name)
-	return logHistogram{p.Log, "latency"}
+	return logHistogram{p.named(name), "latency"}
 }
 func (p *provider) NewWorkDurationMetric(name string) Histogram {
-	p.named(name)
-	return logHistogram{p.Log, "work"}
+	return logHistogram{p.named(name), "work"}
 }
+
+// NewUnfinishedWorkSecondsFunc and NewLongestRunningProcessorSecondsFunc keep f to call.
 func (p *provider) NewUnfinishedWorkSecondsFunc(name string, f func() float64) {
 	p.named(name)
 	p.unfinished = f

@@ -48,14 +48,7 @@ func (r *Recorder[V]) Hold() *Recorder[V] {
 }
 
 // OnAdd records "add k=v", or "add*k=v" when initial.
-func (r *Recorder[V]) OnAdd(obj V, initial bool) {
-	k, v := r.describe(obj)
-	if initial {
-		r.Record("add*" + k + "=" + v)
-		return
-	}
-	r.Record("add " + k + "=" + v)
-}
+func (r *Recorder[V]) OnAdd(obj V, initial bool) { r.record(obj, "add ", "add*", initial) }
 
 // OnUpdate records "update k=old→new", or "resync k=v" when both states are the same.
 func (r *Recorder[V]) OnUpdate(old, new V) {
@@ -70,12 +63,16 @@ func (r *Recorder[V]) OnUpdate(old, new V) {
 
 // OnDelete records "delete k=v", or "delete?k=v" when the final state is unknown.
 func (r *Recorder[V]) OnDelete(obj V, finalStateUnknown bool) {
+	r.record(obj, "delete ", "delete?", finalStateUnknown)
+}
+
+// record records "<kind>k=v" for obj, kind being marked if mark, plain if not.
+func (r *Recorder[V]) record(obj V, plain, marked string, mark bool) {
 	k, v := r.describe(obj)
-	if finalStateUnknown {
-		r.Record("delete?" + k + "=" + v)
-		return
+	if mark {
+		plain = marked
 	}
-	r.Record("delete " + k + "=" + v)
+	r.Record(plain + k + "=" + v)
 }
 
 // Log is a list of lines a test records, waits on and checks in order: Recorder's calls,
@@ -238,10 +235,8 @@ func (l *Log) ExpectNextUnordered(t testing.TB, want ...string) {
 
 func (l *Log) expectNext(t testing.TB, unordered bool, want []string) {
 	t.Helper()
-	l.mu.Lock()
-	from := l.checked
-	l.mu.Unlock()
-	got := l.WaitFor(t, from+len(want))[from : from+len(want)]
+	from := l.Checked()
+	got := l.Next(t, len(want))
 	g, w := got, want
 	if unordered {
 		g, w = slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
@@ -249,9 +244,18 @@ func (l *Log) expectNext(t testing.TB, unordered bool, want []string) {
 	if !slices.Equal(g, w) {
 		t.Fatalf("calls after the first %d:\n got  %q\n want %q", from, got, want)
 	}
+}
+
+// Next waits for the n lines after those checked so far, counts them checked and returns
+// them: for a test that looks at lines it cannot name in advance.
+func (l *Log) Next(t testing.TB, n int) []string {
+	t.Helper()
+	from := l.Checked()
+	got := l.WaitFor(t, from+n)[from : from+n]
 	l.mu.Lock()
-	l.checked = from + len(want)
+	l.checked = from + n
 	l.mu.Unlock()
+	return got
 }
 
 // Checked returns how many calls Expect, ExpectNext and ExpectNextUnordered have checked.

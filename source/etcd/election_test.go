@@ -160,8 +160,7 @@ func acceptedTerms(t *testing.T, c *clientv3.Client) []int64 {
 // renew deadline and another leads once the lease expired; the cut-off leader's write under
 // its old term is refused by etcd, and the accepted writes never interleave two terms.
 func TestElectionFailoverAndFencing(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	data := newClient(t, srv.Endpoint())
+	srv, data := startWithClient(t)
 	const ttl = 2 * time.Second
 	var rs []*candidate
 	for i := range 3 {
@@ -219,8 +218,7 @@ func TestElectionFailoverAndFencing(t *testing.T) {
 
 // Fenced needs a term, and refuses one whose key is gone or was never there.
 func TestFencedRefusesWithoutACurrentTerm(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	if _, err := election.Fenced(context.Background(), c, clientv3.OpPut("/x", "1")); !errors.Is(err, election.ErrNoTerm) {
 		t.Fatalf("Fenced without a term: %v; want ErrNoTerm", err)
 	}
@@ -244,8 +242,7 @@ func TestFencedRefusesWithoutACurrentTerm(t *testing.T) {
 // A manager stopped while leading resigns: another candidate leads at once, well before the
 // lease would have expired.
 func TestElectionResignsOnStop(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	data := newClient(t, srv.Endpoint())
+	srv, data := startWithClient(t)
 	const ttl = 10 * time.Second
 	a := startReplica(t, "a", srv.Endpoint(), data, ttl)
 	leaderOf(t, []*candidate{a})

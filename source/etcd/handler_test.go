@@ -25,8 +25,7 @@ import (
 // marks them as a batch.)
 func TestPassThroughServesTransactionsWhole(t *testing.T) {
 	const prefix = "/txn/"
-	srv := startServer(t, serverOptions{})
-	cli := newClient(t, srv.Endpoint())
+	_, cli := startWithClient(t)
 	src, err := etcd.New(cli, prefix, func(key, value []byte) (*fanItem, error) {
 		return &fanItem{Key: string(key), Val: string(value)}, nil
 	}, etcd.Options{})

@@ -109,6 +109,14 @@ func startEmbedded(dir string, clientURL, peerURL url.URL, progress time.Duratio
 	return etcdtest.Start(cfg, 0)
 }
 
+// startWithClient starts a server with the default options and returns it with a client
+// of it; both end at t's cleanup.
+func startWithClient(t testing.TB) (*server, *clientv3.Client) {
+	t.Helper()
+	srv := startServer(t, serverOptions{})
+	return srv, newClient(t, srv.Endpoint())
+}
+
 // freeURL returns an http URL on a loopback port that stays free until something listens
 // on it (testkit.StableAddr).
 func freeURL(t testing.TB) url.URL {

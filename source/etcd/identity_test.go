@@ -67,8 +67,7 @@ func waitCache(t *testing.T, inf *informer.Informer[string, *item], want map[str
 // A watch from a revision the cluster has not reached is refused as expired, as a list at
 // such a revision is: it is a revision of another history (a replaced cluster).
 func TestWatchRefusesUnreachedRevision(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	rev := put(t, c, "/fw/a", "1")
 	src := newSource(t, c, "/fw/", etcd.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -134,8 +133,7 @@ func TestWarmRestartReplacedEtcd(t *testing.T) {
 		{"ahead", 5, 300, "replaced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startServer(t, serverOptions{})
-			c := newClient(t, srv.Endpoint())
+			srv, c := startWithClient(t)
 			const p = "/rs/"
 			var rev int64
 			for i := range tc.old {
@@ -181,8 +179,7 @@ func errorsNot(errs []error, target error) []error {
 // A warm restart with another prefix and the same state directory does not keep the old
 // prefix's keys.
 func TestWarmRestartNewPrefix(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	put(t, c, "/p1/a", "1")
 	rev := put(t, c, "/p1/b", "1")
 	dir := t.TempDir()

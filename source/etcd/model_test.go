@@ -77,8 +77,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d (rerun with -run TestEtcdModel -model.seed=%d): %s", seed, seed, fmt.Sprintf(format, args...))
 	}
 
-	srv := startServer(t, serverOptions{})
-	direct := newClient(t, srv.Endpoint())
+	srv, direct := startWithClient(t)
 	px := startProxy(t, srv.Endpoint())
 	viaProxy := newClient(t, px.Addr())
 	const prefix = "/model/"

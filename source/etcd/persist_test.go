@@ -78,8 +78,7 @@ func waitRev(t *testing.T, inf *informer.Informer[string, *item], rev int64) {
 // and the revision of the last change.
 func warmSetup(t *testing.T) (*clientv3.Client, *etcd.Source[*item], *persist.File[string, *item], int64) {
 	t.Helper()
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/wr/"
 	for _, k := range []string{"a", "b", "c"} {
 		put(t, c, p+k, "1")

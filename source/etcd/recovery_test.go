@@ -65,8 +65,7 @@ func (r *retryDelays) WithGroup(string) slog.Handler      { return r }
 // from round to round. Measured in backoff delays and relists, not wall time; the wall
 // catch-up times are logged.
 func TestRepeatedCompactionsRecoverBounded(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	direct := newClient(t, srv.Endpoint())
+	srv, direct := startWithClient(t)
 	px := startProxy(t, srv.Endpoint())
 	viaProxy := newClient(t, px.Addr())
 	const p = "/rounds/"

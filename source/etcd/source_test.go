@@ -24,8 +24,7 @@ import (
 // page at the first page's revision: writes made between pages are not in the list but
 // arrive by the watch.
 func TestInitialSyncAcrossPages(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const prefix, n = "/items/", 10000
 	fill(t, c, prefix, n)
 	// Neighbours of the prefix that must stay out of the mirror.
@@ -103,8 +102,7 @@ func TestInitialSyncAcrossPages(t *testing.T) {
 // Puts, updates, deletes, transactions and lease expiries reach the handler as they
 // happen, each with the right previous and new value.
 func TestLiveChangesInOrder(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/live/"
 	put(t, c, p+"seed", "0")
 	src := newSource(t, c, p, etcd.Options{})
@@ -169,8 +167,7 @@ func TestLiveChangesInOrder(t *testing.T) {
 // the connection comes back the watch finds its revision compacted, the informer lists
 // again, and the keys deleted meanwhile reach OnDelete as tombstones.
 func TestCompactionWhileDisconnected(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	direct := newClient(t, srv.Endpoint())
+	srv, direct := startWithClient(t)
 	px := startProxy(t, srv.Endpoint())
 	viaProxy := newClient(t, px.Addr())
 	const p = "/cfg/"
@@ -338,8 +335,7 @@ func TestBookmarksFromProgressNotifications(t *testing.T) {
 // With etcd's default progress interval (10 minutes), RequestProgress brings a bookmark
 // at once.
 func TestRequestProgress(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	src := newSource(t, c, "/rp/", etcd.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -367,8 +363,7 @@ func TestRequestProgress(t *testing.T) {
 // Read-your-writes: write through the etcd client, wait for the write's revision, read
 // the new state from the cache — for single writes and for transactions.
 func TestReadYourWrites(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/ryw/"
 	src := newSource(t, c, p, etcd.Options{})
 	inf, _ := startInformer(t, src, informer.Options[string, *item]{}, nil)
@@ -406,8 +401,7 @@ func TestReadYourWrites(t *testing.T) {
 // Two consumers ask a factory for the informer of one prefix: they share one informer,
 // which lists once, and both see every change.
 func TestFactorySharedInformer(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/shared/"
 	put(t, c, p+"a", "1")
 	src := newSource(t, c, p, etcd.Options{})
@@ -468,8 +462,7 @@ func TestFactorySharedInformer(t *testing.T) {
 // source and in the informer's Stats, and skipped; a later value that decodes is applied,
 // and a delete of such a key goes through.
 func TestDecoderFailure(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/dec/"
 	put(t, c, p+"a", "1")
 	put(t, c, p+"bad", "!1")

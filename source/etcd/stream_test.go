@@ -18,8 +18,7 @@ import (
 // page its token asks for and let go after the last. A page whose stream ended with the
 // caller's context, and a token that no parked stream waits for, are read with a Get.
 func TestListPagesFromOneStream(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const prefix, n, limit = "/streamed/", 2000, 300
 	fill(t, c, prefix, n)
 	want, err := c.Get(context.Background(), prefix, clientv3.WithPrefix())
@@ -95,8 +94,7 @@ func TestListPagesFromOneStream(t *testing.T) {
 // chunks from a goroutine that blocks on a full channel, whatever its context says, until
 // someone reads them.
 func TestAbandonedListStreamEnds(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const prefix, limit = "/abandoned/", 100
 	fill(t, c, prefix, 3000)
 	src := newSource(t, c, prefix, etcd.Options{})

@@ -19,8 +19,7 @@ import (
 // List pages: sorted by key, bounded by Limit, each pinned to the first page's revision,
 // with an opaque continue token that is checked.
 func TestListPages(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/pages/"
 	for i := 9; i >= 0; i-- {
 		put(t, c, fmt.Sprintf("%s%d", p, i), fmt.Sprint(i))
@@ -139,8 +138,7 @@ func readEvents(w informer.Watch[*item]) ([]string, error) {
 // R − 1, so that R is reached only when the whole transaction has been delivered. When the
 // last events of a response do not decode, a bookmark stands in for them.
 func TestWatchTransactionRevisions(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/tx/"
 	put(t, c, p+"a", "0")
 	start := put(t, c, p+"z", "0")
@@ -181,8 +179,7 @@ func TestWatchTransactionRevisions(t *testing.T) {
 // a nil value. A decoder that cannot make an object of that ends the watch with an
 // expired error, so that the informer relists and reports the delete as a tombstone.
 func TestDeleteWithoutPreviousValue(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/gone/"
 	start := put(t, c, p+"k", "1")
 	rev := del(t, c, p+"k")
@@ -232,8 +229,7 @@ func TestDeleteWithoutPreviousValue(t *testing.T) {
 
 // Every way a watch ends, and what Next returns then.
 func TestWatchEnds(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	srv, c := startWithClient(t)
 	const p = "/end/"
 	rev := put(t, c, p+"a", "1")
 	src := newSource(t, c, p, etcd.Options{})
@@ -362,8 +358,7 @@ func TestNewRejectsNil(t *testing.T) {
 // Pages are bounded in bytes as well as keys: after a first page of at most 32 keys, each
 // page holds about Options.PageBytes of key-values, however large Limit is.
 func TestListPagesBoundedByBytes(t *testing.T) {
-	srv := startServer(t, serverOptions{})
-	c := newClient(t, srv.Endpoint())
+	_, c := startWithClient(t)
 	const p = "/big/"
 	value := strings.Repeat("v", 10000)
 	for i := range 40 {

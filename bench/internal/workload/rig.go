@@ -429,6 +429,20 @@ func (r *rig) wait(timeout time.Duration) error {
 	return nil
 }
 
+// startListed starts the informer, waits until every handler has seen the listed objects
+// and arms the counter for then more calls after them. stop stops the informer; after an
+// error nothing runs.
+func (r *rig) startListed(listed, then int) (stop func(), err error) {
+	r.expect(int64(listed))
+	stop = r.start()
+	if err := r.wait(timeout); err != nil {
+		stop()
+		return nil, fmt.Errorf("initial list: %w", err)
+	}
+	r.expect(int64(listed + then))
+	return stop, nil
+}
+
 func (r *rig) expect(n int64) {
 	for _, h := range r.handlers {
 		h.expect(n)

@@ -154,13 +154,11 @@ func W1With(side Side, s *Stream, v Variant) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.expect(int64(s.Objects))
-	stop := r.start()
-	defer stop()
-	if err := r.wait(timeout); err != nil {
-		return nil, fmt.Errorf("initial list: %w", err)
+	stop, err := r.startListed(s.Objects, s.Events)
+	if err != nil {
+		return nil, err
 	}
-	r.expect(int64(s.Objects + s.Events))
+	defer stop()
 
 	var reads atomic.Int64
 	var halt atomic.Bool
@@ -284,13 +282,11 @@ func W3(side Side, s *Stream, handlers int, rate float64) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.expect(int64(s.Objects))
-	stop := r.start()
-	defer stop()
-	if err := r.wait(timeout); err != nil {
-		return nil, fmt.Errorf("initial list: %w", err)
+	stop, err := r.startListed(s.Objects, s.Events)
+	if err != nil {
+		return nil, err
 	}
-	r.expect(int64(s.Objects + s.Events))
+	defer stop()
 	runtime.GC()
 	t0 := time.Now()
 	r.release()
@@ -343,13 +339,11 @@ func W5(side Side, n int) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.expect(int64(n))
-	stop := r.start()
-	defer stop()
-	if err := r.wait(timeout); err != nil {
-		return nil, fmt.Errorf("initial list: %w", err)
+	stop, err := r.startListed(n, changed)
+	if err != nil {
+		return nil, err
 	}
-	r.expect(int64(n + changed))
+	defer stop()
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)

@@ -12,6 +12,7 @@ import (
 	"github.com/informer-go/informer/source/kubernetes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // counted counts the requests an informer makes of a Source. Embedding the Source keeps
@@ -71,12 +72,32 @@ func configMapInformer(t *testing.T, c *clients, ns string, opts kubernetes.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder(configMapState)
-	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
+	rec := record(t, inf, configMapState)
+	return inf, rec, cs
+}
+
+// lifeOfA creates ConfigMap a with data v=1 in ns, updates it to v=2 and deletes it,
+// checking after each step the one call rec must get next, and nothing more at the end;
+// afterUpdate runs between the update and the delete, with the update's resourceVersion.
+func lifeOfA[V any](t *testing.T, ctx context.Context, cms typedcorev1.ConfigMapInterface, ns string, rec *informertest.Recorder[V], afterUpdate func(rv string)) {
+	t.Helper()
+	created, err := cms.Create(ctx, configMap(ns, "a", nil, "1"), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, inf)
-	return inf, rec, cs
+	rec.ExpectNext(t, "add "+ns+"/a=1")
+	created.Data["v"] = "2"
+	updated, err := cms.Update(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.ExpectNext(t, "update "+ns+"/a=1→2")
+	afterUpdate(updated.ResourceVersion)
+	if err := cms.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.ExpectNext(t, "delete "+ns+"/a=2")
+	rec.ExpectNoMore(t)
 }
 
 // TestConfigMapEvents creates, updates and deletes ConfigMaps through client-go and checks
@@ -123,29 +144,15 @@ func TestConfigMapEvents(t *testing.T) {
 				t.Errorf("Get(pre) = %+v, %v; want data v=0 and no managedFields", pre, ok)
 			}
 
-			created, err := cms.Create(ctx, configMap(ns, "a", nil, "1"), metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec.ExpectNext(t, "add "+ns+"/a=1")
-			created.Data["v"] = "2"
-			updated, err := cms.Update(ctx, created, metav1.UpdateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec.ExpectNext(t, "update "+ns+"/a=1→2")
-			// Read-your-writes: once the update's revision is in, the cache has it.
-			if err := inf.WaitForRevision(ctx, updated.ResourceVersion); err != nil {
-				t.Fatal(err)
-			}
-			if a, _ := inf.Get(ns + "/a"); a == nil || a.Data["v"] != "2" || a.ResourceVersion != updated.ResourceVersion {
-				t.Errorf("Get(a) after WaitForRevision(%s) = %+v", updated.ResourceVersion, a)
-			}
-			if err := cms.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			rec.ExpectNext(t, "delete "+ns+"/a=2")
-			rec.ExpectNoMore(t)
+			lifeOfA(t, ctx, cms, ns, rec, func(rv string) {
+				// Read-your-writes: once the update's revision is in, the cache has it.
+				if err := inf.WaitForRevision(ctx, rv); err != nil {
+					t.Fatal(err)
+				}
+				if a, _ := inf.Get(ns + "/a"); a == nil || a.Data["v"] != "2" || a.ResourceVersion != rv {
+					t.Errorf("Get(a) after WaitForRevision(%s) = %+v", rv, a)
+				}
+			})
 			if in, _ := inf.ByIndex(kubernetes.NamespaceIndexName, ns); len(in) != 1 || in[0].Name != "pre" {
 				t.Errorf("ByIndex(namespace, %s) = %v", ns, in)
 			}

@@ -128,14 +128,10 @@ func TestDynamicCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder(func(w *unstructured.Unstructured) (string, string) {
+	rec := record(t, inf, func(w *unstructured.Unstructured) (string, string) {
 		size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size")
 		return metaKey(w), strconv.FormatInt(size, 10)
 	})
-	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	run(t, inf)
 	rec.ExpectNext(t, "add*"+ns+"/pre=1")
 
 	w, err := widgets.Create(ctx, widget("w", "blue", 1), metav1.CreateOptions{})

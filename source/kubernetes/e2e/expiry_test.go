@@ -195,11 +195,7 @@ func TestExpiredAfterCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder(configMapState)
-	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	run(t, inf)
+	rec := record(t, inf, configMapState)
 	rec.ExpectNextUnordered(t, "add*"+ns+"/stays=1", "add*"+ns+"/goes=1")
 	if _, err := cms.Create(ctx, configMap(ns, "live", nil, "1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

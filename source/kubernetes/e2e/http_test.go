@@ -81,35 +81,17 @@ func TestHTTPSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec := newRecorder(func(cm *plainConfigMap) (string, string) { return plainKey(cm), cm.Data["v"] })
-			if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			run(t, inf)
+			rec := record(t, inf, func(cm *plainConfigMap) (string, string) { return plainKey(cm), cm.Data["v"] })
 			rec.ExpectNext(t, "add*"+ns+"/pre=0")
 
-			created, err := cms.Create(ctx, configMap(ns, "a", nil, "1"), metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec.ExpectNext(t, "add "+ns+"/a=1")
-			created.Data["v"] = "2"
-			updated, err := cms.Update(ctx, created, metav1.UpdateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec.ExpectNext(t, "update "+ns+"/a=1→2")
-			if err := inf.WaitForRevision(ctx, updated.ResourceVersion); err != nil {
-				t.Fatal(err)
-			}
-			if a, _ := inf.Get(ns + "/a"); a == nil || a.Data["v"] != "2" {
-				t.Errorf("Get(a) = %+v, want data v=2", a)
-			}
-			if err := cms.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			rec.ExpectNext(t, "delete "+ns+"/a=2")
-			rec.ExpectNoMore(t)
+			lifeOfA(t, ctx, cms, ns, rec, func(rv string) {
+				if err := inf.WaitForRevision(ctx, rv); err != nil {
+					t.Fatal(err)
+				}
+				if a, _ := inf.Get(ns + "/a"); a == nil || a.Data["v"] != "2" {
+					t.Errorf("Get(a) = %+v, want data v=2", a)
+				}
+			})
 		})
 	}
 }

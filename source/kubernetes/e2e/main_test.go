@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +30,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	kubesource "github.com/informer-go/informer/source/kubernetes"
 )
 
 // The environment servers.sh start prints.
@@ -228,4 +233,39 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// metaKey is kubesource.Key without the error, for recorders of Kubernetes objects.
+func metaKey[V metav1.Object](o V) string { k, _ := kubesource.Key(o); return k }
+
+// configMapState describes a ConfigMap by its key and its data "v", which the tests set.
+func configMapState(cm *corev1.ConfigMap) (key, state string) { return metaKey(cm), cm.Data["v"] }
+
+// record adds to inf a recorder of its calls in informertest's notation ("add*ns/a=1",
+// "update ns/a=1→2", "delete?ns/a=1", …; describe names an object by its key and renders
+// what the test changes in it), runs inf until the test ends and waits, up to a minute,
+// for its cache to sync. The recorder's waits allow a minute too, for a loaded machine.
+func record[K comparable, V any](t *testing.T, inf *informer.Informer[K, V], describe func(V) (key, state string)) *informertest.Recorder[V] {
+	t.Helper()
+	rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf)
+	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if informer.WaitForCacheSync(syncCtx, inf) != nil {
+		t.Fatal("informer did not sync")
+	}
+	return rec
+}
+
+// errorLog collects the errors an informer reports, for the test log.
+func errorLog(t *testing.T) func(error) {
+	return func(err error) { t.Logf("informer error: %v", err) }
+}
+
+// testLogger sends an informer's logs to the test's output.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), nil))
 }
