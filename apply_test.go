@@ -122,10 +122,10 @@ func dumpStore[K comparable, V any](s *store[K, V]) string {
 		fmt.Fprintf(&b, "%v=%v ", k, v)
 	}
 	for _, ix := range []string{"val", "chars"} {
-		vals, _ := sn.IndexValues(ix)
+		vals, _ := ReadIndexValues(sn, ix)
 		for _, v := range vals {
-			keys, _ := sn.IndexKeys(ix, v)
-			objs, _ := sn.ByIndex(ix, v)
+			keys, _ := ReadIndexKeys(sn, ix, v)
+			objs, _ := ReadByIndex(sn, ix, v)
 			fmt.Fprintf(&b, "| %s[%s]=%v %v ", ix, v, keys, objs)
 		}
 	}
@@ -169,7 +169,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 	if len(notes) != 1 || notes[0].kind != notifyAdd || notes[0].new != "a=y" {
 		t.Fatalf("notifications %+v, want only the add of a=y", notes)
 	}
-	if keys, _ := inf.store.Snapshot().IndexKeys("nox", "a=y"); !slices.Equal(keys, []string{"a"}) {
+	if keys, _ := ReadIndexKeys(inf.store.Snapshot(), "nox", "a=y"); !slices.Equal(keys, []string{"a"}) {
 		t.Fatalf("nox index holds %v for a=y", keys)
 	}
 }

@@ -100,12 +100,12 @@ func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
 		}
 	}
 	within("Handlers", func() {
-		if n := len(inf.Handlers()); n != 2 {
+		if n := len(inf.Stats().Handlers); n != 2 {
 			t.Errorf("Handlers: %d, want 2", n)
 		}
 	})
 	within("Get", func() { inf.Get("k0") })
-	within("List", func() { inf.List() })
+	within("All", func() { informer.ReadList(inf) })
 	within("metrics gather", func() {
 		if _, err := promReg.Gather(); err != nil {
 			t.Errorf("gather: %v", err)
@@ -157,10 +157,10 @@ func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
 	// deleted and created again before the handler has seen the list's add of d. (Whether
 	// the writer is then waiting for room in the handler's queue depends on how soon the
 	// handler's goroutine took the list's adds; either way the calls are the same.)
-	waitUntil(t, inf.HasSynced)
+	waitUntil(t, func() bool { return inf.Stats().Synced })
 	src.Delete("d")
 	rev := src.Put(newObj("d", "", "2"))
-	waitUntil(t, func() bool { return inf.LastSyncRevision() == strconv.FormatInt(rev, 10) })
+	waitUntil(t, func() bool { return inf.Stats().ReceivedRevision == strconv.FormatInt(rev, 10) })
 	release()
 	h.ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
 }

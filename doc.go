@@ -37,7 +37,8 @@
 //	}, informer.HandlerOptions{})
 //	go inf.Run(ctx)
 //	if err := informer.WaitForCacheSync(ctx, inf); err != nil { ... } // says why
-//	payments, _ := inf.ByIndex("team", "payments")
+//	payments, err := inf.ByIndex("team", "payments") // err: no such index
+//	for name, c := range payments { ... }            // in key order
 //
 // # The contract
 //
@@ -74,14 +75,17 @@
 //   - Objects are shared between the cache, every reader and every handler. Never modify
 //     an object you received; copy it first.
 //
-// What a reader may assume: every call of the read API (Get, List, ByIndex, Snapshot, …)
-// reads one consistent state of the cache, as of the end of some batch. After
-// WaitForRevision(rev) returns, every read reflects every change up to rev.
+// What a reader may assume: every call of the read API (Get, Len, All, Range, ByIndex,
+// IndexValues, Snapshot) reads one consistent state of the cache, as of the end of some
+// batch; the iterators walk that state and copy nothing (collect them with slices.Collect
+// or maps.Collect for a slice or a map). After WaitForRevision(rev) returns, every read
+// reflects every change up to rev.
 //
-// What HasSynced means: Informer.HasSynced is true once the initial list is in the cache;
-// Registration.HasSynced is true once that handler has been called for it, which is what a
-// controller usually wants to wait for. Before that, the cache may hold part of the first
-// list: a paged first list is loaded a page at a time, while the next page is read.
+// What synced means: Informer.Synced is closed (and Stats.Synced true) once the initial
+// list is in the cache; Registration.Synced is closed once that handler has been called
+// for it, which is what a controller usually wants to wait for. Before that, the cache may
+// hold part of the first list: a paged first list is loaded a page at a time, while the
+// next page is read.
 //
 // Bad input never panics: an object whose key, index or transform function fails (or
 // panics) is reported to Options.ErrorHandler, counted in Stats and skipped; a source that
@@ -89,7 +93,7 @@
 // sent is reported and listed again, and the cache converges after that list.
 //
 // What is not guaranteed: delivery of every intermediate state; order across keys; that a
-// handler has processed anything when Informer.HasSynced is true; delivery of queued
+// handler has processed anything when Informer.Synced is closed; delivery of queued
 // notifications once the informer stops (they are dropped).
 //
 // # How the guarantees are tested
@@ -118,7 +122,7 @@
 // Each handler's queue is bounded (HandlerOptions.QueueLength); when it is full the
 // handler's QueuePolicy decides: Coalesce (the default) keeps the newest state per key, so
 // memory stays bounded by the number of keys; Block makes the informer, and so the source,
-// wait — but nothing else: reads, Handlers, AddHandler, RemoveHandler and metrics go on
+// wait — but nothing else: reads, Stats, AddHandler, RemoveHandler and metrics go on
 // while a Block handler is stalled. The delta queue is bounded too (Options.MaxPending).
 //
 // Each stage owns its state and the others reach it through its methods, never its
@@ -150,8 +154,7 @@
 //	listener.go    one handler's bounded queue, policy and goroutine; notifications
 //	informer.go    Options, New, Run and the public methods, each delegating to a stage
 //	errors.go      the package's errors and the reporter (error handler, log, Stats)
-//	stats.go       Stats and the counters behind them
-//	observe.go     Done, AfterStop, Handlers and Histogram
+//	stats.go       Stats (state, counters, handlers), the counters behind them, Histogram
 //	warm.go        warm restart: load a saved state before Run, save while running
 //	persister.go   the Persister interface warm.go uses
 //	factory.go     one shared informer per source, WaitForCacheSync

@@ -47,15 +47,20 @@ func ExampleNew() {
 	go func() { done <- inf.Run(ctx) }()
 	<-reg.Synced() // the handler has been called for the whole initial list
 
-	payments, _ := inf.ByIndex("team", "payments")
-	fmt.Println("team payments:", payments[0].Name)
+	payments, err := inf.ByIndex("team", "payments") // an iterator over the index's entries
+	if err != nil {
+		fmt.Println(err) // ErrUnknownIndex: no index of that name (payments then yields nothing)
+	}
+	for name, c := range payments {
+		fmt.Println("team payments:", name, "version", c.Version)
+	}
 	cancel()
 	<-done
 	mu.Lock()
 	fmt.Println(strings.Join(log, "\n"))
 	mu.Unlock()
 	// Output:
-	// team payments: checkout
+	// team payments: checkout version 1
 	// add checkout (initial: true)
 	// add search (initial: true)
 }

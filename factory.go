@@ -16,7 +16,6 @@ import (
 type sharedInformer interface {
 	Name() string
 	Run(ctx context.Context) error
-	HasSynced() bool
 	Synced() <-chan struct{}
 }
 
@@ -171,10 +170,8 @@ func (e *notSyncedError) Error() string {
 		} else {
 			fmt.Fprintf(&b, " %T", s)
 		}
-		if le, ok := s.(interface{ LastError() (time.Time, error) }); ok {
-			if at, err := le.LastError(); err != nil {
-				fmt.Fprintf(&b, " (last error %v ago: %v)", time.Since(at).Round(time.Millisecond), err)
-			}
+		if at, err := lastError(s); err != nil {
+			fmt.Fprintf(&b, " (last error %v ago: %v)", time.Since(at).Round(time.Millisecond), err)
 		}
 	}
 	fmt.Fprintf(&b, ": %v", e.ctxErr)
@@ -185,13 +182,20 @@ func (e *notSyncedError) Error() string {
 func (e *notSyncedError) Unwrap() []error {
 	errs := []error{e.ctxErr}
 	for _, s := range e.missing {
-		if le, ok := s.(interface{ LastError() (time.Time, error) }); ok {
-			if _, err := le.LastError(); err != nil {
-				errs = append(errs, err)
-			}
+		if _, err := lastError(s); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errs
+}
+
+// lastError returns the last source error of s (Stats.LastError) if s is an informer.
+func lastError(s Syncer) (time.Time, error) {
+	if st, ok := s.(interface{ Stats() Stats }); ok {
+		stats := st.Stats()
+		return stats.LastErrorAt, stats.LastError
+	}
+	return time.Time{}, nil
 }
 
 // Shutdown stops every informer the factory started and waits until all their goroutines

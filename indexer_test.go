@@ -68,16 +68,16 @@ func TestIndexer_ByUser(t *testing.T) {
 	for user, want := range map[string][]string{
 		"ernie": {"one", "tre"}, "bert": {"one", "two"}, "oscar": {"two"}, "elmo": {"tre"},
 	} {
-		got, err := sn.ByIndex("byUser", user)
+		got, err := ReadByIndex(sn, "byUser", user)
 		if err != nil || !slices.Equal(names(got), want) {
 			t.Fatalf("ByIndex(byUser, %s) = %v, %v; want %v", user, names(got), err, want)
 		}
 	}
-	vals, _ := sn.IndexValues("byUser")
+	vals, _ := ReadIndexValues(sn, "byUser")
 	if !slices.Equal(vals, []string{"bert", "elmo", "ernie", "oscar"}) {
 		t.Fatalf("IndexValues = %v", vals)
 	}
-	if got := names(sn.List()); !slices.Equal(got, []string{"one", "tre", "two"}) {
+	if got := names(ReadList(sn)); !slices.Equal(got, []string{"one", "tre", "two"}) {
 		t.Fatalf("List = %v", got)
 	}
 	if p, ok := sn.Get("one"); !ok || p != pod1 {
@@ -89,14 +89,14 @@ func TestIndexer_ByUser(t *testing.T) {
 	s.publishLocked("")
 	s.mu.Unlock()
 	sn2 := s.Snapshot()
-	if got, _ := sn2.ByIndex("byUser", "ernie"); !slices.Equal(names(got), []string{"one"}) {
+	if got, _ := ReadByIndex(sn2, "byUser", "ernie"); !slices.Equal(names(got), []string{"one"}) {
 		t.Fatalf("after delete ernie = %v", names(got))
 	}
-	if vals, _ := sn2.IndexValues("byUser"); slices.Contains(vals, "elmo") {
+	if vals, _ := ReadIndexValues(sn2, "byUser"); slices.Contains(vals, "elmo") {
 		t.Fatalf("empty bucket elmo left behind: %v", vals)
 	}
 	// The old snapshot is unchanged (copy-on-write).
-	if got, _ := sn.ByIndex("byUser", "elmo"); !slices.Equal(names(got), []string{"tre"}) {
+	if got, _ := ReadByIndex(sn, "byUser", "elmo"); !slices.Equal(names(got), []string{"tre"}) {
 		t.Fatalf("old snapshot changed: %v", names(got))
 	}
 }
@@ -107,22 +107,21 @@ func TestIndexer_UpdateMovesKey(t *testing.T) {
 	mustUpsert(t, s, &pod{name: "p", ns: "a", users: "x"})
 	mustUpsert(t, s, &pod{name: "p", ns: "b", users: "x,y"})
 	sn := s.Snapshot()
-	if got, _ := sn.IndexKeys("ns", "a"); len(got) != 0 {
+	if got, _ := ReadIndexKeys(sn, "ns", "a"); len(got) != 0 {
 		t.Fatalf("ns a still has %v", got)
 	}
-	if got, _ := sn.IndexKeys("ns", "b"); !slices.Equal(got, []string{"p"}) {
+	if got, _ := ReadIndexKeys(sn, "ns", "b"); !slices.Equal(got, []string{"p"}) {
 		t.Fatalf("ns b = %v", got)
 	}
-	if got, _ := sn.IndexKeys("byUser", "y"); !slices.Equal(got, []string{"p"}) {
+	if got, _ := ReadIndexKeys(sn, "byUser", "y"); !slices.Equal(got, []string{"p"}) {
 		t.Fatalf("byUser y = %v", got)
 	}
-	if vals, _ := sn.IndexValues("ns"); !slices.Equal(vals, []string{"b"}) {
+	if vals, _ := ReadIndexValues(sn, "ns"); !slices.Equal(vals, []string{"b"}) {
 		t.Fatalf("ns values %v", vals)
 	}
 }
 
-// Unknown index names are errors; unknown values are empty; Index
-// returns the de-duplicated union.
+// Unknown index names are errors; unknown values are empty.
 func TestIndexer_QueriesAndErrors(t *testing.T) {
 	s := newPodStore(t)
 	mustUpsert(t, s, &pod{name: "one", users: "ernie,bert"})
@@ -130,21 +129,16 @@ func TestIndexer_QueriesAndErrors(t *testing.T) {
 	mustUpsert(t, s, &pod{name: "tre", users: "elmo"})
 	sn := s.Snapshot()
 	for _, call := range []func() error{
-		func() error { _, err := sn.ByIndex("nope", "x"); return err },
-		func() error { _, err := sn.IndexKeys("nope", "x"); return err },
-		func() error { _, err := sn.IndexValues("nope"); return err },
-		func() error { _, err := sn.Index("nope", &pod{}); return err },
+		func() error { _, err := ReadByIndex(sn, "nope", "x"); return err },
+		func() error { _, err := ReadIndexKeys(sn, "nope", "x"); return err },
+		func() error { _, err := ReadIndexValues(sn, "nope"); return err },
 	} {
 		if err := call(); !errors.Is(err, ErrUnknownIndex) {
 			t.Fatalf("want ErrUnknownIndex, got %v", err)
 		}
 	}
-	if got, err := sn.ByIndex("byUser", "nobody"); err != nil || len(got) != 0 {
+	if got, err := ReadByIndex(sn, "byUser", "nobody"); err != nil || len(got) != 0 {
 		t.Fatalf("unknown value: %v %v", got, err)
-	}
-	got, err := sn.Index("byUser", &pod{users: "ernie,bert,oscar"})
-	if err != nil || !slices.Equal(names(got), []string{"one", "two"}) {
-		t.Fatalf("Index = %v, %v", names(got), err)
 	}
 }
 
@@ -193,7 +187,7 @@ func TestIndexer_AddIndexersOnData(t *testing.T) {
 	if !errors.Is(clash, ErrIndexExists) {
 		t.Fatalf("clash: %v", clash)
 	}
-	if got, _ := s.Snapshot().ByIndex("upper", "B"); !slices.Equal(names(got), []string{"two"}) {
+	if got, _ := ReadByIndex(s.Snapshot(), "upper", "B"); !slices.Equal(names(got), []string{"two"}) {
 		t.Fatalf("new index = %v", names(got))
 	}
 }
@@ -205,22 +199,55 @@ func TestIndexer_OrderedScans(t *testing.T) {
 		mustUpsert(t, s, &pod{name: n})
 	}
 	sn := s.Snapshot()
-	if got := sn.Keys(); !slices.Equal(got, []string{"a/1", "a/2", "b/1", "b/2", "c/1"}) {
+	if got := ReadKeys(sn); !slices.Equal(got, []string{"a/1", "a/2", "b/1", "b/2", "c/1"}) {
 		t.Fatalf("Keys = %v", got)
 	}
 	var got []string
-	for k := range WithPrefix(sn, "b/") {
-		got = append(got, k)
-	}
-	if !slices.Equal(got, []string{"b/1", "b/2"}) {
-		t.Fatalf("prefix = %v", got)
-	}
-	got = nil
 	for k := range sn.Range("a/2", "c/1") {
 		got = append(got, k)
 	}
 	if !slices.Equal(got, []string{"a/2", "b/1", "b/2"}) {
 		t.Fatalf("range = %v", got)
+	}
+}
+
+// WithPrefix yields the keys that start with the prefix, in order, also where the prefix
+// has no upper bound (empty, or ending in 0xff bytes), and stops when the loop does.
+func TestWithPrefix(t *testing.T) {
+	s := newPodStore(t)
+	keys := []string{"", "a", "b/1", "b/2", "b\xff", "b\xff\xff", "b\xff\xffz", "c", "\xff", "\xffa", "\xff\xff"}
+	for _, n := range keys {
+		mustUpsert(t, s, &pod{name: n})
+	}
+	sn := s.Snapshot()
+	for _, c := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"b/", []string{"b/1", "b/2"}},
+		{"b", []string{"b/1", "b/2", "b\xff", "b\xff\xff", "b\xff\xffz"}},
+		{"b\xff", []string{"b\xff", "b\xff\xff", "b\xff\xffz"}},
+		{"b\xff\xff", []string{"b\xff\xff", "b\xff\xffz"}},
+		{"\xff", []string{"\xff", "\xffa", "\xff\xff"}},
+		{"\xff\xff", []string{"\xff\xff"}},
+		{"", keys},
+		{"d", nil},
+	} {
+		var got []string
+		for k := range WithPrefix(sn, c.prefix) {
+			got = append(got, k)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("WithPrefix(%q) = %q, want %q", c.prefix, got, c.want)
+		}
+	}
+	n := 0
+	for range WithPrefix(sn, "") {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("a loop that breaks got %d keys", n)
 	}
 }
 
@@ -384,33 +411,19 @@ func checkSnapshot(t *testing.T, where string, sn *Snapshot[string, *pod], model
 		addTo(want, "ns", p.ns, p)
 	}
 	for _, index := range []string{"byUser", "ns"} {
-		vals, _ := sn.IndexValues(index)
+		vals, _ := ReadIndexValues(sn, index)
 		if wantVals := slices.Sorted(maps.Keys(want[index])); !slices.Equal(vals, wantVals) {
 			t.Fatalf("%s: IndexValues(%s) = %v, want %v", where, index, vals, wantVals)
 		}
 		for _, v := range append(vals, "absent") {
-			got, err := sn.ByIndex(index, v)
+			got, err := ReadByIndex(sn, index, v)
 			if err != nil || !slices.Equal(got, want[index][v]) {
 				t.Fatalf("%s: ByIndex(%s, %s) = %v, want %v", where, index, v, names(got), names(want[index][v]))
 			}
-			gotKeys, _ := sn.IndexKeys(index, v)
+			gotKeys, _ := ReadIndexKeys(sn, index, v)
 			if !slices.Equal(gotKeys, names(want[index][v])) {
 				t.Fatalf("%s: IndexKeys(%s, %s) = %v", where, index, v, gotKeys)
 			}
-		}
-	}
-	for _, users := range []string{"u1,u3", "u2", "u1,u2,u3", ""} {
-		got, _ := sn.Index("byUser", &pod{users: users})
-		var exp []*pod
-		us, _ := byUser(&pod{users: users})
-		for _, k := range keys {
-			theirs, _ := byUser(model[k])
-			if slices.ContainsFunc(us, func(u string) bool { return slices.Contains(theirs, u) }) {
-				exp = append(exp, model[k])
-			}
-		}
-		if !slices.Equal(got, exp) {
-			t.Fatalf("%s: Index(byUser, %q) = %v, want %v", where, users, names(got), names(exp))
 		}
 	}
 	if sn.Len() != len(model) {
@@ -455,7 +468,7 @@ func TestIndexer_ImpureIndexFunc(t *testing.T) {
 	fail = true // computing the old object's values now fails
 	mustUpsert(t, s, &pod{name: "b", ns: "y"})
 	for _, index := range []string{"one", "many"} {
-		vals, _ := s.Snapshot().IndexValues(index)
+		vals, _ := ReadIndexValues(s.Snapshot(), index)
 		want := []string{"x2", "y2"}
 		if index == "many" {
 			want = []string{"all", "x2", "y2"}
@@ -470,16 +483,16 @@ func TestIndexer_ImpureIndexFunc(t *testing.T) {
 	s.publishLocked("")
 	s.mu.Unlock()
 	for _, index := range []string{"one", "many"} {
-		if vals, _ := s.Snapshot().IndexValues(index); len(vals) != 0 {
+		if vals, _ := ReadIndexValues(s.Snapshot(), index); len(vals) != 0 {
 			t.Fatalf("after deleting everything, IndexValues(%s) = %v", index, vals)
 		}
 	}
 }
 
-// ByIndexSeq yields what ByIndex returns, in key order, keys included, and stops when the
-// loop does; an unknown value yields nothing and an unknown index is an error. A read
-// allocates no slice.
-func TestSnapshot_ByIndexSeq(t *testing.T) {
+// ByIndex yields the index's (key, object) pairs in key order and stops when the loop
+// does; an unknown value yields nothing and an unknown index is an error with an iterator
+// that yields nothing. A read allocates no slice.
+func TestSnapshot_ByIndex(t *testing.T) {
 	s := newPodStore(t)
 	for _, p := range []*pod{
 		{name: "c", users: "ann,bob", ns: "x"},
@@ -498,23 +511,23 @@ func TestSnapshot_ByIndexSeq(t *testing.T) {
 		{"byUser", "nobody", ""},
 		{"ns", "", ""},
 	} {
-		seq, err := sn.ByIndexSeq(c.index, c.value)
+		seq, err := sn.ByIndex(c.index, c.value)
 		if err != nil {
-			t.Fatalf("ByIndexSeq(%s, %s): %v", c.index, c.value, err)
+			t.Fatalf("ByIndex(%s, %s): %v", c.index, c.value, err)
 		}
 		var got []string
 		for k, p := range seq {
 			if k != p.name {
-				t.Fatalf("ByIndexSeq(%s, %s) yielded key %q with object %q", c.index, c.value, k, p.name)
+				t.Fatalf("ByIndex(%s, %s) yielded key %q with object %q", c.index, c.value, k, p.name)
 			}
 			got = append(got, k)
 		}
-		slice, _ := sn.ByIndex(c.index, c.value)
+		slice, _ := ReadByIndex(sn, c.index, c.value)
 		if strings.Join(got, " ") != c.want || !slices.Equal(got, names(slice)) {
-			t.Errorf("ByIndexSeq(%s, %s) = %q, ByIndex %q, want %q", c.index, c.value, got, names(slice), c.want)
+			t.Errorf("ByIndex(%s, %s) = %q, ByIndex %q, want %q", c.index, c.value, got, names(slice), c.want)
 		}
 	}
-	seq, _ := sn.ByIndexSeq("ns", "x")
+	seq, _ := sn.ByIndex("ns", "x")
 	n := 0
 	for range seq {
 		n++
@@ -523,8 +536,19 @@ func TestSnapshot_ByIndexSeq(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("a loop that breaks got %d objects", n)
 	}
-	if _, err := sn.ByIndexSeq("nope", "x"); !errors.Is(err, ErrUnknownIndex) {
+	unknown, err := sn.ByIndex("nope", "x")
+	if !errors.Is(err, ErrUnknownIndex) {
 		t.Fatalf("unknown index: %v", err)
+	}
+	for k := range unknown {
+		t.Fatalf("an unknown index yielded %q", k)
+	}
+	values, err := sn.IndexValues("nope")
+	if !errors.Is(err, ErrUnknownIndex) {
+		t.Fatalf("IndexValues of an unknown index: %v", err)
+	}
+	for v := range values {
+		t.Fatalf("IndexValues of an unknown index yielded %q", v)
 	}
 	// A read costs a few small allocations (the iterator and the loop's closures), however
 	// many objects it yields.
@@ -533,7 +557,7 @@ func TestSnapshot_ByIndexSeq(t *testing.T) {
 	}
 	sn = s.Snapshot()
 	allocs := testing.AllocsPerRun(100, func() {
-		seq, _ := sn.ByIndexSeq("ns", "x")
+		seq, _ := sn.ByIndex("ns", "x")
 		n := 0
 		for range seq {
 			n++
@@ -563,7 +587,7 @@ func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
 	select {
 	case sn := <-got:
 		s.mu.Unlock()
-		if keys := sn.Keys(); !slices.Equal(keys, []string{"a", "b"}) {
+		if keys := ReadKeys(sn); !slices.Equal(keys, []string{"a", "b"}) {
 			t.Fatalf("the reader got keys %q, want the newest state [a b]", keys)
 		}
 	case <-time.After(10 * time.Second):
@@ -638,10 +662,10 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 		t.Fatal("a snapshot changed with writes after compact")
 	}
 	after := s.Snapshot()
-	if objs, _ := after.ByIndex("ns", "moved"); len(objs) != 1 || objs[0].name != "p000003" {
+	if objs, _ := ReadByIndex(after, "ns", "moved"); len(objs) != 1 || objs[0].name != "p000003" {
 		t.Fatalf("ByIndex(ns, moved) = %v", names(objs))
 	}
-	if objs, _ := after.ByIndex("ns", "ns3"); len(objs) != n/10-1 {
+	if objs, _ := ReadByIndex(after, "ns", "ns3"); len(objs) != n/10-1 {
 		t.Fatalf("ByIndex(ns, ns3) has %d objects, want %d", len(objs), n/10-1)
 	}
 	if _, ok := after.Get("p000004"); ok || after.Len() != n {
@@ -652,11 +676,11 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 // podState renders a pod store's state: its keys, and every bucket of its two indexes.
 func podState(sn *Snapshot[string, *pod]) string {
 	var b strings.Builder
-	fmt.Fprint(&b, sn.Keys())
+	fmt.Fprint(&b, ReadKeys(sn))
 	for _, index := range []string{"ns", "byUser"} {
-		values, _ := sn.IndexValues(index)
+		values, _ := ReadIndexValues(sn, index)
 		for _, v := range values {
-			objs, _ := sn.ByIndex(index, v)
+			objs, _ := ReadByIndex(sn, index, v)
 			fmt.Fprint(&b, index, v, names(objs))
 		}
 	}

@@ -145,8 +145,8 @@ type Informer[K comparable, V any] struct {
 	started atomic.Bool
 	stopped atomic.Bool
 
-	warm     *warm[K, V] // Options.Persist; nil: none
-	stopNote *stopNotice // Done and AfterStop
+	warm *warm[K, V]   // Options.Persist; nil: none
+	done chan struct{} // closed when Run returns: Done
 
 	dupList string // the last list reported for a duplicate key; the writer's goroutine only
 }
@@ -192,12 +192,12 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		return nil, err
 	}
 	inf := &Informer[K, V]{
-		opts:     opts,
-		lw:       lw,
-		logger:   opts.Logger.With("informer", opts.Name),
-		stats:    newCounters(),
-		store:    st,
-		stopNote: newStopNotice(),
+		opts:   opts,
+		lw:     lw,
+		logger: opts.Logger.With("informer", opts.Name),
+		stats:  newCounters(),
+		store:  st,
+		done:   make(chan struct{}),
 	}
 	inf.cmpRev, _ = lw.(RevisionComparer)
 	inf.rep = newReporter(opts.Name, opts.ErrorHandler, inf.logger, opts.Clock, inf.stats)
@@ -298,7 +298,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 			"handler", handler, "key", key, "stop_timeout", inf.opts.StopTimeout)
 	})
 	inf.write.Stop()
-	inf.stopNote.Mark()
+	close(inf.done)
 	return nil
 }
 
@@ -338,36 +338,18 @@ func (inf *Informer[K, V]) RemoveHandler(reg *Registration) bool { return inf.pr
 
 // --- sync and revisions ---
 
-// HasSynced reports whether the initial list is in the cache. Handlers may still be
-// delivering it; use Registration.HasSynced for that.
-//
-// After a warm restart (Options.Persist) the restored state counts as the initial list:
-// HasSynced is true as soon as it is in the cache, before the resumed watch has caught
-// up with the source. Like a list served from a source's cache, it is a whole,
-// consistent state, just older; Restored says the informer serves one. A caller that
-// needs the changes made while it was down uses WaitForRevision with a revision it read
-// from the source.
-func (inf *Informer[K, V]) HasSynced() bool { return inf.write.HasSynced() }
-
-// Restored reports whether the cache holds a state loaded by Options.Persist that no list
-// has replaced: the watch resumed from the saved revision and is bringing it up to date.
-// It turns false once a list (after an expired revision, say) replaces the state.
-func (inf *Informer[K, V]) Restored() bool { return inf.fifo.Restored() }
-
-// Synced returns a channel closed once HasSynced is true. To wait for it with a deadline,
-// and for several informers and registrations at once, use the package's
-// WaitForCacheSync, whose error says why a cache did not sync.
+// Synced returns a channel closed once the initial list is in the cache (see
+// Stats.Synced for what counts as one after a warm restart). It is the one way to wait
+// for an informer: select on it beside a context or a timer, or use the package's
+// WaitForCacheSync to wait for several informers and registrations at once, with an
+// error that says why a cache did not sync. Handlers may still be delivering the list
+// when it closes: wait for a Registration's Synced for that.
 func (inf *Informer[K, V]) Synced() <-chan struct{} { return inf.write.SyncedChan() }
 
-// LastSyncRevision returns the revision of the last list or watch event the reflector
-// received. The cache may not have applied it yet; see WaitForRevision.
-func (inf *Informer[K, V]) LastSyncRevision() string { return inf.refl.LastSyncRevision() }
-
-// LastError returns when the last error of the source (a failed list or watch, bad input)
-// was reported and the error, or the zero time and nil once the source has recovered (a
-// list applied, or a watch that delivered an event). WaitForCacheSync's error includes it, to
-// say why a cache did not sync.
-func (inf *Informer[K, V]) LastError() (at time.Time, err error) { return inf.refl.LastError() }
+// Done returns a channel closed once the informer has stopped: when Run returns, after
+// every handler goroutine has returned. A program that must act on the stop (the metrics
+// package removes the informer's series) selects on it.
+func (inf *Informer[K, V]) Done() <-chan struct{} { return inf.done }
 
 // RevisionComparer returns the source's RevisionComparer, or nil when the source's
 // revisions are not ordered (then WaitForRevision fails with ErrRevisionsUnordered). A
@@ -407,7 +389,8 @@ var giveWay = runtime.Gosched
 
 // Snapshot returns the cache as it is now, as an immutable view that never blocks the
 // informer. It is O(1) when nothing changed since the last snapshot. Take one to make
-// several reads of one state; each read method of Informer reads the newest state.
+// several reads of one state, or to know the revision a read reflects; each read method
+// of Informer reads the newest state.
 func (inf *Informer[K, V]) Snapshot() *Snapshot[K, V] { return inf.read() }
 
 // Get returns the cached object stored under key.
@@ -416,49 +399,28 @@ func (inf *Informer[K, V]) Get(key K) (V, bool) { return inf.read().Get(key) }
 // Len returns the number of cached objects.
 func (inf *Informer[K, V]) Len() int { return inf.read().Len() }
 
-// List returns every cached object in key order, in a new slice.
-func (inf *Informer[K, V]) List() []V { return inf.read().List() }
-
-// Keys returns every cached key in key order, in a new slice.
-func (inf *Informer[K, V]) Keys() []K { return inf.read().Keys() }
-
-// All yields every cached object in key order, from one snapshot.
+// All yields every cached (key, object) pair in key order, from one snapshot.
 func (inf *Informer[K, V]) All() iter.Seq2[K, V] { return inf.read().All() }
 
-// Range yields the cached objects whose key k satisfies from ≤ k < to, in key order,
-// from one snapshot.
+// Range yields the cached (key, object) pairs whose key k satisfies from ≤ k < to, in key
+// order, from one snapshot.
 func (inf *Informer[K, V]) Range(from, to K) iter.Seq2[K, V] {
 	return inf.read().Range(from, to)
 }
 
-// Ascend yields the cached objects whose key is ≥ from, in key order, from one snapshot.
-func (inf *Informer[K, V]) Ascend(from K) iter.Seq2[K, V] { return inf.read().Ascend(from) }
-
-// ByIndex returns the cached objects indexed under value in the named index, in key order.
-func (inf *Informer[K, V]) ByIndex(index, value string) ([]V, error) {
+// ByIndex yields the cached (key, object) pairs indexed under value in the named index,
+// in key order, from one snapshot: see Snapshot.ByIndex for its cost.
+//
+//	payments, err := inf.ByIndex("team", "payments")
+//	if err != nil { … } // ErrUnknownIndex: no index of that name
+//	for name, svc := range payments { … }
+func (inf *Informer[K, V]) ByIndex(index, value string) (iter.Seq2[K, V], error) {
 	return inf.read().ByIndex(index, value)
 }
 
-// ByIndexSeq yields the cached objects indexed under value in the named index, in key
-// order, from one snapshot, without copying them to a slice: see Snapshot.ByIndexSeq.
-func (inf *Informer[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], error) {
-	return inf.read().ByIndexSeq(index, value)
-}
-
-// IndexKeys returns the keys indexed under value in the named index, in key order.
-func (inf *Informer[K, V]) IndexKeys(index, value string) ([]K, error) {
-	return inf.read().IndexKeys(index, value)
-}
-
-// IndexValues returns every value present in the named index, in order.
-func (inf *Informer[K, V]) IndexValues(index string) ([]string, error) {
+// IndexValues yields every value present in the named index, in order, from one snapshot.
+func (inf *Informer[K, V]) IndexValues(index string) (iter.Seq[string], error) {
 	return inf.read().IndexValues(index)
-}
-
-// Index returns the cached objects that share at least one value with obj in the named
-// index, in key order.
-func (inf *Informer[K, V]) Index(index string, obj V) ([]V, error) {
-	return inf.read().Index(index, obj)
 }
 
 // AddIndexers adds indexes, built at once from the cached objects; it may be called while
@@ -471,7 +433,18 @@ func (inf *Informer[K, V]) AddIndexers(indexers Indexers[V]) error {
 	return inf.store.AddIndexers(indexers)
 }
 
-// Stats returns a snapshot of the informer's counters. Each counter is read atomically,
-// but not all at one instant: a change in progress may show in one counter and not yet in
-// another.
-func (inf *Informer[K, V]) Stats() Stats { return inf.stats.Snapshot() }
+// Stats returns the informer's state and counters as they are now: whether it has synced,
+// the revision it received last, its last error, its handlers, and what it has done since
+// it was created. Each field is read atomically, but not all at one instant: a change in
+// progress may show in one field and not yet in another. It takes no lock the informer's
+// goroutines hold for long and allocates the copies of the histograms and of the handler
+// list; poll it at a metrics scrape's pace, not per event.
+func (inf *Informer[K, V]) Stats() Stats {
+	s := inf.stats.Snapshot()
+	s.Synced = inf.write.HasSynced()
+	s.Restored = inf.fifo.Restored()
+	s.ReceivedRevision = inf.refl.LastSyncRevision()
+	s.LastErrorAt, s.LastError = inf.refl.LastError()
+	s.Handlers = inf.proc.Handlers()
+	return s
+}

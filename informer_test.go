@@ -142,7 +142,7 @@ func newSource(opts memory.Options) *memory.Source[string, *obj] {
 func assertCache(t *testing.T, f *fixture) {
 	t.Helper()
 	want := f.src.Items()
-	got := f.inf.List()
+	got := informer.ReadList(f.inf)
 	if len(got) != len(want) {
 		t.Fatalf("cache has %d objects, source %d", len(got), len(want))
 	}
@@ -168,7 +168,7 @@ func TestInformer_InitialListThenLiveChanges(t *testing.T) {
 	src.Delete("b")
 	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete b=1")
 	assertCache(t, f)
-	got, err := f.inf.ByIndex("group", "g1")
+	got, err := informer.ReadByIndex(f.inf, "group", "g1")
 	if err != nil || len(got) != 2 || got[0].Key != "a" || got[1].Key != "c" {
 		t.Fatalf("ByIndex(group, g1) = %v, %v", got, err)
 	}
@@ -215,7 +215,7 @@ func TestReflector_PagedListThenWatchFromListRevision(t *testing.T) {
 		watch.Timeout < time.Minute || watch.Timeout >= 2*time.Minute {
 		t.Fatalf("watch options %+v, want revision %s, bookmarks, timeout in [1m,2m)", watch, listRev)
 	}
-	if got := f.inf.LastSyncRevision(); got != listRev {
+	if got := f.inf.Stats().ReceivedRevision; got != listRev {
 		t.Fatalf("LastSyncRevision %q, want %q", got, listRev)
 	}
 }
@@ -519,8 +519,8 @@ func TestReflector_BookmarkAdvancesRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool { return f.inf.Stats().Bookmarks >= 1 })
-	if f.inf.LastSyncRevision() != rev {
-		t.Fatalf("LastSyncRevision %s, want %s", f.inf.LastSyncRevision(), rev)
+	if f.inf.Stats().ReceivedRevision != rev {
+		t.Fatalf("LastSyncRevision %s, want %s", f.inf.Stats().ReceivedRevision, rev)
 	}
 }
 
@@ -581,7 +581,7 @@ func TestReflector_StopDuringList(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel during a list")
 	}
-	if inf.HasSynced() {
+	if inf.Stats().Synced {
 		t.Fatal("synced without a list")
 	}
 	if _, err := inf.AddHandler(newEvents(), informer.HandlerOptions{}); !errors.Is(err, informer.ErrStopped) {
@@ -707,10 +707,10 @@ func TestFactory_SharedInformers(t *testing.T) {
 	})
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := f.WaitForCacheSync(sctx); err != nil || !i1.HasSynced() {
+	if err := f.WaitForCacheSync(sctx); err != nil || !i1.Stats().Synced {
 		t.Fatalf("started informers synced: %v", err)
 	}
-	if late.HasSynced() {
+	if late.Stats().Synced {
 		t.Fatal("an informer registered after Start must not run before the next Start")
 	}
 	// The package function over an informer that cannot sync (not started) names it.
@@ -721,7 +721,7 @@ func TestFactory_SharedInformers(t *testing.T) {
 		t.Fatalf("WaitForCacheSync over a synced and an unstarted informer: %v", err)
 	}
 	f.Start(ctx)
-	if err := f.WaitForCacheSync(sctx); err != nil || !late.HasSynced() {
+	if err := f.WaitForCacheSync(sctx); err != nil || !late.Stats().Synced {
 		t.Fatalf("after second Start: %v", err)
 	}
 	f.Shutdown()
@@ -741,7 +741,7 @@ func TestInformer_AddIndexersWhileRunning(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.inf.ByIndex("val", "2")
+	got, err := informer.ReadByIndex(f.inf, "val", "2")
 	if err != nil || len(got) != 1 || got[0].Key != "b" {
 		t.Fatalf("ByIndex(val, 2) = %v, %v", got, err)
 	}
@@ -812,7 +812,7 @@ func TestInformer_StructKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []groupKey{{"g1", "c"}, {"g1", "d"}, {"g2", "a"}, {"g2", "b"}}
-	if got := inf.Keys(); !slices.Equal(got, want) {
+	if got := informer.ReadKeys(inf); !slices.Equal(got, want) {
 		t.Fatalf("Keys() = %v, want %v", got, want)
 	}
 	if o, ok := inf.Get(groupKey{"g1", "c"}); !ok || o.Val != "2" {
@@ -825,7 +825,7 @@ func TestInformer_StructKey(t *testing.T) {
 	if !slices.Equal(inRange, want[1:3]) {
 		t.Fatalf("Range(g1/d, g2/b) = %v, want %v", inRange, want[1:3])
 	}
-	seq, err := inf.ByIndexSeq("val", "1")
+	seq, err := inf.ByIndex("val", "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -834,7 +834,7 @@ func TestInformer_StructKey(t *testing.T) {
 		byVal = append(byVal, k)
 	}
 	if wantVal := []groupKey{{"g1", "d"}, {"g2", "a"}, {"g2", "b"}}; !slices.Equal(byVal, wantVal) {
-		t.Fatalf("ByIndexSeq(val, 1) = %v, want %v", byVal, wantVal)
+		t.Fatalf("ByIndex(val, 1) = %v, want %v", byVal, wantVal)
 	}
 }
 
@@ -869,7 +869,7 @@ func TestInformer_CompareKeysOrdersNaturalKeyTypes(t *testing.T) {
 		}
 		run(t, inf)
 		waitRev(t, inf, rev)
-		if got, want := inf.Keys(), []string{"d", "c", "b", "a"}; !slices.Equal(got, want) {
+		if got, want := informer.ReadKeys(inf), []string{"d", "c", "b", "a"}; !slices.Equal(got, want) {
 			t.Fatalf("Keys() = %q, want %q", got, want)
 		}
 		var inRange []string
@@ -879,8 +879,8 @@ func TestInformer_CompareKeysOrdersNaturalKeyTypes(t *testing.T) {
 		if want := []string{"c", "b"}; !slices.Equal(inRange, want) {
 			t.Fatalf("Range(c, a) = %q, want %q", inRange, want)
 		}
-		if got, _ := inf.IndexKeys("group", "g2"); !slices.Equal(got, []string{"b", "a"}) {
-			t.Fatalf("IndexKeys(group, g2) = %q, want [b a]", got)
+		if got, _ := informer.ReadIndexKeys(inf, "group", "g2"); !slices.Equal(got, []string{"b", "a"}) {
+			t.Fatalf("ByIndex(group, g2) keys = %q, want [b a]", got)
 		}
 	})
 	t.Run("key=struct", func(t *testing.T) {
@@ -904,7 +904,7 @@ func TestInformer_CompareKeysOrdersNaturalKeyTypes(t *testing.T) {
 		run(t, inf)
 		waitRev(t, inf, rev)
 		want := []groupKey{{"g2", "a"}, {"g2", "b"}, {"g1", "c"}, {"g1", "d"}}
-		if got := inf.Keys(); !slices.Equal(got, want) {
+		if got := informer.ReadKeys(inf); !slices.Equal(got, want) {
 			t.Fatalf("Keys() = %v, want %v", got, want)
 		}
 	})

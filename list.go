@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"time"
 	"unsafe"
 )
 
@@ -13,7 +15,11 @@ import (
 type lister[V any] struct {
 	lw        ListerWatcher[V]
 	compare   RevisionComparer // nil when revisions are opaque
-	cfg       *reflectorConfig
+	name      string           // the informer's, for errors
+	pageSize  int64            // 0: no paging
+	timeout   time.Duration    // a page must come within it (ProgressTimeout); 0: no bound
+	logger    *slog.Logger
+	stats     *counters
 	src       *sourceState
 	sink      reflectorSink[V]
 	nilable   bool              // V is a pointer, interface, map, channel or function type
@@ -21,8 +27,8 @@ type lister[V any] struct {
 	transform func(V) (V, bool) // nil: none; false means the object failed and was reported
 }
 
-func newLister[V any](lw ListerWatcher[V], cfg *reflectorConfig, src *sourceState, sink reflectorSink[V]) *lister[V] {
-	l := &lister[V]{lw: lw, cfg: cfg, src: src, sink: sink}
+func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats *counters, src *sourceState, sink reflectorSink[V]) *lister[V] {
+	l := &lister[V]{lw: lw, name: name, pageSize: pageSize, timeout: timeout, logger: logger, stats: stats, src: src, sink: sink}
 	l.compare, _ = lw.(RevisionComparer)
 	switch reflect.TypeFor[V]().Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
@@ -50,15 +56,15 @@ func (e *continueExpiredError) Unwrap() error { return e.err }
 // list again unpaged.
 func (ls *lister[V]) List(ctx context.Context, opts ListOptions) ([]V, string, error) {
 	if opts.Consistent {
-		ls.cfg.stats.ConsistentList()
+		ls.stats.ConsistentList()
 	}
-	items, rev, err := ls.listPages(ctx, opts, ls.cfg.pageSize)
+	items, rev, err := ls.listPages(ctx, opts, ls.pageSize)
 	var ce *continueExpiredError
 	if errors.As(err, &ce) {
-		ls.cfg.stats.Expired()
-		ls.cfg.logger.Debug("continue token expired; listing again unpaged", "err", err)
+		ls.stats.Expired()
+		ls.logger.Debug("continue token expired; listing again unpaged", "err", err)
 		if opts.Consistent {
-			ls.cfg.stats.ConsistentList()
+			ls.stats.ConsistentList()
 		}
 		items, rev, err = ls.listPages(ctx, opts, 0)
 	}
@@ -80,7 +86,7 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	dog := newWatchdog(ls.cfg.progressTimeout, func() { cancel(errPageTimeout) })
+	dog := newWatchdog(ls.timeout, func() { cancel(errPageTimeout) })
 	defer dog.Stop()
 	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
 	// the last power of two is a cycle (a repeat is a cycle of length 1).
@@ -92,7 +98,7 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 		l, err := ls.callList(ctx, opts)
 		dog.Moved()
 		if err != nil && parent.Err() == nil && context.Cause(ctx) == errPageTimeout {
-			err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, ls.cfg.progressTimeout, err)
+			err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, ls.timeout, err)
 		}
 		if err != nil {
 			if page > 0 && errors.Is(err, ErrExpired) {
@@ -179,7 +185,7 @@ func (ls *lister[V]) Keep(items []V, op string, page int) []V {
 		if page >= 0 {
 			where = fmt.Sprintf("page %d", page)
 		}
-		ls.src.Fail(ls.cfg.OpErr(op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first)))
+		ls.src.Fail(newOpError(ls.name, op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first), 0))
 	}
 	return kept
 }

@@ -249,7 +249,7 @@ func runModel(t *testing.T, seed uint64, ops int) {
 
 	// The cache equals the source.
 	want := src.Items()
-	got := inf.List()
+	got := informer.ReadList(inf)
 	if len(got) != len(want) {
 		fail("cache has %d objects, source %d", len(got), len(want))
 	}

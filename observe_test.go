@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,17 +54,10 @@ func TestInformer_StatsListsWatchesApplied(t *testing.T) {
 	}
 }
 
-// Done closes and AfterStop functions run once Run has returned; a cancelled one does not
-// run; one registered after the stop runs at once.
-func TestInformer_DoneAndAfterStop(t *testing.T) {
+// Done closes once Run has returned, not before.
+func TestInformer_Done(t *testing.T) {
 	src := newSource(memory.Options{})
 	f := start(t, src, informer.Options[string, *obj]{})
-	var ran, cancelled atomic.Int32
-	f.inf.AfterStop(func() { ran.Add(1) })
-	cancel := f.inf.AfterStop(func() { cancelled.Add(1) })
-	if !cancel() {
-		t.Fatal("cancel before the stop reported false")
-	}
 	select {
 	case <-f.inf.Done():
 		t.Fatal("Done closed while running")
@@ -77,13 +69,6 @@ func TestInformer_DoneAndAfterStop(t *testing.T) {
 	default:
 		t.Fatal("Done not closed after Run returned")
 	}
-	if ran.Load() != 1 || cancelled.Load() != 0 {
-		t.Fatalf("after stop: ran %d cancelled %d, want 1 and 0", ran.Load(), cancelled.Load())
-	}
-	late := f.inf.AfterStop(func() { ran.Add(1) })
-	if ran.Load() != 2 || late() {
-		t.Fatalf("AfterStop on a stopped informer: ran %d (want 2), cancel must report false", ran.Load())
-	}
 }
 
 func TestInformer_Handlers(t *testing.T) {
@@ -94,12 +79,12 @@ func TestInformer_Handlers(t *testing.T) {
 	r1, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{Name: "one"})
 	r2, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{})
 	names := func() (out []string) {
-		for _, r := range inf.Handlers() {
+		for _, r := range inf.Stats().Handlers {
 			out = append(out, r.Name())
 		}
 		return out
 	}
-	if got := names(); !slices.Equal(got, []string{"one", "handler-2"}) || inf.Handlers()[0] != r1 || inf.Handlers()[1] != r2 {
+	if got := names(); !slices.Equal(got, []string{"one", "handler-2"}) || inf.Stats().Handlers[0] != r1 || inf.Stats().Handlers[1] != r2 {
 		t.Fatalf("Handlers = %q, want the registrations in order", got)
 	}
 	inf.RemoveHandler(r1)

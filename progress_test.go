@@ -101,7 +101,7 @@ func TestReflector_SilentWatchEndsAfterProgressTimeout(t *testing.T) {
 	}
 	informertest.Run(t, inf)
 	waitUntil(t, func() bool { return watches.Load() >= 3 })
-	_, lastErr := inf.LastError()
+	lastErr := inf.Stats().LastError
 	if !errors.Is(lastErr, informer.ErrNoProgress) || !strings.Contains(lastErr.Error(), "delivered nothing") {
 		t.Fatalf("LastError after silent watches: %v", lastErr)
 	}

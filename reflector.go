@@ -58,7 +58,7 @@ import (
 // How it tells. Every source failure is reported (Options.ErrorHandler, Stats) and logged
 // at Warn level, at most one line per kind of failure (the operation and the error class)
 // per backoff step; the informer logs the detail of every error at Debug. The last source
-// error and its time are kept for Informer.LastError until the source recovers.
+// error and its time are kept for Stats.LastError until the source recovers.
 
 // reflectorSink is where the reflector writes: the informer's queue.
 type reflectorSink[V any] interface {
@@ -140,7 +140,7 @@ func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg refle
 	r.compare, _ = lw.(RevisionComparer)
 	r.backoff = newBackoff(cfg.backoff, cfg.clock)
 	r.src = newSourceState(cfg.clock, cfg.logger, cfg.report, r.backoff.Step)
-	r.pages = newLister(lw, r.cfg, r.src, sink)
+	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.logger, cfg.stats, r.src, sink)
 	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
 		r.noStream = true
 	}

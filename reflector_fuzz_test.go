@@ -193,7 +193,7 @@ func expectRecovery(t *testing.T, inf *Informer[string, *string], reported *errL
 	waitState(t, "bad input reported", func() bool { return len(reported.matching(ErrBadInput)) > 0 })
 	waitState(t, "relisted", func() bool { return lists.get() >= minLists })
 	waitState(t, "cache holds the good list", func() bool {
-		got := inf.List()
+		got := ReadList(inf)
 		return len(got) == 2 && *got[0] == "a=1" && *got[1] == "b=1"
 	})
 	if inf.Stats().SourceErrors == 0 {
@@ -549,14 +549,14 @@ func FuzzReflector(f *testing.F) {
 				t.Fatalf("script %x: handler: %s", data, strings.Join(errs, "; "))
 			}
 			var got []string
-			for _, o := range inf.List() {
+			for _, o := range ReadList(inf) {
 				got = append(got, *o)
 			}
-			if slices.Equal(got, final) && slices.Equal(slices.Sorted(maps.Values(last)), final) && inf.LastSyncRevision() == finalRev {
+			if slices.Equal(got, final) && slices.Equal(slices.Sorted(maps.Values(last)), final) && inf.Stats().ReceivedRevision == finalRev {
 				break
 			}
 			if ctx.Err() != nil {
-				t.Fatalf("script %x: no convergence to the final state: cache %q at %q, handler %v", data, got, inf.LastSyncRevision(), last)
+				t.Fatalf("script %x: no convergence to the final state: cache %q at %q, handler %v", data, got, inf.Stats().ReceivedRevision, last)
 			}
 			time.Sleep(100 * time.Microsecond) // polling: nothing signals "handler caught up"
 		}

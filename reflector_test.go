@@ -59,7 +59,7 @@ func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
 	if informer.WaitForCacheSync(sctx, inf) != nil || lists() != 3 {
-		t.Fatalf("synced=%v after %d lists", inf.HasSynced(), lists())
+		t.Fatalf("synced=%v after %d lists", inf.Stats().Synced, lists())
 	}
 	if n := inf.Stats().ListErrors; n != 2 {
 		t.Fatalf("ListErrors = %d", n)
@@ -300,7 +300,7 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			}
 			src.WaitForWatches(ctx, 1)
 			rev := src.Put(newObj("d", "g", "1"))
-			waitUntil(t, func() bool { return inf.LastSyncRevision() == strconv.FormatInt(rev, 10) })
+			waitUntil(t, func() bool { return inf.Stats().ReceivedRevision == strconv.FormatInt(rev, 10) })
 			before := len(lw.requests())
 			once.Do(func() { close(relisting) })
 			src.DropWatches(informer.ErrExpired)
@@ -321,7 +321,7 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			if reported.any(informer.ErrBadInput) != tc.badInput {
 				t.Fatalf("reported %v, want bad input %v", reported.list, tc.badInput)
 			}
-			if got, want := len(inf.List()), src.Len(); got != want {
+			if got, want := len(informer.ReadList(inf)), src.Len(); got != want {
 				t.Fatalf("cache has %d objects, source %d", got, want)
 			}
 		})
@@ -457,7 +457,8 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	synced := informer.WaitForCacheSync(sctx, inf) == nil
 	scancel()
-	at, err := inf.LastError()
+	st := inf.Stats()
+	at, err := st.LastErrorAt, st.LastError
 	if synced || !errors.Is(err, informer.ErrConnectionRefused) || !at.Equal(time.Unix(100, 0)) {
 		t.Fatalf("synced %v, LastError %v at %v", synced, err, at)
 	}
@@ -480,8 +481,8 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("no sync")
 	}
-	if at, err := inf.LastError(); err != nil || !at.IsZero() {
-		t.Fatalf("LastError after the recovery: %v at %v", err, at)
+	if st := inf.Stats(); st.LastError != nil || !st.LastErrorAt.IsZero() {
+		t.Fatalf("LastError after the recovery: %v at %v", st.LastError, st.LastErrorAt)
 	}
 }
 
@@ -520,7 +521,7 @@ func TestReflector_NilCheckOfInterfaceItems(t *testing.T) {
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
 	}
-	if keys := inf.Keys(); !slices.Equal(keys, []string{"a", "b"}) {
+	if keys := informer.ReadKeys(inf); !slices.Equal(keys, []string{"a", "b"}) {
 		t.Fatalf("cached %q, want a and b (the nil pointer skipped)", keys)
 	}
 }

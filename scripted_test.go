@@ -48,18 +48,18 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
-	if got := inf.LastSyncRevision(); got != "2" { // received before the cache had the list
-		t.Fatalf("LastSyncRevision() = %q once synced, want the list's 2", got)
+	if got := inf.Stats().ReceivedRevision; got != "2" { // received before the cache had the list
+		t.Fatalf("ReceivedRevision = %q once synced, want the list's 2", got)
 	}
 	src.events <- Event[string]{Type: Modified, Object: "a=2", Revision: "3"}
 	src.events <- Event[string]{Type: Added, Object: "c=1", Revision: "4"}
 	src.events <- Event[string]{Type: Deleted, Object: "b=1", Revision: "5"}
 	r.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete b=1")
-	if got := inf.List(); !slices.Equal(got, []string{"a=2", "c=1"}) {
+	if got := ReadList(inf); !slices.Equal(got, []string{"a=2", "c=1"}) {
 		t.Fatalf("cache %q", got)
 	}
-	if inf.LastSyncRevision() != "5" {
-		t.Fatalf("revision %q", inf.LastSyncRevision())
+	if inf.Stats().ReceivedRevision != "5" {
+		t.Fatalf("revision %q", inf.Stats().ReceivedRevision)
 	}
 }
 
@@ -102,7 +102,7 @@ func TestReflector_MalformedPageRelists(t *testing.T) {
 	if WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
-	if got := inf.List(); !slices.Equal(got, []string{"a=2", "b=2"}) {
+	if got := ReadList(inf); !slices.Equal(got, []string{"a=2", "b=2"}) {
 		t.Fatalf("cache %q, want the consistent relist", got)
 	}
 	errsMu.Lock()
@@ -189,7 +189,7 @@ func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
 	}
 	inf.Get("a")
 	inf.Len()
-	inf.ByIndex("none", "x") // an error, after giving way
+	ReadByIndex(inf, "none", "x") // an error, after giving way
 	if got := yields.Load(); got != 3 {
 		t.Fatalf("three reads with changes queued gave way %d times, want 3", got)
 	}

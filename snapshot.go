@@ -3,7 +3,6 @@ package informer
 import (
 	"fmt"
 	"iter"
-	"slices"
 	"strings"
 
 	"github.com/informer-go/informer/internal/btree"
@@ -12,34 +11,28 @@ import (
 // Reader is the typed, read-only view of an informer's cache, the role of client-go's
 // Lister: *Informer and *Snapshot implement it, so a reconciler can be given either (and a
 // test a fake). Every method reads one consistent point-in-time state (an Informer's
-// methods each read the newest one; a Snapshot's always the same); objects are returned
-// as stored: they are shared with every other reader and handler, do not mutate them.
+// methods each read the newest one; a Snapshot's always the same). Results are iterators
+// over that state, never a copy of it: a caller that wants a slice or a map collects one
+// (slices.Collect, maps.Collect), and one that stops early pays only for what it read.
+// Objects are yielded as stored: they are shared with every other reader and handler, do
+// not mutate them.
 type Reader[K comparable, V any] interface {
 	// Get returns the object stored under key.
 	Get(key K) (V, bool)
 	// Len returns the number of objects.
 	Len() int
-	// All yields every object in key order.
+	// All yields every (key, object) pair in key order.
 	All() iter.Seq2[K, V]
-	// Range yields the objects whose key k satisfies from ≤ k < to, in key order.
+	// Range yields the (key, object) pairs whose key k satisfies from ≤ k < to, in key
+	// order.
 	Range(from, to K) iter.Seq2[K, V]
-	// Ascend yields the objects whose key is ≥ from, in key order.
-	Ascend(from K) iter.Seq2[K, V]
-	// Keys returns every key in key order, in a new slice.
-	Keys() []K
-	// List returns every object in key order, in a new slice.
-	List() []V
-	// ByIndex returns the objects indexed under value in the named index, in key order.
-	ByIndex(index, value string) ([]V, error)
-	// ByIndexSeq yields the objects indexed under value in the named index, in key order,
-	// without copying them to a slice.
-	ByIndexSeq(index, value string) (iter.Seq2[K, V], error)
-	// IndexKeys returns the keys indexed under value in the named index, in key order.
-	IndexKeys(index, value string) ([]K, error)
-	// IndexValues returns every value present in the named index, in order.
-	IndexValues(index string) ([]string, error)
-	// Index returns the objects that share at least one value with obj in the named index.
-	Index(index string, obj V) ([]V, error)
+	// ByIndex yields the (key, object) pairs indexed under value in the named index, in
+	// key order. An unknown value yields nothing; an unknown index is ErrUnknownIndex
+	// (and an iterator that yields nothing).
+	ByIndex(index, value string) (iter.Seq2[K, V], error)
+	// IndexValues yields every value present in the named index, in order. An unknown
+	// index is ErrUnknownIndex (and an iterator that yields nothing).
+	IndexValues(index string) (iter.Seq[string], error)
 }
 
 // Snapshot is an immutable point-in-time state of an informer's cache. Holding one costs
@@ -77,28 +70,9 @@ func (sn *Snapshot[K, V]) All() iter.Seq2[K, V] {
 	return sn.items.Ascend
 }
 
-// Range yields the objects whose key k satisfies from ≤ k < to, in key order.
+// Range yields the (key, object) pairs whose key k satisfies from ≤ k < to, in key order.
 func (sn *Snapshot[K, V]) Range(from, to K) iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) { sn.items.AscendRange(from, to, yield) }
-}
-
-// Ascend yields the objects whose key is ≥ from, in key order.
-func (sn *Snapshot[K, V]) Ascend(from K) iter.Seq2[K, V] {
-	return func(yield func(K, V) bool) { sn.items.AscendFrom(from, yield) }
-}
-
-// Keys returns every key in key order, in a new slice.
-func (sn *Snapshot[K, V]) Keys() []K {
-	out := make([]K, 0, sn.items.Len())
-	sn.items.Ascend(func(k K, _ V) bool { out = append(out, k); return true })
-	return out
-}
-
-// List returns every object in key order, in a new slice.
-func (sn *Snapshot[K, V]) List() []V {
-	out := make([]V, 0, sn.items.Len())
-	sn.items.Ascend(func(_ K, obj V) bool { out = append(out, obj); return true })
-	return out
 }
 
 func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
@@ -109,32 +83,17 @@ func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
 	return ix, nil
 }
 
-// ByIndex returns the objects indexed under value in the named index, in key order, in a
-// new slice. An unknown value gives an empty result. It costs one lookup of value
-// and a walk over the objects found.
-func (sn *Snapshot[K, V]) ByIndex(index, value string) ([]V, error) {
+// ByIndex yields the (key, object) pairs indexed under value in the named index, in key
+// order, without copying them: an index's bucket holds its objects, so the walk costs no
+// lookup per object. It costs one lookup of value, a walk over the objects found and three
+// small allocations (the iterator, and the loop's body and state that the compiler moves
+// to the heap for a range over a function value), however many objects it yields. An
+// unknown value yields nothing; an unknown index is ErrUnknownIndex, with an iterator
+// that yields nothing (so a range over it never panics).
+func (sn *Snapshot[K, V]) ByIndex(index, value string) (iter.Seq2[K, V], error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {
-		return nil, err
-	}
-	b, ok := ix.bucket(value)
-	if !ok {
-		return nil, nil
-	}
-	out := make([]V, 0, b.len())
-	b.ascend(func(_ K, obj V) bool { out = append(out, obj); return true })
-	return out, nil
-}
-
-// ByIndexSeq yields the (key, object) pairs indexed under value in the named index, in key
-// order: ByIndex without the slice. It costs one lookup of value, a walk over the objects
-// found and three small allocations (the iterator, and the loop's body and state that the
-// compiler moves to the heap for a range over a function value), however many objects it
-// yields. An unknown value yields nothing; an unknown index is an error.
-func (sn *Snapshot[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], error) {
-	ix, err := sn.lookupIndex(index)
-	if err != nil {
-		return nil, err
+		return func(func(K, V) bool) {}, err
 	}
 	b, ok := ix.bucket(value)
 	if !ok {
@@ -147,74 +106,35 @@ func (sn *Snapshot[K, V]) ByIndexSeq(index, value string) (iter.Seq2[K, V], erro
 	return b.tree.entries.Ascend, nil
 }
 
-// IndexKeys returns the keys indexed under value in the named index, in key order.
-func (sn *Snapshot[K, V]) IndexKeys(index, value string) ([]K, error) {
+// IndexValues yields every value present in the named index, in order. Values whose last
+// object went away are not yielded. An unknown index is ErrUnknownIndex, with an iterator
+// that yields nothing.
+func (sn *Snapshot[K, V]) IndexValues(index string) (iter.Seq[string], error) {
 	ix, err := sn.lookupIndex(index)
 	if err != nil {
-		return nil, err
+		return func(func(string) bool) {}, err
 	}
-	b, ok := ix.bucket(value)
-	if !ok {
-		return nil, nil
-	}
-	out := make([]K, 0, b.len())
-	b.ascend(func(k K, _ V) bool { out = append(out, k); return true })
-	return out, nil
+	return func(yield func(string) bool) {
+		ix.buckets.Ascend(func(value string, _ bucket[K, V]) bool { return yield(value) })
+	}, nil
 }
 
-// IndexValues returns every value present in the named index, in order. Values whose last
-// object went away are not reported.
-func (sn *Snapshot[K, V]) IndexValues(index string) ([]string, error) {
-	ix, err := sn.lookupIndex(index)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	ix.buckets.Ascend(func(value string, _ bucket[K, V]) bool { out = append(out, value); return true })
-	return out, nil
-}
-
-// Index returns the objects that share at least one value with obj in the named index,
-// without duplicates, in key order.
-func (sn *Snapshot[K, V]) Index(index string, obj V) ([]V, error) {
-	ix, err := sn.lookupIndex(index)
-	if err != nil {
-		return nil, err
-	}
-	vals, err := ix.fn.values(nil, obj)
-	if err != nil {
-		return nil, &ObjectError{Op: "index " + index, Err: err}
-	}
-	if len(vals) == 1 {
-		return sn.ByIndex(index, vals[0])
-	}
-	seen := make(map[K]struct{})
-	var found []entry[K, V]
-	for _, v := range vals {
-		if b, ok := ix.bucket(v); ok {
-			b.ascend(func(k K, obj V) bool {
-				if _, dup := seen[k]; !dup {
-					seen[k] = struct{}{}
-					found = append(found, entry[K, V]{key: k, obj: obj})
-				}
-				return true
-			})
+// WithPrefix yields the (key, object) pairs of a string-keyed reader whose key starts
+// with prefix, in key order, as one Range: keys must be in the natural order of strings
+// (the default; not a custom Options.CompareKeys).
+func WithPrefix[V any](r Reader[string, V], prefix string) iter.Seq2[string, V] {
+	// The end is the least string above every string that starts with prefix: prefix
+	// with its last byte below 0xff incremented, and what follows it dropped.
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if prefix[i] < 0xff {
+			end := prefix[:i] + string([]byte{prefix[i] + 1})
+			return r.Range(prefix, end)
 		}
 	}
-	slices.SortFunc(found, func(a, b entry[K, V]) int { return sn.compare(a.key, b.key) })
-	out := make([]V, len(found))
-	for i, e := range found {
-		out[i] = e.obj
-	}
-	return out, nil
-}
-
-// WithPrefix yields the objects of a string-keyed reader whose key starts with prefix, in
-// key order.
-func WithPrefix[V any](r Reader[string, V], prefix string) iter.Seq2[string, V] {
+	// "" or only 0xff bytes: every key from prefix on starts with it.
 	return func(yield func(string, V) bool) {
-		for k, v := range r.Ascend(prefix) {
-			if !strings.HasPrefix(k, prefix) || !yield(k, v) {
+		for k, v := range r.All() {
+			if strings.HasPrefix(k, prefix) && !yield(k, v) {
 				return
 			}
 		}

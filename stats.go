@@ -7,9 +7,38 @@ import (
 	"github.com/informer-go/informer/internal/histogram"
 )
 
-// Stats are an informer's counters at one moment, as Informer.Stats returns them. Every
-// counter counts from the informer's creation.
+// Stats are an informer's state and counters at one moment, as Informer.Stats returns
+// them. Every counter counts from the informer's creation. It is a copy: changing it
+// changes nothing in the informer.
 type Stats struct {
+	// Synced reports whether the initial list is in the cache (Informer.Synced is closed).
+	// Handlers may still be delivering it: see each Handlers entry's HasSynced.
+	//
+	// After a warm restart (Options.Persist) the restored state counts as the initial
+	// list: Synced is true as soon as it is in the cache, before the resumed watch has
+	// caught up with the source. Like a list served from a source's cache, it is a whole,
+	// consistent state, just older. A caller that needs the changes made while it was down
+	// uses WaitForRevision with a revision it read from the source.
+	Synced bool
+	// Restored reports whether the cache holds a state loaded by Options.Persist that no
+	// list has replaced: the watch resumed from the saved revision and is bringing it up to
+	// date. It turns false once a list (after an expired revision, say) replaces the state.
+	Restored bool
+	// ReceivedRevision is the revision of the last list or watch event the informer
+	// received ("" before the first). The cache may not have applied it yet: the revision
+	// the cache reflects is Snapshot().Revision(); to wait for one, WaitForRevision.
+	ReceivedRevision string
+	// LastError is the last error of the source (a failed list or watch, bad input), nil
+	// once the source has recovered (a list applied, or a watch that delivered an event).
+	// WaitForCacheSync's error includes it, to say why a cache did not sync.
+	LastError error
+	// LastErrorAt is when LastError was reported, on the informer's clock; zero when
+	// LastError is nil.
+	LastErrorAt time.Time
+	// Handlers are the handlers registered now, in the order they were added, each with
+	// its own Stats and HasSynced. Reading it never waits, not even for a stalled handler.
+	Handlers []*Registration
+
 	// Lists counts list attempts, streaming lists and failed attempts included.
 	Lists uint64
 	// ListErrors counts list attempts that failed.
@@ -210,3 +239,22 @@ func (s *counters) Wrote(applied, objects int) {
 
 // Duplicated counts n objects sent for a key the informer already had.
 func (s *counters) Duplicated(n int) { s.Duplicates.Add(uint64(n)) }
+
+// Histogram is a histogram's content at one moment: Stats and HandlerStats carry them, and
+// the metrics package exports them as Prometheus histograms. It is a value the informer
+// copies out when asked; changing it changes nothing in the informer.
+type Histogram struct {
+	// Bounds are the buckets' upper bounds, increasing; nil for a histogram not kept.
+	Bounds []float64
+	// Counts are the observations per bucket, not cumulative: len(Bounds)+1 of them, the
+	// last one for the observations above every bound (+Inf).
+	Counts []uint64
+	// Count is the number of observations in all.
+	Count uint64
+	// Sum is the sum of all observations.
+	Sum float64
+}
+
+// Cumulative returns the number of observations ≤ each bound, as Prometheus histograms
+// report them (the +Inf bucket is Count). It allocates a map of len(Bounds) entries.
+func (h Histogram) Cumulative() map[float64]uint64 { return histogram.Snapshot(h).Cumulative() }

@@ -56,7 +56,7 @@ func TestStoreLoad(t *testing.T) {
 		{"byUser", "ernie", "c"}, {"byUser", "bert", "b"}, {"byUser", "elmo", "a"},
 		{"ns", "a", "c"}, {"ns", "b", "a,b"},
 	} {
-		ks, err := sn.IndexKeys(q.index, q.value)
+		ks, err := ReadIndexKeys(sn, q.index, q.value)
 		if err != nil || !slices.Equal(ks, strings.Split(q.want, ",")) {
 			t.Errorf("%s=%s: %v %v, want %s", q.index, q.value, ks, err, q.want)
 		}

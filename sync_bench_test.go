@@ -182,7 +182,7 @@ func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
 	}
-	if keys := inf.Keys(); len(keys) != 2 || keys[0] != "a" || keys[1] != "c" || inf.Snapshot().Revision() != "5" {
+	if keys := informer.ReadKeys(inf); len(keys) != 2 || keys[0] != "a" || keys[1] != "c" || inf.Snapshot().Revision() != "5" {
 		t.Fatalf("cache %v at %q; want [a c] at 5", keys, inf.Snapshot().Revision())
 	}
 }

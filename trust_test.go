@@ -126,7 +126,7 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 			src.Put(newObj("b", "", "2"))
 			waitUntil(t, func() bool {
 				_, ok := inf.Get("b")
-				return ok && inf.HasSynced()
+				return ok && inf.Stats().Synced
 			})
 			if st := inf.Stats(); st.SourceErrors == 0 {
 				t.Fatalf("the panic is not counted in Stats.SourceErrors: %+v", st)

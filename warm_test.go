@@ -59,13 +59,13 @@ func TestInformer_WarmStartRevisionBeforeSync(t *testing.T) {
 		if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 			t.Fatal(err)
 		}
-		got := inf.LastSyncRevision()
+		got := inf.Stats().ReceivedRevision
 		close(h.allow)
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if !inf.Restored() {
+		if !inf.Stats().Restored {
 			t.Fatalf("run %d: not restored", i)
 		}
 		if got != rev {

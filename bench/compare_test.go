@@ -100,14 +100,11 @@ func BenchmarkW3(b *testing.B) {
 }
 
 // BenchmarkW4: W1 with 8 goroutines reading the namespace index meanwhile, with ByIndex
-// (a slice per read); our side runs again reading with ByIndexSeq (side=ours/read=iter).
+// (an iterator on our side, a new slice per read on client-go's).
 func BenchmarkW4(b *testing.B) {
 	s, _ := streams()
 	readers := workload.Full.W4Readers
 	bench(b, func(side workload.Side) (workload.Figures, error) { return workload.W1(side, s, readers) })
-	benchOurs(b, "read=iter", func(side workload.Side) (workload.Figures, error) {
-		return workload.W1With(side, s, workload.Variant{Readers: readers, IterRead: true})
-	})
 }
 
 // BenchmarkW5: relist of 100,000 objects with 1 % changed.
@@ -132,9 +129,6 @@ func TestWorkloadsSmall(t *testing.T) {
 			},
 			"W2 struct key": func() (workload.Figures, error) {
 				return workload.W2With(side, sz.W2Objects, workload.Variant{StructKey: true})
-			},
-			"W4 iterator": func() (workload.Figures, error) {
-				return workload.W1With(side, s1, workload.Variant{Readers: sz.W4Readers, IterRead: true})
 			},
 			"W5": func() (workload.Figures, error) { return workload.W5(side, sz.W5Objects) },
 		}

@@ -377,7 +377,7 @@ func (c *Controller[K]) syncError() *CacheSyncError {
 	for _, w := range c.watches {
 		var why string
 		switch {
-		case !w.hasSynced():
+		case !closed(w.synced()):
 			why = fmt.Sprintf("informer %s has not synced", w.name)
 		case !w.reg.HasSynced():
 			why = fmt.Sprintf("informer %s has synced but has not yet given the controller's handler its initial list", w.name)

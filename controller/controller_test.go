@@ -385,7 +385,7 @@ func TestWorkersWaitForSync(t *testing.T) {
 	var released atomic.Bool
 	calls := testkit.NewLog()
 	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		if !released.Load() || !slowInf.HasSynced() || !fastInf.HasSynced() {
+		if !released.Load() || !slowInf.Stats().Synced || !fastInf.Stats().Synced {
 			t.Errorf("reconcile of %s before the caches synced", key)
 		}
 		calls.Record(key)

@@ -104,7 +104,11 @@ func ExampleWatches() {
 		if err != nil {
 			return controller.Result{}, err
 		}
-		fmt.Printf("pipeline %s: %d jobs\n", pipeline, len(members))
+		n := 0
+		for range members {
+			n++
+		}
+		fmt.Printf("pipeline %s: %d jobs\n", pipeline, n)
 		reconciled <- struct{}{}
 		return controller.Result{}, nil
 	}), controller.Options[string]{Name: "pipelines", Logger: quiet})

@@ -17,9 +17,8 @@ type Notifier[V any] interface {
 	AddHandler(h informer.Handler[V], opts informer.HandlerOptions) (*informer.Registration, error)
 	// RemoveHandler unregisters a handler and waits for its goroutine.
 	RemoveHandler(reg *informer.Registration) bool
-	// HasSynced reports whether the initial list is in the cache.
-	HasSynced() bool
-	// Synced returns a channel closed once HasSynced is true.
+	// Synced returns a channel closed once the initial list is in the cache. A channel,
+	// not a bool: the controller waits on it beside its context and its sync timeout.
 	Synced() <-chan struct{}
 }
 
@@ -105,9 +104,8 @@ func addWatch[K comparable, V any](c *Controller[K], inf Notifier[V], h *handler
 		add: func(name string) (*informer.Registration, error) {
 			return inf.AddHandler(h, informer.HandlerOptions{Name: name})
 		},
-		remove:    func(reg *informer.Registration) { inf.RemoveHandler(reg) },
-		hasSynced: inf.HasSynced,
-		synced:    inf.Synced,
+		remove: func(reg *informer.Registration) { inf.RemoveHandler(reg) },
+		synced: inf.Synced,
 	}
 	return c.addWatch(w)
 }
@@ -115,12 +113,21 @@ func addWatch[K comparable, V any](c *Controller[K], inf Notifier[V], h *handler
 // watch is one informer watched by a controller, with its handler's registration once
 // Start has made it.
 type watch struct {
-	name      string
-	add       func(handlerName string) (*informer.Registration, error)
-	remove    func(*informer.Registration)
-	hasSynced func() bool
-	synced    func() <-chan struct{}
-	reg       *informer.Registration
+	name   string
+	add    func(handlerName string) (*informer.Registration, error)
+	remove func(*informer.Registration)
+	synced func() <-chan struct{}
+	reg    *informer.Registration
+}
+
+// closed reports whether ch is closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // handler turns one informer's notifications into keys on the controller's queue.

@@ -68,7 +68,7 @@ func TestChain(t *testing.T) {
 				if err := d.Inf.WaitForRevision(ctx, srv.Revision()); err != nil {
 					t.Fatal(err)
 				}
-				if got := wiretest.State(d.Inf.List()); got != want() {
+				if got := wiretest.State(wiretest.Cached(d.Inf)); got != want() {
 					t.Fatalf("after WaitForRevision: %s, want %s", got, want())
 				}
 				wantCalls := []string{"add*a=1", "add*b=1", "add c=1", "update a=1→2", "delete b=1", "add d=1"}
@@ -450,8 +450,8 @@ func TestPassThroughChain(t *testing.T) {
 	wiretest.Converge(t, d, want)
 	// The reflector records the revision after it has queued the event that the cache
 	// converged on: wait for the revision itself.
-	wiretest.Eventually(t, "the client's revision to reach 5", func() bool { return d.Inf.LastSyncRevision() == "5" })
-	if got := d.Inf.LastSyncRevision(); got != "5" {
+	wiretest.Eventually(t, "the client's revision to reach 5", func() bool { return d.Inf.Stats().ReceivedRevision == "5" })
+	if got := d.Inf.Stats().ReceivedRevision; got != "5" {
 		t.Errorf("client revision %q, want the source's own revision 5", got)
 	}
 	if n := h.Stats().Lists; n != 2 {

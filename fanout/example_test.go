@@ -72,7 +72,7 @@ func Example() {
 	}
 	for i, m := range mirrors {
 		fmt.Printf("mirror %d:", i+1)
-		for _, c := range m.List() {
+		for _, c := range m.All() {
 			fmt.Printf(" %s=%d", c.Name, c.Value)
 		}
 		fmt.Println()

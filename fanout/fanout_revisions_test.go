@@ -86,7 +86,7 @@ func TestFanoutReadYourWrites(t *testing.T) {
 	}
 	// The mirror's revision is the upstream's own.
 	wiretest.Eventually(t, "the mirror at the upstream's revision", func() bool {
-		return d.Inf.LastSyncRevision() == strconv.FormatInt(src.Revision(), 10)
+		return d.Inf.Stats().ReceivedRevision == strconv.FormatInt(src.Revision(), 10)
 	})
 }
 
@@ -335,13 +335,13 @@ func mirrorConverge(t testing.TB, d *wiretest.Mirror, src *memory.Source[string,
 	deadline := time.Now().Add(wiretest.WaitTimeout)
 	for {
 		want := wiretest.State(src.Items())
-		cache, told := wiretest.State(d.Inf.List()), d.Rec.State()
+		cache, told := wiretest.State(wiretest.Cached(d.Inf)), d.Rec.State()
 		if cache == want && told == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, err := d.Inf.LastError()
-			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.Inf.LastSyncRevision(), err, d.Rec.Errors())
+			err := d.Inf.Stats().LastError
+			t.Fatalf("the mirror did not converge:\n cache %s\n told  %s\n want  %s\n at %s, last error %v, errors %v", cache, told, want, d.Inf.Stats().ReceivedRevision, err, d.Rec.Errors())
 		}
 		select {
 		case <-d.Rec.Changed:
@@ -397,7 +397,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	r4 := both("a", "3") // r4 and r5 wait in B's informer's queue: one batch there
 	both("c", "1")
 	wiretest.Eventually(t, "replica A at revision 5", func() bool { return srvA.Revision() == "5" })
-	wiretest.Eventually(t, "B's informer to have received revision 5", func() bool { return upB.Inf.LastSyncRevision() == "5" })
+	wiretest.Eventually(t, "B's informer to have received revision 5", func() bool { return upB.Inf.Stats().ReceivedRevision == "5" })
 	free()
 	wiretest.Eventually(t, "replica B at revision 5", func() bool { return srvB.Revision() == "5" })
 

@@ -60,7 +60,7 @@ func ExampleServer_filtered() {
 	}, informer.HandlerOptions{})
 	start(mirror)
 	_ = informer.WaitForCacheSync(ctx, mirror)
-	for _, c := range mirror.List() {
+	for _, c := range mirror.All() {
 		fmt.Printf("%s=%d\n", c.Name, c.Value)
 	}
 

@@ -606,7 +606,7 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 			t.Fatalf("WaitForRevision(%s): %v", rs, err)
 		}
 		if got, ok := d.Inf.Get(name); !ok || got.Val != fmt.Sprintf("payments:%d", i) {
-			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)", rs, name, i, got, d.Inf.LastSyncRevision())
+			t.Fatalf("after WaitForRevision(%s) of %s=payments:%d the filtered mirror reads %v (at %s)", rs, name, i, got, d.Inf.Stats().ReceivedRevision)
 		}
 	}
 	want := func() string {
@@ -620,7 +620,7 @@ func testFilteredClientUpstreamRevisions(t *testing.T, empty bool) {
 	}()
 	wiretest.Eventually(t, "the filtered mirror to hold the payments subset", func() bool {
 		var b strings.Builder
-		for _, o := range d.Inf.List() {
+		for _, o := range wiretest.Cached(d.Inf) {
 			fmt.Fprintf(&b, "%s=%s ", o.Name, o.Val)
 		}
 		return b.String() == want

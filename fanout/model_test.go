@@ -186,12 +186,12 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	for {
 		// Converged can hold for a moment while the handler is behind (an earlier delete
 		// is the final state too): its queue must be empty as well.
-		ok := wiretest.State(inf.List()) == wiretest.State(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
+		ok := wiretest.State(wiretest.Cached(inf)) == wiretest.State(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
 		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, wiretest.State(inf.List()), wiretest.State(u.src.Items()))
+			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, wiretest.State(wiretest.Cached(inf)), wiretest.State(u.src.Items()))
 		}
 		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
 	}

@@ -117,7 +117,7 @@ func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
 			if err := d.Inf.WaitForRevision(ctx, rs); err != nil {
 				t.Fatalf("WaitForRevision(%s): %v", rs, err)
 			}
-			got := wiretest.State(d.Inf.List())
+			got := wiretest.State(wiretest.Cached(d.Inf))
 			close(pc.resume)
 			var want []*wiretest.Obj
 			for _, o := range src.Items() {

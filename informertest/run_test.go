@@ -27,8 +27,8 @@ func TestRunSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := informertest.RunSynced(t, inf)
-	if !inf.HasSynced() || ctx.Err() != nil {
-		t.Fatalf("after RunSynced: synced %v, context %v", inf.HasSynced(), ctx.Err())
+	if !inf.Stats().Synced || ctx.Err() != nil {
+		t.Fatalf("after RunSynced: synced %v, context %v", inf.Stats().Synced, ctx.Err())
 	}
 	src.Put(&item{"a", "2"})
 	rec.Expect(t, "add*a=1", "update a=1→2")

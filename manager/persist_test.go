@@ -50,12 +50,12 @@ func TestStopSavesSnapshotsForTheNextStart(t *testing.T) {
 	}
 
 	first := run()
-	if first.Restored() || first.Stats().Lists != 1 {
-		t.Fatalf("first start: restored %v, lists %d; want a cold start with one list", first.Restored(), first.Stats().Lists)
+	if first.Stats().Restored || first.Stats().Lists != 1 {
+		t.Fatalf("first start: restored %v, lists %d; want a cold start with one list", first.Stats().Restored, first.Stats().Lists)
 	}
 	second := run()
-	if !second.Restored() || second.Stats().Lists != 0 {
-		t.Fatalf("second start: restored %v, lists %d; want the snapshot saved at the first stop, and no list", second.Restored(), second.Stats().Lists)
+	if !second.Stats().Restored || second.Stats().Lists != 0 {
+		t.Fatalf("second start: restored %v, lists %d; want the snapshot saved at the first stop, and no list", second.Stats().Restored, second.Stats().Lists)
 	}
 	var got []string
 	for k, v := range second.All() {

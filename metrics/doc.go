@@ -90,7 +90,7 @@
 // The name label tells instances apart, so two informers (or two queues, or two
 // controllers) registered at once on the same registry must have different names: the
 // second registration fails with a prometheus.AlreadyRegisteredError. An informer's series
-// are removed when its Run returns (through informer.Informer.AfterStop); a handler's
+// are removed when its Run returns (its Done channel closes); a handler's
 // series go when the handler is removed from the informer. Once the series are removed
 // the name is free again. Unregister removes them at once; it does not stop anything.
 // Values recorded after the removal are dropped.

@@ -4,76 +4,114 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
 )
 
-// StatsProvider is what the metrics read of an informer: its name, counters and handlers,
-// and when it stops. *informer.Informer[K, V] implements it for every K and V.
+// StatsProvider is what the metrics read of an informer: its name, its state and
+// counters, and when it stops. *informer.Informer[K, V] implements it for every K and V.
 type StatsProvider interface {
 	// Name labels the informer's series.
 	Name() string
-	// Stats returns the informer's counters; they are read when the registry is gathered.
+	// Stats returns the informer's state, counters and handlers; it is read when the
+	// registry is gathered.
 	Stats() informer.Stats
-	// LastSyncRevision returns the revision of the last list or watch event received.
-	LastSyncRevision() string
-	// HasSynced reports whether the initial list is in the cache.
-	HasSynced() bool
-	// Handlers returns the handlers registered now; each gets series labelled with its name.
-	Handlers() []*informer.Registration
-	// AfterStop arranges for f to run once the informer has stopped (see
-	// informer.Informer.AfterStop); the informer's series are removed then.
-	AfterStop(f func()) (cancel func() bool)
+	// Done returns a channel closed once the informer has stopped; the informer's series
+	// are removed then.
+	Done() <-chan struct{}
 }
 
 // InformerMetrics is the registration of one informer's series, its handlers' included.
 // Its methods are safe for concurrent use, including with a gather.
 type InformerMetrics struct {
-	reg    prometheus.Registerer
-	c      *informerCollector
-	cancel func() bool // cancels the removal at the informer's stop
+	reg  prometheus.Registerer
+	c    *informerCollector
+	stop chan struct{} // closed by Unregister: ends the goroutine waiting for the informer's stop
 
-	unregistered atomic.Bool
+	stopOnce     sync.Once
+	mu           sync.Mutex // held while the series are removed, so that one removal is seen whole
+	unregistered bool
 }
 
 // RegisterInformer registers inf's series (see the package documentation), labelled
 // name=inf.Name(), on reg, and the series of every handler inf has at each gather,
-// labelled handler=its name. The series are computed from inf's counters when reg is
-// gathered: nothing is added to the informer's own work. They are removed from reg when
-// inf stops (its Run has returned); registering an informer that has stopped already
-// registers nothing and returns an InformerMetrics whose Unregister reports false.
+// labelled handler=its name. The series are computed from inf's Stats when reg is
+// gathered: nothing is added to the informer's own work.
+//
+// The series go when inf stops (its Done channel closes): from then on a gather yields
+// none of them and the name is free for another registration, and a goroutine that
+// waited for the stop (or for Unregister) removes the collector from reg. Registering an
+// informer that has stopped already registers nothing and returns an InformerMetrics
+// whose Unregister reports false.
 //
 // It fails, registering nothing, if reg refuses the series, typically with a
-// prometheus.AlreadyRegisteredError because an informer of the same name is registered on
-// reg.
+// prometheus.AlreadyRegisteredError because a running informer of the same name is
+// registered on reg.
 func RegisterInformer(reg prometheus.Registerer, inf StatsProvider) (*InformerMetrics, error) {
 	if reg == nil || inf == nil {
 		return nil, errors.New("metrics: RegisterInformer: nil Registerer or StatsProvider")
 	}
-	c := newInformerCollector(inf)
-	if err := reg.Register(c); err != nil {
+	m := &InformerMetrics{reg: reg, stop: make(chan struct{})}
+	if stopped(inf) {
+		m.unregistered = true
+		return m, nil
+	}
+	m.c = newInformerCollector(inf, m)
+	err := reg.Register(m.c)
+	var dup prometheus.AlreadyRegisteredError
+	if errors.As(err, &dup) {
+		// An informer of the same name that has stopped, whose goroutine has not removed
+		// its series yet: remove them now and take the name.
+		if old, ok := dup.ExistingCollector.(*informerCollector); ok && stopped(old.src) {
+			old.m.unregister()
+			err = reg.Register(m.c)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("metrics: registering informer %q: %w", inf.Name(), err)
 	}
-	m := &InformerMetrics{reg: reg, c: c}
-	m.cancel = inf.AfterStop(func() { m.unregister() })
+	go func() {
+		select {
+		case <-inf.Done():
+			m.unregister()
+		case <-m.stop:
+		}
+	}()
 	return m, nil
 }
 
 // Unregister removes every series of the informer and of its handlers from the registry
 // now, rather than when the informer stops. It reports whether it removed them: false on a
-// second call, or once the informer's stop has removed them. It does not stop the informer.
+// second call, or once the informer has stopped (its stop removed them). It does not stop
+// the informer.
 func (m *InformerMetrics) Unregister() bool {
-	if m.cancel != nil {
-		m.cancel()
-	}
-	return m.unregister()
+	m.stopOnce.Do(func() { close(m.stop) })
+	return m.unregister() && !stopped(m.c.src)
 }
 
+// unregister removes the collector from the registry, once; it reports whether this call
+// did.
 func (m *InformerMetrics) unregister() bool {
-	return !m.unregistered.Swap(true) && m.reg.Unregister(m.c)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unregistered {
+		return false
+	}
+	m.unregistered = true
+	return m.reg.Unregister(m.c)
+}
+
+// stopped reports whether inf has stopped.
+func stopped(inf StatsProvider) bool {
+	select {
+	case <-inf.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // The kinds of the informer_errors_total series.
@@ -87,6 +125,7 @@ var eventTypes = [...]string{"added", "modified", "deleted", "bookmark"}
 // its own, registered and unregistered with it.
 type informerCollector struct {
 	src StatsProvider
+	m   *InformerMetrics // the registration that removes it
 
 	lists, listErrors, relists, watches, watchErrors, expirations *prometheus.Desc
 	events, errs, applied, quorumLists                            *prometheus.Desc
@@ -96,13 +135,14 @@ type informerCollector struct {
 	hQueued, hDelivered, hCoalesced, hBlocked, hPanics, hSynced, hLatency *prometheus.Desc
 }
 
-func newInformerCollector(src StatsProvider) *informerCollector {
+func newInformerCollector(src StatsProvider, m *InformerMetrics) *informerCollector {
 	labels := prometheus.Labels{"name": src.Name()}
 	d := func(name, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, variable, labels)
 	}
 	return &informerCollector{
 		src:           src,
+		m:             m,
 		lists:         d("informer_lists_total", "Lists started by the informer, streaming lists included."),
 		listErrors:    d("informer_list_errors_total", "Lists that failed."),
 		relists:       d("informer_relists_total", "Lists, the initial one included, whose result replaced the content of the informer's cache."),
@@ -141,8 +181,12 @@ func (c *informerCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the informer's and its handlers' counters.
+// Collect reads the informer's and its handlers' counters; it yields nothing once the
+// informer has stopped.
 func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
+	if stopped(c.src) {
+		return
+	}
 	s := c.src.Stats()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
@@ -173,13 +217,13 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 	histogram(ch, c.listItems, s.ListItems)
 	histogram(ch, c.watchDuration, s.WatchDuration)
 	gauge(c.objects, float64(s.Objects))
-	gauge(c.synced, boolValue(c.src.HasSynced()))
-	if rev, ok := revisionValue(c.src.LastSyncRevision()); ok {
+	gauge(c.synced, boolValue(s.Synced))
+	if rev, ok := revisionValue(s.ReceivedRevision); ok {
 		gauge(c.lastRevision, rev)
 	}
 
 	var seen map[string]int
-	for _, h := range c.src.Handlers() {
+	for _, h := range s.Handlers {
 		name := h.Name()
 		// Two handlers of one name would make the gather fail: the second is name#2.
 		if seen == nil {

@@ -156,7 +156,7 @@ informer_handler_synced{handler="panicky",name="items"} 0
 	}
 	// Every counter is final once both handlers have returned from their last call.
 	waitUntil(t, func() bool {
-		for _, h := range inf.Handlers() {
+		for _, h := range inf.Stats().Handlers {
 			if h.Stats().Queued != 0 {
 				return false
 			}
@@ -371,22 +371,50 @@ informer_store_objects{name="others"} 0
 	}
 }
 
-// fakeInformer reports a chosen revision.
+// fakeInformer reports a chosen revision; it stops when done is closed (never if nil).
 type fakeInformer struct {
-	rev   string
-	stats informer.Stats
+	rev  string
+	done chan struct{}
 }
 
-func (f *fakeInformer) Name() string             { return "fake" }
-func (f *fakeInformer) Stats() informer.Stats    { return f.stats }
-func (f *fakeInformer) LastSyncRevision() string { return f.rev }
-func (f *fakeInformer) HasSynced() bool          { return false }
+func (f *fakeInformer) Name() string          { return "fake" }
+func (f *fakeInformer) Stats() informer.Stats { return informer.Stats{ReceivedRevision: f.rev} }
+func (f *fakeInformer) Done() <-chan struct{} { return f.done }
 
-func (f *fakeInformer) Handlers() []*informer.Registration { return nil }
+// TestInformerStopFreesName: once an informer has stopped, a gather yields none of its
+// series and an informer of the same name registers at once, whether or not the stopped
+// one's series were removed from the registry yet; removing the old registration later
+// leaves the new one's series in place.
+func TestInformerStopFreesName(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	old := &fakeInformer{rev: "1", done: make(chan struct{})}
+	oldM, err := metrics.RegisterInformer(reg, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(old.done)
+	expectNoSeries(t, reg)
+	next := &fakeInformer{rev: "2", done: make(chan struct{})}
+	nextM, err := metrics.RegisterInformer(reg, next)
+	if err != nil {
+		t.Fatalf("registering an informer of a stopped one's name: %v", err)
+	}
+	if oldM.Unregister() {
+		t.Error("Unregister of the stopped informer: true, want false")
+	}
+	want := `
+# HELP informer_last_sync_revision Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer.
+# TYPE informer_last_sync_revision gauge
+informer_last_sync_revision{name="fake"} 2
+`
+	expectSeries(t, reg, want, "informer_last_sync_revision")
+	if !nextM.Unregister() {
+		t.Error("Unregister of the running informer: false, want true")
+	}
+	expectNoSeries(t, reg)
+}
 
-func (f *fakeInformer) AfterStop(func()) func() bool { return func() bool { return true } }
-
-// TestLastSyncRevision: a decimal revision is exported as its 15 least significant
+// TestLastSyncRevision: a decimal received revision is exported as its 15 least significant
 // digits; any other revision leaves the series out.
 func TestLastSyncRevision(t *testing.T) {
 	for _, tc := range []struct {

@@ -89,8 +89,8 @@ func TestWarmRestartRefusesOtherType(t *testing.T) {
 	hosts := memory.New(func(h *host) string { return h.Name }, memory.Options{})
 	hosts.Put(&host{Name: "web1", Addr: "10.0.0.1"})
 	inf, errs, _ := runPersisted(t, hosts, dir, func(h *host) string { return h.Name })
-	if got := cacheKeys(inf); !slices.Equal(got, []string{"web1"}) || inf.Restored() {
-		t.Fatalf("host informer: cache %v, restored %v; want [web1] listed", got, inf.Restored())
+	if got := cacheKeys(inf); !slices.Equal(got, []string{"web1"}) || inf.Stats().Restored {
+		t.Fatalf("host informer: cache %v, restored %v; want [web1] listed", got, inf.Stats().Restored)
 	}
 	e := errs()
 	if len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible) ||
@@ -119,8 +119,8 @@ func TestWarmRestartRefusesOtherSource(t *testing.T) {
 		b.Put(&host{Name: name, Addr: "b"})
 	}
 	inf, errs, _ := runPersisted(t, b, dir, key)
-	if got := cacheKeys(inf); !slices.Equal(got, []string{"new1", "new2", "new3", "new4"}) || inf.Restored() {
-		t.Fatalf("cache %v, restored %v; want b's state, listed", got, inf.Restored())
+	if got := cacheKeys(inf); !slices.Equal(got, []string{"new1", "new2", "new3", "new4"}) || inf.Stats().Restored {
+		t.Fatalf("cache %v, restored %v; want b's state, listed", got, inf.Stats().Restored)
 	}
 	if e := errs(); len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible) || !strings.Contains(e[0].Error(), "source") {
 		t.Fatalf("reported %v, want one ErrIncompatible about the source", e)

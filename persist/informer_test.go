@@ -161,8 +161,15 @@ func checkCache(t *testing.T, l *life) {
 	if want := []string{"a=1/g1", "b=2/g2", "d=1/g1"}; !slices.Equal(got, want) {
 		t.Fatalf("cache %v, want %v", got, want)
 	}
-	keys, err := l.inf.IndexKeys("group", "g1")
-	if err != nil || !slices.Equal(keys, []string{"a", "d"}) {
+	g1, err := l.inf.ByIndex("group", "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range g1 {
+		keys = append(keys, k)
+	}
+	if !slices.Equal(keys, []string{"a", "d"}) {
 		t.Fatalf("group g1: %v %v, want [a d]", keys, err)
 	}
 }
@@ -178,7 +185,7 @@ func TestWarmRestartMemory(t *testing.T) {
 	changeWhileDown(src)
 
 	l := start(t, src, f, nil)
-	if !l.inf.Restored() {
+	if !l.inf.Stats().Restored {
 		t.Fatal("Restored is false after a warm start")
 	}
 	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1", "update b=1→2", "delete c=1", "add d=1")
@@ -214,7 +221,7 @@ func TestWarmRestartAfterCompaction(t *testing.T) {
 	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1", "update b=1→2", "add d=1", "delete?c=1")
 	catchUp(t, l, src)
 	checkCache(t, l)
-	if l.inf.Restored() {
+	if l.inf.Stats().Restored {
 		t.Fatal("Restored is still true after a relist")
 	}
 	src.Put(&item{Name: "e", Group: "g1", Value: "1"})
@@ -277,7 +284,7 @@ func TestWarmRestartRefusesCorrupt(t *testing.T) {
 	changeWhileDown(src)
 	l := start(t, src, f, nil)
 	l.rec.Expect(t, "add*a=1", "add*b=2", "add*d=1") // a cold start: the list
-	if l.inf.Restored() {
+	if l.inf.Stats().Restored {
 		t.Fatal("Restored after a refused snapshot")
 	}
 	if errs := errorsMatching(l.errors(), persist.ErrCorrupt); len(errs) != 1 {
@@ -366,7 +373,7 @@ func TestWarmRestartSourceReset(t *testing.T) {
 	l := start(t, resetSource{src, id}, f, nil)
 	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add e=1", "delete?b=1", "delete?c=1")
 	catchUp(t, l, src)
-	if got := l.inf.Keys(); !slices.Equal(got, []string{"a", "e"}) {
+	if got := cacheKeys(l.inf); !slices.Equal(got, []string{"a", "e"}) {
 		t.Fatalf("cache keys %v", got)
 	}
 }

@@ -200,7 +200,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		reg, err = inf.AddHandler(informer.HandlerFuncs[*Config]{
 			AddFunc: func(c *Config, initial bool) {
 				switch {
-				case initial && inf.Restored():
+				case initial && inf.Stats().Restored:
 					say("  restored %v", c)
 				case initial:
 					say("  listed  %v", c)
@@ -243,9 +243,9 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	case <-ctx.Done():
 		return fmt.Errorf("mirror did not sync: %w", ctx.Err())
 	}
-	// (Not inf.LastSyncRevision(): the informer records it once it has handed the list on,
+	// (Not inf.Stats().ReceivedRevision: the informer records it once it has handed the list on,
 	// which may be just after the handler has been given it.)
-	if inf.Restored() {
+	if inf.Stats().Restored {
 		say("restored %d configs: resuming the watch, no list", inf.Len())
 	} else {
 		say("synced %d configs", inf.Len())
@@ -343,7 +343,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	case <-ctx.Done():
 		return fmt.Errorf("mirror did not sync: %w", ctx.Err())
 	}
-	if inf.Restored() {
+	if inf.Stats().Restored {
 		say("restarted warm: %d configs restored, resuming the watch", inf.Len())
 	}
 	if err := inf.WaitForRevision(ctx, etcd.FormatRevision(rev)); err != nil {

@@ -217,7 +217,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		}
 	}
 	names := make([]string, 0, inf.Len())
-	for _, c := range inf.List() {
+	for _, c := range inf.All() {
 		names = append(names, c.String())
 	}
 	slices.Sort(names)

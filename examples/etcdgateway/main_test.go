@@ -140,7 +140,7 @@ func (m *mirror) reported(target error) int {
 
 func (m *mirror) state() string {
 	var s []string
-	for _, c := range m.inf.List() {
+	for _, c := range m.inf.All() {
 		s = append(s, c.String())
 	}
 	slices.Sort(s)

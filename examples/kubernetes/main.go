@@ -83,9 +83,12 @@ func run(kubeconfig, namespace, selector string) error {
 	if err != nil {
 		return err
 	}
-	count := func() int {
+	count := func() (n int) {
 		cms, _ := inf.ByIndex(kubesource.NamespaceIndexName, namespace)
-		return len(cms)
+		for range cms {
+			n++
+		}
+		return n
 	}
 	_, err = inf.AddHandler(informer.HandlerFuncs[*corev1.ConfigMap]{
 		AddFunc: func(cm *corev1.ConfigMap, initial bool) {

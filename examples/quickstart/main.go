@@ -72,8 +72,16 @@ func run() error {
 		return err
 	}
 	<-lastSeen // the handler runs on its own goroutine: let it print first
-	payments, _ := inf.ByIndex("team", "payments")
-	staging, _ := inf.ByIndex("env", "staging")
-	fmt.Printf("== team=payments: %d services; env=staging: %s\n", len(payments), staging[0].Name)
+	for _, q := range [...]struct{ index, value string }{{"team", "payments"}, {"env", "staging"}} {
+		services, err := inf.ByIndex(q.index, q.value) // an iterator over the cache, in key order
+		if err != nil {
+			return err // ErrUnknownIndex: no index of that name
+		}
+		fmt.Printf("== %s=%s:", q.index, q.value)
+		for name, svc := range services {
+			fmt.Printf(" %s (%d replicas)", name, svc.Replicas)
+		}
+		fmt.Println()
+	}
 	return nil
 }

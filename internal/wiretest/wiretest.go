@@ -250,12 +250,21 @@ func State(objs []*Obj) string {
 	return strings.Join(s, " ")
 }
 
+// Cached returns the informer's objects in key order.
+func Cached(inf *informer.Informer[string, *Obj]) []*Obj {
+	var objs []*Obj
+	for _, o := range inf.All() {
+		objs = append(objs, o)
+	}
+	return objs
+}
+
 // Converge waits until the informer's cache, and what its handler was told, equal want().
 func Converge(t testing.TB, m *Mirror, want func() string) {
 	t.Helper()
 	Until(t, "the client to converge", func() bool {
 		w := want()
-		return State(m.Inf.List()) == w && m.Rec.State() == w
+		return State(Cached(m.Inf)) == w && m.Rec.State() == w
 	}, m.Rec.Changed)
 }
 

@@ -252,7 +252,7 @@ func BenchmarkWatchThroughput(b *testing.B) {
 		go func() { defer close(done); _ = inf.Run(ctx) }()
 		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 		if err := inf.WaitForRevision(wctx, etcd.FormatRevision(last-1)); err != nil || inf.Len() != keys {
-			b.Fatalf("informer at %s with %d keys: %v", inf.LastSyncRevision(), inf.Len(), err)
+			b.Fatalf("informer at %s with %d keys: %v", inf.Stats().ReceivedRevision, inf.Len(), err)
 		}
 		wcancel()
 		cancel()

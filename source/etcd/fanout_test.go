@@ -441,7 +441,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 			continue
 		}
 		if err := fc.inf.WaitForRevision(ctx, rev); err != nil {
-			t.Fatalf("client %d: WaitForRevision(%s): %v (at %s, last error %v)", i, rev, err, fc.inf.LastSyncRevision(), lastErr(fc))
+			t.Fatalf("client %d: WaitForRevision(%s): %v (at %s, last error %v)", i, rev, err, fc.inf.Stats().ReceivedRevision, lastErr(fc))
 		}
 		got := map[string]string{}
 		for k, v := range fc.inf.All() {
@@ -487,7 +487,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 	}
 }
 
-func lastErr(fc *fanClient) error { _, err := fc.inf.LastError(); return err }
+func lastErr(fc *fanClient) error { return fc.inf.Stats().LastError }
 
 func errsOf(fc *fanClient) []error {
 	fc.mu.Lock()

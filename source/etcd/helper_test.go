@@ -403,7 +403,7 @@ func waitForRevision(t testing.TB, ctx context.Context, inf *informer.Informer[s
 			return
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("informer did not reach revision %d (at %s): %v", rev, inf.LastSyncRevision(), err)
+			t.Fatalf("informer did not reach revision %d (at %s): %v", rev, inf.Stats().ReceivedRevision, err)
 		}
 		if src != nil {
 			_ = src.RequestProgress(ctx)

@@ -60,8 +60,8 @@ func cacheState(inf *informer.Informer[string, *item]) map[string]string {
 func waitCache(t *testing.T, inf *informer.Informer[string, *item], want map[string]string) {
 	t.Helper()
 	informertest.Eventually(t, 30*time.Second, func() bool {
-		return !inf.Restored() && maps.Equal(cacheState(inf), want)
-	}, "the cache did not become the source's state: restored %v, %d objects", inf.Restored(), len(cacheState(inf)))
+		return !inf.Stats().Restored && maps.Equal(cacheState(inf), want)
+	}, "the cache did not become the source's state: restored %v, %d objects", inf.Stats().Restored, len(cacheState(inf)))
 }
 
 // A watch from a revision the cluster has not reached is refused as expired, as a list at

@@ -170,7 +170,8 @@ func TestUnreachableErrorNamesEndpoints(t *testing.T) {
 	if informer.WaitForCacheSync(sctx, inf) == nil {
 		t.Fatal("synced with nothing to sync from")
 	}
-	at, lastErr := inf.LastError()
+	st := inf.Stats()
+	at, lastErr := st.LastErrorAt, st.LastError
 	if lastErr == nil || at.IsZero() {
 		t.Fatal("no LastError")
 	}

@@ -51,12 +51,14 @@ func ExampleNew() {
 	for key, cm := range inf.All() {
 		fmt.Println(key, cm.Labels["team"])
 	}
-	payments, _ := inf.ByIndex("team", "payments")
-	fmt.Println("payments:", payments[0].Name)
+	payments, _ := inf.ByIndex("team", "payments") // an iterator, in key order
+	for key := range payments {
+		fmt.Println("payments:", key)
+	}
 	// Output:
 	// shop/prices payments
 	// shop/stock warehouse
-	// payments: prices
+	// payments: shop/prices
 }
 
 // An informer over any resource through the dynamic client: here a custom resource.

@@ -54,9 +54,6 @@ var rows = []row{
 	{"W4", "reads/s", "higher", "", nil},
 	{"W4", "events/s", "higher", "", nil},
 	{"W4", "kept %", "higher", "", func(o, _ float64) string { return atLeast(o, 50, "≥ 50 %") }},
-	{"W4i", "reads/s", "higher", "W4 iterator", nil},
-	{"W4i", "events/s", "higher", "W4 iterator", nil},
-	{"W4i", "kept %", "higher", "W4 iterator", func(o, _ float64) string { return atLeast(o, 50, "≥ 50 %") }},
 	{"W5", "relist-ms", "lower", "", nil},
 	{"W5", "peak-MB", "lower", "", nil},
 	{"W5", "alloc-MB", "lower", "", nil},
@@ -81,7 +78,7 @@ func atMost(r, t float64, s string) string {
 func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every workload once per side")
 	png := flag.String("png", "compare.png", "chart output (empty: none)")
-	only := flag.String("only", "W1,W1k,W2,W2k,W3,W4,W4i,W5,W6", "workloads to run (W1k, W2k: W1 and W2 with our informer keyed by a struct; W4i: W4 with our readers on ByIndexSeq; each runs our side only and is compared with client-go's figures of the plain workload, so it needs that one too)")
+	only := flag.String("only", "W1,W1k,W2,W2k,W3,W4,W5,W6", "workloads to run (W1k, W2k: W1 and W2 with our informer keyed by a struct; each runs our side only and is compared with client-go's figures of the plain workload, so it needs that one too)")
 	busy := flag.Bool("busy", false, "run a CPU-burning goroutine per core beside both sides, to measure a busy machine")
 	flag.Parse()
 	log.SetFlags(0)
@@ -112,9 +109,6 @@ func main() {
 		},
 		"W2k": func(s workload.Side) (workload.Figures, error) {
 			return workload.W2With(s, sz.W2Objects, workload.Variant{StructKey: true})
-		},
-		"W4i": func(s workload.Side) (workload.Figures, error) {
-			return workload.W1With(s, w1, workload.Variant{Readers: sz.W4Readers, IterRead: true})
 		},
 		"W5": func(s workload.Side) (workload.Figures, error) { return workload.W5(s, sz.W5Objects) },
 		"W6": func(s workload.Side) (workload.Figures, error) {
@@ -156,7 +150,7 @@ func main() {
 			}
 		}
 		// W4's writer against the unloaded W1 of the same round and side.
-		for _, w4name := range []string{"W4", "W4i"} {
+		for _, w4name := range []string{"W4"} {
 			if results[w4name] == nil || results["W1"] == nil {
 				continue
 			}
@@ -227,7 +221,7 @@ func main() {
 
 // variantOf names the plain workload of each variant: a variant runs our side only, and its
 // rows compare with client-go's figures of the plain workload.
-var variantOf = map[string]string{"W1k": "W1", "W2k": "W2", "W4i": "W4"}
+var variantOf = map[string]string{"W1k": "W1", "W2k": "W2"}
 
 func brief(f workload.Figures) string {
 	keys := make([]string, 0, len(f))

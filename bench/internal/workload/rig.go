@@ -58,9 +58,6 @@ type rigConfig struct {
 	// structKey keys our informer by struct{Namespace, Name string}, which shares the
 	// object's strings, instead of a "namespace/name" string (client-go's side is unchanged).
 	structKey bool
-	// iterRead makes our byIndex read through ByIndexSeq instead of ByIndex's slice
-	// (client-go's side has no such read and is unchanged).
-	iterRead bool
 }
 
 // rig is one informer wired to its source and counting handlers.
@@ -281,18 +278,12 @@ func oursKeyed[K comparable](r *rig, cfg rigConfig, gate chan struct{}, key info
 		return func() { cancel(); <-done }
 	}
 	r.byIndex = func(index, value string) int {
-		objs, _ := inf.ByIndex(index, value)
-		return len(objs)
-	}
-	if cfg.iterRead {
-		r.byIndex = func(index, value string) int {
-			seq, _ := inf.ByIndexSeq(index, value)
-			n := 0
-			for range seq {
-				n++
-			}
-			return n
+		objs, _ := inf.ByIndex(index, value) // an iterator: no slice, unlike client-go's
+		n := 0
+		for range objs {
+			n++
 		}
+		return n
 	}
 	return nil
 }

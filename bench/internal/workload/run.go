@@ -137,8 +137,6 @@ type Variant struct {
 	// StructKey keys our informer by struct{Namespace, Name string} instead of the
 	// "namespace/name" string client-go uses.
 	StructKey bool
-	// IterRead makes our readers read with ByIndexSeq instead of ByIndex.
-	IterRead bool
 }
 
 // W1With is W1 (and W4, with readers) as v says.
@@ -149,7 +147,6 @@ func W1With(side Side, s *Stream, v Variant) (Figures, error) {
 		stream:    s,
 		handlers:  4,
 		structKey: v.StructKey,
-		iterRead:  v.IterRead,
 	})
 	if err != nil {
 		return nil, err
@@ -184,9 +181,6 @@ func W1With(side Side, s *Stream, v Variant) (Figures, error) {
 		suffix = fmt.Sprintf(".readers%d", v.Readers)
 		if v.StructKey {
 			suffix += ".structkey"
-		}
-		if v.IterRead {
-			suffix += ".iter"
 		}
 	}
 	stopProfile := profileEvents(suffix)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,7 +154,8 @@ func TestConfigMapEvents(t *testing.T) {
 					t.Errorf("Get(a) after WaitForRevision(%s) = %+v", rv, a)
 				}
 			})
-			if in, _ := inf.ByIndex(kubernetes.NamespaceIndexName, ns); len(in) != 1 || in[0].Name != "pre" {
+			inSeq, _ := inf.ByIndex(kubernetes.NamespaceIndexName, ns)
+			if in := maps.Collect(inSeq); len(in) != 1 || in[ns+"/pre"] == nil {
 				t.Errorf("ByIndex(namespace, %s) = %v", ns, in)
 			}
 			if st := inf.Stats(); st.Expirations != 0 {

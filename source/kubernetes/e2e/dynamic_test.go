@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"strconv"
 	"testing"
 
@@ -154,7 +155,8 @@ func TestDynamicCRD(t *testing.T) {
 	if size, _, _ := unstructured.NestedInt64(got.Object, "spec", "size"); !ok || size != 2 || got.GetManagedFields() != nil || got.GetKind() != "Widget" {
 		t.Errorf("Get(w) = %v (size %d), want kind Widget, spec.size 2, no managedFields", got, size)
 	}
-	if blue, _ := inf.ByIndex("color", "blue"); len(blue) != 1 || blue[0].GetName() != "w" {
+	blueSeq, _ := inf.ByIndex("color", "blue")
+	if blue := maps.Collect(blueSeq); len(blue) != 1 || blue[ns+"/w"] == nil {
 		t.Errorf("ByIndex(color, blue) = %v", blue)
 	}
 	if err := widgets.Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {

@@ -211,7 +211,7 @@ func TestExpiredAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev := servers(t, "compact")
-	t.Logf("informer at revision %s; etcd compacted at %s", inf.LastSyncRevision(), rev)
+	t.Logf("informer at revision %s; etcd compacted at %s", inf.Stats().ReceivedRevision, rev)
 	g.reopen()
 
 	rec.ExpectNextUnordered(t, "delete?"+ns+"/goes=1", "add "+ns+"/new=1")
