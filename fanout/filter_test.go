@@ -48,6 +48,17 @@ func filterOptions() ServerOptions[*wiretest.Obj] {
 	}}
 }
 
+// serveFiltered serves a new upstream with filterOptions and a history of historyLimit
+// changes.
+func serveFiltered(t *testing.T, historyLimit int) (*upstream, *Server[string, *wiretest.Obj], *httptest.Server) {
+	t.Helper()
+	up := newUpstream(t, memory.Options{})
+	opts := filterOptions()
+	opts.HistoryLimit = historyLimit
+	srv, ts := serve(t, up, opts)
+	return up, srv, ts
+}
+
 // openBounded opens a watch whose reads fail after wiretest.WaitTimeout rather than block: its
 // body is closed then.
 func openBounded(t *testing.T, url string) *wiretest.Stream {
@@ -401,10 +412,7 @@ func (g *gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // its revision leaves the history watches again, is answered 410, lists its filter again
 // and converges on the matching subset.
 func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	opts := filterOptions()
-	opts.HistoryLimit = 4
-	srv, ts := serve(t, up, opts)
+	up, srv, ts := serveFiltered(t, 4)
 	step(t, srv, 1, func() { wiretest.Put(up.src, "a", "payments:1") })
 	step(t, srv, 2, func() { wiretest.Put(up.src, "b", "search:1") })
 	gate := &gatedTransport{}
@@ -445,10 +453,7 @@ func TestFilteredClient_RelistsWhenItsRevisionIsCompacted(t *testing.T) {
 // TestFilteredWatch_FromACompactedOrFutureRevision: 410 either way, as for an unfiltered
 // watch.
 func TestFilteredWatch_FromACompactedOrFutureRevision(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	opts := filterOptions()
-	opts.HistoryLimit = 2
-	srv, ts := serve(t, up, opts)
+	up, srv, ts := serveFiltered(t, 2)
 	for i := range 5 {
 		step(t, srv, int64(i+1), func() { wiretest.Put(up.src, "a", fmt.Sprint("payments:", i)) })
 	}
@@ -467,10 +472,7 @@ func TestFilteredWatch_FromACompactedOrFutureRevision(t *testing.T) {
 // TestFilter_ValuesAreForgotten: a value with no object, history or watch is dropped, so
 // that churned values do not accumulate.
 func TestFilter_ValuesAreForgotten(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	opts := filterOptions()
-	opts.HistoryLimit = 3
-	srv, ts := serve(t, up, opts)
+	up, srv, ts := serveFiltered(t, 3)
 	for i := range 20 {
 		step(t, srv, int64(i+1), func() { wiretest.Put(up.src, "a", fmt.Sprint("team", i, ":1")) })
 	}
