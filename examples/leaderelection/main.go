@@ -10,8 +10,8 @@
 //	etcdctl put /demo/desired/web 3
 //	curl '127.0.0.1:8081/readyz?verbose'
 //
-// It prints one line per write attempt on stdout, "write term=<term> seq=<n> accepted" or
-// "... refused", which the process-level test of source/etcd reads. Stop it with SIGTERM
+// It prints one line per write attempt on stdout, "write term=<term> seq=<n> accepted
+// rev=<etcd revision>" or "... refused", which the process-level test of source/etcd reads. Stop it with SIGTERM
 // or SIGINT: it stops the leader-only work, resigns, and stops its informer.
 package main
 
@@ -101,15 +101,17 @@ func run() error {
 	var out sync.Mutex // one line per write on stdout
 	write := func(ctx context.Context, seq string, op clientv3.Op) error {
 		term, _ := manager.TermFrom(ctx)
-		_, err := election.Fenced(ctx, data, op)
+		resp, err := election.Fenced(ctx, data, op)
 		result := "accepted"
 		switch {
 		case errors.Is(err, election.ErrStaleTerm):
 			result = "refused"
 		case err != nil:
 			result = "error"
+		default: // the revision that committed it: where the write sits in etcd's order
+			result += fmt.Sprint(" rev=", resp.Header.Revision)
 		}
-		writes.WithLabelValues(result).Inc()
+		writes.WithLabelValues(strings.Fields(result)[0]).Inc()
 		out.Lock()
 		fmt.Printf("write term=%d seq=%s %s\n", term.Value, seq, result)
 		out.Unlock()
