@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +155,20 @@ func paymentsMirror(t testing.TB, src *memory.Source[string, *wiretest.Obj]) *wi
 	up := startUpstream(t, src, "upstream", true)
 	_, ts, _ := startReplica(t, up, filterOptions())
 	return syncedMirror(t, newTestClient(t, ts.URL, paymentsOnly).Ordered(), "payments")
+}
+
+// bigState serves (startServer) an upstream of objects objects of size bytes, k00000…,
+// with a history of history changes and errors not reported.
+func bigState(tb testing.TB, objects, size, history int) (*upstream, *Server[string, *wiretest.Obj], *httptest.Server) {
+	tb.Helper()
+	up := newUpstream(tb, memory.Options{})
+	val := strings.Repeat("v", size)
+	for i := range objects {
+		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
+	}
+	srv, err := newServer(tb, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return up, srv, startServer(tb, srv)
 }

@@ -193,16 +193,7 @@ func TestServerSlowListReaderCut(t *testing.T) {
 	const objects, history = 2000, 100
 	for _, q := range []string{"limit=0", "watch=1&sendInitialEvents=true"} {
 		t.Run(q, func(t *testing.T) {
-			up := newUpstream(t, memory.Options{})
-			val := strings.Repeat("v", 1<<10)
-			for i := range objects {
-				wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
-			}
-			srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ts := startServer(t, srv)
+			up, srv, ts := bigState(t, objects, 1<<10, history)
 			rc := dialAs(t, ts.Listener.Addr().String(), q, "", 64<<10)
 			if rc.resp.StatusCode != 200 {
 				t.Fatalf("status %d", rc.resp.StatusCode)
@@ -223,7 +214,7 @@ func TestServerSlowListReaderCut(t *testing.T) {
 			}
 			_ = rc.conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
 			var rest []byte
-			err = nil
+			var err error
 			if strings.HasPrefix(q, "watch") {
 				for err == nil && !bytes.Contains(rest, []byte(wire.InitialEventsEnd)) && !bytes.Contains(rest, []byte(`"type":"ERROR"`)) {
 					var l []byte
@@ -393,18 +384,10 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 		b.Skip("run with -adversarial (make adversarial)")
 	}
 	const objects, size, history = 5000, 4000, 2000
-	up := newUpstream(b, memory.Options{})
-	val := strings.Repeat("v", size)
-	for i := range objects {
-		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
-	}
-	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := startServer(b, srv)
+	up, srv, ts := bigState(b, objects, size, history)
 	addr := ts.Listener.Addr().String()
 	n := 0 // every put changes its object
+	val := strings.Repeat("v", size-8)
 	write := func(stop <-chan struct{}) {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
@@ -413,7 +396,7 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 			case <-stop:
 				return
 			case <-tick.C:
-				wiretest.Put(up.src, fmt.Sprintf("k%05d", n%objects), fmt.Sprintf("%s%08d", val[:size-8], n))
+				wiretest.Put(up.src, fmt.Sprintf("k%05d", n%objects), fmt.Sprintf("%s%08d", val, n))
 			}
 		}
 	}

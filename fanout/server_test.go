@@ -359,25 +359,11 @@ type rawConn struct {
 	r    *bufio.Reader
 }
 
+// dialWatch is dialAs with no credential and no read deadline.
 func dialWatch(t testing.TB, addr, query string, readBuffer int) *rawConn {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if readBuffer > 0 {
-		_ = conn.(*net.TCPConn).SetReadBuffer(readBuffer)
-	}
-	if _, err := fmt.Fprintf(conn, "GET /?%s HTTP/1.1\r\nHost: %s\r\n\r\n", query, addr); err != nil {
-		t.Fatal(err)
-	}
-	rc := &rawConn{conn: conn}
-	t.Cleanup(func() { conn.Close() })
-	rc.resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.r = bufio.NewReaderSize(rc.resp.Body, 64<<10)
+	rc := dialAs(t, addr, query, "", readBuffer)
+	_ = rc.conn.SetReadDeadline(time.Time{})
 	return rc
 }
 
