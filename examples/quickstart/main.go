@@ -72,16 +72,9 @@ func run() error {
 		return err
 	}
 	<-lastSeen // the handler runs on its own goroutine: let it print first
-	for _, q := range [...]struct{ index, value string }{{"team", "payments"}, {"env", "staging"}} {
-		services, err := inf.ByIndex(q.index, q.value) // an iterator over the cache, in key order
-		if err != nil {
-			return err // ErrUnknownIndex: no index of that name
-		}
-		fmt.Printf("== %s=%s:", q.index, q.value)
-		for name, svc := range services {
-			fmt.Printf(" %s (%d replicas)", name, svc.Replicas)
-		}
-		fmt.Println()
+	payments, err := inf.ByIndex("team", "payments")
+	for name, svc := range payments { // an iterator over the cache, in key order
+		fmt.Printf("== team=payments: %s (%d replicas)\n", name, svc.Replicas)
 	}
-	return nil
+	return err // ErrUnknownIndex for an index of no such name
 }
