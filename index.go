@@ -3,6 +3,7 @@ package informer
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 
 	"github.com/informer-go/informer/internal/btree"
@@ -103,21 +104,6 @@ type bucketTree[K comparable, V any] struct {
 	epoch   uint64 // the store's epoch when entries was made: the writer changes it in place only within it
 }
 
-func (b bucket[K, V]) len() int {
-	if b.tree == nil {
-		return 1
-	}
-	return b.tree.entries.Len()
-}
-
-func (b bucket[K, V]) ascend(yield func(K, V) bool) {
-	if b.tree == nil {
-		yield(b.one.key, b.one.obj)
-		return
-	}
-	b.tree.entries.Ascend(yield)
-}
-
 // storeIndex is one index of the store, written by the store's writer under its lock.
 type storeIndex[K comparable, V any] struct {
 	kit     *treeKit[K, V]
@@ -136,9 +122,26 @@ type snapIndex[K comparable, V any] struct {
 	buckets *btree.Tree[string, bucket[K, V]]
 }
 
-// bucket returns the entries indexed under value.
-func (ix snapIndex[K, V]) bucket(value string) (bucket[K, V], bool) {
-	return ix.buckets.Get(value)
+// objects yields the entries indexed under value, in key order, without copying them: a
+// bucket holds its objects, so the walk costs no lookup per object. Nothing for an unknown
+// value.
+func (ix snapIndex[K, V]) objects(value string) iter.Seq2[K, V] {
+	b, ok := ix.buckets.Get(value)
+	if !ok {
+		return func(func(K, V) bool) {}
+	}
+	if b.tree == nil {
+		one := b.one
+		return func(yield func(K, V) bool) { yield(one.key, one.obj) }
+	}
+	return b.tree.entries.Ascend
+}
+
+// values yields every value that has a bucket, in order.
+func (ix snapIndex[K, V]) values() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		ix.buckets.Ascend(func(value string, _ bucket[K, V]) bool { return yield(value) })
+	}
 }
 
 // btreeDegree trades node size against depth. Measured on the pipeline benchmark (50,000

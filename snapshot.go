@@ -95,15 +95,7 @@ func (sn *Snapshot[K, V]) ByIndex(index, value string) (iter.Seq2[K, V], error) 
 	if err != nil {
 		return func(func(K, V) bool) {}, err
 	}
-	b, ok := ix.bucket(value)
-	if !ok {
-		return func(func(K, V) bool) {}, nil
-	}
-	if b.tree == nil {
-		one := b.one
-		return func(yield func(K, V) bool) { yield(one.key, one.obj) }, nil
-	}
-	return b.tree.entries.Ascend, nil
+	return ix.objects(value), nil
 }
 
 // IndexValues yields every value present in the named index, in order. Values whose last
@@ -114,9 +106,7 @@ func (sn *Snapshot[K, V]) IndexValues(index string) (iter.Seq[string], error) {
 	if err != nil {
 		return func(func(string) bool) {}, err
 	}
-	return func(yield func(string) bool) {
-		ix.buckets.Ascend(func(value string, _ bucket[K, V]) bool { return yield(value) })
-	}, nil
+	return ix.values(), nil
 }
 
 // WithPrefix yields the (key, object) pairs of a string-keyed reader whose key starts
