@@ -1,7 +1,6 @@
 package informer
 
 import (
-	"fmt"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -134,8 +133,8 @@ func newBatchPool[K comparable, V any]() *batchPool[K, V] {
 	return &batchPool[K, V]{free: make(chan *noteBatch[K, V], keptBatches)}
 }
 
-// Get returns an empty batch holding one reference, the caller's.
-func (p *batchPool[K, V]) Get() *noteBatch[K, V] {
+// Get returns an empty batch holding one reference, the caller's, and its empty buffer.
+func (p *batchPool[K, V]) Get() (*noteBatch[K, V], []notification[K, V]) {
 	var b *noteBatch[K, V]
 	select {
 	case b = <-p.free:
@@ -143,7 +142,7 @@ func (p *batchPool[K, V]) Get() *noteBatch[K, V] {
 		b = &noteBatch[K, V]{pool: p}
 	}
 	b.refs.Store(1)
-	return b
+	return b, b.notes
 }
 
 func newNoteBatch[K comparable, V any](notes []notification[K, V]) *noteBatch[K, V] {
@@ -528,27 +527,7 @@ func (l *listener[K, V]) Stop() {
 	l.signal()
 }
 
-// shouldResync reports whether the listener is due for a resync at now, and if so
-// schedules the next one.
-func (l *listener[K, V]) shouldResync(now time.Time) bool {
-	if l.resyncPeriod <= 0 {
-		return false
-	}
-	if now.Before(l.nextResync) {
-		return false
-	}
-	l.nextResync = now.Add(l.resyncPeriod)
-	return true
-}
-
 // The processor reaches a listener, and the batches it shares, through these methods.
-
-// Named names an unnamed listener after its registration number.
-func (l *listener[K, V]) Named(seq int) {
-	if l.opts.Name == "" {
-		l.opts.Name = fmt.Sprintf("handler-%d", seq)
-	}
-}
 
 // Registration returns the listener's registration.
 func (l *listener[K, V]) Registration() *Registration { return l.reg }
@@ -564,11 +543,10 @@ func (l *listener[K, V]) Room() (int, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	free := l.opts.QueueLength - l.queued
 	if len(l.order) > 0 {
-		free = 0
+		return 0, true
 	}
-	return max(free, 0), true
+	return max(l.opts.QueueLength-l.queued, 0), true
 }
 
 // SetResync sets the resync period (0: never), the first due at now+period.
@@ -579,9 +557,12 @@ func (l *listener[K, V]) SetResync(period time.Duration, now time.Time) {
 	}
 }
 
-// DueForResync marks and reports whether a resync is due at now (and schedules the next).
+// DueForResync marks and reports whether a resync is due at now, scheduling the next.
 func (l *listener[K, V]) DueForResync(now time.Time) bool {
-	l.syncing = l.shouldResync(now)
+	l.syncing = l.resyncPeriod > 0 && !now.Before(l.nextResync)
+	if l.syncing {
+		l.nextResync = now.Add(l.resyncPeriod)
+	}
 	return l.syncing
 }
 
@@ -596,4 +577,22 @@ func (l *listener[K, V]) Calling() (K, bool) {
 	l.callMu.Lock()
 	defer l.callMu.Unlock()
 	return l.callKey, l.calling
+}
+
+// SetNotes makes notes b's notifications.
+func (b *noteBatch[K, V]) SetNotes(notes []notification[K, V]) { b.notes = notes }
+
+// Track records the size of the last batch: a pool keeps only small buffers while
+// batches are small.
+func (p *batchPool[K, V]) Track(n int) { p.low.Store(n < idleBufferCap) }
+
+// markerBatch is a batch of one marker: the revision marker of rev, or, if rev is empty,
+// the synced marker.
+func markerBatch[K comparable, V any](rev string) *noteBatch[K, V] {
+	if rev == "" {
+		return newNoteBatch([]notification[K, V]{{kind: notifySynced}})
+	}
+	b := newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
+	b.rev = rev
+	return b
 }

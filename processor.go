@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -199,14 +200,16 @@ func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, on
 // at, if any). The caller calls Add between two batches. Add fails with ErrStopped once
 // the processor stopped.
 func (p *processor[K, V]) Add(h Handler[V], opts HandlerOptions, replay func() (notes []notification[K, V], synced bool, rev string)) (*Registration, error) {
-	l := newListener[K, V](h, opts, p.clock, p.onPanic)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
 		return nil, ErrStopped
 	}
 	p.seq++
-	l.Named(p.seq)
+	if opts.Name == "" {
+		opts.Name = fmt.Sprintf("handler-%d", p.seq)
+	}
+	l := newListener[K, V](h, opts, p.clock, p.onPanic)
 	p.setResyncLocked(l, opts.ResyncPeriod)
 	p.listeners = append(p.listeners, l)
 	p.publishLocked()
@@ -333,8 +336,9 @@ func (p *processor[K, V]) Handlers() []*Registration {
 // Buffer returns an empty buffer for a batch's notifications, to be filled and passed to
 // Deliver. It and Deliver are called by one goroutine, the writer's.
 func (p *processor[K, V]) Buffer() []notification[K, V] {
-	p.next = p.batches.Get()
-	return p.next.Notes()
+	var buf []notification[K, V]
+	p.next, buf = p.batches.Get()
+	return buf
 }
 
 // Deliver hands notes, the notifications of a batch in the buffer Buffer returned, to
@@ -476,12 +480,6 @@ func (p *processor[K, V]) Stop(bound time.Duration, stuck func(handler string, k
 
 // The batches the processor shares between the listeners.
 
-// Notes returns b's notifications.
-func (b *noteBatch[K, V]) Notes() []notification[K, V] { return b.notes }
-
-// SetNotes makes notes b's notifications.
-func (b *noteBatch[K, V]) SetNotes(notes []notification[K, V]) { b.notes = notes }
-
 // HasResyncs reports whether b holds a resync.
 func (b *noteBatch[K, V]) HasResyncs() bool {
 	for i := range b.notes {
@@ -502,19 +500,4 @@ func (b *noteBatch[K, V]) WithoutResyncs() *noteBatch[K, V] {
 		}
 	}
 	return newNoteBatch(notes)
-}
-
-// Track records the size of the last batch: a pool keeps only small buffers while
-// batches are small.
-func (p *batchPool[K, V]) Track(n int) { p.low.Store(n < idleBufferCap) }
-
-// markerBatch is a batch of one marker: the revision marker of rev, or, if rev is empty,
-// the synced marker.
-func markerBatch[K comparable, V any](rev string) *noteBatch[K, V] {
-	if rev == "" {
-		return newNoteBatch([]notification[K, V]{{kind: notifySynced}})
-	}
-	b := newNoteBatch([]notification[K, V]{{kind: notifyRevision}})
-	b.rev = rev
-	return b
 }

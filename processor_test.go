@@ -171,7 +171,7 @@ var _ = strings.Join
 // batch (low traffic) a burst's large buffer is let go at its release and a small one kept.
 func TestProcessor_BatchPool(t *testing.T) {
 	p := newBatchPool[string, string]()
-	big := p.Get()
+	big, _ := p.Get()
 	big.notes = append(big.notes, make([]notification[string, string], 2*idleBufferCap)...)
 	big.notes[0] = add("k", "v")
 	big.refs.Add(1) // a listener's segment
@@ -183,11 +183,11 @@ func TestProcessor_BatchPool(t *testing.T) {
 	if len(p.free) != 1 {
 		t.Fatalf("pooled %d batches after the last release, want 1", len(p.free))
 	}
-	again := p.Get()
+	again, _ := p.Get()
 	if again != big || len(again.notes) != 0 || again.notes[:1][0].key != "" {
 		t.Fatal("pooled batch not reused empty and cleared")
 	}
-	tiny := p.Get()
+	tiny, _ := p.Get()
 	tiny.notes = make([]notification[string, string], 0, 8)
 	p.low.Store(true) // the writer's last batch was small
 	again.Release()
