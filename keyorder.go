@@ -221,8 +221,13 @@ func (t *treeKit[K, V]) NewEpoch() { t.epoch++ }
 // scatterAbove is the batch size from which Apply scatters its writes.
 const scatterAbove = 64
 
-// coprimeStride returns a step that visits every index of [0, n) once when repeated.
-func coprimeStride(n int) int {
+// ScatterStride returns the step with which a batch of n keys is written: 0 below
+// scatterAbove (written in the queue's order), else a step that visits every index of
+// [0, n) once when repeated.
+func (t *treeKit[K, V]) ScatterStride(n int) int {
+	if n < scatterAbove {
+		return 0
+	}
 	for _, p := range [...]int{7919, 7927, 7933, 7937, 7949} {
 		if n%p != 0 {
 			return p % n

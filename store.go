@@ -159,7 +159,8 @@ func (s *store[K, V]) Apply(b *batch[K, V], rev string, notes []notification[K, 
 		s.loose = true // a first list queued per key: see compactIfLoose
 	}
 	n := b.Len()
-	if n < scatterAbove {
+	stride := s.kit.ScatterStride(n)
+	if stride == 0 {
 		for i := range n {
 			m := len(b.Deltas(i))
 			applied += m
@@ -184,7 +185,6 @@ func (s *store[K, V]) Apply(b *batch[K, V], rev string, notes []notification[K, 
 		applied = total
 		slots := w.slots[:0]
 		slots = append(slots, make([]notification[K, V], total)...)
-		stride := coprimeStride(n)
 		for k, i := 0, 0; k < n; k, i = k+1, (i+stride)%n {
 			s.applyList(w, b, i, slots[offsets[i]:offsets[i]+len(b.Deltas(i))])
 		}
@@ -499,8 +499,8 @@ func (s *store[K, V]) CompactIfLoose() {
 func (s *store[K, V]) Compact() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var buf []entry[K, V]
-	s.items, buf = s.kit.Dense(s.items, buf)
+	items, buf := s.kit.Dense(s.items, nil)
+	s.items = items
 	for _, ix := range s.indexes {
 		buf = ix.Compact(buf)
 	}
