@@ -64,8 +64,10 @@ type backoff struct {
 	last  time.Time
 }
 
-// newBackoff returns the backoff of cfg (defaults applied: see withDefaults) on clk.
-func newBackoff(cfg Backoff, clk clock.Clock) *backoff { return &backoff{cfg: cfg, clock: clk} }
+// newBackoff returns the backoff of cfg, with its defaults applied, on clk.
+func newBackoff(cfg Backoff, clk clock.Clock) *backoff {
+	return &backoff{cfg: cfg.withDefaults(), clock: clk}
+}
 
 // Next returns the wait before the next attempt, and grows the wait after it.
 func (b *backoff) Next() time.Duration {
@@ -126,6 +128,15 @@ type watchdog struct {
 	stalled atomic.Bool
 	mu      sync.Mutex
 	t       *time.Timer // nil: no bound, or stopped
+}
+
+// watchdogOf is the watchdog of a watch: it stops w once w makes no progress for bound (a
+// panic in Stop is reported by the reader's own stop).
+func watchdogOf[V any](w Watch[V], bound time.Duration) *watchdog {
+	return newWatchdog(bound, func() {
+		defer func() { _ = recover() }()
+		w.Stop()
+	})
 }
 
 func newWatchdog(bound time.Duration, end func()) *watchdog {

@@ -99,17 +99,6 @@ func (e *opError) Error() string {
 }
 func (e *opError) Unwrap() error { return e.err }
 
-// errVeryShortWatch is returned for a watch that ended within a second with no event: the
-// source is probably failing fast, so the reflector relists after a backoff.
-var errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
-
-// errRelistPromptly ends a pass whose watch expired after progress: relist after a small
-// jitter, not a backoff.
-var errRelistPromptly = errors.New("relist promptly")
-
-// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
-var errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
-
 // reporter sends an informer's errors to its error handler, its log and its counters.
 type reporter struct {
 	name    string

@@ -242,9 +242,13 @@ func (ls *lister[V]) Transformed(obj V) (V, bool) {
 // 50 million objects.
 const MaxListPages = 100_000
 
-// defaultPageSize is the list Limit of an informer whose Options.PageSize is 0: the
-// source's page size (PageSizer), else 500; 0 for no paging.
-func defaultPageSize[V any](lw ListerWatcher[V]) int64 {
+// pageSizeOf is the list Limit of an informer whose Options.PageSize is requested: 0 for
+// no paging when it is negative; when it is 0, the source's page size (PageSizer), else
+// 500.
+func pageSizeOf[V any](lw ListerWatcher[V], requested int64) int64 {
+	if requested != 0 {
+		return max(requested, 0)
+	}
 	if ps, ok := lw.(PageSizer); ok {
 		if n := ps.DefaultPageSize(); n != 0 {
 			return max(n, 0)

@@ -108,22 +108,26 @@ type reflector[V any] struct {
 	expired    bool   // the pass ended because the watch expired with no progress
 }
 
+var (
+	// errVeryShortWatch: a watch ended within a second with no event; the source is
+	// probably failing fast, so the reflector relists after a backoff.
+	errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
+	// errRelistPromptly ends a pass whose watch expired after progress: relist after a
+	// small jitter, not a backoff.
+	errRelistPromptly = errors.New("relist promptly")
+	// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
+	errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
+)
+
 // newReflector returns the reflector of lw into sink, configured by opts (with New's
 // defaults applied).
 func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V], opts Options[K, V], logger *slog.Logger, report func(error), stats *counters) *reflector[V] {
-	pageSize := opts.PageSize
-	switch {
-	case pageSize == 0:
-		pageSize = defaultPageSize(lw)
-	case pageSize < 0:
-		pageSize = 0
-	}
 	r := newReflectorOf(lw, sink, reflectorConfig{
 		name:            opts.Name,
-		pageSize:        pageSize,
+		pageSize:        pageSizeOf(lw, opts.PageSize),
 		minWatchTimeout: opts.MinWatchTimeout,
 		progressTimeout: max(opts.ProgressTimeout, 0),
-		backoff:         opts.Backoff.withDefaults(),
+		backoff:         opts.Backoff,
 		clock:           opts.Clock,
 		logger:          logger,
 		report:          report,
@@ -313,7 +317,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		return nil, r.opErr("streaming list", err)
 	}
 	var items []V
-	dog := r.watchdog(w, r.cfg.progressTimeout)
+	dog := watchdogOf(w, r.cfg.progressTimeout)
 	defer dog.Stop()
 	fail := func(err error) (Watch[V], error) {
 		if dog.Stalled() {
@@ -455,7 +459,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	if r.cfg.progressTimeout > 0 {
 		bound = 2*r.cfg.minWatchTimeout + r.cfg.progressTimeout
 	}
-	dog := r.watchdog(w, bound)
+	dog := watchdogOf(w, bound)
 	defer dog.Stop()
 	for {
 		ev, err := r.next(w)
@@ -543,13 +547,6 @@ func (r *reflector[V]) next(w Watch[V]) (ev Event[V], err error) {
 		}
 	}()
 	return w.Next()
-}
-
-func (r *reflector[V]) watchdog(w Watch[V], bound time.Duration) *watchdog {
-	return newWatchdog(bound, func() {
-		defer func() { _ = recover() }() // a panic in Stop is reported by the reader's stop
-		w.Stop()
-	})
 }
 
 // stop calls w.Stop; a panic is recovered and reported (the watch is over either way).

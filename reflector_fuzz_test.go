@@ -592,7 +592,7 @@ func TestReflector_WarnRateLimitedPerKindAndStep(t *testing.T) {
 	var reported int
 	r := newReflectorOf[string](ListerWatcherFuncs[string]{}, nil, reflectorConfig{
 		name:    "payments",
-		backoff: Backoff{Initial: time.Second, Jitter: -1}.withDefaults(),
+		backoff: Backoff{Initial: time.Second, Jitter: -1},
 		clock:   fc,
 		logger:  slog.New(logs),
 		report:  func(error) { reported++ },
