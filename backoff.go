@@ -2,7 +2,6 @@ package informer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -184,9 +183,6 @@ func (d *watchdog) Stop() {
 func sourcePanic(call string, p any) error {
 	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
 }
-
-// errPageTimeout is the cause of a list's context ended by Options.ProgressTimeout.
-var errPageTimeout = errors.New("list page timeout")
 
 // Moved counts progress: a page read, or a return of Next.
 func (d *watchdog) Moved() { d.moved.Add(1) }

@@ -388,6 +388,14 @@ func newIndexSet[K comparable, V any](indexes []*storeIndex[K, V]) *indexSet[V] 
 	return set
 }
 
+// NewItems returns an empty tree of the cache's objects by key.
+func (t *treeKit[K, V]) NewItems() *btree.Tree[K, V] { return t.NewTree(btreeDegree) }
+
+// Dense returns a copy of from with nearly full nodes (see compactTree), using buf.
+func (t *treeKit[K, V]) Dense(from *btree.Tree[K, V], buf []entry[K, V]) (*btree.Tree[K, V], []entry[K, V]) {
+	return compactTree(from, t.NewItems(), buf)
+}
+
 // compactTree copies the items of from into the empty tree to with nearly full nodes,
 // using buf for the sorted items, and returns to and buf.
 func compactTree[K comparable, V any](from, to *btree.Tree[K, V], buf []entry[K, V]) (*btree.Tree[K, V], []entry[K, V]) {

@@ -196,14 +196,6 @@ func newTreeKit[K comparable, V any](compare func(a, b K) int) (*treeKit[K, V], 
 	return t, nil
 }
 
-// NewItems returns an empty tree of the cache's objects by key.
-func (t *treeKit[K, V]) NewItems() *btree.Tree[K, V] { return t.NewTree(btreeDegree) }
-
-// Dense returns a copy of from with nearly full nodes (see compactTree), using buf.
-func (t *treeKit[K, V]) Dense(from *btree.Tree[K, V], buf []entry[K, V]) (*btree.Tree[K, V], []entry[K, V]) {
-	return compactTree(from, t.NewItems(), buf)
-}
-
 // Compare orders two keys.
 func (t *treeKit[K, V]) Compare(a, b K) int { return t.compare(a, b) }
 

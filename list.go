@@ -39,6 +39,9 @@ func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout 
 	return l
 }
 
+// errPageTimeout is the cause of a list's context ended by Options.ProgressTimeout.
+var errPageTimeout = errors.New("list page timeout")
+
 // errStaleList is a first page older than the revision the list asked for.
 var errStaleList = fmt.Errorf("%w: the list is older than the revision it was asked to be at least as new as", ErrBadInput)
 
