@@ -132,11 +132,11 @@ type Informer[K comparable, V any] struct {
 	cmpRev RevisionComparer
 	logger *slog.Logger
 	stats  *counters
-	rep    *reporter
+	report func(error) // the reporter's Report: the error handler, the log, the counters
 
 	// The stages, in the order changes flow through them.
 	refl  *reflector[V]
-	sink  *sink[K, V]
+	key   func(V) (K, error) // the sink's Key
 	fifo  *deltaFIFO[K, V]
 	store *store[K, V]
 	write *writer[K, V]
@@ -200,24 +200,25 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		done:   make(chan struct{}),
 	}
 	inf.cmpRev, _ = lw.(RevisionComparer)
-	inf.rep = newReporter(opts.Name, opts.ErrorHandler, inf.logger, opts.Clock, inf.stats)
+	inf.report = newReporter(opts.Name, opts.ErrorHandler, inf.logger, opts.Clock, inf.stats).Report
 	var sameRevision func(a, b V) bool
 	if opts.Revision != nil {
 		sameRevision = func(a, b V) bool { return opts.Revision(a) == opts.Revision(b) }
 	} else if opts.Persist != nil {
 		sameRevision = opts.Persist.Equal
 	}
-	st.Configure(inf.rep.Report, sameRevision, inf.duplicate)
+	st.Configure(inf.report, sameRevision, inf.duplicate)
 	inf.proc = newProcessor[K, V](opts.Clock, opts.ResyncPeriod, func(p *HandlerPanicError) {
 		p.Informer = opts.Name
-		inf.rep.Report(p)
+		inf.report(p)
 	})
 	inf.fifo = newDeltaFIFO[K, V](st, st.Keeper(), opts.MaxPending, true)
 	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats, opts.MaxBatch, inf.cmpRev)
-	inf.sink = newSink(opts, inf.rep.Report, inf.fifo, st, inf.proc, inf.stats)
-	inf.refl = newReflector(lw, inf.sink, opts, inf.logger, inf.rep.Report, inf.stats)
+	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc, inf.stats)
+	inf.key = sk.Key
+	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
 	if opts.Persist != nil {
-		inf.warm = newWarm(opts, lw, inf.logger, inf.rep.Report, inf.sink, inf.refl, inf.proc, inf.write, st)
+		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk, inf.refl, inf.proc, inf.write, st)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
 		er.ReportErrorsTo(inf.ReportError)
@@ -233,7 +234,7 @@ func (inf *Informer[K, V]) duplicate(key K, list string) {
 		return
 	}
 	inf.dupList = list
-	inf.rep.Report(fmt.Errorf("%w: informer %q: %s holds the key %q more than once; the last object listed is kept (Stats.Duplicates counts every repeat): check the source's key or Options.Key",
+	inf.report(fmt.Errorf("%w: informer %q: %s holds the key %q more than once; the last object listed is kept (Stats.Duplicates counts every repeat): check the source's key or Options.Key",
 		ErrBadInput, inf.opts.Name, list, fmt.Sprint(key)))
 }
 
@@ -309,14 +310,14 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 // handled and counted with the informer's.
 func (inf *Informer[K, V]) ReportError(err error) {
 	if err != nil {
-		inf.rep.Report(err)
+		inf.report(err)
 	}
 }
 
 // Key returns obj's key as the informer computes it (Options.Key; a panic is an error).
 // Pass inf.Key wherever another part of the program asks for the same key function (a
 // controller), so that it is written once; fanout.NewServer takes it from the informer.
-func (inf *Informer[K, V]) Key(obj V) (K, error) { return inf.sink.Key(obj) }
+func (inf *Informer[K, V]) Key(obj V) (K, error) { return inf.key(obj) }
 
 // --- handlers ---
 
