@@ -218,7 +218,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
 	if opts.Persist != nil {
-		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk, inf.refl, inf.proc, inf.write, st)
+		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk.Key, inf.refl.ResumeFrom, inf.proc.AbortWaits, inf.write, st)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
 		er.ReportErrorsTo(inf.ReportError)

@@ -13,22 +13,24 @@ import (
 // warm is the informer's warm restart (Options.Persist): the saved state loaded before
 // the pipeline starts, and the cache saved while it runs.
 type warm[K comparable, V any] struct {
-	opts   Options[K, V]
-	lw     ListerWatcher[V]
-	logger *slog.Logger
-	report func(error)
-	sink   *sink[K, V]
-	refl   *reflector[V]
-	proc   *processor[K, V]
-	write  *writer[K, V]
-	store  *store[K, V]
+	opts       Options[K, V]
+	lw         ListerWatcher[V]
+	logger     *slog.Logger
+	report     func(error)
+	key        func(V) (K, error) // the sink's Key
+	resumeFrom func(rev string)   // the reflector's ResumeFrom
+	abortWaits func()             // the processor's AbortWaits
+	write      *writer[K, V]
+	store      *store[K, V]
 
 	savedGen uint64 // the store generation last saved
 	sourceID string // the source's SourceID, once it answered
 }
 
-func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), sk *sink[K, V], refl *reflector[V], proc *processor[K, V], write *writer[K, V], st *store[K, V]) *warm[K, V] {
-	return &warm[K, V]{opts: opts, lw: lw, logger: logger, report: report, sink: sk, refl: refl, proc: proc, write: write, store: st}
+// newWarm returns the warm restart of an informer: key is its sink's Key, resumeFrom its
+// reflector's ResumeFrom and abortWaits its processor's AbortWaits.
+func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), key func(V) (K, error), resumeFrom func(string), abortWaits func(), write *writer[K, V], st *store[K, V]) *warm[K, V] {
+	return &warm[K, V]{opts: opts, lw: lw, logger: logger, report: report, key: key, resumeFrom: resumeFrom, abortWaits: abortWaits, write: write, store: st}
 }
 
 // persistedCache describes this informer's cache to its Persister. It asks a
@@ -66,7 +68,7 @@ func (w *warm[K, V]) Restore(ctx context.Context) {
 	var keys []K
 	var objs []V
 	add := func(obj V) {
-		k, err := w.sink.Key(obj)
+		k, err := w.key(obj)
 		if err != nil {
 			w.report(err)
 			return
@@ -95,9 +97,9 @@ func (w *warm[K, V]) Restore(ctx context.Context) {
 	}
 	// The revision is set before the sync is published (LastSyncRevision is never ""
 	// once the informer is synced), and the reflector, not yet running, resumes from it.
-	w.refl.ResumeFrom(rev)
+	w.resumeFrom(rev)
 	// A Block handler stalled on the initial adds must not hold a stop.
-	stop := context.AfterFunc(ctx, w.proc.AbortWaits)
+	stop := context.AfterFunc(ctx, w.abortWaits)
 	defer stop()
 	w.write.Restore(keys, objs, rev, w.report)
 	w.savedGen = w.store.Generation() // what was loaded need not be written again
