@@ -214,7 +214,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	})
 	inf.fifo = newDeltaFIFO[K, V](st, st.Keeper(), opts.MaxPending, true)
 	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats, opts.MaxBatch, inf.cmpRev)
-	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc, inf.stats)
+	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc.ResyncPeriod, inf.proc.ShouldResync, inf.stats)
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
 	if opts.Persist != nil {

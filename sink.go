@@ -15,17 +15,21 @@ type sink[K comparable, V any] struct {
 	report func(error)
 	queue  *deltaFIFO[K, V]
 	store  *store[K, V]
-	proc   *processor[K, V]
 	stats  *counters
+
+	resyncPeriod func() time.Duration // the processor's ResyncPeriod
+	shouldResync func() bool          // the processor's ShouldResync
 
 	hint   storeHint[V] // the reflector goroutine's buffer for an event's index values
 	handed int          // items of the list being read already queued by pages; -1: none will be
 }
 
-func newSink[K comparable, V any](opts Options[K, V], report func(error), queue *deltaFIFO[K, V], st *store[K, V], proc *processor[K, V], stats *counters) *sink[K, V] {
+// newSink returns the sink into queue and st; resyncPeriod and shouldResync are the
+// processor's, which the reflector asks through the sink.
+func newSink[K comparable, V any](opts Options[K, V], report func(error), queue *deltaFIFO[K, V], st *store[K, V], resyncPeriod func() time.Duration, shouldResync func() bool, stats *counters) *sink[K, V] {
 	return &sink[K, V]{
 		name: opts.Name, key: opts.Key, xform: opts.Transform, report: report,
-		queue: queue, store: st, proc: proc, stats: stats,
+		queue: queue, store: st, stats: stats, resyncPeriod: resyncPeriod, shouldResync: shouldResync,
 	}
 }
 
@@ -128,6 +132,6 @@ func (s *sink[K, V]) Bookmark(rev string) { s.queue.Bookmark(rev) }
 
 func (s *sink[K, V]) Resync() error { return s.queue.Resync() }
 
-func (s *sink[K, V]) ResyncPeriod() time.Duration { return s.proc.ResyncPeriod() }
+func (s *sink[K, V]) ResyncPeriod() time.Duration { return s.resyncPeriod() }
 
-func (s *sink[K, V]) ShouldResync() bool { return s.proc.ShouldResync() }
+func (s *sink[K, V]) ShouldResync() bool { return s.shouldResync() }
