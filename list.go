@@ -20,15 +20,15 @@ type lister[V any] struct {
 	timeout   time.Duration    // a page must come within it (ProgressTimeout); 0: no bound
 	logger    *slog.Logger
 	stats     *counters
-	src       *sourceState
+	fail      func(error) // the source state's Fail: a failure to report
 	sink      reflectorSink[V]
 	nilable   bool              // V is a pointer, interface, map, channel or function type
 	oneWord   bool              // V is a pointer, map, channel or function type: one word, nil or not
 	transform func(V) (V, bool) // nil: none; false means the object failed and was reported
 }
 
-func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats *counters, src *sourceState, sink reflectorSink[V]) *lister[V] {
-	l := &lister[V]{lw: lw, name: name, pageSize: pageSize, timeout: timeout, logger: logger, stats: stats, src: src, sink: sink}
+func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats *counters, fail func(error), sink reflectorSink[V]) *lister[V] {
+	l := &lister[V]{lw: lw, name: name, pageSize: pageSize, timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
 	l.compare, _ = lw.(RevisionComparer)
 	switch reflect.TypeFor[V]().Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
@@ -188,7 +188,7 @@ func (ls *lister[V]) Keep(items []V, op string, page int) []V {
 		if page >= 0 {
 			where = fmt.Sprintf("page %d", page)
 		}
-		ls.src.Fail(newOpError(ls.name, op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first), 0))
+		ls.fail(newOpError(ls.name, op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first), 0))
 	}
 	return kept
 }

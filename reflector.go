@@ -144,7 +144,7 @@ func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg refle
 	r.compare, _ = lw.(RevisionComparer)
 	r.backoff = newBackoff(cfg.backoff, cfg.clock)
 	r.src = newSourceState(cfg.clock, cfg.logger, cfg.report, r.backoff.Step)
-	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.logger, cfg.stats, r.src, sink)
+	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.logger, cfg.stats, r.src.Fail, sink)
 	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
 		r.noStream = true
 	}
