@@ -123,8 +123,8 @@ func (c *hintChunks[V]) get(h *storeHint[V]) *queuedHint[V] {
 }
 
 // Keeper returns the keeper of what the store prepares for queued objects, for the delta
-// queue (which uses it under its lock).
-func (s *store[K, V]) Keeper() keeper { return &hintChunks[V]{} }
+// queue (which uses it under its lock, as its keeper).
+func (s *store[K, V]) Keeper() *hintChunks[V] { return &hintChunks[V]{} }
 
 // AllPrepared reports whether every delta of ds that stores an object was prepared, all
 // with the current index functions, and h holds the hint of its last delta unless that is
