@@ -105,14 +105,16 @@ type reporter struct {
 	handler func(error) // Options.ErrorHandler; nil: log at Warn, rate-limited
 	logger  *slog.Logger
 	clock   clock.Clock
-	stats   *counters
+	count   func(kind string) // the counters' CountError
 
 	mu     sync.Mutex
 	warned map[string]warned // by kind: see warnLimited
 }
 
-func newReporter(name string, handler func(error), logger *slog.Logger, clk clock.Clock, stats *counters) *reporter {
-	return &reporter{name: name, handler: handler, logger: logger, clock: clk, stats: stats, warned: map[string]warned{}}
+// newReporter returns the reporter of the informer named name; count counts an error of
+// a kind in Stats.
+func newReporter(name string, handler func(error), logger *slog.Logger, clk clock.Clock, count func(kind string)) *reporter {
+	return &reporter{name: name, handler: handler, logger: logger, clock: clk, count: count, warned: map[string]warned{}}
 }
 
 // report sends an error to the error handler and the log.
@@ -121,7 +123,7 @@ func (r *reporter) Report(err error) {
 		oe.Informer = r.name
 	}
 	kind := errorKind(err)
-	r.stats.CountError(kind)
+	r.count(kind)
 	r.logger.Debug("informer error", "kind", kind, "err", err)
 	if r.handler != nil {
 		r.handler(err)

@@ -200,7 +200,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		done:   make(chan struct{}),
 	}
 	inf.cmpRev, _ = lw.(RevisionComparer)
-	inf.report = newReporter(opts.Name, opts.ErrorHandler, inf.logger, opts.Clock, inf.stats).Report
+	inf.report = newReporter(opts.Name, opts.ErrorHandler, inf.logger, opts.Clock, inf.stats.CountError).Report
 	var sameRevision func(a, b V) bool
 	if opts.Revision != nil {
 		sameRevision = func(a, b V) bool { return opts.Revision(a) == opts.Revision(b) }
@@ -214,7 +214,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	})
 	inf.fifo = newDeltaFIFO[K, V](st, st.Keeper(), opts.MaxPending, true)
 	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats, opts.MaxBatch, inf.cmpRev)
-	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc.ResyncPeriod, inf.proc.ShouldResync, inf.stats)
+	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc.ResyncPeriod, inf.proc.ShouldResync, inf.stats.Relisted)
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
 	if opts.Persist != nil {

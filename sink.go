@@ -9,13 +9,13 @@ import (
 // event's index values on the reflector's goroutine (the writer's, the pipeline's busiest,
 // is spared them) and queues the result in the delta queue.
 type sink[K comparable, V any] struct {
-	name   string
-	key    KeyFunc[K, V]
-	xform  func(V) (V, error) // Options.Transform; nil: none
-	report func(error)
-	queue  *deltaFIFO[K, V]
-	store  *store[K, V]
-	stats  *counters
+	name     string
+	key      KeyFunc[K, V]
+	xform    func(V) (V, error) // Options.Transform; nil: none
+	report   func(error)
+	queue    *deltaFIFO[K, V]
+	store    *store[K, V]
+	relisted func() // the counters' Relisted
 
 	resyncPeriod func() time.Duration // the processor's ResyncPeriod
 	shouldResync func() bool          // the processor's ShouldResync
@@ -26,10 +26,10 @@ type sink[K comparable, V any] struct {
 
 // newSink returns the sink into queue and st; resyncPeriod and shouldResync are the
 // processor's, which the reflector asks through the sink.
-func newSink[K comparable, V any](opts Options[K, V], report func(error), queue *deltaFIFO[K, V], st *store[K, V], resyncPeriod func() time.Duration, shouldResync func() bool, stats *counters) *sink[K, V] {
+func newSink[K comparable, V any](opts Options[K, V], report func(error), queue *deltaFIFO[K, V], st *store[K, V], resyncPeriod func() time.Duration, shouldResync func() bool, relisted func()) *sink[K, V] {
 	return &sink[K, V]{
 		name: opts.Name, key: opts.Key, xform: opts.Transform, report: report,
-		queue: queue, store: st, stats: stats, resyncPeriod: resyncPeriod, shouldResync: shouldResync,
+		queue: queue, store: st, relisted: relisted, resyncPeriod: resyncPeriod, shouldResync: shouldResync,
 	}
 }
 
@@ -65,7 +65,7 @@ func (s *sink[K, V]) Replace(items []V, rev string) error {
 	items = items[max(s.handed, 0):] // the pages queued already
 	s.handed = 0
 	keys, objs := s.keysOf(items)
-	s.stats.Relisted()
+	s.relisted()
 	return s.queue.Replace(keys, objs, rev)
 }
 
