@@ -213,7 +213,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		inf.report(p)
 	})
 	inf.fifo = newDeltaFIFO[K, V](st, st.Keeper(), opts.MaxPending, true)
-	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats, opts.MaxBatch, inf.cmpRev)
+	inf.write = newWriter(inf.fifo, st, inf.proc, inf.stats.Wrote, opts.MaxBatch, inf.cmpRev)
 	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc.ResyncPeriod, inf.proc.ShouldResync, inf.stats.Relisted)
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)

@@ -17,7 +17,7 @@ type writer[K comparable, V any] struct {
 	queue *deltaFIFO[K, V]
 	store *store[K, V]
 	proc  *processor[K, V]
-	stats *counters
+	wrote func(applied, objects int) // the counters' Wrote
 
 	maxBatch  int  // Options.MaxBatch
 	autoBatch bool // Options.MaxBatch was left to the informer: see batchLimits
@@ -32,15 +32,15 @@ type writer[K comparable, V any] struct {
 	wm       watermarks
 }
 
-// newWriter returns the writer of queue into st for proc; maxBatch is Options.MaxBatch
-// (0 or less: the informer chooses, see batchLimits).
-func newWriter[K comparable, V any](queue *deltaFIFO[K, V], st *store[K, V], proc *processor[K, V], stats *counters, maxBatch int, cmpRev RevisionComparer) *writer[K, V] {
+// newWriter returns the writer of queue into st for proc; wrote counts each write in
+// Stats; maxBatch is Options.MaxBatch (0 or less: the informer chooses, see batchLimits).
+func newWriter[K comparable, V any](queue *deltaFIFO[K, V], st *store[K, V], proc *processor[K, V], wrote func(applied, objects int), maxBatch int, cmpRev RevisionComparer) *writer[K, V] {
 	autoBatch := maxBatch <= 0
 	if autoBatch {
 		maxBatch = defaultBatch
 	}
 	return &writer[K, V]{
-		queue: queue, store: st, proc: proc, stats: stats,
+		queue: queue, store: st, proc: proc, wrote: wrote,
 		maxBatch: maxBatch, autoBatch: autoBatch,
 		syncedCh: make(chan struct{}),
 		wm:       watermarks{cmp: cmpRev},
@@ -62,7 +62,7 @@ func (w *writer[K, V]) Run() {
 		}
 		w.mu.Lock()
 		notes, applied, objects := w.store.Apply(&b, exact, w.proc.Buffer())
-		w.stats.Wrote(applied, objects)
+		w.wrote(applied, objects)
 		w.queue.Done(&b)
 		if synced {
 			// The first list is in. If it was written in an order that left the trees'
@@ -101,7 +101,7 @@ func (w *writer[K, V]) Restore(keys []K, objs []V, rev string, report func(error
 	w.mu.Lock()
 	notes := w.store.Load(keys, objs, rev, report, w.proc.Buffer())
 	w.store.Compact() // loaded in key order: half-full nodes
-	w.stats.Wrote(0, len(notes))
+	w.wrote(0, len(notes))
 	w.queue.MarkRestored(rev)
 	w.handOver(notes, true, rev, true)
 	w.mu.Unlock()
