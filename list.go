@@ -10,6 +10,12 @@ import (
 	"unsafe"
 )
 
+// listCounts are the counters a lister moves (the informer's Stats).
+type listCounts interface {
+	ConsistentList()
+	Expired()
+}
+
 // lister reads one list of the source, page by page: the reflector's list calls, with
 // the checks a list's pages must pass and the items it must drop.
 type lister[V any] struct {
@@ -19,7 +25,7 @@ type lister[V any] struct {
 	pageSize  int64            // 0: no paging
 	timeout   time.Duration    // a page must come within it (ProgressTimeout); 0: no bound
 	logger    *slog.Logger
-	stats     *counters
+	stats     listCounts
 	fail      func(error) // the source state's Fail: a failure to report
 	sink      reflectorSink[V]
 	nilable   bool              // V is a pointer, interface, map, channel or function type
@@ -27,7 +33,7 @@ type lister[V any] struct {
 	transform func(V) (V, bool) // nil: none; false means the object failed and was reported
 }
 
-func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats *counters, fail func(error), sink reflectorSink[V]) *lister[V] {
+func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats listCounts, fail func(error), sink reflectorSink[V]) *lister[V] {
 	l := &lister[V]{lw: lw, name: name, pageSize: pageSize, timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
 	l.compare, _ = lw.(RevisionComparer)
 	switch reflect.TypeFor[V]().Kind() {
