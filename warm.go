@@ -20,16 +20,30 @@ type warm[K comparable, V any] struct {
 	key        func(V) (K, error) // the sink's Key
 	resumeFrom func(rev string)   // the reflector's ResumeFrom
 	abortWaits func()             // the processor's AbortWaits
-	write      *writer[K, V]
-	store      *store[K, V]
+	write      warmWriter[K, V]
+	store      warmStore[K, V]
 
 	savedGen uint64 // the store generation last saved
 	sourceID string // the source's SourceID, once it answered
 }
 
+// warmWriter is what the warm restart uses of the writer: it applies a loaded state and
+// says whether the informer synced.
+type warmWriter[K comparable, V any] interface {
+	Restore(keys []K, objs []V, rev string, report func(error))
+	HasSynced() bool
+}
+
+// warmStore is what the warm restart uses of the store: its generation, and its state
+// when it is exactly a revision of the source.
+type warmStore[K comparable, V any] interface {
+	Generation() uint64
+	Exact() (sn *Snapshot[K, V], rev string, gen uint64)
+}
+
 // newWarm returns the warm restart of an informer: key is its sink's Key, resumeFrom its
 // reflector's ResumeFrom and abortWaits its processor's AbortWaits.
-func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), key func(V) (K, error), resumeFrom func(string), abortWaits func(), write *writer[K, V], st *store[K, V]) *warm[K, V] {
+func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), key func(V) (K, error), resumeFrom func(string), abortWaits func(), write warmWriter[K, V], st warmStore[K, V]) *warm[K, V] {
 	return &warm[K, V]{opts: opts, lw: lw, logger: logger, report: report, key: key, resumeFrom: resumeFrom, abortWaits: abortWaits, write: write, store: st}
 }
 
