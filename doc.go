@@ -146,12 +146,12 @@
 //	deltafifo.go   the delta queue: deltas per key, relists with tombstones, batches
 //	writer.go      the writer: batch → store → notifications → processor; watermarks
 //	store.go       the store and its writes: apply a batch, load, publish snapshots
-//	index.go       index functions, buckets and each index's writes
+//	index.go       index functions, buckets, each index's writes; dense trees
 //	hints.go       index values prepared as events are queued, carried by the queue
 //	snapshot.go    Reader and Snapshot, the immutable reads
 //	keyorder.go    key order and the trees' shared kit (order, nodes, epochs)
 //	processor.go   handler registration, fan-out of batches, resync, stop
-//	listener.go    one handler's bounded queue, policy and goroutine; notifications
+//	listener.go    one handler's bounded queue, policy and goroutine; notes, batches
 //	informer.go    Options, New, Run and the public methods, each delegating to a stage
 //	errors.go      the package's errors and the reporter (error handler, log, Stats)
 //	stats.go       Stats (state, counters, handlers), the counters behind them, Histogram
