@@ -289,6 +289,15 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		}
 		return p.Header.Revision, nil
 	}
+	// heard waits for the handler to report one change.
+	heard := func() error {
+		select {
+		case <-changes:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	var last string // the revision of the last write, which the cache has reached
 	for _, step := range script {
 		rev, err := write(step.name, step.doc)
@@ -304,10 +313,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		if step.broken {
 			continue // reported, not a change
 		}
-		select {
-		case <-changes:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := heard(); err != nil {
+			return err
 		}
 	}
 	if err := query(); err != nil {
@@ -345,10 +352,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		return err
 	}
 	for range whileDown {
-		select {
-		case <-changes:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := heard(); err != nil {
+			return err
 		}
 	}
 	if err := query(); err != nil {
