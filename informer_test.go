@@ -138,6 +138,18 @@ func newSource(opts memory.Options) *memory.Source[string, *obj] {
 	return memory.New[string, *obj](objKey, opts)
 }
 
+// startWith puts objs in a new source and starts an informer over it with one recording
+// handler, whose events it returns.
+func startWith(t *testing.T, opts informer.Options[string, *obj], objs ...*obj) (*fixture, *events) {
+	t.Helper()
+	src := newSource(memory.Options{})
+	for _, o := range objs {
+		src.Put(o)
+	}
+	ev := newEvents()
+	return start(t, src, opts, ev), ev
+}
+
 // assertCache checks that the cache equals the source's state.
 func assertCache(t *testing.T, f *fixture) {
 	t.Helper()
@@ -156,11 +168,8 @@ func assertCache(t *testing.T, f *fixture) {
 // Initial list as initial adds, then live changes in order, the
 // cache level with or ahead of every notification.
 func TestInformer_InitialListThenLiveChanges(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g1", "1"))
-	src.Put(newObj("b", "g2", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g1", "1"), newObj("b", "g2", "1"))
+	src := f.src
 	ev.Expect(t, "add*a=1", "add*b=1")
 
 	src.Put(newObj("a", "g1", "2"))
@@ -232,10 +241,8 @@ func countOps(src *memory.Source[string, *obj], op memory.Op) int {
 
 // A watch that ends normally is reopened from the last revision, without a relist.
 func TestReflector_WatchEndReopensWithoutRelist(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+	src := f.src
 	src.WaitForWatches(context.Background(), 1)
 	src.Put(newObj("a", "g", "2"))
 	ev.Expect(t, "add*a=1", "update a=1→2")
@@ -261,10 +268,8 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 		fmt.Errorf("wrapped: %w", informer.ErrUnavailable),
 	} {
 		t.Run(err.Error(), func(t *testing.T) {
-			src := newSource(memory.Options{})
-			src.Put(newObj("a", "g", "1"))
-			ev := newEvents()
-			f := start(t, src, informer.Options[string, *obj]{}, ev)
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+			src := f.src
 			src.WaitForWatches(context.Background(), 1)
 			src.FailNext(2, memory.OpWatch, err)
 			src.DropWatches(err)
@@ -281,11 +286,8 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 // An expired revision leads to a relist at the last revision seen; objects deleted
 // meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
 func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g", "1"))
-	src.Put(newObj("b", "g", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"))
+	src := f.src
 	ev.Expect(t, "add*a=1", "add*b=1")
 	src.WaitForWatches(context.Background(), 1)
 
@@ -320,12 +322,8 @@ func TestReflector_BadInputRelists(t *testing.T) {
 		"unknown event type":    {Type: informer.EventType(42), Object: newObj("a", "g", "x"), Revision: "99"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			src := newSource(memory.Options{})
-			src.Put(newObj("a", "g", "1"))
-			src.Put(newObj("b", "g", "1"))
-			src.Put(newObj("a", "g", "2"))
-			ev := newEvents()
-			f := start(t, src, informer.Options[string, *obj]{}, ev)
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"), newObj("a", "g", "2"))
+			src := f.src
 			src.WaitForWatches(context.Background(), 1)
 			src.Inject(bad)
 			f.errs.waitFor(t, informer.ErrBadInput)

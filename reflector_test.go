@@ -167,10 +167,8 @@ func listRequests(src *memory.Source[string, *obj]) []informer.ListOptions {
 // After a watch answered expired, the relist asks for a state at least as new as the last
 // revision seen (which a cache can serve), not for a consistent list.
 func TestReflector_RelistAfterExpiredWatchAsksLastRevision(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+	src := f.src
 	src.WaitForWatches(context.Background(), 1)
 	rev := src.Put(newObj("a", "g", "2"))
 	ev.Expect(t, "add*a=1", "update a=1→2")
