@@ -58,7 +58,7 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := runGated(t, inf, release)
+	ctx := informertest.Run(t, inf, release)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -160,7 +160,7 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := runGated(t, inf, release)
+	ctx := informertest.Run(t, inf, release)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
