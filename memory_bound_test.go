@@ -35,6 +35,40 @@ func (h *stalledHandler) OnAdd(o *obj, _ bool)    { h.see(o.Key, o.Val) }
 func (h *stalledHandler) OnUpdate(_, o *obj)      { h.see(o.Key, o.Val) }
 func (h *stalledHandler) OnDelete(o *obj, _ bool) { h.see(o.Key, "<deleted>") }
 
+// stalledRun is an informer over a new source with one stalledHandler, synced.
+type stalledRun struct {
+	src     *memory.Source[string, *obj]
+	inf     *informer.Informer[string, *obj]
+	h       *stalledHandler
+	release func() // lets the handler go; idempotent, and called at the end of the test
+	ctx     context.Context
+}
+
+// startStalled starts an informer with opts (its Key and a silent ErrorHandler set here)
+// over a new source, with a stalledHandler added with hopts, and waits for its sync (the
+// source is empty: the handler is not called).
+func startStalled(t *testing.T, opts informer.Options[string, *obj], hopts informer.HandlerOptions) stalledRun {
+	t.Helper()
+	r := stalledRun{src: memory.New[string, *obj](objKey, memory.Options{})}
+	opts.Key = objKeyErr
+	opts.ErrorHandler = func(error) {}
+	inf, err := informer.New[string, *obj](r.src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.inf = inf
+	r.h = &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
+	if _, err := inf.AddHandler(r.h, hopts); err != nil {
+		t.Fatal(err)
+	}
+	r.release = sync.OnceFunc(func() { close(r.h.allow) })
+	r.ctx = informertest.Run(t, inf, r.release)
+	if informer.WaitForCacheSync(r.ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	return r
+}
+
 // Memory: with the Coalesce policy a stalled handler costs memory bounded by the number of
 // keys, not by the number of events. 1,000,000 updates over 300 keys go through while the
 // handler is stalled; the live heap must stay far below what 1M queued notifications would
@@ -44,24 +78,10 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		events = 100_000 // the same bound, checked on a smaller run
 	}
-	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		Backoff:      informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
-	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce}); err != nil {
-		t.Fatal(err)
-	}
-	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := informertest.Run(t, inf, release)
-	if informer.WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Backoff: informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
+	}, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
 	rev0 := src.Revision()
 	base := testkit.LiveHeap()
 	start := time.Now()
@@ -145,25 +165,11 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 	if raceEnabled {
 		events = 5_000
 	}
-	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		MaxPending:   maxPending,
-		MaxBatch:     maxBatch,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
-	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block}); err != nil {
-		t.Fatal(err)
-	}
-	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := informertest.Run(t, inf, release)
-	if informer.WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		MaxPending: maxPending,
+		MaxBatch:   maxBatch,
+	}, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
 	for i := range events {
 		src.Put(newObj("k"+strconv.Itoa(i%keys), "", strconv.Itoa(i)))
 	}
@@ -225,24 +231,10 @@ func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
 	if raceEnabled {
 		updates = 60
 	}
-	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		Name:         "large",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
-	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block}); err != nil {
-		t.Fatal(err)
-	}
-	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := informertest.Run(t, inf, release)
-	if informer.WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Name: "large",
+	}, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
 	rev0 := src.Revision()
 	base := testkit.LiveHeap()
 	for i := range updates {
