@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,13 +53,7 @@ func (numericRevisions) CompareRevisions(a, b string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("revision %q is not a number", b)
 	}
-	switch {
-	case x < y:
-		return -1, nil
-	case x > y:
-		return 1, nil
-	}
-	return 0, nil
+	return cmp.Compare(x, y), nil
 }
 
 // orderedLW is a ListerWatcherFuncs with ordered revisions.
