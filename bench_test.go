@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,42 +50,6 @@ func benchWorkload() (initial []*benchObj, ops []benchOp) {
 		}
 	}
 	return testkit.W1(benchInitial, benchEvents, mk)
-}
-
-// countingHandler counts every call and closes reached when the count hits target; it is
-// what "every handler has seen every event" is measured with, without a waiter spinning.
-type countingHandler struct {
-	n       atomic.Int64
-	target  atomic.Int64
-	reached atomic.Pointer[chan struct{}]
-}
-
-func (c *countingHandler) inc() {
-	if n := c.n.Add(1); n == c.target.Load() {
-		close(*c.reached.Load())
-	}
-}
-func (c *countingHandler) OnAdd(*benchObj, bool)    { c.inc() }
-func (c *countingHandler) OnUpdate(_, _ *benchObj)  { c.inc() }
-func (c *countingHandler) OnDelete(*benchObj, bool) { c.inc() }
-
-// expect arms the handler for a total of n calls; wait blocks until they were made.
-func (c *countingHandler) expect(n int64) {
-	ch := make(chan struct{})
-	c.reached.Store(&ch)
-	c.target.Store(n)
-	if c.n.Load() >= n {
-		close(ch)
-	}
-}
-
-func (c *countingHandler) wait(timeout time.Duration) bool {
-	select {
-	case <-*c.reached.Load():
-		return true
-	case <-time.After(timeout):
-		return false
-	}
 }
 
 func benchOptions() informer.Options[string, *benchObj] {
@@ -137,10 +100,10 @@ func BenchmarkPipeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		handlers := make([]*countingHandler, 4)
+		handlers := make([]*testkit.CallCounter[*benchObj], 4)
 		for i := range handlers {
-			handlers[i] = &countingHandler{}
-			handlers[i].expect(benchInitial)
+			handlers[i] = &testkit.CallCounter[*benchObj]{}
+			handlers[i].Expect(benchInitial)
 			inf.AddHandler(handlers[i], informer.HandlerOptions{Policy: informer.Block})
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -149,8 +112,8 @@ func BenchmarkPipeline(b *testing.B) {
 		go func() { done <- inf.Run(ctx) }()
 		_ = informer.WaitForCacheSync(ctx, inf)
 		for _, h := range handlers {
-			h.wait(time.Minute)
-			h.expect(benchInitial + benchEvents)
+			h.Wait(time.Minute)
+			h.Expect(benchInitial + benchEvents)
 		}
 		b.StopTimer()
 		runtime.GC()
@@ -163,11 +126,8 @@ func BenchmarkPipeline(b *testing.B) {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		applyOps(src, ops)
-		want := int64(benchInitial + benchEvents)
 		for _, h := range handlers {
-			if !h.wait(2 * time.Minute) {
-				b.Fatalf("handler saw %d of %d notifications", h.n.Load(), want)
-			}
+			h.WaitFor(b, 2*time.Minute)
 		}
 		totalDur += time.Since(start)
 		runtime.ReadMemStats(&m1)

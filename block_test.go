@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/metrics"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -31,24 +32,6 @@ func (h *gatedHandler) OnUpdate(old, new *obj)     { <-h.allow; h.ev.OnUpdate(ol
 func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
 	<-h.allow
 	h.ev.OnDelete(o, unknown)
-}
-
-// runGated runs inf until the test ends and returns the context it runs under. At the end
-// it calls release first (to free a handler the test holds still, if the test has not),
-// then stops the informer and waits for Run.
-func runGated(t *testing.T, inf *informer.Informer[string, *obj], release func()) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	t.Cleanup(func() {
-		release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return ctx
 }
 
 // A stalled Block handler delays nobody but the source: while the informer waits for room
@@ -79,7 +62,7 @@ func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
 	if _, err := metrics.RegisterInformer(promReg, inf); err != nil {
 		t.Fatal(err)
 	}
-	ctx := runGated(t, inf, func() { close(stalled.allow) })
+	ctx := informertest.Run(t, inf, func() { close(stalled.allow) })
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -152,7 +135,7 @@ func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := sync.OnceFunc(func() { close(h.allow) })
-	runGated(t, inf, release)
+	informertest.Run(t, inf, release)
 	// The list is in the cache, its adds queued to the handler, which holds a: d is
 	// deleted and created again before the handler has seen the list's add of d. (Whether
 	// the writer is then waiting for room in the handler's queue depends on how soon the

@@ -2,6 +2,7 @@ package informer
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -275,21 +276,9 @@ func FuzzDeltaFIFO(f *testing.F) {
 		for m.canPop() {
 			pop(1<<20, math.MaxInt)
 		}
-		if !knownEqual(known, m.known) {
+		if !maps.Equal(known, m.known) {
 			fail("cache %v, model %v", known, m.known)
 		}
 		q.Close()
 	})
-}
-
-func knownEqual(a, b sortedKnown) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

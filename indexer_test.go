@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 type pod struct {
@@ -606,15 +607,6 @@ func TestStore_ReadsTakeNoLockWhileReadersRead(t *testing.T) {
 	}
 }
 
-// liveHeap is the live heap.
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // Writes in key order leave the trees' nodes half full; compact rebuilds them nearly full
 // (the informer compacts once the first list is in), with the same contents, and the
 // store and the snapshots taken after go on as before.
@@ -636,11 +628,11 @@ func TestStore_CompactHalvesTrees(t *testing.T) {
 		s.publishLocked("1")
 		return s
 	}
-	h0 := liveHeap()
+	h0 := testkit.LiveHeap()
 	s := load()
-	h1 := liveHeap()
+	h1 := testkit.LiveHeap()
 	s.Compact()
-	h2 := liveHeap()
+	h2 := testkit.LiveHeap()
 	loaded, compacted := float64(h1-h0)/n, float64(h2-h0)/n
 	t.Logf("trees: %.1f B/object loaded in key order, %.1f compacted", loaded, compacted)
 	if compacted > 0.65*loaded {

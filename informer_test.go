@@ -15,6 +15,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -40,34 +41,6 @@ func newEvents() *events {
 	return informertest.NewRecorder(func(o *obj) (string, string) { return o.Key, o.Val })
 }
 
-// errs collects reported errors.
-type errs struct {
-	mu   sync.Mutex
-	list []error
-}
-
-func (e *errs) handle(err error) {
-	e.mu.Lock()
-	e.list = append(e.list, err)
-	e.mu.Unlock()
-}
-
-func (e *errs) any(target error) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, err := range e.list {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
-}
-
-func (e *errs) waitFor(t *testing.T, target error) {
-	t.Helper()
-	waitUntil(t, func() bool { return e.any(target) })
-}
-
 // waitUntil polls cond with a deadline, for state that has no event to wait on.
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -77,7 +50,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 type fixture struct {
 	src  *memory.Source[string, *obj]
 	inf  *informer.Informer[string, *obj]
-	errs *errs
+	errs *testkit.Errors
 	stop func()
 }
 
@@ -86,7 +59,7 @@ var fastBackoff = informer.Backoff{Initial: time.Millisecond, Max: 5 * time.Mill
 // start builds an informer over src, adds the handlers, runs it and waits for sync.
 func start(t *testing.T, src *memory.Source[string, *obj], opts informer.Options[string, *obj], handlers ...informer.Handler[*obj]) *fixture {
 	t.Helper()
-	f := &fixture{src: src, errs: &errs{}}
+	f := &fixture{src: src, errs: &testkit.Errors{}}
 	if opts.Key == nil {
 		opts.Key = func(o *obj) (string, error) { return o.Key, nil }
 	}
@@ -102,7 +75,7 @@ func start(t *testing.T, src *memory.Source[string, *obj], opts informer.Options
 	if opts.Backoff == (informer.Backoff{}) {
 		opts.Backoff = fastBackoff
 	}
-	opts.ErrorHandler = f.errs.handle
+	opts.ErrorHandler = f.errs.Report
 	inf, err := informer.New[string, *obj](src, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +111,18 @@ func newSource(opts memory.Options) *memory.Source[string, *obj] {
 	return memory.New[string, *obj](objKey, opts)
 }
 
+// startWith puts objs in a new source and starts an informer over it with one recording
+// handler, whose events it returns.
+func startWith(t *testing.T, opts informer.Options[string, *obj], objs ...*obj) (*fixture, *events) {
+	t.Helper()
+	src := newSource(memory.Options{})
+	for _, o := range objs {
+		src.Put(o)
+	}
+	ev := newEvents()
+	return start(t, src, opts, ev), ev
+}
+
 // assertCache checks that the cache equals the source's state.
 func assertCache(t *testing.T, f *fixture) {
 	t.Helper()
@@ -156,11 +141,8 @@ func assertCache(t *testing.T, f *fixture) {
 // Initial list as initial adds, then live changes in order, the
 // cache level with or ahead of every notification.
 func TestInformer_InitialListThenLiveChanges(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g1", "1"))
-	src.Put(newObj("b", "g2", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g1", "1"), newObj("b", "g2", "1"))
+	src := f.src
 	ev.Expect(t, "add*a=1", "add*b=1")
 
 	src.Put(newObj("a", "g1", "2"))
@@ -232,10 +214,8 @@ func countOps(src *memory.Source[string, *obj], op memory.Op) int {
 
 // A watch that ends normally is reopened from the last revision, without a relist.
 func TestReflector_WatchEndReopensWithoutRelist(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+	src := f.src
 	src.WaitForWatches(context.Background(), 1)
 	src.Put(newObj("a", "g", "2"))
 	ev.Expect(t, "add*a=1", "update a=1→2")
@@ -261,10 +241,8 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 		fmt.Errorf("wrapped: %w", informer.ErrUnavailable),
 	} {
 		t.Run(err.Error(), func(t *testing.T) {
-			src := newSource(memory.Options{})
-			src.Put(newObj("a", "g", "1"))
-			ev := newEvents()
-			f := start(t, src, informer.Options[string, *obj]{}, ev)
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+			src := f.src
 			src.WaitForWatches(context.Background(), 1)
 			src.FailNext(2, memory.OpWatch, err)
 			src.DropWatches(err)
@@ -273,7 +251,7 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 			if n := countOps(src, memory.OpList); n != 1 {
 				t.Fatalf("%d lists, want 1", n)
 			}
-			f.errs.waitFor(t, informer.ErrRetryable)
+			f.errs.WaitFor(t, informer.ErrRetryable)
 		})
 	}
 }
@@ -281,11 +259,8 @@ func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
 // An expired revision leads to a relist at the last revision seen; objects deleted
 // meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
 func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g", "1"))
-	src.Put(newObj("b", "g", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"))
+	src := f.src
 	ev.Expect(t, "add*a=1", "add*b=1")
 	src.WaitForWatches(context.Background(), 1)
 
@@ -320,15 +295,11 @@ func TestReflector_BadInputRelists(t *testing.T) {
 		"unknown event type":    {Type: informer.EventType(42), Object: newObj("a", "g", "x"), Revision: "99"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			src := newSource(memory.Options{})
-			src.Put(newObj("a", "g", "1"))
-			src.Put(newObj("b", "g", "1"))
-			src.Put(newObj("a", "g", "2"))
-			ev := newEvents()
-			f := start(t, src, informer.Options[string, *obj]{}, ev)
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"), newObj("a", "g", "2"))
+			src := f.src
 			src.WaitForWatches(context.Background(), 1)
 			src.Inject(bad)
-			f.errs.waitFor(t, informer.ErrBadInput)
+			f.errs.WaitFor(t, informer.ErrBadInput)
 			waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
 			src.Put(newObj("a", "g", "3"))
 			ev.Expect(t, "add*a=2", "add*b=1", "update a=2→3")
@@ -364,10 +335,8 @@ func TestInformer_KeyErrorSkipsObject(t *testing.T) {
 		t.Fatalf("KeyErrors = %d, want 2", n)
 	}
 	var oe *informer.ObjectError
-	f.errs.mu.Lock()
-	defer f.errs.mu.Unlock()
-	if len(f.errs.list) == 0 || !errors.As(f.errs.list[0], &oe) || oe.Op != "key" {
-		t.Fatalf("reported %v", f.errs.list)
+	if reported := f.errs.All(); len(reported) == 0 || !errors.As(reported[0], &oe) || oe.Op != "key" {
+		t.Fatalf("reported %v", reported)
 	}
 }
 
@@ -471,10 +440,8 @@ func TestInformer_HandlerPanicIsolated(t *testing.T) {
 	good.Expect(t, "add a=1", "add b=1")
 	waitUntil(t, func() bool { return f.inf.Stats().HandlerPanics == 2 })
 	var pe *informer.HandlerPanicError
-	f.errs.mu.Lock()
-	defer f.errs.mu.Unlock()
-	if !errors.As(f.errs.list[0], &pe) || pe.Value != "handler bug" {
-		t.Fatalf("reported %v", f.errs.list)
+	if reported := f.errs.All(); !errors.As(reported[0], &pe) || pe.Value != "handler bug" {
+		t.Fatalf("reported %v", reported)
 	}
 }
 
@@ -552,14 +519,13 @@ func TestReflector_VeryShortWatchRelists(t *testing.T) {
 	src.WaitForWatches(context.Background(), 1)
 	src.DropWatches(nil)
 	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
-	f.errs.mu.Lock()
-	defer f.errs.mu.Unlock()
+	reported := f.errs.All()
 	found := false
-	for _, err := range f.errs.list {
+	for _, err := range reported {
 		found = found || strings.Contains(err.Error(), "very short watch")
 	}
 	if !found {
-		t.Fatalf("errors %v", f.errs.list)
+		t.Fatalf("errors %v", reported)
 	}
 }
 
@@ -987,9 +953,7 @@ func TestInformer_LatePlainHandlers(t *testing.T) {
 	if n := f.inf.Stats().HandlerPanics; n != 0 {
 		t.Errorf("Stats().HandlerPanics = %d", n)
 	}
-	f.errs.mu.Lock()
-	defer f.errs.mu.Unlock()
-	if len(f.errs.list) != 0 {
-		t.Errorf("errors reported: %v", f.errs.list)
+	if reported := f.errs.All(); len(reported) != 0 {
+		t.Errorf("errors reported: %v", reported)
 	}
 }

@@ -2,25 +2,18 @@ package informer_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
-
-// heapAfterGC is the live heap.
-func heapAfterGC() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 // stalledHandler blocks in each call until allowed; it counts the calls it completed and
 // records each key's last state.
@@ -42,6 +35,40 @@ func (h *stalledHandler) OnAdd(o *obj, _ bool)    { h.see(o.Key, o.Val) }
 func (h *stalledHandler) OnUpdate(_, o *obj)      { h.see(o.Key, o.Val) }
 func (h *stalledHandler) OnDelete(o *obj, _ bool) { h.see(o.Key, "<deleted>") }
 
+// stalledRun is an informer over a new source with one stalledHandler, synced.
+type stalledRun struct {
+	src     *memory.Source[string, *obj]
+	inf     *informer.Informer[string, *obj]
+	h       *stalledHandler
+	release func() // lets the handler go; idempotent, and called at the end of the test
+	ctx     context.Context
+}
+
+// startStalled starts an informer with opts (its Key and a silent ErrorHandler set here)
+// over a new source, with a stalledHandler added with hopts, and waits for its sync (the
+// source is empty: the handler is not called).
+func startStalled(t *testing.T, opts informer.Options[string, *obj], hopts informer.HandlerOptions) stalledRun {
+	t.Helper()
+	r := stalledRun{src: memory.New[string, *obj](objKey, memory.Options{})}
+	opts.Key = objKeyErr
+	opts.ErrorHandler = func(error) {}
+	inf, err := informer.New[string, *obj](r.src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.inf = inf
+	r.h = &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
+	if _, err := inf.AddHandler(r.h, hopts); err != nil {
+		t.Fatal(err)
+	}
+	r.release = sync.OnceFunc(func() { close(r.h.allow) })
+	r.ctx = informertest.Run(t, inf, r.release)
+	if informer.WaitForCacheSync(r.ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	return r
+}
+
 // Memory: with the Coalesce policy a stalled handler costs memory bounded by the number of
 // keys, not by the number of events. 1,000,000 updates over 300 keys go through while the
 // handler is stalled; the live heap must stay far below what 1M queued notifications would
@@ -51,26 +78,12 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		events = 100_000 // the same bound, checked on a smaller run
 	}
-	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		Backoff:      informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
-	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce}); err != nil {
-		t.Fatal(err)
-	}
-	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := runGated(t, inf, release)
-	if informer.WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Backoff: informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
+	}, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
 	rev0 := src.Revision()
-	base := heapAfterGC()
+	base := testkit.LiveHeap()
 	start := time.Now()
 	objs := make([]obj, keys) // reused values: the objects themselves are not what is measured
 	for i := range events {
@@ -93,7 +106,7 @@ func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	src.Compact(src.Revision()) // the source's history is not what is measured
-	peak := heapAfterGC()
+	peak := testkit.LiveHeap()
 	grown := int64(peak) - int64(base)
 	// 1M queued notifications would take well over 50 MB (notification, object, state);
 	// coalesced, the queue holds at most one state per key. The ceiling allows 8 KB per
@@ -152,25 +165,11 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 	if raceEnabled {
 		events = 5_000
 	}
-	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		MaxPending:   maxPending,
-		MaxBatch:     maxBatch,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
-	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block}); err != nil {
-		t.Fatal(err)
-	}
-	release := sync.OnceFunc(func() { close(h.allow) })
-	ctx := runGated(t, inf, release)
-	if informer.WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		MaxPending: maxPending,
+		MaxBatch:   maxBatch,
+	}, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
 	for i := range events {
 		src.Put(newObj("k"+strconv.Itoa(i%keys), "", strconv.Itoa(i)))
 	}
@@ -217,5 +216,55 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 			t.Fatalf("a Block handler must see every change: processed %d of %d", h.processed.Load(), events)
 		}
 		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+}
+
+// Memory: the delta queue lets go of every object it no longer holds. One key is updated
+// with 1 MB objects while the writer is stalled on a Block handler, so that the key's
+// pending deltas outgrow their share of the queue's spare room and move to a larger
+// buffer; once everything is applied and the source compacted, the live heap holds the
+// newest object (cache and handler share it) and not the old ones left in the room the
+// deltas moved out of.
+func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
+	const size = 1 << 20
+	updates := 200
+	if raceEnabled {
+		updates = 60
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Name: "large",
+	}, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	rev0 := src.Revision()
+	base := testkit.LiveHeap()
+	for i := range updates {
+		src.Put(&obj{Key: "k", Val: strings.Repeat(strconv.Itoa(i%10), size)})
+		if i%16 == 15 {
+			// The source's own history is not what is measured: keep it to what the
+			// informer has not read yet.
+			st := inf.Stats()
+			src.Compact(rev0 + int64(st.Added+st.Modified))
+		}
+	}
+	release()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	for h.processed.Load() < int64(updates) {
+		if wctx.Err() != nil {
+			t.Fatalf("the handler processed %d of %d updates", h.processed.Load(), updates)
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+	src.Compact(src.Revision())
+	grown := int64(testkit.LiveHeap()) - int64(base)
+	// The newest object (1 MB, shared by the source, the cache and the handler) and
+	// slack for the runtime; a single old object left in the queue is another 1 MB.
+	const ceiling = size + size/2
+	t.Logf("%d updates of %d bytes: live heap grew by %d bytes (ceiling %d)", updates, size, grown, ceiling)
+	if grown > ceiling {
+		t.Fatalf("live heap grew by %d bytes after %d updates of one key with 1 MB objects: the delta queue keeps old objects alive (ceiling %d)", grown, updates, ceiling)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -61,18 +62,7 @@ func (v *view) OnDelete(o *obj, unknown bool) {
 // before the initial list is in the cache. A failing seed is printed; rerun it with
 // -model.seed=N.
 func TestModel(t *testing.T) {
-	seeds := *modelSeeds
-	if testing.Short() {
-		seeds = 10
-	}
-	for s := 1; s <= seeds; s++ {
-		seed := uint64(s)
-		if *modelSeed != 0 {
-			if s > 1 {
-				break
-			}
-			seed = *modelSeed
-		}
+	for _, seed := range testkit.Seeds(*modelSeeds, 10, 0, *modelSeed) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			runModel(t, seed, *modelOps)

@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // This file drives the reflector with sources that misbehave: one test per kind of bad
@@ -51,13 +53,7 @@ func (numericRevisions) CompareRevisions(a, b string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("revision %q is not a number", b)
 	}
-	switch {
-	case x < y:
-		return -1, nil
-	case x > y:
-		return 1, nil
-	}
-	return 0, nil
+	return cmp.Compare(x, y), nil
 }
 
 // orderedLW is a ListerWatcherFuncs with ordered revisions.
@@ -104,13 +100,13 @@ func (w *sliceWatch) Stop() {
 func newIdleWatch(ctx context.Context) Watch[*string] { return ChanWatch[*string](ctx, nil, nil) }
 
 // runBadSource runs an informer over lw and returns it, its reported errors and a stop.
-func runBadSource(t *testing.T, lw ListerWatcher[*string]) (*Informer[string, *string], *errList, *calls) {
+func runBadSource(t *testing.T, lw ListerWatcher[*string]) (*Informer[string, *string], *testkit.Errors, *calls) {
 	t.Helper()
-	reported := &errList{}
+	reported := &testkit.Errors{}
 	inf, err := New[string, *string](lw, Options[string, *string]{
 		Key:          ptrKey,
 		Backoff:      Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond, Jitter: -1},
-		ErrorHandler: reported.add,
+		ErrorHandler: reported.Report,
 		Logger:       discardLogger,
 	})
 	if err != nil {
@@ -127,25 +123,6 @@ func runBadSource(t *testing.T, lw ListerWatcher[*string]) (*Informer[string, *s
 	go func() { done <- inf.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return inf, reported, h
-}
-
-type errList struct {
-	mu   sync.Mutex
-	list []error
-}
-
-func (e *errList) add(err error) { e.mu.Lock(); e.list = append(e.list, err); e.mu.Unlock() }
-
-func (e *errList) matching(target error) []error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []error
-	for _, err := range e.list {
-		if errors.Is(err, target) {
-			out = append(out, err)
-		}
-	}
-	return out
 }
 
 type calls struct {
@@ -188,9 +165,9 @@ func goodList() List[*string] {
 
 // expectRecovery checks that the bad value was reported as bad input, counted, and that
 // the informer relisted and holds the good list.
-func expectRecovery(t *testing.T, inf *Informer[string, *string], reported *errList, lists *counter, minLists int) {
+func expectRecovery(t *testing.T, inf *Informer[string, *string], reported *testkit.Errors, lists *counter, minLists int) {
 	t.Helper()
-	waitState(t, "bad input reported", func() bool { return len(reported.matching(ErrBadInput)) > 0 })
+	waitState(t, "bad input reported", func() bool { return len(reported.Matching(ErrBadInput)) > 0 })
 	waitState(t, "relisted", func() bool { return lists.get() >= minLists })
 	waitState(t, "cache holds the good list", func() bool {
 		got := ReadList(inf)
@@ -257,9 +234,9 @@ func TestReflector_NilListItemsSkipped(t *testing.T) {
 	if got := h.get(); !slices.Equal(got, []string{"add a=1", "add b=1"}) {
 		t.Fatalf("handler calls %q", got)
 	}
-	bad := reported.matching(ErrBadInput)
+	bad := reported.Matching(ErrBadInput)
 	if len(bad) != 1 || !strings.Contains(bad[0].Error(), "2 nil items skipped in page 0 (the first at index 0)") {
-		t.Fatalf("reported %v", reported.list)
+		t.Fatalf("reported %v", reported.All())
 	}
 	if n := inf.Stats().KeyErrors; n != 0 {
 		t.Fatalf("KeyErrors = %d: the key function was called on a nil object", n)

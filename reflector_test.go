@@ -14,6 +14,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -25,12 +26,12 @@ func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 	src.Put(newObj("a", "g", "1"))
 	boom := errors.New("list failed")
 	src.FailNext(2, memory.OpList, boom)
-	var reported errs
+	var reported testkit.Errors
 	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
 		Key:          func(o *obj) (string, error) { return o.Key, nil },
 		Clock:        fc,
 		Backoff:      informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
-		ErrorHandler: reported.handle,
+		ErrorHandler: reported.Report,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -40,8 +41,8 @@ func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 	lists := func() int { return countOps(src, memory.OpList) }
 	// First list fails; the reflector waits 1s (one timer armed).
 	fc.WaitForWaiters(1, ctx.Done())
-	if lists() != 1 || !reported.any(boom) {
-		t.Fatalf("lists %d, reported %v", lists(), reported.list)
+	if lists() != 1 || len(reported.Matching(boom)) == 0 {
+		t.Fatalf("lists %d, reported %v", lists(), reported.All())
 	}
 	fc.Step(999 * time.Millisecond)
 	if lists() != 1 {
@@ -167,10 +168,8 @@ func listRequests(src *memory.Source[string, *obj]) []informer.ListOptions {
 // After a watch answered expired, the relist asks for a state at least as new as the last
 // revision seen (which a cache can serve), not for a consistent list.
 func TestReflector_RelistAfterExpiredWatchAsksLastRevision(t *testing.T) {
-	src := newSource(memory.Options{})
-	src.Put(newObj("a", "g", "1"))
-	ev := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+	src := f.src
 	src.WaitForWatches(context.Background(), 1)
 	rev := src.Put(newObj("a", "g", "2"))
 	ev.Expect(t, "add*a=1", "update a=1→2")
@@ -281,12 +280,12 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 					return informer.List[*obj]{}, nil, false
 				}
 			}}
-			var reported errs
+			var reported testkit.Errors
 			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
 				Key:          func(o *obj) (string, error) { return o.Key, nil },
 				PageSize:     2,
 				Backoff:      fastBackoff,
-				ErrorHandler: reported.handle,
+				ErrorHandler: reported.Report,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -318,8 +317,8 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			if n := inf.Stats().ConsistentLists; n != tc.consist {
 				t.Fatalf("ConsistentLists = %d, want %d", n, tc.consist)
 			}
-			if reported.any(informer.ErrBadInput) != tc.badInput {
-				t.Fatalf("reported %v, want bad input %v", reported.list, tc.badInput)
+			if (len(reported.Matching(informer.ErrBadInput)) > 0) != tc.badInput {
+				t.Fatalf("reported %v, want bad input %v", reported.All(), tc.badInput)
 			}
 			if got, want := len(informer.ReadList(inf)), src.Len(); got != want {
 				t.Fatalf("cache has %d objects, source %d", got, want)

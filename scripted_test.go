@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // scripted is a minimal source for the package's own tests: a fixed list, then the events
@@ -41,13 +43,7 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	}
 	r := newRecorder()
 	inf.AddHandler(r, HandlerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	runSynced(t, inf)
 	if got := inf.Stats().ReceivedRevision; got != "2" { // received before the cache had the list
 		t.Fatalf("ReceivedRevision = %q once synced, want the list's 2", got)
 	}
@@ -88,27 +84,18 @@ func TestReflector_MalformedPageRelists(t *testing.T) {
 			return ChanWatch[string](ctx, nil, nil), nil
 		},
 	}
-	var errsMu sync.Mutex
-	var reported []error
+	var reported testkit.Errors
 	inf, _ := New[string, string](lw, Options[string, string]{
 		Key:          func(s string) (string, error) { return s[:1], nil },
 		Backoff:      Backoff{Initial: time.Millisecond, Max: time.Millisecond, Jitter: -1},
-		ErrorHandler: func(err error) { errsMu.Lock(); reported = append(reported, err); errsMu.Unlock() },
+		ErrorHandler: reported.Report,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	runSynced(t, inf)
 	if got := ReadList(inf); !slices.Equal(got, []string{"a=2", "b=2"}) {
 		t.Fatalf("cache %q, want the consistent relist", got)
 	}
-	errsMu.Lock()
-	defer errsMu.Unlock()
-	if len(reported) != 1 || !errors.Is(reported[0], ErrBadInput) {
-		t.Fatalf("reported %v", reported)
+	if got := reported.All(); len(got) != 1 || !errors.Is(got[0], ErrBadInput) {
+		t.Fatalf("reported %v", got)
 	}
 	if inf.Stats().SourceErrors != 1 {
 		t.Fatal("not counted")
@@ -169,13 +156,7 @@ func TestInformer_ReadsGiveWayWhileChangesAreQueued(t *testing.T) {
 	if _, err := inf.AddHandler(r, HandlerOptions{QueueLength: 1, Policy: Block}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { r.Release(); cancel(); <-done }()
-	if WaitForCacheSync(ctx, inf) != nil {
-		t.Fatal("no sync")
-	}
+	runSynced(t, inf, r.Release)
 	if inf.Get("a"); yields.Load() != 0 {
 		t.Fatalf("a read with nothing queued gave way %d times", yields.Load())
 	}
@@ -244,5 +225,13 @@ func TestInformer_BatchLimits(t *testing.T) {
 				t.Fatalf("batchLimits() = %d keys, %d deltas; want %d, %d", keys, dels, c.keys, c.dels)
 			}
 		})
+	}
+}
+
+// runSynced runs inf until the end of the test (testkit.Run) and waits for its first sync.
+func runSynced[K comparable, V any](t testing.TB, inf *Informer[K, V], release ...func()) {
+	t.Helper()
+	if WaitForCacheSync(testkit.Run(t, inf, release...), inf) != nil {
+		t.Fatal("no sync")
 	}
 }

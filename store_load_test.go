@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // The bulk load of a restored state: unsorted keys, a duplicate (the last wins, its
@@ -74,7 +76,7 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 		pods[i] = &pod{name: fmt.Sprintf("p%06d", i), ns: fmt.Sprintf("ns%d", i%10), users: fmt.Sprintf("u%d", i%3)}
 		keys[i] = pods[i].name
 	}
-	h0 := liveHeap()
+	h0 := testkit.LiveHeap()
 	s := newPodStore(t)
 	s.Configure(func(err error) { t.Error(err) }, nil, func(string, string) {})
 	var notes []notification[string, *pod]
@@ -94,7 +96,7 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 		}
 	}
 	notes = nil
-	h1 := liveHeap()
+	h1 := testkit.LiveHeap()
 	dense := float64(h1-h0) / n
 	ref := newPodStore(t)
 	ref.mu.Lock()
@@ -109,9 +111,9 @@ func TestStore_FirstListPagesWrittenDensely(t *testing.T) {
 	if dense > 100 {
 		t.Errorf("trees written densely by pages take %.1f B/object; compacted ones about 80", dense)
 	}
-	h4 := liveHeap()
+	h4 := testkit.LiveHeap()
 	s.Compact()
-	h5 := liveHeap()
+	h5 := testkit.LiveHeap()
 	if after := dense + float64(h5-h4)/n; after < 0.9*dense {
 		t.Errorf("compacting the densely written trees saved %.0f %% (%.1f → %.1f B/object): they were not dense", 100*(1-after/dense), dense, after)
 	}

@@ -2,13 +2,13 @@ package informer_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -88,12 +88,12 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 		t.Run(call, func(t *testing.T) {
 			src := &panicky{Source: memory.New[string, *obj](objKey, memory.Options{}), call: call}
 			src.Put(newObj("a", "", "1"))
-			e := &errs{}
+			e := &testkit.Errors{}
 			inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
 				Key:          objKeyErr,
 				Name:         "panicky",
 				Logger:       quiet,
-				ErrorHandler: e.handle,
+				ErrorHandler: e.Report,
 				Backoff:      fastBackoff,
 			})
 			if err != nil {
@@ -108,16 +108,9 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 				src.DropWatches(informer.ErrUnavailable)
 			}
 			waitUntil(t, src.panicked.Load)
-			e.waitFor(t, informer.ErrBadInput)
-			e.mu.Lock()
-			var found error
-			for _, err := range e.list {
-				if errors.Is(err, informer.ErrBadInput) {
-					found = err
-				}
-			}
-			e.mu.Unlock()
-			msg := found.Error()
+			e.WaitFor(t, informer.ErrBadInput)
+			bad := e.Matching(informer.ErrBadInput)
+			msg := bad[len(bad)-1].Error()
 			if !strings.Contains(msg, `"panicky"`) || !strings.Contains(msg, call+" panicked") || !strings.Contains(msg, "boom") {
 				t.Fatalf("the error does not name the informer, the call and the panic: %v", msg)
 			}

@@ -642,15 +642,7 @@ func TestShutdownTimeout(t *testing.T) {
 }
 
 func TestStartOnce(t *testing.T) {
-	calls := testkit.NewLog()
-	rec := ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.Record(key)
-		return Result{}, nil
-	})
-	c, err := New(rec, Options[string]{Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, calls := recording(t, Options[string]{})
 	s := start(t, c)
 	c.Queue().Add("k")
 	calls.Next(t, 1) // Start is running
@@ -665,7 +657,7 @@ func TestStartOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, _ = New(rec, Options[string]{Logger: discard()})
+	c, _ = recording(t, Options[string]{})
 	if err := c.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -711,14 +703,7 @@ func TestWatchesMapsAndFilters(t *testing.T) {
 	src.Put(&obj{Name: "z"}) // no owner
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "children"})
 
-	calls := testkit.NewLog()
-	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.Record(key)
-		return Result{}, nil
-	}), Options[string]{Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, calls := recording(t, Options[string]{})
 	owner := func(o *obj) []string {
 		if o.Owner == "" {
 			return nil
@@ -755,11 +740,7 @@ func TestKeyFuncError(t *testing.T) {
 	src.Put(&obj{Name: "good"})
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
 	var logs logBuffer
-	calls := testkit.NewLog()
-	c, _ := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.Record(key)
-		return Result{}, nil
-	}), Options[string]{Logger: logs.logger()})
+	c, calls := recording(t, Options[string]{Logger: logs.logger()})
 	key := func(o *obj) (string, error) {
 		if o.Name == "bad" {
 			return "", errBoom
@@ -799,12 +780,8 @@ func TestStartBeforeInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := testkit.NewLog()
 	clk := clock.NewFake(time.Unix(0, 0))
-	c, _ := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.Record(key)
-		return Result{}, nil
-	}), Options[string]{Clock: clk, Logger: discard()})
+	c, calls := recording(t, Options[string]{Clock: clk})
 	if err := For(c, inf, objKeyErr); err != nil {
 		t.Fatal(err)
 	}
@@ -894,14 +871,7 @@ func TestForDefaultsToTheInformersKey(t *testing.T) {
 	src := newSource()
 	src.Put(&obj{Name: "a"})
 	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs", Key: func(o *obj) (string, error) { return "k/" + o.Name, nil }})
-	calls := testkit.NewLog()
-	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
-		calls.Record(key)
-		return Result{}, nil
-	}), Options[string]{Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, calls := recording(t, Options[string]{})
 	if err := For(c, inf, nil); err != nil {
 		t.Fatal(err)
 	}

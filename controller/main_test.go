@@ -102,6 +102,24 @@ func (s *started) stop(t *testing.T) error {
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// recording returns a controller whose reconciler records each key in the returned log and
+// succeeds. A nil opts.Logger discards.
+func recording(t *testing.T, opts Options[string]) (*Controller[string], *testkit.Log) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = discard()
+	}
+	calls := testkit.NewLog()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.Record(key)
+		return Result{}, nil
+	}), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, calls
+}
+
 // logBuffer collects log output safely from many goroutines.
 type logBuffer struct{ testkit.LogBuffer }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 
 	"github.com/informer-go/informer/source/memory"
@@ -27,10 +28,29 @@ var adversarial = flag.Bool("adversarial", false, "run the adversarial benchmark
 // and sends a GET of query; it reads nothing.
 func dialFrom(tb testing.TB, addr string, from byte, query string) net.Conn {
 	tb.Helper()
-	d := net.Dialer{}
+	d := &net.Dialer{}
 	if from != 0 {
 		d.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, from)}
 	}
+	return dialGet(tb, d, addr, query)
+}
+
+// openWatches opens n watches from resourceVersion from on bare sockets to srv at addr and
+// waits until the server counts them open.
+func openWatches(tb testing.TB, srv *Server[string, *wiretest.Obj], addr string, n int, from string) []net.Conn {
+	tb.Helper()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = dialFrom(tb, addr, 0, "watch=1&resourceVersion="+from)
+	}
+	wiretest.Eventually(tb, "the watchers to open", func() bool { return srv.Stats().OpenWatches == int64(n) })
+	return conns
+}
+
+// dialGet opens a connection to addr with d, closed at the end of the test, and sends a
+// GET of query; it reads nothing.
+func dialGet(tb testing.TB, d *net.Dialer, addr, query string) net.Conn {
+	tb.Helper()
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
@@ -51,16 +71,6 @@ func status(tb testing.TB, conn net.Conn) int {
 		tb.Fatal(err)
 	}
 	return resp.StatusCode
-}
-
-// memInUse is the heap and goroutine stacks in use, after two collections, so that
-// nothing left in a sync.Pool (whose victims survive one) is counted.
-func memInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc + m.StackInuse
 }
 
 // heapAndStacks is the heap (spans in use, HeapInuse) and the goroutine stacks in use
@@ -113,11 +123,7 @@ func BenchmarkWatcherCost(b *testing.B) {
 		from := int64(i + 2) // the log revision: the initial object, then one change a round
 		wiretest.Eventually(b, "the server to hold the last change", func() bool { return srv.src.Revision() == from })
 		cost := startWatcherCost()
-		conns := make([]net.Conn, n)
-		for j := range conns {
-			conns[j] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+rev(srv, from))
-		}
-		wiretest.Eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
+		conns := openWatches(b, srv, addr, n, rev(srv, from))
 		val := fmt.Sprint("round", i)
 		wiretest.Put(up.src, "a", val)
 		for _, c := range conns { // each has its change: the server is idle again
@@ -212,7 +218,7 @@ func BenchmarkAdversarialStalledLists(b *testing.B) {
 	ts := startServer(b, srv)
 	addr := ts.Listener.Addr().String()
 	for _, clients := range []int{1, 50} {
-		before := memInUse()
+		before := testkit.MemInUse()
 		served, rejected := 0, 0
 		var conns []net.Conn
 		for i := range 50 {
@@ -225,7 +231,7 @@ func BenchmarkAdversarialStalledLists(b *testing.B) {
 				rejected++
 			}
 		}
-		held := float64(int64(memInUse())-int64(before)) / (1 << 20)
+		held := float64(int64(testkit.MemInUse())-int64(before)) / (1 << 20)
 		b.ReportMetric(held, fmt.Sprintf("MiB-held-%dclients", clients))
 		b.ReportMetric(float64(served), fmt.Sprintf("served-%dclients", clients))
 		b.ReportMetric(float64(rejected), fmt.Sprintf("429s-%dclients", clients))

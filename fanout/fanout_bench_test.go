@@ -79,15 +79,7 @@ func watchConn(tb testing.TB, addr, query string, readBuffer int) net.Conn {
 			return serr
 		}
 	}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
-	if _, err := fmt.Fprintf(conn, "GET /?%s HTTP/1.1\r\nHost: x\r\n\r\n", query); err != nil {
-		tb.Fatal(err)
-	}
-	return conn
+	return dialGet(tb, &d, addr, query)
 }
 
 // BenchmarkFilterDispatch measures one change of an object on team "x" (encode, log,

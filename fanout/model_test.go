@@ -19,6 +19,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -33,15 +34,8 @@ var modelSeeds = flag.Int("model.seeds", 0, "number of seeds of TestModelHTTP (0
 // TestModel on the downstream handler: convergence of cache and handler to the source,
 // per key a subsequence of the key's real states, a valid life cycle.
 func TestModelHTTP(t *testing.T) {
-	seeds := 6
-	if testing.Short() {
-		seeds = 2
-	}
-	if *modelSeeds > 0 {
-		seeds = *modelSeeds
-	}
-	for s := 1; s <= seeds; s++ {
-		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runModelHTTP(t, uint64(s)) })
+	for _, seed := range testkit.Seeds(6, 2, *modelSeeds, 0) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runModelHTTP(t, seed) })
 	}
 }
 

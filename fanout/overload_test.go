@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wire"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
@@ -401,7 +402,7 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 		}
 	}
 	for _, readers := range []int{0, 16} {
-		before, rev0 := memInUse(), srv.src.Revision()
+		before, rev0 := testkit.MemInUse(), srv.src.Revision()
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Go(func() { write(stop) })
@@ -439,7 +440,7 @@ func BenchmarkAdversarialSlowListReaders(b *testing.B) {
 			})
 		}
 		time.Sleep(6 * time.Second) // the duration of the load, not a synchronisation
-		held := float64(int64(memInUse())-int64(before)) / (1 << 20)
+		held := float64(int64(testkit.MemInUse())-int64(before)) / (1 << 20)
 		close(stop)
 		wg.Wait()
 		b.ReportMetric(held, fmt.Sprintf("MiB-held-%dreaders", readers))
@@ -493,11 +494,7 @@ func BenchmarkAdversarialBurstThenQuiet(b *testing.B) {
 	stale, staleRuns := 0, 0
 	for run := range runs {
 		from := srv.Revision()
-		conns := make([]net.Conn, watchers)
-		for i := range conns {
-			conns[i] = dialFrom(b, addr, 0, "watch=1&resourceVersion="+from)
-		}
-		wiretest.Eventually(b, "the watchers to open", func() bool { return srv.Stats().OpenWatches == watchers })
+		conns := openWatches(b, srv, addr, watchers, from)
 		var last int64
 		for i := range burst {
 			last = wiretest.Put(src, fmt.Sprintf("k%03d", i%100), fmt.Sprint(run, ".", i))

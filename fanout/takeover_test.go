@@ -87,11 +87,7 @@ func TestServerIdleWatcherGoroutines(t *testing.T) {
 	addr := ts.Listener.Addr().String()
 	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
 	before := runtime.NumGoroutine()
-	conns := make([]net.Conn, n)
-	for i := range conns {
-		conns[i] = dialFrom(t, addr, 0, "watch=1&resourceVersion="+rev(srv, 1))
-	}
-	wiretest.Eventually(t, "the watchers to open", func() bool { return srv.Stats().OpenWatches == n })
+	conns := openWatches(t, srv, addr, n, rev(srv, 1))
 	wiretest.Put(up.src, "a", "2")
 	for _, c := range conns {
 		br := readWatchHead(t, c)

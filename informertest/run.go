@@ -3,6 +3,8 @@ package informertest
 import (
 	"context"
 	"testing"
+
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // Runner is what Run starts: an *informer.Informer, or anything else whose Run blocks
@@ -22,23 +24,7 @@ type Runner interface {
 // Run costs one goroutine, which has ended when the test's cleanup returns.
 func Run(t testing.TB, r Runner, release ...func()) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		for _, f := range release {
-			f()
-		}
-		cancel()
-		if err := <-done; err != nil {
-			if n, ok := r.(interface{ Name() string }); ok {
-				t.Errorf("informer %s: Run: %v", n.Name(), err)
-				return
-			}
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return ctx
+	return testkit.Run(t, r, release...)
 }
 
 // SyncRunner is a Runner that reports its first sync, as *informer.Informer does.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,38 +39,6 @@ func pipeWorkload() (initial []*pipeObj, ops []pipeOp) {
 		return &pipeObj{Key: ns + "/" + name, Namespace: ns, Name: name,
 			App: fmt.Sprintf("app-%03d", (i*7919)%500), Revision: fmt.Sprint(rev), Payload: make([]byte, 64)}
 	})
-}
-
-// pipeCounter counts handler calls and closes reached at the target count.
-type pipeCounter struct {
-	n, target atomic.Int64
-	reached   atomic.Pointer[chan struct{}]
-}
-
-func (c *pipeCounter) inc() {
-	if c.n.Add(1) == c.target.Load() {
-		close(*c.reached.Load())
-	}
-}
-func (c *pipeCounter) OnAdd(*pipeObj, bool)    { c.inc() }
-func (c *pipeCounter) OnUpdate(_, _ *pipeObj)  { c.inc() }
-func (c *pipeCounter) OnDelete(*pipeObj, bool) { c.inc() }
-
-func (c *pipeCounter) expect(n int64) {
-	ch := make(chan struct{})
-	c.reached.Store(&ch)
-	c.target.Store(n)
-	if c.n.Load() >= n {
-		close(ch)
-	}
-}
-
-func (c *pipeCounter) wait(b *testing.B) {
-	select {
-	case <-*c.reached.Load():
-	case <-time.After(2 * time.Minute):
-		b.Fatalf("handler saw %d of %d notifications", c.n.Load(), c.target.Load())
-	}
 }
 
 // BenchmarkPipeline runs the root package's BenchmarkPipeline workload twice per round,
@@ -121,10 +88,10 @@ func benchPipeline(b *testing.B, initial []*pipeObj, ops []pipeOp, withMetrics b
 				b.Fatal(err)
 			}
 		}
-		handlers := make([]*pipeCounter, 4)
+		handlers := make([]*testkit.CallCounter[*pipeObj], 4)
 		for i := range handlers {
-			handlers[i] = &pipeCounter{}
-			handlers[i].expect(pipeInitial)
+			handlers[i] = &testkit.CallCounter[*pipeObj]{}
+			handlers[i].Expect(pipeInitial)
 			if _, err := inf.AddHandler(handlers[i], informer.HandlerOptions{Name: fmt.Sprint("h", i), Policy: informer.Block}); err != nil {
 				b.Fatal(err)
 			}
@@ -136,8 +103,8 @@ func benchPipeline(b *testing.B, initial []*pipeObj, ops []pipeOp, withMetrics b
 		go func() { done <- inf.Run(ctx) }()
 		_ = informer.WaitForCacheSync(ctx, inf)
 		for _, h := range handlers {
-			h.wait(b)
-			h.expect(pipeInitial + pipeEvents)
+			h.WaitFor(b, 2*time.Minute)
+			h.Expect(pipeInitial + pipeEvents)
 		}
 		start, startCPU := time.Now(), cpuTime()
 		for _, op := range ops {
@@ -148,7 +115,7 @@ func benchPipeline(b *testing.B, initial []*pipeObj, ops []pipeOp, withMetrics b
 			}
 		}
 		for _, h := range handlers {
-			h.wait(b)
+			h.WaitFor(b, 2*time.Minute)
 		}
 		if reg != nil {
 			if _, err := reg.Gather(); err != nil {

@@ -67,18 +67,14 @@ func TestControllerSeries(t *testing.T) {
 	if err := controller.For(c, inf, func(it *item) (string, error) { return it.Name, nil }); err != nil {
 		t.Fatal(err)
 	}
-	expectSeries(t, reg, `
-# HELP controller_runtime_max_concurrent_reconciles Maximum number of concurrent reconciles per controller.
-# TYPE controller_runtime_max_concurrent_reconciles gauge
-controller_runtime_max_concurrent_reconciles{controller="items"} 2
-# HELP controller_runtime_reconcile_total Total number of reconciliations per controller, by result: success, error, requeue, requeue_after, terminal.
-# TYPE controller_runtime_reconcile_total counter
-controller_runtime_reconcile_total{controller="items",result="error"} 0
-controller_runtime_reconcile_total{controller="items",result="requeue"} 0
-controller_runtime_reconcile_total{controller="items",result="requeue_after"} 0
-controller_runtime_reconcile_total{controller="items",result="success"} 0
-controller_runtime_reconcile_total{controller="items",result="terminal"} 0
-`, "controller_runtime_max_concurrent_reconciles", "controller_runtime_reconcile_total")
+	expectSeries(t, reg, exposition(
+		`controller_runtime_max_concurrent_reconciles{controller="items"} 2`,
+		`controller_runtime_reconcile_total{controller="items",result="error"} 0`,
+		`controller_runtime_reconcile_total{controller="items",result="requeue"} 0`,
+		`controller_runtime_reconcile_total{controller="items",result="requeue_after"} 0`,
+		`controller_runtime_reconcile_total{controller="items",result="success"} 0`,
+		`controller_runtime_reconcile_total{controller="items",result="terminal"} 0`,
+	), "controller_runtime_max_concurrent_reconciles", "controller_runtime_reconcile_total")
 
 	stopInformer := run(t, inf)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,48 +93,24 @@ controller_runtime_reconcile_total{controller="items",result="terminal"} 0
 	// 8 reconciles: a; b twice; c; d twice; e twice. 8 adds: the 5 keys, b's and d's
 	// retries and e's requeue. The last reconcile's counts land just after its key is
 	// reported finished: wait for the expected state, which is then stable.
-	want := `
-# HELP controller_runtime_reconcile_total Total number of reconciliations per controller, by result: success, error, requeue, requeue_after, terminal.
-# TYPE controller_runtime_reconcile_total counter
-controller_runtime_reconcile_total{controller="items",result="error"} 2
-controller_runtime_reconcile_total{controller="items",result="requeue"} 0
-controller_runtime_reconcile_total{controller="items",result="requeue_after"} 1
-controller_runtime_reconcile_total{controller="items",result="success"} 4
-controller_runtime_reconcile_total{controller="items",result="terminal"} 1
-# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors per controller (terminal errors and panics included).
-# TYPE controller_runtime_reconcile_errors_total counter
-controller_runtime_reconcile_errors_total{controller="items"} 3
-# HELP controller_runtime_terminal_reconcile_errors_total Total number of terminal reconciliation errors per controller.
-# TYPE controller_runtime_terminal_reconcile_errors_total counter
-controller_runtime_terminal_reconcile_errors_total{controller="items"} 1
-# HELP controller_runtime_reconcile_panics_total Total number of reconciliation panics per controller.
-# TYPE controller_runtime_reconcile_panics_total counter
-controller_runtime_reconcile_panics_total{controller="items"} 1
-# HELP controller_runtime_active_workers Number of currently used workers per controller.
-# TYPE controller_runtime_active_workers gauge
-controller_runtime_active_workers{controller="items"} 0
-# HELP controller_runtime_max_concurrent_reconciles Maximum number of concurrent reconciles per controller.
-# TYPE controller_runtime_max_concurrent_reconciles gauge
-controller_runtime_max_concurrent_reconciles{controller="items"} 2
-# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
-# TYPE workqueue_depth gauge
-workqueue_depth{name="items"} 0
-# HELP workqueue_adds_total Total number of adds handled by the work queue (adds merged into an item already queued are not counted).
-# TYPE workqueue_adds_total counter
-workqueue_adds_total{name="items"} 8
-# HELP workqueue_retries_total Total number of retries (rate-limited adds) handled by the work queue.
-# TYPE workqueue_retries_total counter
-workqueue_retries_total{name="items"} 2
-# HELP workqueue_unfinished_work_seconds How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.
-# TYPE workqueue_unfinished_work_seconds gauge
-workqueue_unfinished_work_seconds{name="items"} 0
-# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for the work queue been running.
-# TYPE workqueue_longest_running_processor_seconds gauge
-workqueue_longest_running_processor_seconds{name="items"} 0
-# HELP informer_store_objects Objects in the informer's cache.
-# TYPE informer_store_objects gauge
-informer_store_objects{name="items"} 5
-`
+	want := exposition(
+		`controller_runtime_reconcile_total{controller="items",result="error"} 2`,
+		`controller_runtime_reconcile_total{controller="items",result="requeue"} 0`,
+		`controller_runtime_reconcile_total{controller="items",result="requeue_after"} 1`,
+		`controller_runtime_reconcile_total{controller="items",result="success"} 4`,
+		`controller_runtime_reconcile_total{controller="items",result="terminal"} 1`,
+		`controller_runtime_reconcile_errors_total{controller="items"} 3`,
+		`controller_runtime_terminal_reconcile_errors_total{controller="items"} 1`,
+		`controller_runtime_reconcile_panics_total{controller="items"} 1`,
+		`controller_runtime_active_workers{controller="items"} 0`,
+		`controller_runtime_max_concurrent_reconciles{controller="items"} 2`,
+		`workqueue_depth{name="items"} 0`,
+		`workqueue_adds_total{name="items"} 8`,
+		`workqueue_retries_total{name="items"} 2`,
+		`workqueue_unfinished_work_seconds{name="items"} 0`,
+		`workqueue_longest_running_processor_seconds{name="items"} 0`,
+		`informer_store_objects{name="items"} 5`,
+	)
 	names := []string{"controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
 		"controller_runtime_terminal_reconcile_errors_total", "controller_runtime_reconcile_panics_total",
 		"controller_runtime_active_workers", "controller_runtime_max_concurrent_reconciles",

@@ -126,18 +126,12 @@ func TestInformerSeries(t *testing.T) {
 	}
 
 	// Before Run: nothing listed yet, no revision.
-	expectSeries(t, reg, `
-# HELP informer_lists_total Lists started by the informer, streaming lists included.
-# TYPE informer_lists_total counter
-informer_lists_total{name="items"} 0
-# HELP informer_synced 1 once the informer's initial list is in its cache, else 0.
-# TYPE informer_synced gauge
-informer_synced{name="items"} 0
-# HELP informer_handler_synced 1 once the handler has been given the initial state, else 0.
-# TYPE informer_handler_synced gauge
-informer_handler_synced{handler="log",name="items"} 0
-informer_handler_synced{handler="panicky",name="items"} 0
-`, "informer_lists_total", "informer_synced", "informer_handler_synced", "informer_last_sync_revision")
+	expectSeries(t, reg, exposition(
+		`informer_lists_total{name="items"} 0`,
+		`informer_synced{name="items"} 0`,
+		`informer_handler_synced{handler="log",name="items"} 0`,
+		`informer_handler_synced{handler="panicky",name="items"} 0`,
+	), "informer_lists_total", "informer_synced", "informer_handler_synced", "informer_last_sync_revision")
 
 	stop := run(t, inf)
 	for _, r := range []*informertest.Recorder[*item]{logH, panicH} {
@@ -164,93 +158,55 @@ informer_handler_synced{handler="panicky",name="items"} 0
 		return true
 	})
 
-	expectSeries(t, reg, `
-# HELP informer_lists_total Lists started by the informer, streaming lists included.
-# TYPE informer_lists_total counter
-informer_lists_total{name="items"} 2
-# HELP informer_list_errors_total Lists that failed.
-# TYPE informer_list_errors_total counter
-informer_list_errors_total{name="items"} 1
-# HELP informer_relists_total Lists, the initial one included, whose result replaced the content of the informer's cache.
-# TYPE informer_relists_total counter
-informer_relists_total{name="items"} 1
-# HELP informer_watches_total Watches opened by the informer.
-# TYPE informer_watches_total counter
-informer_watches_total{name="items"} 2
-# HELP informer_watch_errors_total Watches that failed.
-# TYPE informer_watch_errors_total counter
-informer_watch_errors_total{name="items"} 1
-# HELP informer_expirations_total Times the informer found its revision expired.
-# TYPE informer_expirations_total counter
-informer_expirations_total{name="items"} 0
-# HELP informer_watch_events_total Watch events received, by type.
-# TYPE informer_watch_events_total counter
-informer_watch_events_total{name="items",type="added"} 1
-informer_watch_events_total{name="items",type="bookmark"} 1
-informer_watch_events_total{name="items",type="deleted"} 1
-informer_watch_events_total{name="items",type="modified"} 1
-# HELP informer_errors_total Errors the informer reported, by kind: key, index or transform function failures, objects the source could not decode, other bad input from the source, handler panics, other.
-# TYPE informer_errors_total counter
-informer_errors_total{kind="decode",name="items"} 0
-informer_errors_total{kind="handler_panic",name="items"} 1
-informer_errors_total{kind="index",name="items"} 0
-informer_errors_total{kind="key",name="items"} 1
-informer_errors_total{kind="other",name="items"} 2
-informer_errors_total{kind="source",name="items"} 0
-informer_errors_total{kind="transform",name="items"} 1
-# HELP informer_store_objects Objects in the informer's cache.
-# TYPE informer_store_objects gauge
-informer_store_objects{name="items"} 3
-# HELP informer_synced 1 once the informer's initial list is in its cache, else 0.
-# TYPE informer_synced gauge
-informer_synced{name="items"} 1
-# HELP informer_last_sync_revision Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer.
-# TYPE informer_last_sync_revision gauge
-informer_last_sync_revision{name="items"} 8
-# HELP informer_handler_queue_depth Notifications waiting for the handler, the one being delivered included.
-# TYPE informer_handler_queue_depth gauge
-informer_handler_queue_depth{handler="log",name="items"} 0
-informer_handler_queue_depth{handler="panicky",name="items"} 0
-# HELP informer_handler_delivered_total Calls made to the handler.
-# TYPE informer_handler_delivered_total counter
-informer_handler_delivered_total{handler="log",name="items"} 6
-informer_handler_delivered_total{handler="panicky",name="items"} 6
-# HELP informer_handler_coalesced_total Notifications merged into a newer one because the handler's queue was full.
-# TYPE informer_handler_coalesced_total counter
-informer_handler_coalesced_total{handler="log",name="items"} 0
-informer_handler_coalesced_total{handler="panicky",name="items"} 0
-# HELP informer_handler_blocked_total Times the informer waited for room in the handler's queue.
-# TYPE informer_handler_blocked_total counter
-informer_handler_blocked_total{handler="log",name="items"} 0
-informer_handler_blocked_total{handler="panicky",name="items"} 0
-# HELP informer_handler_panics_total Handler calls that panicked.
-# TYPE informer_handler_panics_total counter
-informer_handler_panics_total{handler="log",name="items"} 0
-informer_handler_panics_total{handler="panicky",name="items"} 1
-# HELP informer_handler_synced 1 once the handler has been given the initial state, else 0.
-# TYPE informer_handler_synced gauge
-informer_handler_synced{handler="log",name="items"} 1
-informer_handler_synced{handler="panicky",name="items"} 1
-# HELP informer_applied_total Changes applied to the informer's cache, listed objects and resyncs included.
-# TYPE informer_applied_total counter
-informer_applied_total{name="items"} 6
-# HELP informer_list_items Objects per successful list.
-# TYPE informer_list_items histogram
-informer_list_items_bucket{name="items",le="1"} 0
-informer_list_items_bucket{name="items",le="4"} 1
-informer_list_items_bucket{name="items",le="16"} 1
-informer_list_items_bucket{name="items",le="64"} 1
-informer_list_items_bucket{name="items",le="256"} 1
-informer_list_items_bucket{name="items",le="1024"} 1
-informer_list_items_bucket{name="items",le="4096"} 1
-informer_list_items_bucket{name="items",le="16384"} 1
-informer_list_items_bucket{name="items",le="65536"} 1
-informer_list_items_bucket{name="items",le="262144"} 1
-informer_list_items_bucket{name="items",le="1.048576e+06"} 1
-informer_list_items_bucket{name="items",le="+Inf"} 1
-informer_list_items_sum{name="items"} 4
-informer_list_items_count{name="items"} 1
-`, "informer_lists_total", "informer_list_errors_total", "informer_relists_total",
+	expectSeries(t, reg, exposition(
+		`informer_lists_total{name="items"} 2`,
+		`informer_list_errors_total{name="items"} 1`,
+		`informer_relists_total{name="items"} 1`,
+		`informer_watches_total{name="items"} 2`,
+		`informer_watch_errors_total{name="items"} 1`,
+		`informer_expirations_total{name="items"} 0`,
+		`informer_watch_events_total{name="items",type="added"} 1`,
+		`informer_watch_events_total{name="items",type="bookmark"} 1`,
+		`informer_watch_events_total{name="items",type="deleted"} 1`,
+		`informer_watch_events_total{name="items",type="modified"} 1`,
+		`informer_errors_total{kind="decode",name="items"} 0`,
+		`informer_errors_total{kind="handler_panic",name="items"} 1`,
+		`informer_errors_total{kind="index",name="items"} 0`,
+		`informer_errors_total{kind="key",name="items"} 1`,
+		`informer_errors_total{kind="other",name="items"} 2`,
+		`informer_errors_total{kind="source",name="items"} 0`,
+		`informer_errors_total{kind="transform",name="items"} 1`,
+		`informer_store_objects{name="items"} 3`,
+		`informer_synced{name="items"} 1`,
+		`informer_last_sync_revision{name="items"} 8`,
+		`informer_handler_queue_depth{handler="log",name="items"} 0`,
+		`informer_handler_queue_depth{handler="panicky",name="items"} 0`,
+		`informer_handler_delivered_total{handler="log",name="items"} 6`,
+		`informer_handler_delivered_total{handler="panicky",name="items"} 6`,
+		`informer_handler_coalesced_total{handler="log",name="items"} 0`,
+		`informer_handler_coalesced_total{handler="panicky",name="items"} 0`,
+		`informer_handler_blocked_total{handler="log",name="items"} 0`,
+		`informer_handler_blocked_total{handler="panicky",name="items"} 0`,
+		`informer_handler_panics_total{handler="log",name="items"} 0`,
+		`informer_handler_panics_total{handler="panicky",name="items"} 1`,
+		`informer_handler_synced{handler="log",name="items"} 1`,
+		`informer_handler_synced{handler="panicky",name="items"} 1`,
+		`informer_applied_total{name="items"} 6`,
+		`informer_list_items_bucket{name="items",le="1"} 0`,
+		`informer_list_items_bucket{name="items",le="4"} 1`,
+		`informer_list_items_bucket{name="items",le="16"} 1`,
+		`informer_list_items_bucket{name="items",le="64"} 1`,
+		`informer_list_items_bucket{name="items",le="256"} 1`,
+		`informer_list_items_bucket{name="items",le="1024"} 1`,
+		`informer_list_items_bucket{name="items",le="4096"} 1`,
+		`informer_list_items_bucket{name="items",le="16384"} 1`,
+		`informer_list_items_bucket{name="items",le="65536"} 1`,
+		`informer_list_items_bucket{name="items",le="262144"} 1`,
+		`informer_list_items_bucket{name="items",le="1.048576e+06"} 1`,
+		`informer_list_items_bucket{name="items",le="+Inf"} 1`,
+		`informer_list_items_sum{name="items"} 4`,
+		`informer_list_items_count{name="items"} 1`,
+	), "informer_lists_total", "informer_list_errors_total", "informer_relists_total",
 		"informer_watches_total", "informer_watch_errors_total", "informer_expirations_total",
 		"informer_watch_events_total", "informer_errors_total", "informer_store_objects",
 		"informer_synced", "informer_last_sync_revision", "informer_handler_queue_depth",
@@ -298,46 +254,40 @@ func TestInformerHandlers(t *testing.T) {
 	add(informer.HandlerOptions{Name: "two", MeasureLatency: true})
 	add(informer.HandlerOptions{})            // named handler-3 by the informer
 	add(informer.HandlerOptions{Name: "one"}) // a second "one": one#2
-	expectSeries(t, reg, `
-# HELP informer_handler_delivered_total Calls made to the handler.
-# TYPE informer_handler_delivered_total counter
-informer_handler_delivered_total{handler="handler-3",name="items"} 0
-informer_handler_delivered_total{handler="one",name="items"} 0
-informer_handler_delivered_total{handler="one#2",name="items"} 0
-informer_handler_delivered_total{handler="two",name="items"} 0
-# HELP informer_handler_delivery_latency_seconds Time notifications waited in the handler's queue; kept for handlers added with HandlerOptions.MeasureLatency.
-# TYPE informer_handler_delivery_latency_seconds histogram
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.001"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.0025"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.005"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.01"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.025"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.05"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.1"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.25"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.5"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="1"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="2.5"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="5"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="10"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="30"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="60"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="120"} 0
-informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="+Inf"} 0
-informer_handler_delivery_latency_seconds_sum{handler="two",name="items"} 0
-informer_handler_delivery_latency_seconds_count{handler="two",name="items"} 0
-`, "informer_handler_delivered_total", "informer_handler_delivery_latency_seconds")
+	expectSeries(t, reg, exposition(
+		`informer_handler_delivered_total{handler="handler-3",name="items"} 0`,
+		`informer_handler_delivered_total{handler="one",name="items"} 0`,
+		`informer_handler_delivered_total{handler="one#2",name="items"} 0`,
+		`informer_handler_delivered_total{handler="two",name="items"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.001"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.0025"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.005"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.01"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.025"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.05"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.1"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.25"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="0.5"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="1"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="2.5"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="5"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="10"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="30"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="60"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="120"} 0`,
+		`informer_handler_delivery_latency_seconds_bucket{handler="two",name="items",le="+Inf"} 0`,
+		`informer_handler_delivery_latency_seconds_sum{handler="two",name="items"} 0`,
+		`informer_handler_delivery_latency_seconds_count{handler="two",name="items"} 0`,
+	), "informer_handler_delivered_total", "informer_handler_delivery_latency_seconds")
 
 	if !inf.RemoveHandler(one) {
 		t.Fatal("RemoveHandler(one): false")
 	}
-	expectSeries(t, reg, `
-# HELP informer_handler_delivered_total Calls made to the handler.
-# TYPE informer_handler_delivered_total counter
-informer_handler_delivered_total{handler="handler-3",name="items"} 0
-informer_handler_delivered_total{handler="one",name="items"} 0
-informer_handler_delivered_total{handler="two",name="items"} 0
-`, "informer_handler_delivered_total")
+	expectSeries(t, reg, exposition(
+		`informer_handler_delivered_total{handler="handler-3",name="items"} 0`,
+		`informer_handler_delivered_total{handler="one",name="items"} 0`,
+		`informer_handler_delivered_total{handler="two",name="items"} 0`,
+	), "informer_handler_delivered_total")
 
 	// A second informer of the same name is refused; another name is fine.
 	if _, err := metrics.RegisterInformer(reg, newInformer(t, src, "items")); !alreadyRegistered(err) {
@@ -347,12 +297,10 @@ informer_handler_delivered_total{handler="two",name="items"} 0
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectSeries(t, reg, `
-# HELP informer_store_objects Objects in the informer's cache.
-# TYPE informer_store_objects gauge
-informer_store_objects{name="items"} 0
-informer_store_objects{name="others"} 0
-`, "informer_store_objects")
+	expectSeries(t, reg, exposition(
+		`informer_store_objects{name="items"} 0`,
+		`informer_store_objects{name="others"} 0`,
+	), "informer_store_objects")
 
 	im.Unregister()
 	other.Unregister()
@@ -402,11 +350,9 @@ func TestInformerStopFreesName(t *testing.T) {
 	if oldM.Unregister() {
 		t.Error("Unregister of the stopped informer: true, want false")
 	}
-	want := `
-# HELP informer_last_sync_revision Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer.
-# TYPE informer_last_sync_revision gauge
-informer_last_sync_revision{name="fake"} 2
-`
+	want := exposition(
+		`informer_last_sync_revision{name="fake"} 2`,
+	)
 	expectSeries(t, reg, want, "informer_last_sync_revision")
 	if !nextM.Unregister() {
 		t.Error("Unregister of the running informer: false, want true")
@@ -439,10 +385,7 @@ func TestLastSyncRevision(t *testing.T) {
 			defer im.Unregister()
 			want := ""
 			if tc.want != "" {
-				want = `
-# HELP informer_last_sync_revision Revision of the last list or watch event the informer received (its 15 least significant digits); absent until then, or when the revision is not a decimal integer.
-# TYPE informer_last_sync_revision gauge
-informer_last_sync_revision{name="fake"} ` + tc.want + "\n"
+				want = exposition(`informer_last_sync_revision{name="fake"} ` + tc.want)
 			}
 			expectSeries(t, reg, want, "informer_last_sync_revision")
 		})

@@ -27,11 +27,9 @@ func TestQueueSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Registered but not yet given to a queue: the gauges computed by the queue are absent.
-	expectSeries(t, reg, `
-# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
-# TYPE workqueue_depth gauge
-workqueue_depth{name="jobs"} 0
-`, "workqueue_depth", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
+	expectSeries(t, reg, exposition(
+		`workqueue_depth{name="jobs"} 0`,
+	), "workqueue_depth", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
 
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	q := workqueue.New(workqueue.Options[string]{Name: "jobs", Clock: clk, Metrics: qm, RateLimiter: noDelay[string]{}})
@@ -50,42 +48,24 @@ workqueue_depth{name="jobs"} 0
 	get("b") // waited 3 s
 	clk.Step(500 * time.Millisecond)
 	// a has been processed for 1.5 s, b for 0.5 s.
-	expectSeries(t, reg, `
-# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
-# TYPE workqueue_depth gauge
-workqueue_depth{name="jobs"} 0
-# HELP workqueue_adds_total Total number of adds handled by the work queue (adds merged into an item already queued are not counted).
-# TYPE workqueue_adds_total counter
-workqueue_adds_total{name="jobs"} 2
-# HELP workqueue_unfinished_work_seconds How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.
-# TYPE workqueue_unfinished_work_seconds gauge
-workqueue_unfinished_work_seconds{name="jobs"} 2
-# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for the work queue been running.
-# TYPE workqueue_longest_running_processor_seconds gauge
-workqueue_longest_running_processor_seconds{name="jobs"} 1.5
-`, "workqueue_depth", "workqueue_adds_total", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
+	expectSeries(t, reg, exposition(
+		`workqueue_depth{name="jobs"} 0`,
+		`workqueue_adds_total{name="jobs"} 2`,
+		`workqueue_unfinished_work_seconds{name="jobs"} 2`,
+		`workqueue_longest_running_processor_seconds{name="jobs"} 1.5`,
+	), "workqueue_depth", "workqueue_adds_total", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
 
 	q.Add("a")            // a is being processed: queued again on Done (an add)
 	q.Done("a")           // worked 1.5 s; a queued again
 	q.AddRateLimited("b") // a retry, at once: b is being processed, queued again on Done
 	q.Done("b")           // worked 0.5 s; b queued again
-	expectSeries(t, reg, `
-# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
-# TYPE workqueue_depth gauge
-workqueue_depth{name="jobs"} 2
-# HELP workqueue_adds_total Total number of adds handled by the work queue (adds merged into an item already queued are not counted).
-# TYPE workqueue_adds_total counter
-workqueue_adds_total{name="jobs"} 4
-# HELP workqueue_retries_total Total number of retries (rate-limited adds) handled by the work queue.
-# TYPE workqueue_retries_total counter
-workqueue_retries_total{name="jobs"} 1
-# HELP workqueue_unfinished_work_seconds How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.
-# TYPE workqueue_unfinished_work_seconds gauge
-workqueue_unfinished_work_seconds{name="jobs"} 0
-# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for the work queue been running.
-# TYPE workqueue_longest_running_processor_seconds gauge
-workqueue_longest_running_processor_seconds{name="jobs"} 0
-`, "workqueue_depth", "workqueue_adds_total", "workqueue_retries_total", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
+	expectSeries(t, reg, exposition(
+		`workqueue_depth{name="jobs"} 2`,
+		`workqueue_adds_total{name="jobs"} 4`,
+		`workqueue_retries_total{name="jobs"} 1`,
+		`workqueue_unfinished_work_seconds{name="jobs"} 0`,
+		`workqueue_longest_running_processor_seconds{name="jobs"} 0`,
+	), "workqueue_depth", "workqueue_adds_total", "workqueue_retries_total", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds")
 	if n, sum := histogram(t, reg, "workqueue_queue_duration_seconds"); n != 2 || sum != 5 {
 		t.Errorf("workqueue_queue_duration_seconds: %d samples summing to %v, want 2 summing to 5", n, sum)
 	}
@@ -93,25 +73,23 @@ workqueue_longest_running_processor_seconds{name="jobs"} 0
 		t.Errorf("workqueue_work_duration_seconds: %d samples summing to %v, want 2 summing to 2", n, sum)
 	}
 	// The buckets are client-go's: 2 s and 3 s fall in the le="10" bucket, not le="1".
-	expectSeries(t, reg, `
-# HELP workqueue_queue_duration_seconds How long in seconds an item stays in the work queue before being requested.
-# TYPE workqueue_queue_duration_seconds histogram
-workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-08"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-07"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-06"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-06"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-05"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="0.001"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="0.01"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="0.1"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="1"} 0
-workqueue_queue_duration_seconds_bucket{name="jobs",le="10"} 2
-workqueue_queue_duration_seconds_bucket{name="jobs",le="100"} 2
-workqueue_queue_duration_seconds_bucket{name="jobs",le="1000"} 2
-workqueue_queue_duration_seconds_bucket{name="jobs",le="+Inf"} 2
-workqueue_queue_duration_seconds_sum{name="jobs"} 5
-workqueue_queue_duration_seconds_count{name="jobs"} 2
-`, "workqueue_queue_duration_seconds")
+	expectSeries(t, reg, exposition(
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-08"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-07"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-06"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-06"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-05"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="0.001"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="0.01"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="0.1"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1"} 0`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="10"} 2`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="100"} 2`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1000"} 2`,
+		`workqueue_queue_duration_seconds_bucket{name="jobs",le="+Inf"} 2`,
+		`workqueue_queue_duration_seconds_sum{name="jobs"} 5`,
+		`workqueue_queue_duration_seconds_count{name="jobs"} 2`,
+	), "workqueue_queue_duration_seconds")
 	lint(t, reg)
 
 	q.ShutDown() // removes the series
@@ -146,12 +124,10 @@ func TestQueueNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectSeries(t, reg, `
-# HELP workqueue_depth Current depth of the work queue: items waiting for Get.
-# TYPE workqueue_depth gauge
-workqueue_depth{name="jobs"} 0
-workqueue_depth{name="other"} 0
-`, "workqueue_depth")
+	expectSeries(t, reg, exposition(
+		`workqueue_depth{name="jobs"} 0`,
+		`workqueue_depth{name="other"} 0`,
+	), "workqueue_depth")
 	first.Unregister()
 	again, err := metrics.RegisterQueue(reg, "jobs")
 	if err != nil {

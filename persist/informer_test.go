@@ -16,6 +16,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/persist"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
@@ -42,15 +43,8 @@ func newSource() *memory.Source[string, *item] {
 type life struct {
 	inf  *informer.Informer[string, *item]
 	rec  *informertest.Recorder[*item]
-	mu   sync.Mutex
-	errs []error
+	errs testkit.Errors
 	stop func()
-}
-
-func (l *life) errors() []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.errs)
 }
 
 func start(t *testing.T, src informer.ListerWatcher[*item], f informer.Persister[string, *item], mutate func(*informer.Options[string, *item])) *life {
@@ -62,12 +56,8 @@ func start(t *testing.T, src informer.ListerWatcher[*item], f informer.Persister
 		Indexers: informer.Indexers[*item]{
 			"group": informer.IndexBy(func(it *item) (string, error) { return it.Group, nil }),
 		},
-		Backoff: informer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
-		ErrorHandler: func(err error) {
-			l.mu.Lock()
-			l.errs = append(l.errs, err)
-			l.mu.Unlock()
-		},
+		Backoff:      informer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+		ErrorHandler: l.errs.Report,
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -140,7 +130,7 @@ func firstLife(t *testing.T, src *memory.Source[string, *item], f *persist.File[
 	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1")
 	catchUp(t, l, src)
 	l.stop()
-	if errs := l.errors(); len(errs) != 0 {
+	if errs := l.errs.All(); len(errs) != 0 {
 		t.Fatalf("first life reported %v", errs)
 	}
 }
@@ -201,7 +191,7 @@ func TestWarmRestartMemory(t *testing.T) {
 	src.Put(&item{Name: "e", Group: "g1", Value: "1"})
 	l.rec.Expect(t, "add*a=1", "add*b=1", "add*c=1", "update b=1→2", "delete c=1", "add d=1", "add e=1")
 	l.stop()
-	if errs := l.errors(); len(errs) != 0 {
+	if errs := l.errs.All(); len(errs) != 0 {
 		t.Fatalf("errors: %v", errs)
 	}
 
@@ -255,17 +245,6 @@ func restartCompacted(t *testing.T, mutate func(*informer.Options[string, *item]
 	return src, start(t, src, f, mutate)
 }
 
-// errorsMatching returns the reported errors that match target.
-func errorsMatching(errs []error, target error) []error {
-	var out []error
-	for _, err := range errs {
-		if errors.Is(err, target) {
-			out = append(out, err)
-		}
-	}
-	return out
-}
-
 // A damaged snapshot is refused with a reported reason and the informer starts cold.
 func TestWarmRestartRefusesCorrupt(t *testing.T) {
 	src := newSource()
@@ -287,8 +266,8 @@ func TestWarmRestartRefusesCorrupt(t *testing.T) {
 	if l.inf.Stats().Restored {
 		t.Fatal("Restored after a refused snapshot")
 	}
-	if errs := errorsMatching(l.errors(), persist.ErrCorrupt); len(errs) != 1 {
-		t.Fatalf("want one ErrCorrupt reported, got %v", l.errors())
+	if errs := l.errs.Matching(persist.ErrCorrupt); len(errs) != 1 {
+		t.Fatalf("want one ErrCorrupt reported, got %v", l.errs.All())
 	}
 }
 
@@ -321,8 +300,8 @@ func TestWarmRestartRefusesIncompatible(t *testing.T) {
 			}
 			l := start(t, src, f2, tc.mutate)
 			l.rec.Expect(t, "add*a=1", "add*b=2", "add*d=1")
-			if errs := errorsMatching(l.errors(), persist.ErrIncompatible); len(errs) != 1 {
-				t.Fatalf("want one ErrIncompatible reported, got %v", l.errors())
+			if errs := l.errs.Matching(persist.ErrIncompatible); len(errs) != 1 {
+				t.Fatalf("want one ErrIncompatible reported, got %v", l.errs.All())
 			}
 		})
 	}
@@ -493,7 +472,7 @@ func TestRestoreIndexError(t *testing.T) {
 	catchUp(t, l, src)
 	checkCache(t, l)
 	var oe *informer.ObjectError
-	if errs := l.errors(); len(errs) != 1 || !errors.As(errs[0], &oe) || oe.Key != "b" {
+	if errs := l.errs.All(); len(errs) != 1 || !errors.As(errs[0], &oe) || oe.Key != "b" {
 		t.Fatalf("errors %v, want one ObjectError for b", errs)
 	}
 	if st := l.inf.Stats(); st.IndexErrors != 1 {

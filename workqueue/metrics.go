@@ -129,25 +129,27 @@ func (m *queueMetrics[T]) done(item T) {
 }
 
 func (q *Queue[T]) unfinishedWorkSeconds() float64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now := q.metrics.clk.Now()
-	var total time.Duration
-	for _, t := range q.metrics.startedAt {
-		total += now.Sub(t)
-	}
+	total, _ := q.inProgress()
 	return total.Seconds()
 }
 
 func (q *Queue[T]) longestRunningProcessorSeconds() float64 {
+	_, longest := q.inProgress()
+	return longest.Seconds()
+}
+
+// inProgress returns the total and the longest time the items being processed have been
+// processed for.
+func (q *Queue[T]) inProgress() (total, longest time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.metrics.clk.Now()
-	var longest time.Duration
 	for _, t := range q.metrics.startedAt {
-		longest = max(longest, now.Sub(t))
+		d := now.Sub(t)
+		total += d
+		longest = max(longest, d)
 	}
-	return longest.Seconds()
+	return total, longest
 }
 
 // nop stands in for a metric the provider left out.

@@ -95,8 +95,7 @@ type ExponentialRateLimiter[T comparable] struct {
 	// Max caps the delay. Zero or less means DefaultMaxDelay.
 	Max time.Duration
 
-	mu       sync.Mutex
-	failures map[T]int
+	failures failureCounts[T]
 }
 
 // NewExponentialRateLimiter returns an ExponentialRateLimiter with the given base and cap.
@@ -107,13 +106,7 @@ func NewExponentialRateLimiter[T comparable](base, max time.Duration) *Exponenti
 // When records a failure of item and returns Base·2^(failures before this one), capped at
 // Max. It does not overflow, however many failures there were.
 func (r *ExponentialRateLimiter[T]) When(item T) time.Duration {
-	r.mu.Lock()
-	if r.failures == nil {
-		r.failures = make(map[T]int)
-	}
-	exp := r.failures[item]
-	r.failures[item] = exp + 1
-	r.mu.Unlock()
+	exp := r.failures.add(item) - 1
 
 	base, maxDelay := r.Base, r.Max
 	if base <= 0 {
@@ -130,18 +123,10 @@ func (r *ExponentialRateLimiter[T]) When(item T) time.Duration {
 }
 
 // Forget drops item's failure count.
-func (r *ExponentialRateLimiter[T]) Forget(item T) {
-	r.mu.Lock()
-	delete(r.failures, item)
-	r.mu.Unlock()
-}
+func (r *ExponentialRateLimiter[T]) Forget(item T) { r.failures.forget(item) }
 
 // NumRequeues returns the number of failures recorded for item.
-func (r *ExponentialRateLimiter[T]) NumRequeues(item T) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failures[item]
-}
+func (r *ExponentialRateLimiter[T]) NumRequeues(item T) int { return r.failures.count(item) }
 
 // FastSlowRateLimiter retries an item after Fast for its first FastAttempts failures and
 // after Slow from then on. It keeps one counter per item until Forget.
@@ -156,8 +141,7 @@ type FastSlowRateLimiter[T comparable] struct {
 	// FastAttempts is how many failures get the Fast delay.
 	FastAttempts int
 
-	mu       sync.Mutex
-	failures map[T]int
+	failures failureCounts[T]
 }
 
 // NewFastSlowRateLimiter returns a FastSlowRateLimiter with the given delays and number of
@@ -169,31 +153,46 @@ func NewFastSlowRateLimiter[T comparable](fast, slow time.Duration, fastAttempts
 // When records a failure of item and returns Fast if it is one of the first FastAttempts
 // failures, Slow otherwise.
 func (r *FastSlowRateLimiter[T]) When(item T) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.failures == nil {
-		r.failures = make(map[T]int)
-	}
-	n := r.failures[item] + 1
-	r.failures[item] = n
-	if n <= r.FastAttempts {
+	if r.failures.add(item) <= r.FastAttempts {
 		return r.Fast
 	}
 	return r.Slow
 }
 
 // Forget drops item's failure count.
-func (r *FastSlowRateLimiter[T]) Forget(item T) {
-	r.mu.Lock()
-	delete(r.failures, item)
-	r.mu.Unlock()
-}
+func (r *FastSlowRateLimiter[T]) Forget(item T) { r.failures.forget(item) }
 
 // NumRequeues returns the number of failures recorded for item.
-func (r *FastSlowRateLimiter[T]) NumRequeues(item T) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failures[item]
+func (r *FastSlowRateLimiter[T]) NumRequeues(item T) int { return r.failures.count(item) }
+
+// failureCounts counts the failures of each item until it is forgotten: the per-item state
+// of ExponentialRateLimiter and FastSlowRateLimiter. The zero value is ready to use.
+type failureCounts[T comparable] struct {
+	mu sync.Mutex
+	n  map[T]int
+}
+
+// add records a failure of item and returns its failures so far, this one included.
+func (c *failureCounts[T]) add(item T) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = make(map[T]int)
+	}
+	c.n[item]++
+	return c.n[item]
+}
+
+func (c *failureCounts[T]) forget(item T) {
+	c.mu.Lock()
+	delete(c.n, item)
+	c.mu.Unlock()
+}
+
+func (c *failureCounts[T]) count(item T) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[item]
 }
 
 // BucketRateLimiter is a token bucket shared by all items (golang.org/x/time/rate): Burst

@@ -274,21 +274,35 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 
 	// The scripted changes: each is written to etcd, then waited for, so that the output
 	// comes in order.
+	// write puts doc under name, or deletes name if doc is empty, and returns the revision.
+	write := func(name, doc string) (int64, error) {
+		if doc == "" {
+			d, err := client.Delete(ctx, opts.prefix+name)
+			if err != nil {
+				return 0, err
+			}
+			return d.Header.Revision, nil
+		}
+		p, err := client.Put(ctx, opts.prefix+name, doc)
+		if err != nil {
+			return 0, err
+		}
+		return p.Header.Revision, nil
+	}
+	// heard waits for the handler to report one change.
+	heard := func() error {
+		select {
+		case <-changes:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	var last string // the revision of the last write, which the cache has reached
 	for _, step := range script {
-		var resp *clientv3.PutResponse
-		var rev int64
-		if step.doc == "" {
-			d, err := client.Delete(ctx, opts.prefix+step.name)
-			if err != nil {
-				return err
-			}
-			rev = d.Header.Revision
-		} else {
-			if resp, err = client.Put(ctx, opts.prefix+step.name, step.doc); err != nil {
-				return err
-			}
-			rev = resp.Header.Revision
+		rev, err := write(step.name, step.doc)
+		if err != nil {
+			return err
 		}
 		// Read your own write: once the informer has reached the write's revision, the
 		// cache holds it.
@@ -299,10 +313,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		if step.broken {
 			continue // reported, not a change
 		}
-		select {
-		case <-changes:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := heard(); err != nil {
+			return err
 		}
 	}
 	if err := query(); err != nil {
@@ -320,18 +332,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	say("stopped the mirror; its cache is saved in %s", opts.stateDir)
 	var rev int64
 	for _, step := range whileDown {
-		if step.doc == "" {
-			d, err := client.Delete(ctx, opts.prefix+step.name)
-			if err != nil {
-				return err
-			}
-			rev = d.Header.Revision
-		} else {
-			p, err := client.Put(ctx, opts.prefix+step.name, step.doc)
-			if err != nil {
-				return err
-			}
-			rev = p.Header.Revision
+		if rev, err = write(step.name, step.doc); err != nil {
+			return err
 		}
 	}
 	inf, reg, stopMirror, err = mirror()
@@ -350,10 +352,8 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 		return err
 	}
 	for range whileDown {
-		select {
-		case <-changes:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := heard(); err != nil {
+			return err
 		}
 	}
 	if err := query(); err != nil {

@@ -1,6 +1,9 @@
 package testkit
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 // Op is one change of a generated workload: the object of Obj, or its delete.
 type Op[V any] struct {
@@ -42,4 +45,24 @@ func W1[V any](initial, events int, mk func(id, rev int) V) (objs []V, ops []Op[
 		}
 	}
 	return objs, ops
+}
+
+// Seeds returns the seeds a seeded test runs: only, if it is not zero (to reproduce a
+// failure); else 1 to set if set > 0 (a -model.seeds flag); else 1 to n, or 1 to short
+// with -short.
+func Seeds(n, short, set int, only uint64) []uint64 {
+	if only != 0 {
+		return []uint64{only}
+	}
+	if testing.Short() {
+		n = short
+	}
+	if set > 0 {
+		n = set
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return seeds
 }

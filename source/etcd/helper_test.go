@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -386,7 +387,7 @@ func assertMirrors(t testing.TB, inf *informer.Informer[string, *item], src *etc
 		}
 		got[k] = it.Value
 	}
-	if !mapsEqual(got, want) {
+	if !maps.Equal(got, want) {
 		t.Fatalf("cache differs from etcd at revision %d:\n%s", resp.Header.Revision, mapDiff(got, want))
 	}
 }
@@ -409,18 +410,6 @@ func waitForRevision(t testing.TB, ctx context.Context, inf *informer.Informer[s
 			_ = src.RequestProgress(ctx)
 		}
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func mapDiff(got, want map[string]string) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -161,7 +162,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	for k, it := range inf.All() {
 		got[k] = it.Value
 	}
-	if !mapsEqual(got, initial) {
+	if !maps.Equal(got, initial) {
 		fail("synced cache differs from the initial list:\n%s", mapDiff(got, initial))
 	}
 
@@ -252,7 +253,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	for k, it := range inf.All() {
 		cache[k] = it.Value
 	}
-	if !mapsEqual(cache, final) {
+	if !maps.Equal(cache, final) {
 		fail("cache differs from the model:\n%s", mapDiff(cache, final))
 	}
 	for _, v := range views {

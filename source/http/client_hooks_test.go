@@ -13,42 +13,25 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 
 	"github.com/informer-go/informer"
 )
 
-// decodeErrors records the errors given to ClientOptions.OnDecodeError.
-type decodeErrors struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (d *decodeErrors) report(err error) {
-	d.mu.Lock()
-	d.errs = append(d.errs, err)
-	d.mu.Unlock()
-}
-
-func (d *decodeErrors) get() []error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Clone(d.errs)
-}
-
 // A list item that does not decode is left out and reported; the rest of the page is
 // used. Through an informer the error reaches its handler and fanout.Stats.DecodeErrors, and a
 // later change of the item that decodes reaches the cache as an Added event.
 func TestClientListSkipsUndecodableItems(t *testing.T) {
-	var errs decodeErrors
+	var errs testkit.Errors
 	_, ts := newFake(t, []string{listBody("5", o("a", "1"), `{"name":"b","val":7}`, o("c", "1"))},
 		stream(ev("MODIFIED", "6", o("b", "fixed"))))
-	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{OnDecodeError: errs.report})
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{OnDecodeError: errs.Report})
 	l, err := c.List(context.Background(), informer.ListOptions{})
 	if err != nil || wiretest.State(l.Items) != "a=1 c=1" || l.Revision != "5" {
 		t.Fatalf("%s @%s, %v", wiretest.State(l.Items), l.Revision, err)
 	}
-	got := errs.get()
+	got := errs.All()
 	if len(got) != 1 || c.DecodeErrors() != 1 {
 		t.Fatalf("reported %v, counted %d", got, c.DecodeErrors())
 	}
@@ -176,7 +159,7 @@ func parseStoreToken(tok string) (rev, after string, err error) {
 }
 
 // storeOptions are the five extension points set up for fakeStore.
-func storeOptions(errs *decodeErrors) ClientOptions[*wiretest.Obj] {
+func storeOptions(errs *testkit.Errors) ClientOptions[*wiretest.Obj] {
 	decodeRow := func(raw json.RawMessage) (*wiretest.Obj, error) {
 		var row struct {
 			K string `json:"k"`
@@ -276,7 +259,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*wiretest.Obj] {
 			}
 			return nil
 		},
-		OnDecodeError: errs.report,
+		OnDecodeError: errs.Report,
 	}
 }
 
@@ -286,7 +269,7 @@ func storeOptions(errs *decodeErrors) ClientOptions[*wiretest.Obj] {
 func TestClientRequestHooksAndListOptions(t *testing.T) {
 	store := &fakeStore{current: 9, rows: []string{`a:"1"`, `b:"2"`, `c:"3"`, `d:"4"`, `e:"5"`}}
 	ts := wiretest.ServeFunc(t, store.ServeHTTP)
-	var errs decodeErrors
+	var errs testkit.Errors
 	c := newTestClient(t, ts.URL+"/ignored?x=1", storeOptions(&errs))
 
 	// Lists pinned at different revisions run at once; each page reports its own.
@@ -365,7 +348,7 @@ func TestClientDecodeFrame(t *testing.T) {
 		`{"err":{"code":11,"msg":"compacted"}}`,
 	}}
 	ts := wiretest.ServeFunc(t, store.ServeHTTP)
-	var errs decodeErrors
+	var errs testkit.Errors
 	c := newTestClient(t, ts.URL, storeOptions(&errs))
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
 	if err != nil {
@@ -402,7 +385,7 @@ func TestClientDecodeFrame(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	reported := errs.get()
+	reported := errs.All()
 	if len(reported) != 1 || c.DecodeErrors() != 1 || !errors.Is(reported[0], informer.ErrDecode) ||
 		!strings.HasPrefix(reported[0].Error(), `httpsource POST `+ts.URL+`/watch: cannot decode {"k":"d","v":7}: json: cannot unmarshal number`) {
 		t.Errorf("reported %v (counted %d)", reported, c.DecodeErrors())
@@ -424,7 +407,7 @@ func TestClientDecodeFrame(t *testing.T) {
 func TestClientClassify(t *testing.T) {
 	store := &fakeStore{current: 9, rows: []string{`a:"1"`}, fail: 50}
 	ts := wiretest.ServeFunc(t, store.ServeHTTP)
-	var errs decodeErrors
+	var errs testkit.Errors
 	c := newTestClient(t, ts.URL, storeOptions(&errs))
 	_, err := c.List(context.Background(), informer.ListOptions{Limit: 1, Continue: storeToken("40", "a")})
 	wantError(t, err, "httpsource POST "+ts.URL+"/range: server said 400 BadRequest: required revision has been compacted", informer.ErrExpired)

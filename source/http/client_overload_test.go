@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 )
 
@@ -124,7 +125,7 @@ func BenchmarkAdversarialEndlessBatch(b *testing.B) {
 	const bound = 16 << 20
 	var lists atomic.Int64
 	c := newTestClient(b, endlessBatch(b, 1<<10, &lists).URL, ClientOptions[*wiretest.Obj]{MaxBatchBytes: bound})
-	before := memInUse()
+	before := testkit.MemInUse()
 	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "10"})
 	if err != nil {
 		b.Fatal(err)
@@ -146,16 +147,6 @@ func BenchmarkAdversarialEndlessBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(int64(peak)-int64(before))/(1<<20), "peak-heap-MiB@16MiB-bound")
 	b.ReportMetric(float64(boolInt(errors.Is(err, informer.ErrBadInput) && strings.Contains(err.Error(), "MaxBatchBytes"))), "ended-by-bound")
-}
-
-// memInUse is the heap and goroutine stacks in use, after two collections, so that
-// nothing left in a sync.Pool (whose victims survive one) is counted.
-func memInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc + m.StackInuse
 }
 
 func boolInt(v bool) int {

@@ -420,6 +420,19 @@ func (r *rig) wait(timeout time.Duration) error {
 	return nil
 }
 
+// startRig is newRig then startListed.
+func startRig(side Side, cfg rigConfig, listed, then int) (*rig, func(), error) {
+	r, err := newRig(side, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop, err := r.startListed(listed, then)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, stop, nil
+}
+
 // startListed starts the informer, waits until every handler has seen the listed objects
 // and arms the counter for then more calls after them. stop stops the informer; after an
 // error nothing runs.

@@ -142,16 +142,12 @@ type Variant struct {
 // W1With is W1 (and W4, with readers) as v says.
 func W1With(side Side, s *Stream, v Variant) (Figures, error) {
 	readers := v.Readers
-	r, err := newRig(side, rigConfig{
+	r, stop, err := startRig(side, rigConfig{
 		lists:     []*listSpec{{items: s.Initial, rev: s.InitialRev}},
 		stream:    s,
 		handlers:  4,
 		structKey: v.StructKey,
-	})
-	if err != nil {
-		return nil, err
-	}
-	stop, err := r.startListed(s.Objects, s.Events)
+	}, s.Objects, s.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -265,18 +261,14 @@ func W2With(side Side, n int, v Variant) (Figures, error) {
 // and events/s reached.
 func W3(side Side, s *Stream, handlers int, rate float64) (Figures, error) {
 	emit := make([]int64, s.Events+1)
-	r, err := newRig(side, rigConfig{
+	r, stop, err := startRig(side, rigConfig{
 		lists:    []*listSpec{{items: s.Initial, rev: s.InitialRev}},
 		stream:   s,
 		handlers: handlers,
 		emit:     emit,
 		base:     time.Now(),
 		rate:     rate,
-	})
-	if err != nil {
-		return nil, err
-	}
-	stop, err := r.startListed(s.Objects, s.Events)
+	}, s.Objects, s.Events)
 	if err != nil {
 		return nil, err
 	}
