@@ -35,11 +35,11 @@ modules:
 ## (v0.0.0-<commit time>-<12 hex>) in every go.mod, and point go.work's replacements at it.
 ## Run it after a commit whose root API the other modules need, and commit the result.
 pin:
-	cd tools && GOWORK=off $(GO) run ./modcheck pin
+	cd tools && GOWORK=off GODEBUG=goindex=0 $(GO) run ./modcheck pin
 
 ## tidy: go mod tidy in every module, the repository's own modules from the local proxy.
 tidy:
-	cd tools && GOWORK=off $(GO) run ./modcheck tidy
+	cd tools && GOWORK=off GODEBUG=goindex=0 $(GO) run ./modcheck tidy
 
 ## bench: the pipeline benchmarks of every module.
 bench:
