@@ -43,6 +43,7 @@
 //	informer_list_items                    histogram  objects per successful list
 //	informer_watch_duration_seconds        histogram  how long each watch stayed open
 //	informer_applied_total                 counter  changes applied to the cache (listed objects, resyncs included)
+//	informer_duplicates_total              counter  objects sent again for a cached key: a key twice in a list, an ADDED of a cached key
 //	informer_errors_total{kind}            counter  errors reported: key, index, transform, decode,
 //	                                                source, handler_panic, other
 //	informer_store_objects                 gauge    objects in the cache

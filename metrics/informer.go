@@ -128,7 +128,7 @@ type informerCollector struct {
 	m   *InformerMetrics // the registration that removes it
 
 	lists, listErrors, relists, watches, watchErrors, expirations *prometheus.Desc
-	events, errs, applied, quorumLists                            *prometheus.Desc
+	events, errs, applied, quorumLists, duplicates                *prometheus.Desc
 	objects, synced, lastRevision                                 *prometheus.Desc
 	listDuration, listItems, watchDuration                        *prometheus.Desc
 
@@ -152,6 +152,7 @@ func newInformerCollector(src StatsProvider, m *InformerMetrics) *informerCollec
 		expirations:   d("informer_expirations_total", "Times the informer found its revision expired."),
 		events:        d("informer_watch_events_total", "Watch events received, by type.", "type"),
 		applied:       d("informer_applied_total", "Changes applied to the informer's cache, listed objects and resyncs included."),
+		duplicates:    d("informer_duplicates_total", "Objects the source sent for a key the informer already had: a key twice in one list, or an ADDED event for a cached key."),
 		listDuration:  d("informer_list_duration_seconds", "Duration of the informer's lists, failed ones and streaming lists included."),
 		listItems:     d("informer_list_items", "Objects per successful list."),
 		watchDuration: d("informer_watch_duration_seconds", "How long each watch stayed open, from its request to its end."),
@@ -173,7 +174,7 @@ func newInformerCollector(src StatsProvider, m *InformerMetrics) *informerCollec
 func (c *informerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range [...]*prometheus.Desc{
 		c.lists, c.listErrors, c.relists, c.quorumLists, c.watches, c.watchErrors, c.expirations,
-		c.events, c.errs, c.applied, c.objects, c.synced, c.lastRevision,
+		c.events, c.errs, c.applied, c.duplicates, c.objects, c.synced, c.lastRevision,
 		c.listDuration, c.listItems, c.watchDuration,
 		c.hQueued, c.hDelivered, c.hCoalesced, c.hBlocked, c.hPanics, c.hSynced, c.hLatency,
 	} {
@@ -213,6 +214,7 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.errs, v, errorKinds[i])
 	}
 	counter(c.applied, s.Applied)
+	counter(c.duplicates, s.Duplicates)
 	histogram(ch, c.listDuration, s.ListDuration)
 	histogram(ch, c.listItems, s.ListItems)
 	histogram(ch, c.watchDuration, s.WatchDuration)

@@ -192,6 +192,7 @@ func TestInformerSeries(t *testing.T) {
 		`informer_handler_synced{handler="log",name="items"} 1`,
 		`informer_handler_synced{handler="panicky",name="items"} 1`,
 		`informer_applied_total{name="items"} 6`,
+		`informer_duplicates_total{name="items"} 0`,
 		`informer_list_items_bucket{name="items",le="1"} 0`,
 		`informer_list_items_bucket{name="items",le="4"} 1`,
 		`informer_list_items_bucket{name="items",le="16"} 1`,
@@ -212,7 +213,7 @@ func TestInformerSeries(t *testing.T) {
 		"informer_synced", "informer_last_sync_revision", "informer_handler_queue_depth",
 		"informer_handler_delivered_total", "informer_handler_coalesced_total",
 		"informer_handler_blocked_total", "informer_handler_panics_total",
-		"informer_handler_synced", "informer_applied_total", "informer_list_items")
+		"informer_handler_synced", "informer_applied_total", "informer_duplicates_total", "informer_list_items")
 	// The durations vary; their counts do not: two lists (one failed), no watch ended yet
 	// (the first failed to open, the second is open). The list saw 4 objects: the one
 	// whose transform fails was dropped before, the one whose key fails after.
@@ -441,4 +442,38 @@ func TestGatherWhileRunning(t *testing.T) {
 	if err := <-gathered; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A key listed twice in one list is counted in informer_duplicates_total, and reported
+// once as bad input from the source.
+func TestInformerDuplicatesSeries(t *testing.T) {
+	lw := informer.ListerWatcherFuncs[*item]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*item], error) {
+			return informer.List[*item]{Items: []*item{{Name: "a"}, {Name: "b"}, {Name: "a", Value: 1}}, Revision: "3"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*item], error) {
+			return informer.ChanWatch[*item](ctx, nil, nil), nil
+		},
+	}
+	inf, err := informer.New(lw, informer.Options[string, *item]{Name: "dups", Key: func(it *item) (string, error) { return it.Name, nil }, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.RegisterInformer(reg, inf); err != nil {
+		t.Fatal(err)
+	}
+	run(t, inf)
+	waitUntil(t, func() bool { return inf.Stats().Synced })
+	expectSeries(t, reg, exposition(
+		`informer_duplicates_total{name="dups"} 1`,
+		`informer_errors_total{kind="decode",name="dups"} 0`,
+		`informer_errors_total{kind="handler_panic",name="dups"} 0`,
+		`informer_errors_total{kind="index",name="dups"} 0`,
+		`informer_errors_total{kind="key",name="dups"} 0`,
+		`informer_errors_total{kind="other",name="dups"} 0`,
+		`informer_errors_total{kind="source",name="dups"} 1`,
+		`informer_errors_total{kind="transform",name="dups"} 0`,
+		`informer_store_objects{name="dups"} 2`,
+	), "informer_duplicates_total", "informer_errors_total", "informer_store_objects")
 }

@@ -84,6 +84,7 @@ var families = map[string]struct{ help, typ string }{
 	"informer_handler_blocked_total":                     {"Times the informer waited for room in the handler's queue.", "counter"},
 	"informer_handler_panics_total":                      {"Handler calls that panicked.", "counter"},
 	"informer_applied_total":                             {"Changes applied to the informer's cache, listed objects and resyncs included.", "counter"},
+	"informer_duplicates_total":                          {"Objects the source sent for a key the informer already had: a key twice in one list, or an ADDED event for a cached key.", "counter"},
 	"informer_list_items":                                {"Objects per successful list.", "histogram"},
 	"informer_handler_delivery_latency_seconds":          {"Time notifications waited in the handler's queue; kept for handlers added with HandlerOptions.MeasureLatency.", "histogram"},
 	"workqueue_queue_duration_seconds":                   {"How long in seconds an item stays in the work queue before being requested.", "histogram"},
