@@ -66,9 +66,9 @@ func TestInformer_ExpiredSecondPageDeliversOnce(t *testing.T) {
 			}
 			// A change after the sync: once it is delivered, everything before it was.
 			events <- watchResult{ev: informer.Event[*obj]{Type: informer.Added, Object: &obj{Key: "cm02", Val: "12", Rev: "12"}, Revision: "103"}}
-			got := rec.WaitFor(t, 3)
+			rec.WaitFor(t, 3)
 			want := []string{"add*cm00=10", "add*cm01=11", "add cm02=12"}
-			if got = rec.Calls(); !slices.Equal(got, want) {
+			if got := rec.Calls(); !slices.Equal(got, want) {
 				t.Fatalf("lists %d: calls %q, want %q", lists.Load(), got, want)
 			}
 		})

@@ -24,9 +24,6 @@ import (
 // campaign loop, a timer.
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m, nil) }
 
-// waitLimit bounds every wait; reaching it is a failure, never a way to synchronise.
-const waitLimit = testkit.WaitLimit
-
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // recv waits for a value from ch, failing the test after waitLimit.
