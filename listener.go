@@ -219,8 +219,6 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 
 func (l *listener[K, V]) name() string { return l.opts.Name }
 
-func (l *listener[K, V]) hasSynced() bool { return l.synced.Load() }
-
 func (l *listener[K, V]) syncedChan() <-chan struct{} { return l.syncedCh }
 
 func (l *listener[K, V]) stats() HandlerStats {
@@ -233,6 +231,7 @@ func (l *listener[K, V]) stats() HandlerStats {
 		Coalesced: l.coalesce.Load(),
 		Blocked:   l.blocked.Load(),
 		Panics:    l.panics.Load(),
+		Synced:    l.synced.Load(),
 		Latency:   Histogram(l.latency.Snapshot()),
 	}
 }

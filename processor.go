@@ -122,18 +122,15 @@ type Registration struct {
 }
 
 type listenerControl interface {
-	hasSynced() bool
 	syncedChan() <-chan struct{}
 	stats() HandlerStats
 	name() string
 }
 
-// HasSynced reports whether the handler has been called for the whole initial state: the
-// initial list, or for a handler added later the cache as it was then. It is per handler:
-// other handlers may still be behind (unlike client-go's informer-wide HasSynced).
-func (r *Registration) HasSynced() bool { return r.l.hasSynced() }
-
-// Synced returns a channel closed once HasSynced is true.
+// Synced returns a channel closed once the handler has been called for the whole initial
+// state: the initial list, or for a handler added later the cache as it was then. It is
+// per handler: other handlers may still be behind (unlike client-go's informer-wide
+// HasSynced). To poll instead of wait, read Stats().Synced.
 func (r *Registration) Synced() <-chan struct{} { return r.l.syncedChan() }
 
 // Stats returns the handler's delivery counters.
@@ -154,6 +151,9 @@ type HandlerStats struct {
 	Blocked uint64
 	// Panics counts handler calls that panicked (recovered; the notification is skipped).
 	Panics uint64
+	// Synced is true once Registration.Synced is closed: the handler has been called for
+	// the whole initial state.
+	Synced bool
 	// Latency is the distribution of the time notifications waited in the queue, in
 	// seconds; empty (nil Bounds) unless HandlerOptions.MeasureLatency is set.
 	Latency Histogram
