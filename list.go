@@ -199,6 +199,16 @@ func (ls *lister[V]) Keep(items []V, op string, page int) []V {
 	return kept
 }
 
+// The source's calls are a trust boundary: a panic in List (callList), Watch, Watch.Next
+// or Watch.Stop (the reflector's callWatch, next and stop) is recovered and becomes an
+// error matching ErrBadInput that names the call, reported like any failure of the
+// source; the reflector backs off and lists again.
+
+// sourcePanic is the error of a panic p in the source's call.
+func sourcePanic(call string, p any) error {
+	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
+}
+
 // callList calls the source's List, recovering a panic.
 func (ls *lister[V]) callList(ctx context.Context, opts ListOptions) (l List[V], err error) {
 	defer func() {

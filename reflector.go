@@ -501,7 +501,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 			}
 			ev.Object = obj
 			if err := r.sink.Event(ev, batched != nil && batched.MoreAtRevision()); err != nil {
-				if errors.Is(err, errFIFOClosed) {
+				if errors.Is(err, ErrStopped) { // the queue closed
 					return nil
 				}
 				// An object the informer cannot take is reported, not fatal.
