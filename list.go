@@ -33,8 +33,9 @@ type lister[V any] struct {
 	transform func(V) (V, bool) // nil: none; false means the object failed and was reported
 }
 
+// newLister returns the lister of lw; pageSize is Options.PageSize (see pageSizeOf).
 func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats listCounts, fail func(error), sink reflectorSink[V]) *lister[V] {
-	l := &lister[V]{lw: lw, name: name, pageSize: pageSize, timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
+	l := &lister[V]{lw: lw, name: name, pageSize: pageSizeOf(lw, pageSize), timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
 	l.compare, _ = lw.(RevisionComparer)
 	switch reflect.TypeFor[V]().Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
