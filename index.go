@@ -146,6 +146,30 @@ func (ix snapIndex[K, V]) values() iter.Seq[string] {
 	}
 }
 
+// snapIndexes are the indexes of a snapshot, by name.
+type snapIndexes[K comparable, V any] map[string]snapIndex[K, V]
+
+// ByIndex yields the entries indexed under value in the named index (see
+// Snapshot.ByIndex): nothing for an unknown value; for an unknown index ErrUnknownIndex,
+// with an iterator that yields nothing.
+func (xs snapIndexes[K, V]) ByIndex(index, value string) (iter.Seq2[K, V], error) {
+	ix, ok := xs[index]
+	if !ok {
+		return func(func(K, V) bool) {}, fmt.Errorf("%w: %q", ErrUnknownIndex, index)
+	}
+	return ix.objects(value), nil
+}
+
+// IndexValues yields every value of the named index that has a bucket, in order; for an
+// unknown index ErrUnknownIndex, with an iterator that yields nothing.
+func (xs snapIndexes[K, V]) IndexValues(index string) (iter.Seq[string], error) {
+	ix, ok := xs[index]
+	if !ok {
+		return func(func(string) bool) {}, fmt.Errorf("%w: %q", ErrUnknownIndex, index)
+	}
+	return ix.values(), nil
+}
+
 // btreeDegree trades node size against depth. Measured on the pipeline benchmark (50,000
 // objects, two indexes), the cache's overhead per object was 166 bytes at degree 32, 153 at
 // 64 and 139 at 48, whose node slices fit the allocator's size classes best.
@@ -450,8 +474,8 @@ func (xs *storeIndexes[K, V]) Drop(key K, prev V, vals []string, ends []int32, h
 }
 
 // Snap returns every index as a snapshot sees it, by name.
-func (xs *storeIndexes[K, V]) Snap() map[string]snapIndex[K, V] {
-	snaps := make(map[string]snapIndex[K, V], len(xs.list))
+func (xs *storeIndexes[K, V]) Snap() snapIndexes[K, V] {
+	snaps := make(snapIndexes[K, V], len(xs.list))
 	for _, ix := range xs.list {
 		snaps[ix.name] = ix.Snap()
 	}
