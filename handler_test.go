@@ -1,0 +1,591 @@
+package informer_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
+	"github.com/informer-go/informer/metrics"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// gatedHandler records calls as events does, each once it takes a token from allow (or
+// allow is closed).
+type gatedHandler struct {
+	allow chan struct{}
+	ev    *events
+}
+
+func newGated() *gatedHandler { return &gatedHandler{allow: make(chan struct{}), ev: newEvents()} }
+
+func (h *gatedHandler) OnAdd(o *obj, initial bool) { <-h.allow; h.ev.OnAdd(o, initial) }
+func (h *gatedHandler) OnUpdate(old, new *obj)     { <-h.allow; h.ev.OnUpdate(old, new) }
+func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
+	<-h.allow
+	h.ev.OnDelete(o, unknown)
+}
+
+// A stalled Block handler delays nobody but the source: while the informer waits for room
+// in its queue, Handlers, AddHandler and RemoveHandler of other handlers, reads and a
+// metrics scrape all return.
+func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(error) {},
+		Name:         "stalled",
+		MaxBatch:     1, // a notification a batch: the handler's queue must fill
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := newGated()
+	reg, err := inf.AddHandler(stalled, informer.HandlerOptions{QueueLength: 2, Policy: informer.Block, Name: "stalled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newEvents()
+	otherReg, err := inf.AddHandler(other, informer.HandlerOptions{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	promReg := prometheus.NewRegistry()
+	if _, err := metrics.RegisterInformer(promReg, inf); err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf, func() { close(stalled.allow) })
+	if informer.WaitForCacheSync(ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	// Fill the stalled handler's queue: the informer then waits for room.
+	for i := range 10 {
+		src.Put(newObj("k"+strconv.Itoa(i), "", "v"))
+	}
+	waitUntil(t, func() bool { return reg.Stats().Blocked > 0 })
+
+	within := func(what string, f func()) {
+		t.Helper()
+		ch := make(chan struct{})
+		go func() { defer close(ch); f() }()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not return while a Block handler was stalled", what)
+		}
+	}
+	within("Handlers", func() {
+		if n := len(inf.Stats().Handlers); n != 2 {
+			t.Errorf("Handlers: %d, want 2", n)
+		}
+	})
+	within("Get", func() { inf.Get("k0") })
+	within("All", func() { informer.ReadList(inf) })
+	within("metrics gather", func() {
+		if _, err := promReg.Gather(); err != nil {
+			t.Errorf("gather: %v", err)
+		}
+	})
+	var late *informer.Registration
+	lateEvents := newEvents()
+	within("AddHandler", func() {
+		late, err = inf.AddHandler(lateEvents, informer.HandlerOptions{Name: "late"})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	within("RemoveHandler of another handler", func() {
+		if !inf.RemoveHandler(otherReg) {
+			t.Error("RemoveHandler: not registered")
+		}
+	})
+	within("RemoveHandler of the late handler", func() {
+		if !inf.RemoveHandler(late) {
+			t.Error("RemoveHandler: not registered")
+		}
+	})
+}
+
+// Only an add that comes from the first list is initial: an object of that list deleted
+// and created again while the handler has not yet seen the list (it is stalled on its
+// first call) is added the second time with initial false.
+func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	for _, k := range []string{"a", "b", "c", "d"} {
+		src.Put(newObj(k, "", "1"))
+	}
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(error) {},
+		MaxBatch:     1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newGated()
+	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block}); err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(func() { close(h.allow) })
+	informertest.Run(t, inf, release)
+	// The list is in the cache, its adds queued to the handler, which holds a: d is
+	// deleted and created again before the handler has seen the list's add of d. (Whether
+	// the writer is then waiting for room in the handler's queue depends on how soon the
+	// handler's goroutine took the list's adds; either way the calls are the same.)
+	waitUntil(t, func() bool { return inf.Stats().Synced })
+	src.Delete("d")
+	rev := src.Put(newObj("d", "", "2"))
+	waitUntil(t, func() bool { return inf.Stats().ReceivedRevision == strconv.FormatInt(rev, 10) })
+	release()
+	h.ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
+}
+
+// Errors read once and name what failed: the informer, the function, the object by key
+// (or the object itself when its key failed), the handler; a malformed revision passed to
+// WaitForRevision is the caller's error, not bad input from the source.
+func TestInformer_ErrorsNameInformerAndObject(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	src.Put(&obj{Key: "nokey"})
+	src.Put(newObj("badindex", "boom", "1"))
+	src.Put(newObj("ok", "g", "1"))
+	var mu sync.Mutex
+	var got []error
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Name: "payments",
+		Key: func(o *obj) (string, error) {
+			if o.Key == "nokey" {
+				return "", errors.New("no name")
+			}
+			return o.Key, nil
+		},
+		Indexers: informer.Indexers[*obj]{"group": informer.IndexBy(func(o *obj) (string, error) {
+			if o.Group == "boom" {
+				return "", errors.New("bad group")
+			}
+			return o.Group, nil
+		})},
+		ErrorHandler: func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	panicked := make(chan struct{})
+	if _, err := inf.AddHandler(informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, _ bool) {
+		if o.Key == "ok" {
+			defer close(panicked)
+			panic("handler bug")
+		}
+	}}, informer.HandlerOptions{Name: "audit"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-panicked
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
+	mu.Lock()
+	var msgs []string
+	for _, err := range got {
+		msgs = append(msgs, err.Error())
+	}
+	mu.Unlock()
+	want := []string{
+		`informer "payments": key of object &{Key:nokey Group: Val: Rev:}: no name (the object is skipped until it changes)`,
+		`informer "payments": index group of the object with key badindex: bad group (the object is skipped until it changes)`,
+		`informer "payments": handler "audit" panicked on key ok (notification skipped): handler bug`,
+	}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("errors:\n got  %q\n want %q", msgs, want)
+	}
+	var hp *informer.HandlerPanicError
+	if !errors.As(got[2], &hp) || !strings.Contains(string(hp.Stack), "TestInformer_ErrorsNameInformerAndObject") {
+		t.Fatalf("HandlerPanicError without the handler's stack: %v", got[2])
+	}
+	err = inf.WaitForRevision(ctx, "junk")
+	if err == nil || errors.Is(err, informer.ErrBadInput) || !strings.HasPrefix(err.Error(), `informer "payments": WaitForRevision("junk"): not a revision of this source`) {
+		t.Fatalf("WaitForRevision(junk) = %v", err)
+	}
+}
+
+// revisionRecorder is a handler that waits for gate in every change and records the
+// revisions it is told of.
+type revisionRecorder struct {
+	gate    chan struct{}
+	changes atomic.Int64
+	rev     atomic.Pointer[string]
+}
+
+func (h *revisionRecorder) wait()                 { <-h.gate; h.changes.Add(1) }
+func (h *revisionRecorder) OnAdd(*obj, bool)      { h.wait() }
+func (h *revisionRecorder) OnUpdate(_, _ *obj)    { h.wait() }
+func (h *revisionRecorder) OnDelete(*obj, bool)   { h.wait() }
+func (h *revisionRecorder) OnRevision(rev string) { h.rev.Store(&rev) }
+func (h *revisionRecorder) revision() (r string) {
+	if p := h.rev.Load(); p != nil {
+		r = *p
+	}
+	return r
+}
+
+// A Coalesce handler whose queue overflows still learns the newest revision: when the
+// overflow drains, the marker of the last revision it holds is delivered, even if the
+// source is quiet from then on and no later batch brings another marker.
+func TestProcessor_CoalesceOverflowKeepsRevisionMarker(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(error) {},
+		Name:         "marker",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &revisionRecorder{gate: make(chan struct{})}
+	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 4, Policy: informer.Coalesce}); err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(func() { close(h.gate) })
+	ctx := informertest.Run(t, inf, release)
+	if informer.WaitForCacheSync(ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	for i := range 500 {
+		src.Put(newObj("k"+strconv.Itoa(i%50), "", strconv.Itoa(i)))
+	}
+	last := strconv.FormatInt(src.Revision(), 10)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, last); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	release() // the source stays quiet from now on
+	for h.revision() != last {
+		if wctx.Err() != nil {
+			t.Fatalf("after an overflow of a Coalesce handler and a quiet source, the handler's last revision is %q, want %q (%d changes delivered)", h.revision(), last, h.changes.Load())
+		}
+		time.Sleep(time.Millisecond) // polling: the handler's state has no signal of its own
+	}
+}
+
+// stalledHandler blocks in each call until allowed; it counts the calls it completed and
+// records each key's last state.
+type stalledHandler struct {
+	allow     chan struct{}
+	processed atomic.Int64
+	mu        sync.Mutex
+	last      map[string]string
+}
+
+func (h *stalledHandler) see(key, val string) {
+	<-h.allow
+	h.mu.Lock()
+	h.last[key] = val
+	h.mu.Unlock()
+	h.processed.Add(1)
+}
+func (h *stalledHandler) OnAdd(o *obj, _ bool)    { h.see(o.Key, o.Val) }
+func (h *stalledHandler) OnUpdate(_, o *obj)      { h.see(o.Key, o.Val) }
+func (h *stalledHandler) OnDelete(o *obj, _ bool) { h.see(o.Key, "<deleted>") }
+
+// stalledRun is an informer over a new source with one stalledHandler, synced.
+type stalledRun struct {
+	src     *memory.Source[string, *obj]
+	inf     *informer.Informer[string, *obj]
+	h       *stalledHandler
+	release func() // lets the handler go; idempotent, and called at the end of the test
+	ctx     context.Context
+}
+
+// startStalled starts an informer with opts (its Key and a silent ErrorHandler set here)
+// over a new source, with a stalledHandler added with hopts, and waits for its sync (the
+// source is empty: the handler is not called).
+func startStalled(t *testing.T, opts informer.Options[string, *obj], hopts informer.HandlerOptions) stalledRun {
+	t.Helper()
+	r := stalledRun{src: memory.New[string, *obj](objKey, memory.Options{})}
+	opts.Key = objKeyErr
+	opts.ErrorHandler = func(error) {}
+	inf, err := informer.New[string, *obj](r.src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.inf = inf
+	r.h = &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
+	if _, err := inf.AddHandler(r.h, hopts); err != nil {
+		t.Fatal(err)
+	}
+	r.release = sync.OnceFunc(func() { close(r.h.allow) })
+	r.ctx = informertest.Run(t, inf, r.release)
+	if informer.WaitForCacheSync(r.ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	return r
+}
+
+// Memory: with the Coalesce policy a stalled handler costs memory bounded by the number of
+// keys, not by the number of events. 1,000,000 updates over 300 keys go through while the
+// handler is stalled; the live heap must stay far below what 1M queued notifications would
+// take, and the handler, once released, converges to the final states.
+func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
+	events, keys := 1_000_000, 300
+	if testing.Short() || raceEnabled {
+		events = 100_000 // the same bound, checked on a smaller run
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Backoff: informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
+	}, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	rev0 := src.Revision()
+	base := testkit.LiveHeap()
+	start := time.Now()
+	objs := make([]obj, keys) // reused values: the objects themselves are not what is measured
+	for i := range events {
+		k := i % keys
+		objs[k] = obj{Key: "k" + strconv.Itoa(k), Val: strconv.Itoa(i)}
+		o := objs[k]
+		src.Put(&o)
+		if i%10_000 == 9_999 {
+			// Keep the source's own event log short, but only up to what the informer has
+			// read: every event goes through the watch, none is skipped by a relist.
+			// (Each Put is one revision, so the events read say how far the watch is.)
+			st := inf.Stats()
+			src.Compact(rev0 + int64(st.Added+st.Modified))
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	elapsed := time.Since(start)
+	src.Compact(src.Revision()) // the source's history is not what is measured
+	peak := testkit.LiveHeap()
+	grown := int64(peak) - int64(base)
+	// 1M queued notifications would take well over 50 MB (notification, object, state);
+	// coalesced, the queue holds at most one state per key. The ceiling allows 8 KB per
+	// key plus 4 MB of slack for the source, the cache and the runtime.
+	ceiling := int64(4<<20 + keys*8<<10)
+	st := inf.Stats()
+	t.Logf("%d events over %d keys in %v with the handler stalled: heap %d → %d bytes (grew %d, ceiling %d); handler processed %d; informer read %d watch events, %d relists",
+		events, keys, elapsed, base, peak, grown, ceiling, h.processed.Load(), st.Added+st.Modified, st.Relists)
+	if got := st.Added + st.Modified; got < uint64(events)*9/10 {
+		t.Fatalf("only %d of %d events went through the watch: the test did not load the handler's queue", got, events)
+	}
+	if grown > ceiling {
+		t.Fatalf("heap grew by %d bytes under a stalled Coalesce handler, ceiling %d", grown, ceiling)
+	}
+	if h.processed.Load() != 0 {
+		t.Fatalf("the handler was stalled but processed %d", h.processed.Load())
+	}
+	// Released, the handler converges to every key's final state.
+	release()
+	final := map[string]string{}
+	for _, o := range src.Items() {
+		final[o.Key] = o.Val
+	}
+	for {
+		h.mu.Lock()
+		ok := len(h.last) == len(final)
+		for k, v := range final {
+			ok = ok && h.last[k] == v
+		}
+		h.mu.Unlock()
+		if ok {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatal("the released handler did not converge to the final states")
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+}
+
+// Backpressure: with the Block policy the source is not read faster than the handler
+// drains. While the handler is stalled, the events the informer has read from the source
+// (Stats Added+Modified) never exceed what the handler processed plus what the pipeline can
+// hold: its queue, the delta queue (MaxPending), one batch in delivery (at most MaxPending
+// deltas) and the event in hand.
+func TestMemory_BlockBackpressure(t *testing.T) {
+	const (
+		keys        = 300
+		queueLength = 32
+		maxPending  = 64
+		maxBatch    = 16
+		steps       = 5
+		perStep     = 50 // calls the handler is allowed per step
+	)
+	events := 20_000
+	if raceEnabled {
+		events = 5_000
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		MaxPending: maxPending,
+		MaxBatch:   maxBatch,
+	}, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	for i := range events {
+		src.Put(newObj("k"+strconv.Itoa(i%keys), "", strconv.Itoa(i)))
+	}
+	read := func() uint64 { return inf.Stats().Added + inf.Stats().Modified }
+	// settle waits until the informer stops reading (it is blocked on the stalled handler).
+	settle := func() uint64 {
+		prev, still := read(), 0
+		for still < 20 {
+			time.Sleep(10 * time.Millisecond) // polling: "nothing more is read" has no signal
+			if cur := read(); cur == prev {
+				still++
+			} else {
+				prev, still = cur, 0
+			}
+		}
+		return prev
+	}
+	// A batch being delivered holds up to MaxPending deltas (popping it frees the delta
+	// queue), the delta queue refills to MaxPending, the handler's queue and the call in
+	// progress, and the event the reflector holds while add blocks.
+	const slack = queueLength + 2*maxPending + 2
+	for step := 0; step <= steps; step++ {
+		got := settle()
+		processed := h.processed.Load()
+		t.Logf("step %d: handler processed %d, informer read %d of %d events (bound %d)", step, processed, got, events, uint64(processed)+slack)
+		if got > uint64(processed)+slack {
+			t.Fatalf("step %d: the informer read %d events while the handler processed %d: more than the pipeline holds (%d)", step, got, processed, slack)
+		}
+		if got >= uint64(events) {
+			t.Fatalf("step %d: every event was read: no backpressure", step)
+		}
+		for range perStep {
+			h.allow <- struct{}{}
+		}
+	}
+	release()
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	for h.processed.Load() < int64(events) {
+		if wctx.Err() != nil {
+			t.Fatalf("a Block handler must see every change: processed %d of %d", h.processed.Load(), events)
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+}
+
+// Memory: the delta queue lets go of every object it no longer holds. One key is updated
+// with 1 MB objects while the writer is stalled on a Block handler, so that the key's
+// pending deltas outgrow their share of the queue's spare room and move to a larger
+// buffer; once everything is applied and the source compacted, the live heap holds the
+// newest object (cache and handler share it) and not the old ones left in the room the
+// deltas moved out of.
+func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
+	const size = 1 << 20
+	updates := 200
+	if raceEnabled {
+		updates = 60
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Name: "large",
+	}, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	rev0 := src.Revision()
+	base := testkit.LiveHeap()
+	for i := range updates {
+		src.Put(&obj{Key: "k", Val: strings.Repeat(strconv.Itoa(i%10), size)})
+		if i%16 == 15 {
+			// The source's own history is not what is measured: keep it to what the
+			// informer has not read yet.
+			st := inf.Stats()
+			src.Compact(rev0 + int64(st.Added+st.Modified))
+		}
+	}
+	release()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	for h.processed.Load() < int64(updates) {
+		if wctx.Err() != nil {
+			t.Fatalf("the handler processed %d of %d updates", h.processed.Load(), updates)
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+	src.Compact(src.Revision())
+	grown := int64(testkit.LiveHeap()) - int64(base)
+	// The newest object (1 MB, shared by the source, the cache and the handler) and
+	// slack for the runtime; a single old object left in the queue is another 1 MB.
+	const ceiling = size + size/2
+	t.Logf("%d updates of %d bytes: live heap grew by %d bytes (ceiling %d)", updates, size, grown, ceiling)
+	if grown > ceiling {
+		t.Fatalf("live heap grew by %d bytes after %d updates of one key with 1 MB objects: the delta queue keeps old objects alive (ceiling %d)", grown, updates, ceiling)
+	}
+}
+
+// Run returns within Options.StopTimeout after its context ends even if a handler never
+// returns, and a Warn names the handler and the key of its call.
+func TestInformer_RunReturnsDespiteStuckHandler(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	src.Put(newObj("stuck-key", "", "1"))
+	logs := &testkit.LogBuffer{}
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          objKeyErr,
+		Name:         "stopping",
+		StopTimeout:  bound,
+		Logger:       logs.Logger(slog.LevelWarn),
+		ErrorHandler: func(error) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) }) // the handler's goroutine ends with its call
+	var once sync.Once
+	h := informer.HandlerFuncs[*obj]{AddFunc: func(*obj, bool) {
+		once.Do(func() { close(entered) })
+		<-release
+	}}
+	if _, err := inf.AddHandler(h, informer.HandlerOptions{Name: "never-returns"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("the handler was never called")
+	}
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return 10 s after its context ended, with a stuck handler and StopTimeout 100 ms")
+	}
+	took := time.Since(start)
+	out := logs.String()
+	t.Logf("Run returned %v after cancel; log: %s", took, out)
+	if took < bound {
+		t.Fatalf("Run returned after %v, before StopTimeout (%v), while a handler was in a call", took, bound)
+	}
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "handler=never-returns") || !strings.Contains(out, "key=stuck-key") || !strings.Contains(out, "informer=stopping") {
+		t.Fatalf("no Warn naming the informer, the handler and its key: %q", out)
+	}
+}
