@@ -37,20 +37,28 @@ func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
 	h.ev.OnDelete(o, unknown)
 }
 
+// newQuiet returns an informer over src with opts, its Key and a silent ErrorHandler set
+// here.
+func newQuiet(t *testing.T, src *memory.Source[string, *obj], opts informer.Options[string, *obj]) *informer.Informer[string, *obj] {
+	t.Helper()
+	opts.Key = objKeyErr
+	opts.ErrorHandler = func(error) {}
+	inf, err := informer.New[string, *obj](src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inf
+}
+
 // A stalled Block handler delays nobody but the source: while the informer waits for room
 // in its queue, Handlers, AddHandler and RemoveHandler of other handlers, reads and a
 // metrics scrape all return.
 func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
 	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		Name:         "stalled",
-		MaxBatch:     1, // a notification a batch: the handler's queue must fill
+	inf := newQuiet(t, src, informer.Options[string, *obj]{
+		Name:     "stalled",
+		MaxBatch: 1, // a notification a batch: the handler's queue must fill
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	stalled := newGated()
 	reg, err := inf.AddHandler(stalled, informer.HandlerOptions{QueueLength: 2, Policy: informer.Block, Name: "stalled"})
 	if err != nil {
@@ -125,14 +133,7 @@ func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
 	for _, k := range []string{"a", "b", "c", "d"} {
 		src.Put(newObj(k, "", "1"))
 	}
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		MaxBatch:     1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inf := newQuiet(t, src, informer.Options[string, *obj]{MaxBatch: 1})
 	h := newGated()
 	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block}); err != nil {
 		t.Fatal(err)
@@ -244,14 +245,7 @@ func (h *revisionRecorder) revision() (r string) {
 // source is quiet from then on and no later batch brings another marker.
 func TestProcessor_CoalesceOverflowKeepsRevisionMarker(t *testing.T) {
 	src := memory.New[string, *obj](objKey, memory.Options{})
-	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		ErrorHandler: func(error) {},
-		Name:         "marker",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inf := newQuiet(t, src, informer.Options[string, *obj]{Name: "marker"})
 	h := &revisionRecorder{gate: make(chan struct{})}
 	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 4, Policy: informer.Coalesce}); err != nil {
 		t.Fatal(err)
@@ -314,12 +308,7 @@ type stalledRun struct {
 func startStalled(t *testing.T, opts informer.Options[string, *obj], hopts informer.HandlerOptions) stalledRun {
 	t.Helper()
 	r := stalledRun{src: memory.New[string, *obj](objKey, memory.Options{})}
-	opts.Key = objKeyErr
-	opts.ErrorHandler = func(error) {}
-	inf, err := informer.New[string, *obj](r.src, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inf := newQuiet(t, r.src, opts)
 	r.inf = inf
 	r.h = &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
 	if _, err := inf.AddHandler(r.h, hopts); err != nil {
@@ -331,6 +320,25 @@ func startStalled(t *testing.T, opts informer.Options[string, *obj], hopts infor
 		t.Fatal("no sync")
 	}
 	return r
+}
+
+// drain lets the handler go, waits up to a minute for the informer to reach the source's
+// revision and for the handler to have processed n calls, and fails the test with what
+// and the count otherwise.
+func (r stalledRun) drain(t *testing.T, n int, what string) {
+	t.Helper()
+	r.release()
+	wctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	if err := r.inf.WaitForRevision(wctx, strconv.FormatInt(r.src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	for r.h.processed.Load() < int64(n) {
+		if wctx.Err() != nil {
+			t.Fatalf("%s: processed %d of %d", what, r.h.processed.Load(), n)
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
 }
 
 // Memory: with the Coalesce policy a stalled handler costs memory bounded by the number of
@@ -433,7 +441,7 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 		MaxPending: maxPending,
 		MaxBatch:   maxBatch,
 	}, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block})
-	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	src, inf, h := r.src, r.inf, r.h
 	for i := range events {
 		src.Put(newObj("k"+strconv.Itoa(i%keys), "", strconv.Itoa(i)))
 	}
@@ -469,18 +477,7 @@ func TestMemory_BlockBackpressure(t *testing.T) {
 			h.allow <- struct{}{}
 		}
 	}
-	release()
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer wcancel()
-	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
-		t.Fatalf("WaitForRevision: %v", err)
-	}
-	for h.processed.Load() < int64(events) {
-		if wctx.Err() != nil {
-			t.Fatalf("a Block handler must see every change: processed %d of %d", h.processed.Load(), events)
-		}
-		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
-	}
+	r.drain(t, events, "a Block handler must see every change")
 }
 
 // Memory: the delta queue lets go of every object it no longer holds. One key is updated
@@ -498,7 +495,7 @@ func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
 	r := startStalled(t, informer.Options[string, *obj]{
 		Name: "large",
 	}, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block})
-	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	src, inf := r.src, r.inf
 	rev0 := src.Revision()
 	base := testkit.LiveHeap()
 	for i := range updates {
@@ -510,18 +507,7 @@ func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
 			src.Compact(rev0 + int64(st.Added+st.Modified))
 		}
 	}
-	release()
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
-		t.Fatalf("WaitForRevision: %v", err)
-	}
-	for h.processed.Load() < int64(updates) {
-		if wctx.Err() != nil {
-			t.Fatalf("the handler processed %d of %d updates", h.processed.Load(), updates)
-		}
-		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
-	}
+	r.drain(t, updates, "the handler must see every update")
 	src.Compact(src.Revision())
 	grown := int64(testkit.LiveHeap()) - int64(base)
 	// The newest object (1 MB, shared by the source, the cache and the handler) and

@@ -86,25 +86,32 @@ func start(t *testing.T, src *memory.Source[string, *obj], opts informer.Options
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	var once sync.Once
-	f.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(f.stop)
+	var ctx context.Context
+	ctx, f.stop = runStoppable(t, inf)
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
 	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
 	return f
+}
+
+// runStoppable starts r.Run and returns the context it runs under and a stop that cancels
+// it, waits for Run to return and fails the test if Run returned an error. stop may be
+// called more than once, and is called at the test's cleanup. Unlike informertest.Run, it
+// lets a test stop the informer before its end.
+func runStoppable(t *testing.T, r interface{ Run(context.Context) error }) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return ctx, stop
 }
 
 func newSource(opts memory.Options) *memory.Source[string, *obj] {
@@ -727,9 +734,7 @@ func TestFactory_ShutdownReturnsRunError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
+	ctx, stop := runStoppable(t, inf)
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
 	}
@@ -738,10 +743,7 @@ func TestFactory_ShutdownReturnsRunError(t *testing.T) {
 	if !errors.Is(err, informer.ErrAlreadyStarted) || !strings.Contains(err.Error(), `"objs"`) {
 		t.Fatalf("Shutdown = %v, want ErrAlreadyStarted naming objs", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 // An informer keyed by a struct of strings needs no CompareKeys: keys are ordered as
@@ -1001,18 +1003,13 @@ func TestInformer_WarmStartRevisionBeforeSync(t *testing.T) {
 		if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- inf.Run(ctx) }()
+		ctx, stop := runStoppable(t, inf)
 		if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 			t.Fatal(err)
 		}
 		got := inf.Stats().ReceivedRevision
 		close(h.allow)
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("Run: %v", err)
-		}
+		stop()
 		if !inf.Stats().Restored {
 			t.Fatalf("run %d: not restored", i)
 		}

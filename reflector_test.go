@@ -139,10 +139,7 @@ func TestReflector_ListRetryAfterHonoured(t *testing.T) {
 		Clock:   fc,
 		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx, _ := runStoppable(t, inf)
 	fc.WaitForWaiters(1, ctx.Done())
 	fc.Step(29 * time.Second)
 	if n := countOps(src, memory.OpList); n != 1 {
