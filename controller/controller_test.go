@@ -206,6 +206,16 @@ func TestOneWorkerPerKey(t *testing.T) {
 	t.Logf("%d reconciles for %d writes, at most %d at once", met.total[OutcomeSuccess].n.Load(), writes, met.active.peak.Load())
 }
 
+// nextOutcome waits for the next reconcile call and its outcome, and fails the test unless
+// the outcome is want.
+func nextOutcome(t *testing.T, calls *testkit.Log, met *testMetrics, want Outcome) {
+	t.Helper()
+	calls.Next(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != want {
+		t.Fatalf("outcome %v, want %v", o, want)
+	}
+}
+
 // TestPanicRecovered: a panicking Reconcile is recovered, logged with its value and
 // stack, counted, and the key is retried with backoff; the process survives.
 func TestPanicRecovered(t *testing.T) {
@@ -228,10 +238,7 @@ func TestPanicRecovered(t *testing.T) {
 	start(t, c)
 	c.Queue().Add("k")
 
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeError {
-		t.Fatalf("outcome %v, want error", o)
-	}
+	nextOutcome(t, calls, met, OutcomeError)
 	if p, e := met.panics.n.Load(), met.errors.n.Load(); p != 1 || e != 1 {
 		t.Fatalf("panics %d errors %d, want 1 and 1", p, e)
 	}
@@ -245,10 +252,7 @@ func TestPanicRecovered(t *testing.T) {
 		}
 	}
 	clk.Step(time.Second)
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
-		t.Fatalf("retry outcome %v, want success", o)
-	}
+	nextOutcome(t, calls, met, OutcomeSuccess) // the retry
 	if r := c.Queue().NumRequeues("k"); r != 0 {
 		t.Fatalf("NumRequeues %d after success, want 0", r)
 	}
@@ -275,10 +279,7 @@ func TestTerminalError(t *testing.T) {
 	calls.Next(t, 1)
 	recv(t, met.outcomes, "outcome")
 	clk.Step(time.Second)
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeTerminal {
-		t.Fatalf("outcome %v, want terminal", o)
-	}
+	nextOutcome(t, calls, met, OutcomeTerminal)
 	if r := c.Queue().NumRequeues("k"); r != 0 {
 		t.Errorf("NumRequeues %d after a terminal error, want 0 (forgotten)", r)
 	}
@@ -292,10 +293,7 @@ func TestTerminalError(t *testing.T) {
 	calls.ExpectNoMore(t)
 
 	c.Queue().Add("k") // a new notification
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
-		t.Fatalf("outcome %v, want success", o)
-	}
+	nextOutcome(t, calls, met, OutcomeSuccess)
 	var totals []int64
 	for o := range met.total {
 		totals = append(totals, met.total[o].n.Load())
@@ -447,8 +445,7 @@ func TestCacheSyncTimeout(t *testing.T) {
 	default:
 	}
 	clk.Step(1)
-	err = recv(t, s.done, "Start to time out")
-	s.done <- err
+	err = s.returned(t, "Start to time out")
 
 	var se *CacheSyncError
 	if !errors.As(err, &se) {
@@ -498,8 +495,7 @@ func TestCacheSyncTimeoutHandler(t *testing.T) {
 	// Start logs the error, then removes its handler, which waits for the call in progress.
 	eventually(t, "the sync error to be logged", func() bool { return strings.Contains(logs.String(), "caches did not sync") })
 	close(release)
-	err = recv(t, s.done, "Start to time out")
-	s.done <- err
+	err = s.returned(t, "Start to time out")
 	var se *CacheSyncError
 	if !errors.As(err, &se) || !slices.Equal(se.Informers, []string{"objs"}) {
 		t.Fatalf("Start returned %v, want a CacheSyncError naming objs", err)
@@ -598,8 +594,7 @@ func TestShutdownBoundedByContext(t *testing.T) {
 	if err := recv(t, shut, "Shutdown to return"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Shutdown returned %v, want context.Canceled", err)
 	}
-	err := recv(t, s.done, "Start to return")
-	s.done <- err
+	err := s.returned(t, "Start to return")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start returned %v, want context.Canceled", err)
 	}
@@ -628,8 +623,7 @@ func TestShutdownTimeout(t *testing.T) {
 	default:
 	}
 	clk.Step(1)
-	err := recv(t, s.done, "Start to return")
-	s.done <- err
+	err := s.returned(t, "Start to return")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Start returned %v, want context.DeadlineExceeded", err)
 	}

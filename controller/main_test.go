@@ -95,8 +95,15 @@ func start[K comparable](t *testing.T, c *Controller[K]) *started {
 func (s *started) stop(t *testing.T) error {
 	t.Helper()
 	s.cancel()
-	err := recv(t, s.done, "Start to return")
-	s.done <- err // for the cleanup
+	return s.returned(t, "Start to return")
+}
+
+// returned waits for Start to return, failing the test with what after waitLimit, and
+// gives what it returned, leaving it in s.done for the cleanup.
+func (s *started) returned(t *testing.T, what string) error {
+	t.Helper()
+	err := recv(t, s.done, what)
+	s.done <- err
 	return err
 }
 
