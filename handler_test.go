@@ -193,10 +193,7 @@ func TestInformer_ErrorsNameInformerAndObject(t *testing.T) {
 	}}, informer.HandlerOptions{Name: "audit"}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	<-panicked
 	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
 	mu.Lock()

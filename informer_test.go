@@ -583,10 +583,7 @@ func TestInformer_PerHandlerResync(t *testing.T) {
 	inf.AddHandler(fast, informer.HandlerOptions{ResyncPeriod: 2 * time.Second})
 	inf.AddHandler(slow, informer.HandlerOptions{})
 	inf.AddHandler(never, informer.HandlerOptions{ResyncPeriod: -1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	_ = informer.WaitForCacheSync(ctx, inf)
 	fast.Expect(t, "add*a=1")
 	slow.Expect(t, "add*a=1")
@@ -615,10 +612,7 @@ func TestInformer_NoResyncWhenInformerHasNone(t *testing.T) {
 		Key: func(o *obj) (string, error) { return o.Key, nil }, Clock: fc,
 	})
 	inf.AddHandler(ev, informer.HandlerOptions{ResyncPeriod: time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	ev.Expect(t, "add*a=1")
 	fc.WaitForWaiters(1, ctx.Done()) // the watch timeout only
 	fc.Step(5 * time.Second)

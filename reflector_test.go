@@ -35,10 +35,7 @@ func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 		Backoff:      informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
 		ErrorHandler: reported.Report,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 
 	lists := func() int { return countOps(src, memory.OpList) }
 	// First list fails; the reflector waits 1s (one timer armed).
@@ -289,10 +286,7 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- inf.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			ctx := informertest.Run(t, inf)
 			if informer.WaitForCacheSync(ctx, inf) != nil {
 				t.Fatal("no sync")
 			}
@@ -341,10 +335,7 @@ func TestReflector_RepeatedCompactionsRecoverWithoutGrowth(t *testing.T) {
 		Clock:   fc,
 		Backoff: informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -446,10 +437,7 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 		Logger:  slog.New(logs),
 		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 
 	fc.WaitForWaiters(1, ctx.Done())
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
@@ -512,10 +500,7 @@ func TestReflector_NilCheckOfInterfaceItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
 	}
