@@ -214,45 +214,35 @@ func (l *revisionLW) List(ctx context.Context, opts informer.ListOptions) (infor
 func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 	cases := []struct {
 		name      string
-		answer    func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool)
+		answers   func(opts informer.ListOptions) bool // the relist requests the case answers
+		list      informer.List[*obj]                  // its answer to them: list or err
+		err       error
 		wantOpts  func(rev string) []informer.ListOptions // the relist's requests
 		consist   uint64
 		badInput  bool
 		wantError bool
 	}{
 		{
-			name: "expired continue token: same list unpaged",
-			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
-				if opts.Continue != "" {
-					return informer.List[*obj]{}, fmt.Errorf("token gone: %w", informer.ErrExpired), true
-				}
-				return informer.List[*obj]{}, nil, false
-			},
+			name:    "expired continue token: same list unpaged",
+			answers: func(opts informer.ListOptions) bool { return opts.Continue != "" },
+			err:     fmt.Errorf("token gone: %w", informer.ErrExpired),
 			wantOpts: func(rev string) []informer.ListOptions {
 				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Revision: rev, Continue: "*", Limit: 2}, {Revision: rev}}
 			},
 		},
 		{
-			name: "revision not servable: consistent list",
-			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
-				if opts.Revision != "" {
-					return informer.List[*obj]{}, fmt.Errorf("too old for me: %w", informer.ErrExpired), true
-				}
-				return informer.List[*obj]{}, nil, false
-			},
+			name:    "revision not servable: consistent list",
+			answers: func(opts informer.ListOptions) bool { return opts.Revision != "" },
+			err:     fmt.Errorf("too old for me: %w", informer.ErrExpired),
 			wantOpts: func(rev string) []informer.ListOptions {
 				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Consistent: true, Limit: 2}, {Consistent: true, Continue: "*", Limit: 2}}
 			},
 			consist: 1,
 		},
 		{
-			name: "stale answer: bad input, consistent list",
-			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
-				if opts.Revision != "" {
-					return informer.List[*obj]{Items: []*obj{newObj("a", "g", "old")}, Revision: "1"}, nil, true
-				}
-				return informer.List[*obj]{}, nil, false
-			},
+			name:    "stale answer: bad input, consistent list",
+			answers: func(opts informer.ListOptions) bool { return opts.Revision != "" },
+			list:    informer.List[*obj]{Items: []*obj{newObj("a", "g", "old")}, Revision: "1"},
 			wantOpts: func(rev string) []informer.ListOptions {
 				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Consistent: true, Limit: 2}, {Consistent: true, Continue: "*", Limit: 2}}
 			},
@@ -271,10 +261,12 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			lw := &revisionLW{Source: src, list: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error, bool) {
 				select {
 				case <-relisting:
-					return tc.answer(opts, "")
+					if tc.answers(opts) {
+						return tc.list, tc.err, true
+					}
 				default:
-					return informer.List[*obj]{}, nil, false
 				}
+				return informer.List[*obj]{}, nil, false
 			}}
 			var reported testkit.Errors
 			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
