@@ -278,20 +278,13 @@ func TestDefaultCompare(t *testing.T) {
 	if !ok {
 		t.Fatal("a struct of strings has an order")
 	}
-	for _, c := range []struct {
-		a, b nsName
-		want int
-	}{
+	checkCompare(t, cs, []compareCase[nsName]{
 		{nsName{"a", "z"}, nsName{"b", "a"}, -1},
 		{nsName{"b", "a"}, nsName{"a", "z"}, 1},
 		{nsName{"a", "a"}, nsName{"a", "b"}, -1},
 		{nsName{"a", "b"}, nsName{"a", "b"}, 0},
 		{nsName{"", "x"}, nsName{"a", ""}, -1},
-	} {
-		if got := cs(c.a, c.b); got != c.want {
-			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
-		}
-	}
+	})
 	type mixed struct {
 		Group string
 		Prio  int8
@@ -302,20 +295,13 @@ func TestDefaultCompare(t *testing.T) {
 	if !ok {
 		t.Fatal("a struct of ordered fields has an order")
 	}
-	for _, c := range []struct {
-		a, b mixed
-		want int
-	}{
+	checkCompare(t, cm, []compareCase[mixed]{
 		{mixed{"g", -1, 9, 0}, mixed{"g", 1, 0, 0}, -1},
 		{mixed{"g", 1, 2, 0}, mixed{"g", 1, 1, 0}, 1},
 		{mixed{"g", 1, 1, 0.5}, mixed{"g", 1, 1, 0.25}, 1},
 		{mixed{"a", 9, 9, 9}, mixed{"b", 0, 0, 0}, -1},
 		{mixed{"g", 1, 1, 1}, mixed{"g", 1, 1, 1}, 0},
-	} {
-		if got := cm(c.a, c.b); got != c.want {
-			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
-		}
-	}
+	})
 	type withPointer struct {
 		Name string
 		P    *int
@@ -358,6 +344,22 @@ func TestDefaultCompare(t *testing.T) {
 		t.Fatalf("New with a struct key: %v", err)
 	}
 	_ = fmt.Sprint
+}
+
+// compareCase is two keys and what comparing them must return, exactly.
+type compareCase[K any] struct {
+	a, b K
+	want int
+}
+
+// checkCompare reports every case that compare gets wrong.
+func checkCompare[K any](t *testing.T, compare func(K, K) int, cases []compareCase[K]) {
+	t.Helper()
+	for _, c := range cases {
+		if got := compare(c.a, c.b); got != c.want {
+			t.Errorf("compare(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
 }
 
 // Index reads against a plain model, across snapshots: random upserts and deletes

@@ -222,14 +222,19 @@ func (r *reflector[V]) listAndWatch(ctx context.Context) error {
 	}
 
 	// The resync timer lives exactly as long as this pass.
+	defer r.startResync(ctx)()
+	return r.watchLoop(ctx, w)
+}
+
+// startResync runs the resync timer, if the informer has a resync period, until the
+// returned stop is called; stop waits for the timer's goroutine to end.
+func (r *reflector[V]) startResync(ctx context.Context) (stop func()) {
 	passCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
 	if period := r.sink.ResyncPeriod(); period > 0 {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.resyncLoop(passCtx, period) }()
+		wg.Go(func() { r.resyncLoop(passCtx, period) })
 	}
-	return r.watchLoop(ctx, w)
+	return func() { cancel(); wg.Wait() }
 }
 
 func (r *reflector[V]) resyncLoop(ctx context.Context, period time.Duration) {
@@ -299,13 +304,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
 	w, err := r.callWatch(ctx, opts)
 	r.cfg.stats.Listed()
-	if err == nil && w == nil {
-		err = errNoWatch
-	}
 	if err != nil {
-		if w != nil {
-			r.stop(w)
-		}
 		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
 		r.cfg.stats.ListFailed()
 		if ctx.Err() != nil {
@@ -392,14 +391,7 @@ func (r *reflector[V]) watchLoop(ctx context.Context, w Watch[V]) error {
 				AllowBookmarks: true,
 			})
 			r.cfg.stats.WatchOpened()
-			if err == nil && w == nil {
-				err = errNoWatch
-			}
 			if err != nil {
-				if w != nil {
-					r.stop(w)
-					w = nil
-				}
 				r.cfg.stats.WatchFailed()
 				if retry, err := r.afterWatchError(ctx, err); !retry {
 					return err
@@ -529,14 +521,24 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 	}
 }
 
-// callWatch calls the source's Watch, recovering a panic.
+// callWatch calls the source's Watch, recovering a panic. It returns a watch or an error,
+// never both nor neither: a nil watch with no error is errNoWatch, and a watch returned
+// beside an error is stopped.
 func (r *reflector[V]) callWatch(ctx context.Context, opts WatchOptions) (w Watch[V], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			w, err = nil, sourcePanic("Watch", p)
 		}
 	}()
-	return r.lw.Watch(ctx, opts)
+	w, err = r.lw.Watch(ctx, opts)
+	switch {
+	case err != nil && w != nil:
+		r.stop(w)
+		return nil, err
+	case err == nil && w == nil:
+		return nil, errNoWatch
+	}
+	return w, err
 }
 
 // next calls w.Next, recovering a panic.
@@ -562,13 +564,7 @@ func (r *reflector[V]) stop(w Watch[V]) {
 // resumeWatch is the pass of listAndWatch that resumes a restored state: the resync timer
 // and the watch, without a list.
 func (r *reflector[V]) resumeWatch(ctx context.Context) error {
-	passCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	if period := r.sink.ResyncPeriod(); period > 0 {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.resyncLoop(passCtx, period) }()
-	}
+	defer r.startResync(ctx)()
 	r.progressed = true // an expired snapshot revision is expected: relist promptly
 	return r.watchLoop(ctx, nil)
 }
