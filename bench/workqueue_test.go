@@ -119,25 +119,20 @@ func BenchmarkWorkqueueAddGetDone(b *testing.B) {
 			})
 		})
 	}
-	for _, impl := range wqImpls {
-		b.Run("distinct-backlog/"+impl.name, func(b *testing.B) {
-			q := impl.new()
-			wqDrive(b, q, nil, func() {
-				for i := range b.N {
-					q.Add(keys[i%wqPool])
-				}
+	for _, backlog := range []struct {
+		name string
+		keys int
+	}{{"distinct-backlog", wqPool}, {"repeating", wqRepeatingKeys}} {
+		for _, impl := range wqImpls {
+			b.Run(backlog.name+"/"+impl.name, func(b *testing.B) {
+				q := impl.new()
+				wqDrive(b, q, nil, func() {
+					for i := range b.N {
+						q.Add(keys[i%backlog.keys])
+					}
+				})
 			})
-		})
-	}
-	for _, impl := range wqImpls {
-		b.Run("repeating/"+impl.name, func(b *testing.B) {
-			q := impl.new()
-			wqDrive(b, q, nil, func() {
-				for i := range b.N {
-					q.Add(keys[i%wqRepeatingKeys])
-				}
-			})
-		})
+		}
 	}
 }
 
