@@ -811,31 +811,12 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		final[o.Key] = o.Val
 	}
 	for _, r := range regs {
-		v := r.v
-		if errs := v.Errors(); len(errs) > 0 {
-			fail("handler %s: %s", v.name, strings.Join(errs, "; "))
+		want := final
+		if r.out {
+			want = nil // a removed handler's last states are not final
 		}
-		for _, key := range v.Keys() {
-			seen, h := v.States(key), history[key]
-			if !informertest.IsSubsequence(seen, h) {
-				fail("handler %s, key %s: saw %q, not a subsequence of %q", v.name, key, seen, h)
-			}
-			if r.out {
-				continue
-			}
-			last := seen[len(seen)-1]
-			if fv, ok := final[key]; ok && last != fv {
-				fail("handler %s, key %s: last saw %q, final state %q (saw %q, history %q)", v.name, key, last, fv, seen, h)
-			} else if !ok && last != deleted {
-				fail("handler %s, key %s: last saw %q, but the key is gone", v.name, key, last)
-			}
-		}
-		if !r.out {
-			for key := range final {
-				if len(v.States(key)) == 0 {
-					fail("handler %s never heard of %s", v.name, key)
-				}
-			}
+		for _, problem := range r.v.Check(history, want) {
+			fail("handler %s: %s", r.v.name, problem)
 		}
 	}
 	reportedMu.Lock()

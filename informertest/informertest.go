@@ -19,6 +19,7 @@ package informertest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -241,6 +242,38 @@ func (c *LifeCycle[V]) Converged(final map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// Check compares what the handler saw with the source's history (key → every state the
+// key took, in order, Deleted for a delete) and, unless final is nil, with the final state
+// (key → state; a key final lacks ends deleted). It returns one line per problem, in key
+// order, none for a handler that behaved: each life-cycle violation (Errors), a key whose
+// states are not a subsequence of its history (a handler may skip states, never invent or
+// reorder them), a key whose last state is not its final one, a key of final never seen.
+// Check a handler once it has converged (Converged), or the last states are not final yet.
+func (c *LifeCycle[V]) Check(history map[string][]string, final map[string]string) []string {
+	problems := c.Errors()
+	for _, key := range slices.Sorted(slices.Values(c.Keys())) {
+		seen, h := c.States(key), history[key]
+		if !IsSubsequence(seen, h) {
+			problems = append(problems, fmt.Sprintf("key %s: saw %q, not a subsequence of %q", key, seen, h))
+		}
+		if final == nil {
+			continue
+		}
+		last := seen[len(seen)-1]
+		if fv, ok := final[key]; ok && last != fv {
+			problems = append(problems, fmt.Sprintf("key %s: last saw %q, final state %q (saw %q, history %q)", key, last, fv, seen, h))
+		} else if !ok && last != Deleted {
+			problems = append(problems, fmt.Sprintf("key %s: last saw %q, but the key is gone (history %q)", key, last, h))
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(final)) {
+		if len(c.States(key)) == 0 {
+			problems = append(problems, "never heard of "+key)
+		}
+	}
+	return problems
 }
 
 // IsSubsequence reports whether seen is a subsequence of history: a handler may skip

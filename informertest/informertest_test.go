@@ -64,6 +64,56 @@ func TestRecorderAndLifeCycle(t *testing.T) {
 	}
 }
 
+// Check against a history and a final state: every kind of problem, in key order, and
+// none for a removed handler's keys (final nil) beyond the life cycle and the history.
+func TestLifeCycleCheck(t *testing.T) {
+	history := map[string][]string{
+		"a": {"1", "2", "3"},
+		"b": {"1", informertest.Deleted},
+		"c": {"1", "2"},
+		"d": {"1"},
+		"e": {"1"},
+	}
+	final := map[string]string{"a": "3", "c": "2", "d": "1", "e": "1"}
+	good := informertest.NewLifeCycle(describe, informertest.LifeCycleOptions{})
+	good.OnAdd(&item{"a", "1"}, true)
+	good.OnUpdate(&item{"a", "1"}, &item{"a", "3"}) // a skipped state is allowed
+	good.OnAdd(&item{"b", "1"}, true)
+	good.OnDelete(&item{"b", "1"}, false)
+	for _, k := range []string{"c", "d", "e"} {
+		good.OnAdd(&item{k, history[k][len(history[k])-1]}, true)
+	}
+	if problems := good.Check(history, final); len(problems) != 0 {
+		t.Fatalf("a handler that converged reported %q", problems)
+	}
+
+	bad := informertest.NewLifeCycle(describe, informertest.LifeCycleOptions{})
+	bad.OnAdd(&item{"a", "2"}, true)
+	bad.OnUpdate(&item{"a", "2"}, &item{"a", "1"}) // reordered
+	bad.OnAdd(&item{"b", "1"}, true)               // the delete never came
+	bad.OnAdd(&item{"c", "1"}, true)               // the last update never came
+	bad.OnAdd(&item{"d", "1"}, true)
+	bad.OnAdd(&item{"d", "1"}, false) // an add on top of an add
+	// e was never heard of.
+	want := []string{
+		`add d=1 on top of "1" (no delete between)`,
+		`key a: saw ["2" "1"], not a subsequence of ["1" "2" "3"]`,
+		`key a: last saw "1", final state "3" (saw ["2" "1"], history ["1" "2" "3"])`,
+		`key b: last saw "1", but the key is gone (history ["1" "<deleted>"])`,
+		`key c: last saw "1", final state "2" (saw ["1"], history ["1" "2"])`,
+		`key d: saw ["1" "1"], not a subsequence of ["1"]`,
+		`never heard of e`,
+	}
+	if got := bad.Check(history, final); !slices.Equal(got, want) {
+		t.Fatalf("problems\n%q\nwant\n%q", got, want)
+	}
+	// A removed handler: its life cycle and its history only.
+	want = []string{want[0], want[1], want[5]}
+	if got := bad.Check(history, nil); !slices.Equal(got, want) {
+		t.Fatalf("problems without a final state\n%q\nwant\n%q", got, want)
+	}
+}
+
 // ExampleRecorder tests a program's informer end to end: record its handler's calls and
 // compare them with the expected sequence.
 func ExampleRecorder() {
