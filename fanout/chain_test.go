@@ -279,10 +279,7 @@ func TestChainServerRestart(t *testing.T) {
 	wiretest.Put(up.src, "b", "1")
 	want := func() string { return wiretest.State(up.src.Items()) }
 
-	srv1, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv1 := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	ts1 := httptest.NewServer(srv1)
 	addr := ts1.Listener.Addr().String()
 	waitSynced(t, srv1)
@@ -305,10 +302,7 @@ func TestChainServerRestart(t *testing.T) {
 	wiretest.Put(up.src, "c", "1")
 	wiretest.Put(up.src, "b", "3")
 
-	srv2, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv2 := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("cannot listen on %s again: %v", addr, err)
@@ -376,7 +370,7 @@ func TestChainTLS(t *testing.T) {
 	wiretest.Put(up.src, "a", "1")
 	var protoMu sync.Mutex
 	protos := map[string]bool{}
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		Authorize: func(r *http.Request) error {
 			protoMu.Lock()
 			protos[r.Proto] = true
@@ -387,9 +381,6 @@ func TestChainTLS(t *testing.T) {
 			return nil
 		},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := serveHTTP(t, srv, srv, func(ts *httptest.Server) { ts.EnableHTTP2 = true })
 
 	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{
@@ -472,14 +463,8 @@ func TestClientSourceID(t *testing.T) {
 	defer cancel()
 	u := newUpstream(t, memory.Options{})
 	wiretest.Put(u.src, "a", "1")
-	first, err := newServer(t, u, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := newServer(t, u, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := newServer(t, u, ServerOptions[*wiretest.Obj]{})
+	second := newServer(t, u, ServerOptions[*wiretest.Obj]{})
 	waitSynced(t, first)
 	waitSynced(t, second)
 	var current atomic.Pointer[Server[string, *wiretest.Obj]]

@@ -59,10 +59,7 @@ func fanoutServer(tb testing.TB, opts ServerOptions[*wiretest.Obj]) (*Server[str
 	opts.Filters = filterOptions().Filters
 	opts.MaxWatchersPerClient = -1
 	opts.MaxWatchers = -1
-	s, err := newServer(tb, up, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	s := newServer(tb, up, opts)
 	return s, startServer(tb, s).Listener.Addr().String()
 }
 
@@ -735,10 +732,7 @@ func BenchmarkAdversarialStalledLists(b *testing.B) {
 	for i := range 20000 {
 		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
 	}
-	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := newServer(b, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
 	ts := startServer(b, srv)
 	addr := ts.Listener.Addr().String()
 	for _, clients := range []int{1, 50} {
@@ -779,10 +773,7 @@ func BenchmarkAdversarialSlowReader(b *testing.B) {
 	for i := range 64 { // 4 MiB
 		wiretest.Put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
-	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: timeout, ErrorHandler: func(error) {}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := newServer(b, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: timeout, ErrorHandler: func(error) {}}})
 	ts := startServer(b, srv)
 	addr := ts.Listener.Addr().String()
 	slowest := 0
@@ -824,10 +815,7 @@ func BenchmarkWatcherCostHTTP2(b *testing.B) {
 	raiseFileLimit(b, 2*n+1024)
 	up := newUpstream(b, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := newServer(b, up, ServerOptions[*wiretest.Obj]{})
 	ts := httptest.NewUnstartedServer(srv)
 	ts.EnableHTTP2 = true
 	ts.StartTLS()

@@ -834,10 +834,7 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	}))
 	var servers []*Server[string, *wiretest.Obj]
 	start := func() {
-		s, err := newServer(t, u, ServerOptions[*wiretest.Obj]{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newServer(t, u, ServerOptions[*wiretest.Obj]{})
 		waitSynced(t, s)
 		servers = append(servers, s)
 		cur.Store(s)

@@ -82,10 +82,7 @@ func TestServerStalledListReaders(t *testing.T) {
 	for i := range objects {
 		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
 	}
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: 500 * time.Millisecond, ErrorHandler: func(error) {}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{WriteTimeout: 500 * time.Millisecond, ErrorHandler: func(error) {}}})
 	ts := startServer(t, srv)
 	addr := ts.Listener.Addr().String()
 
@@ -347,12 +344,9 @@ func TestServerSlowReaderKept(t *testing.T) {
 	for i := range objects {
 		wiretest.Put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: time.Second, SendBuffer: 64 << 10, ErrorHandler: func(error) {},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := startServer(t, srv)
 	rc := dialAs(t, ts.Listener.Addr().String(), "watch=1&sendInitialEvents=true&allowWatchBookmarks=true", "", 16<<10)
 	paced(t, rc, 400<<10, objects) // 400 KiB/s: about 2.5 s
@@ -387,13 +381,10 @@ func TestServerSlowReaderProgress(t *testing.T) {
 		wiretest.Put(up.src, fmt.Sprintf("k%02d", i), val)
 	}
 	reported := make(chan error, 1)
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: time.Second, SendBuffer: -1,
 		ErrorHandler: reportTo(reported),
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := serveHTTP(t, srv, srv, func(ts *httptest.Server) {
 		ts.Listener = bigBuffers{ts.Listener}
 		ts.Config.ConnContext = ConnContext
@@ -427,12 +418,9 @@ func TestServerSlowReaderProgress(t *testing.T) {
 func TestServerEvictedConnectionReset(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
 		WriteTimeout: 200 * time.Millisecond, SendBuffer: 4096, ErrorHandler: func(error) {},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := startServer(t, srv)
 	stalled := dialAs(t, ts.Listener.Addr().String(), "watch=1&resourceVersion="+rev(srv, 1), "", 4096)
 	big := strings.Repeat("x", 4<<10)
@@ -444,8 +432,7 @@ func TestServerEvictedConnectionReset(t *testing.T) {
 	}
 	wiretest.Eventually(t, "the stalled watcher to be evicted", func() bool { return srv.Stats().Evicted == 1 })
 	_ = stalled.conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
-	_, err = io.Copy(io.Discard, stalled.r)
-	if !errors.Is(err, syscall.ECONNRESET) {
+	if _, err := io.Copy(io.Discard, stalled.r); !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("the evicted watcher's connection ended with %v, want a reset (ECONNRESET)", err)
 	}
 	// A watch that ends normally ends gracefully: the reset is disarmed.
@@ -499,13 +486,8 @@ func TestServerObjectTooLarge(t *testing.T) {
 	if l := st.Line(t); !strings.HasPrefix(l, `{"type":"ADDED"`) || !strings.Contains(l, `"name":"b"`) {
 		t.Errorf("after a refused object: %.80s, want b's ADDED", l)
 	}
-	select {
-	case err := <-reported:
-		if !strings.Contains(err.Error(), "object a is 2") || !strings.Contains(err.Error(), "MaxObjectSize (1000)") {
-			t.Errorf("reported %v", err)
-		}
-	case <-time.After(wiretest.WaitTimeout):
-		t.Fatal("nothing reported")
+	if err := testkit.Recv(t, reported, "the refused object's error"); !strings.Contains(err.Error(), "object a is 2") || !strings.Contains(err.Error(), "MaxObjectSize (1000)") {
+		t.Errorf("reported %v", err)
 	}
 	if n := srv.Stats().TooLarge; n != 1 {
 		t.Errorf("Stats.TooLarge = %d, want 1", n)
@@ -609,10 +591,7 @@ func sendEndless(t *testing.T, addr, query string, chunked bool, limit time.Dura
 func TestServerEndlessRequestBody(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxLists: 2, MaxWatchers: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxLists: 2, MaxWatchers: 2}})
 	ts := startServer(t, srv)
 	addr := ts.Listener.Addr().String()
 	for _, q := range []string{"limit=0", "watch=1", "watch=1&resourceVersion=" + rev(srv, 1)} {
@@ -678,10 +657,7 @@ func serveSilenceable(t testing.TB, interval time.Duration) (*silencer, *upstrea
 	t.Helper()
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{BookmarkInterval: interval})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{BookmarkInterval: interval})
 	sil := &silencer{h: srv}
 	ts := serveHTTP(t, srv, sil, withConnContext)
 	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}), "silent", nil)
@@ -893,10 +869,7 @@ func BenchmarkAdversarialEndlessBodies(b *testing.B) {
 	}
 	up := newUpstream(b, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(b, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := newServer(b, up, ServerOptions[*wiretest.Obj]{})
 	ts := startServer(b, srv)
 	addr := ts.Listener.Addr().String()
 	refused := 0

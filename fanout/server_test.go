@@ -23,6 +23,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
@@ -375,10 +376,7 @@ func dialWatch(t testing.TB, addr, query string, readBuffer int) *rawConn {
 // readBuffer (0: the default) as its receive buffer; the second with default buffers.
 func twoWatchers(t *testing.T, up *upstream, opts ServerOptions[*wiretest.Obj], readBuffer int) (srv *Server[string, *wiretest.Obj], first, second *rawConn) {
 	t.Helper()
-	srv, err := newServer(t, up, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv = newServer(t, up, opts)
 	ts := serveHTTP(t, srv, srv, func(ts *httptest.Server) { ts.Listener = &smallBuffer{Listener: ts.Listener} })
 	addr := ts.Listener.Addr().String()
 	from := "watch=1&resourceVersion=" + rev(srv, 1)
@@ -471,13 +469,8 @@ func TestServerStalledWatcher(t *testing.T) {
 		wiretest.Put(up.src, fmt.Sprintf("k%03d", i), big)
 		fast.Line(t)
 	}
-	select {
-	case err := <-reported:
-		if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stalled") {
-			t.Errorf("reported %v", err)
-		}
-	case <-time.After(wiretest.WaitTimeout):
-		t.Fatal("the stalled watcher was never disconnected")
+	if err := testkit.Recv(t, reported, "the stalled watcher's disconnection"); !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stalled") {
+		t.Errorf("reported %v", err)
 	}
 	var lines int
 	for {
@@ -575,10 +568,7 @@ func TestServerSSE(t *testing.T) {
 func TestServerShutdown(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	waitSynced(t, srv)
@@ -611,8 +601,7 @@ func TestServerShutdown(t *testing.T) {
 	if n := srv.Stats().OpenWatches; n != 0 {
 		t.Errorf("%d watches still open", n)
 	}
-	_, err = c.List(context.Background(), informer.ListOptions{})
-	if !errors.Is(err, informer.ErrUnavailable) {
+	if _, err := c.List(context.Background(), informer.ListOptions{}); !errors.Is(err, informer.ErrUnavailable) {
 		t.Errorf("list after Shutdown: %v, want 503", err)
 	}
 	// The handler is gone from the informer: changes no longer reach the server.
@@ -836,10 +825,7 @@ func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
 func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	ts := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
 		defer cancel()
@@ -898,13 +884,8 @@ func TestTakenOverWatchPanic(t *testing.T) {
 	if l, err := br.ReadString('\n'); err == nil || l != "" {
 		t.Fatalf("after the panic: read %q, %v; want the connection cut", l, err)
 	}
-	select {
-	case err := <-reported:
-		if !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "boom") {
-			t.Errorf("reported %v", err)
-		}
-	case <-time.After(wiretest.WaitTimeout):
-		t.Fatal("the panic was not reported")
+	if err := testkit.Recv(t, reported, "the panic's error"); !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("reported %v", err)
 	}
 	wiretest.Put(src, "a", "2")
 	br = readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=3"))
@@ -920,10 +901,7 @@ func TestTakenOverWatchPanic(t *testing.T) {
 func TestServerTakenOverWatchTLS(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
-	srv, err := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
 	ts := httptest.NewTLSServer(srv) // HTTP/1.1 only: EnableHTTP2 is not set
 	t.Cleanup(func() {
 		_ = srv.Shutdown(context.Background())
