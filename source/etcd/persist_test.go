@@ -22,6 +22,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,13 +30,13 @@ import (
 
 // warmLife runs one informer over src that persists to f until stop returns (after Run
 // returned: the final save is done).
-func warmLife(t *testing.T, src informer.ListerWatcher[*item], f *persist.File[string, *item], errs *errorLog) (inf *informer.Informer[string, *item], rec *informertest.Recorder[*item], stop func()) {
+func warmLife(t *testing.T, src informer.ListerWatcher[*item], f *persist.File[string, *item], errs *testkit.Errors) (inf *informer.Informer[string, *item], rec *informertest.Recorder[*item], stop func()) {
 	t.Helper()
 	inf, err := informer.New(src, informer.Options[string, *item]{
 		Key:          itemKey,
 		Persist:      f,
 		Backoff:      informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-		ErrorHandler: errs.report,
+		ErrorHandler: errs.Report,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,12 +90,12 @@ func warmSetup(t *testing.T) (*clientv3.Client, *etcd.Source[*item], *persist.Fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec, stop := warmLife(t, src, f, errs)
 	rec.ExpectNext(t, "add*/wr/a=1", "add*/wr/b=1", "add*/wr/c=1")
 	waitRev(t, inf, rev)
 	stop()
-	if e := errs.all(); len(e) != 0 {
+	if e := errs.All(); len(e) != 0 {
 		t.Fatalf("first life reported %v", e)
 	}
 	put(t, c, p+"b", "2")
@@ -108,7 +109,7 @@ func warmSetup(t *testing.T) (*clientv3.Client, *etcd.Source[*item], *persist.Fi
 // exactly the changes made while the informer was down.
 func TestWarmRestartEtcd(t *testing.T) {
 	_, src, f, last := warmSetup(t)
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec, _ := warmLife(t, src, f, errs)
 	if !inf.Stats().Restored {
 		t.Fatal("Restored is false after a warm start")
@@ -126,7 +127,7 @@ func TestWarmRestartEtcd(t *testing.T) {
 	if st := inf.Stats(); st.Lists != 0 {
 		t.Fatalf("the warm start listed %d times", st.Lists)
 	}
-	if e := errs.all(); len(e) != 0 {
+	if e := errs.All(); len(e) != 0 {
 		t.Fatalf("errors: %v", e)
 	}
 }
@@ -138,7 +139,7 @@ func TestWarmRestartEtcdCompacted(t *testing.T) {
 	if _, err := c.Compact(context.Background(), last, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec, _ := warmLife(t, src, f, errs)
 	// a is unchanged (the same bytes): a resync, which no handler asked for.
 	rec.ExpectNext(t, "add*/wr/a=1", "add*/wr/b=1", "add*/wr/c=1",
@@ -150,7 +151,7 @@ func TestWarmRestartEtcdCompacted(t *testing.T) {
 	if st := inf.Stats(); st.Lists != 1 || st.Expirations == 0 {
 		t.Fatalf("Stats: %d lists, %d expirations; want one list after an expiry", st.Lists, st.Expirations)
 	}
-	for _, err := range errs.all() {
+	for _, err := range errs.All() {
 		if !errors.Is(err, informer.ErrExpired) {
 			t.Fatalf("unexpected error: %v", err)
 		}
@@ -401,11 +402,11 @@ func TestWatchRefusesUnreachedRevision(t *testing.T) {
 func firstEtcdLife(t *testing.T, c *clientv3.Client, prefix, dir string, rev int64) {
 	t.Helper()
 	f := newPersistFile(t, dir)
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, _, stop := warmLife(t, newSource(t, c, prefix, etcd.Options{}), f, errs)
 	waitRev(t, inf, rev)
 	stop()
-	if e := errs.all(); len(e) != 0 {
+	if e := errs.All(); len(e) != 0 {
 		t.Fatalf("first life reported %v", e)
 	}
 }
@@ -450,14 +451,14 @@ func TestWarmRestartReplacedEtcd(t *testing.T) {
 				putRetrying(t, c, key, value)
 				want[key] = value
 			}
-			errs := newErrorLog()
+			errs := new(testkit.Errors)
 			inf, _, _ := warmLife(t, newSource(t, c, p, etcd.Options{}), newPersistFile(t, dir), errs)
 			waitCache(t, inf, want)
 			st := inf.Stats()
 			if st.Lists == 0 {
 				t.Fatal("no list after a restart against another cluster")
 			}
-			e := errs.all()
+			e := errs.All()
 			if tc.token == "" && (st.Expirations == 0 || len(errorsNot(e, informer.ErrExpired)) != 0) ||
 				tc.token != "" && (len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible)) {
 				t.Fatalf("%d expirations, reported %v; want an expiry (same cluster ID) or one ErrIncompatible (another)", st.Expirations, e)
@@ -486,10 +487,10 @@ func TestWarmRestartNewPrefix(t *testing.T) {
 	dir := t.TempDir()
 	firstEtcdLife(t, c, "/p1/", dir, rev)
 	put(t, c, "/p2/x", "2")
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, _, _ := warmLife(t, newSource(t, c, "/p2/", etcd.Options{}), newPersistFile(t, dir), errs)
 	waitCache(t, inf, map[string]string{"/p2/x": "2"})
-	e := errs.all()
+	e := errs.All()
 	if len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible) || !strings.Contains(e[0].Error(), "/p1/") || !strings.Contains(e[0].Error(), "/p2/") {
 		t.Fatalf("reported %v, want one ErrIncompatible naming both prefixes", e)
 	}

@@ -200,13 +200,13 @@ func TestDeleteWithoutPreviousValue(t *testing.T) {
 		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	strict, err := etcd.New(c, p, func(key, value []byte) (*item, error) {
 		if value == nil {
 			return nil, errors.New("no value")
 		}
 		return decodeItem(key, value)
-	}, etcd.Options{OnDecodeError: errs.report})
+	}, etcd.Options{OnDecodeError: errs.Report})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestDeleteWithoutPreviousValue(t *testing.T) {
 		t.Fatalf("strict decoder: got %q, %v; want ErrExpired", got, err)
 	}
 	var de *etcd.DecodeError
-	if reported := errs.all(); len(reported) != 1 || !errors.As(reported[0], &de) || !de.Deleted || de.Key != p+"k" || de.Revision != rev {
+	if reported := errs.All(); len(reported) != 1 || !errors.As(reported[0], &de) || !de.Deleted || de.Key != p+"k" || de.Revision != rev {
 		t.Fatalf("reported %v", reported)
 	}
 	if strict.DecodeErrors() != 1 {
