@@ -10,7 +10,6 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/http"
-	nethttp "net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -818,10 +817,10 @@ func runModelHTTP(t *testing.T, seed uint64) {
 	// knows which watch streams are open, and can cut one in the middle of a frame.
 	var cur atomic.Pointer[Server[string, *wiretest.Obj]]
 	watches := newWatchTracker()
-	front := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := cur.Load()
 		if s == nil {
-			nethttp.Error(w, "down", nethttp.StatusServiceUnavailable)
+			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
 		if r.URL.Query().Get("watch") == "" {
@@ -1049,7 +1048,7 @@ func (w *watchTracker) take(id int) (chan struct{}, bool) {
 // cutWriter is the ResponseWriter of one watch stream at the front: when armed it writes
 // the start of an event frame, flushes it, and aborts the connection.
 type cutWriter struct {
-	nethttp.ResponseWriter
+	http.ResponseWriter
 	t  *watchTracker
 	id int
 }
@@ -1060,13 +1059,13 @@ func (c *cutWriter) Write(p []byte) (int, error) {
 	if at := bytes.Index(p, []byte(`"type"`)); at >= 0 {
 		if done, ok := c.t.take(c.id); ok {
 			c.ResponseWriter.Write(p[:at+3])
-			nethttp.NewResponseController(c.ResponseWriter).Flush()
+			http.NewResponseController(c.ResponseWriter).Flush()
 			close(done)
-			panic(nethttp.ErrAbortHandler) // the server closes the connection mid-chunk
+			panic(http.ErrAbortHandler) // the server closes the connection mid-chunk
 		}
 	}
 	return c.ResponseWriter.Write(p)
 }
 
 // Unwrap lets http.ResponseController reach Flush and deadlines.
-func (c *cutWriter) Unwrap() nethttp.ResponseWriter { return c.ResponseWriter }
+func (c *cutWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }

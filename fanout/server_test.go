@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	nethttp "net/http"
 	"net/http/httptest"
 	"os"
 	"runtime"
@@ -385,16 +384,10 @@ func twoWatchers(t *testing.T, up *upstream, opts ServerOptions[*wiretest.Obj], 
 	return srv, first, second
 }
 
+// Line returns the next line without its newline; "EOF" at the clean end of the stream.
 func (rc *rawConn) Line(t testing.TB) string {
 	t.Helper()
-	l, err := rc.r.ReadString('\n')
-	if err == io.EOF && l == "" {
-		return "EOF"
-	}
-	if err != nil {
-		t.Fatalf("reading: %v", err)
-	}
-	return strings.TrimSuffix(l, "\n")
+	return wiretest.ReadLine(t, rc.r)
 }
 
 // A watcher that does not read falls behind; once its next change has left the bounded
@@ -826,7 +819,7 @@ func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
 	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	ts := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
 		defer cancel()
 		srv.ServeHTTP(w, r.WithContext(ctx))
@@ -926,7 +919,7 @@ func TestServerTakenOverWatchTLS(t *testing.T) {
 		}
 	}
 	closed.Stop()
-	ts.Client().Transport.(*nethttp.Transport).CloseIdleConnections()
+	ts.Client().Transport.(*http.Transport).CloseIdleConnections()
 	wiretest.Eventually(t, "the closed watch's slot to be freed", func() bool { return srv.Stats().OpenWatches == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
 	defer cancel()
