@@ -108,8 +108,7 @@ func BenchmarkFilterDispatch(b *testing.B) {
 				}
 				fw := w.(*filterWatch[string, *wiretest.Obj])
 				h.mu.Lock() // blocked in Next, as a served watcher that has caught up is
-				fw.waiting = true
-				fw.fv.waiters = append(fw.fv.waiters, fw)
+				fw.fv.waiters.Add(fw)
 				h.mu.Unlock()
 				b.Cleanup(fw.Stop)
 				return fw
@@ -128,10 +127,7 @@ func BenchmarkFilterDispatch(b *testing.B) {
 				srv.mirror.put(objs[i%len(objs)])
 				h.mu.Lock() // the watcher of "x" takes its event and waits again
 				x.next = x.fv.dropped + int64(len(x.fv.history))
-				if !x.waiting {
-					x.waiting = true
-					x.fv.waiters = append(x.fv.waiters, x)
-				}
+				x.fv.waiters.Add(x)
 				h.mu.Unlock()
 			}
 			b.StopTimer()
