@@ -303,10 +303,27 @@ func newRecorder() *informertest.Recorder[*item] {
 	return informertest.NewRecorder(func(it *item) (string, string) { return it.Key, it.Value }).WithTimeout(15 * time.Second)
 }
 
+// run runs inf until stop is called, under the context it returns; stop returns once Run
+// has, and may be called again.
+func run(inf *informer.Informer[string, *item]) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = inf.Run(ctx) }()
+	return ctx, func() { cancel(); <-done }
+}
+
 // startInformer builds an informer over src with a recording, blocking handler, runs it
 // until t's cleanup, and waits for its cache to sync. opts.Key and opts.ErrorHandler are
 // filled in when empty.
 func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *testkit.Errors) (*informer.Informer[string, *item], *informertest.Recorder[*item]) {
+	t.Helper()
+	inf, rec, _ := startStoppableInformer(t, src, opts, errs)
+	return inf, rec
+}
+
+// startStoppableInformer is startInformer that also returns a stop function (run's), for
+// a test that stops the informer before the test ends.
+func startStoppableInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *testkit.Errors) (*informer.Informer[string, *item], *informertest.Recorder[*item], func()) {
 	t.Helper()
 	if opts.Key == nil {
 		opts.Key = itemKey
@@ -322,16 +339,14 @@ func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informe
 	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder", Policy: informer.Block}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx, stop := run(inf)
+	t.Cleanup(stop)
 	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSync()
 	if informer.WaitForCacheSync(syncCtx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
-	return inf, rec
+	return inf, rec, stop
 }
 
 // assertMirrors checks that the informer's cache holds exactly what etcd holds under

@@ -149,10 +149,8 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	if regs[1], err = inf.AddHandler(views[1], informer.HandlerOptions{Name: "coalesce", Policy: informer.Coalesce, QueueLength: 1 + rng.IntN(3)}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx, stop := run(inf)
+	t.Cleanup(stop)
 	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
 	defer scancel()
 	if informer.WaitForCacheSync(sctx, inf) != nil {

@@ -32,37 +32,10 @@ import (
 // returned: the final save is done).
 func warmLife(t *testing.T, src informer.ListerWatcher[*item], f *persist.File[string, *item], errs *testkit.Errors) (inf *informer.Informer[string, *item], rec *informertest.Recorder[*item], stop func()) {
 	t.Helper()
-	inf, err := informer.New(src, informer.Options[string, *item]{
-		Key:          itemKey,
-		Persist:      f,
-		Backoff:      informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-		ErrorHandler: errs.Report,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec = newRecorder()
-	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder", Policy: informer.Block}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if informer.WaitForCacheSync(syncCtx, inf) != nil {
-		t.Fatal("the informer did not sync")
-	}
-	return inf, rec, stop
+	return startStoppableInformer(t, src, informer.Options[string, *item]{
+		Persist: f,
+		Backoff: informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	}, errs)
 }
 
 func waitRev(t *testing.T, inf *informer.Informer[string, *item], rev int64) {
@@ -255,14 +228,11 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = inf.Run(ctx) }()
+		ctx, stop := run(inf)
 		if informer.WaitForCacheSync(ctx, inf) != nil {
 			b.Fatal("no sync")
 		}
-		cancel()
-		<-done
+		stop()
 		return f
 	}
 	files := map[string]*persist.File[string, *item]{"warm": save(nil), "warm-json": save(persist.JSON[*item]()), "warm-binary": save(binaryItem)}
@@ -289,9 +259,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{})
-				go func() { defer close(done); _ = inf.Run(ctx) }()
+				ctx, stop := run(inf)
 				if err := inf.WaitForRevision(ctx, etcd.FormatRevision(last)); err != nil {
 					b.Fatal(err)
 				}
@@ -301,8 +269,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 				if inf.Len() != n {
 					b.Fatalf("%d objects, want %d", inf.Len(), n)
 				}
-				cancel()
-				<-done
+				stop()
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms-to-current")
