@@ -86,25 +86,32 @@ func start(t *testing.T, src *memory.Source[string, *obj], opts informer.Options
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	var once sync.Once
-	f.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(f.stop)
+	var ctx context.Context
+	ctx, f.stop = runStoppable(t, inf)
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
 	if informer.WaitForCacheSync(sctx, inf) != nil {
 		t.Fatal("informer did not sync")
 	}
 	return f
+}
+
+// runStoppable starts r.Run and returns the context it runs under and a stop that cancels
+// it, waits for Run to return and fails the test if Run returned an error. stop may be
+// called more than once, and is called at the test's cleanup. Unlike informertest.Run, it
+// lets a test stop the informer before its end.
+func runStoppable(t *testing.T, r interface{ Run(context.Context) error }) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return ctx, stop
 }
 
 func newSource(opts memory.Options) *memory.Source[string, *obj] {
@@ -576,10 +583,7 @@ func TestInformer_PerHandlerResync(t *testing.T) {
 	inf.AddHandler(fast, informer.HandlerOptions{ResyncPeriod: 2 * time.Second})
 	inf.AddHandler(slow, informer.HandlerOptions{})
 	inf.AddHandler(never, informer.HandlerOptions{ResyncPeriod: -1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	_ = informer.WaitForCacheSync(ctx, inf)
 	fast.Expect(t, "add*a=1")
 	slow.Expect(t, "add*a=1")
@@ -608,10 +612,7 @@ func TestInformer_NoResyncWhenInformerHasNone(t *testing.T) {
 		Key: func(o *obj) (string, error) { return o.Key, nil }, Clock: fc,
 	})
 	inf.AddHandler(ev, informer.HandlerOptions{ResyncPeriod: time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	ev.Expect(t, "add*a=1")
 	fc.WaitForWaiters(1, ctx.Done()) // the watch timeout only
 	fc.Step(5 * time.Second)
@@ -727,9 +728,7 @@ func TestFactory_ShutdownReturnsRunError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
+	ctx, stop := runStoppable(t, inf)
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
 	}
@@ -738,10 +737,7 @@ func TestFactory_ShutdownReturnsRunError(t *testing.T) {
 	if !errors.Is(err, informer.ErrAlreadyStarted) || !strings.Contains(err.Error(), `"objs"`) {
 		t.Fatalf("Shutdown = %v, want ErrAlreadyStarted naming objs", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 // An informer keyed by a struct of strings needs no CompareKeys: keys are ordered as
@@ -955,5 +951,216 @@ func TestInformer_LatePlainHandlers(t *testing.T) {
 	}
 	if reported := f.errs.All(); len(reported) != 0 {
 		t.Errorf("errors reported: %v", reported)
+	}
+}
+
+// fixedState is a Persister that holds one saved state in memory and saves nothing.
+type fixedState struct {
+	objs []*obj
+	rev  string
+}
+
+func (p *fixedState) Load(_ context.Context, _ informer.PersistedCache, add func(*obj)) (string, error) {
+	for _, o := range p.objs {
+		add(o)
+	}
+	return p.rev, nil
+}
+func (p *fixedState) Save(context.Context, informer.PersistedCache, *informer.Snapshot[string, *obj]) error {
+	return nil
+}
+func (p *fixedState) Interval() time.Duration { return 0 }
+func (p *fixedState) Equal(a, b *obj) bool    { return *a == *b }
+
+// A warm start publishes its revision with its sync: right after WaitForCacheSync (and
+// Synced) LastSyncRevision is the restored state's revision, not "", even while a Block
+// handler holds the restore's delivery of the initial adds.
+func TestInformer_WarmStartRevisionBeforeSync(t *testing.T) {
+	for i := range 5 {
+		src := memory.New[string, *obj](objKey, memory.Options{})
+		var objs []*obj
+		for j := range 5 {
+			o := newObj("k"+strconv.Itoa(j), "", "v")
+			src.Put(o)
+			objs = append(objs, o)
+		}
+		rev := strconv.FormatInt(src.Revision(), 10)
+		inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+			Key:          objKeyErr,
+			ErrorHandler: func(error) {},
+			Persist:      &fixedState{objs: objs, rev: rev},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
+		if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := runStoppable(t, inf)
+		if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+			t.Fatal(err)
+		}
+		got := inf.Stats().ReceivedRevision
+		close(h.allow)
+		stop()
+		if !inf.Stats().Restored {
+			t.Fatalf("run %d: not restored", i)
+		}
+		if got != rev {
+			t.Fatalf("run %d: LastSyncRevision right after a warm sync = %q, want %q", i, got, rev)
+		}
+	}
+}
+
+// The informer's list, watch and apply counters after a known sequence: one list of three
+// objects, four changes, one dropped watch.
+func TestInformer_StatsListsWatchesApplied(t *testing.T) {
+	src := newSource(memory.Options{})
+	for _, k := range []string{"a", "b", "c"} {
+		src.Put(newObj(k, "g", "1"))
+	}
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	st := f.inf.Stats()
+	if s := st.ListDuration; s.Count != 1 {
+		t.Fatalf("ListDuration count %d after one list, want 1", s.Count)
+	}
+	items := st.ListItems
+	if items.Count != 1 || items.Sum != 3 || items.Counts[1] != 1 { // bucket 1 is (1, 4]
+		t.Fatalf("ListItems %+v, want one list of 3 objects in the (1, 4] bucket", items)
+	}
+	if err := src.WaitForWatches(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	src.Put(newObj("d", "g", "1"))
+	src.Put(newObj("a", "g", "2"))
+	src.Delete("b")
+	src.Put(newObj("e", "g", "1"))
+	ev.WaitFor(t, 7)
+	st = f.inf.Stats()
+	if got := st.Applied; got != 7 {
+		t.Fatalf("Applied = %d, want 7 (3 listed + 4 changes)", got)
+	}
+	if got := st.WatchDuration.Count; got != 0 {
+		t.Fatalf("WatchDuration count %d while the only watch is open, want 0", got)
+	}
+	src.DropWatches(nil)
+	waitUntil(t, func() bool { return f.inf.Stats().WatchDuration.Count == 1 })
+	f.stop()
+	st = f.inf.Stats()
+	if got := st.ListDuration.Count; got != st.Lists {
+		t.Fatalf("ListDuration count %d, Lists %d: every list attempt is timed", got, st.Lists)
+	}
+}
+
+// Done closes once Run has returned, not before.
+func TestInformer_Done(t *testing.T) {
+	src := newSource(memory.Options{})
+	f := start(t, src, informer.Options[string, *obj]{})
+	select {
+	case <-f.inf.Done():
+		t.Fatal("Done closed while running")
+	default:
+	}
+	f.stop() // returns once Run has returned
+	select {
+	case <-f.inf.Done():
+	default:
+		t.Fatal("Done not closed after Run returned")
+	}
+}
+
+func TestInformer_Handlers(t *testing.T) {
+	inf, err := informer.New[string, *obj](newSource(memory.Options{}), informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{Name: "one"})
+	r2, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{})
+	names := func() (out []string) {
+		for _, r := range inf.Stats().Handlers {
+			out = append(out, r.Name())
+		}
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"one", "handler-2"}) || inf.Stats().Handlers[0] != r1 || inf.Stats().Handlers[1] != r2 {
+		t.Fatalf("Handlers = %q, want the registrations in order", got)
+	}
+	inf.RemoveHandler(r1)
+	if got := names(); !slices.Equal(got, []string{"handler-2"}) {
+		t.Fatalf("after RemoveHandler: %q", got)
+	}
+}
+
+// gate is a handler whose OnAdd of key "a" waits until released.
+type gate struct {
+	*events
+	release chan struct{}
+}
+
+func (g gate) OnAdd(o *obj, initial bool) {
+	if o.Key == "a" {
+		<-g.release
+	}
+	g.events.OnAdd(o, initial)
+}
+
+// MeasureLatency: a notification that waited two (fake) seconds behind a blocked call is
+// recorded in the 2.5 s bucket; one delivered at once in the first bucket.
+func TestHandler_MeasureLatency(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{})
+	g := gate{events: newEvents(), release: make(chan struct{})}
+	f := start(t, src, informer.Options[string, *obj]{Clock: fc})
+	reg, err := f.inf.AddHandler(g, informer.HandlerOptions{MeasureLatency: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := f.inf.AddHandler(newEvents(), informer.HandlerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Put(newObj("a", "g", "1")) // the handler blocks in OnAdd(a)
+	src.Put(newObj("b", "g", "1"))
+	waitUntil(t, func() bool { return reg.Stats().Queued == 2 && reg.Stats().Delivered == 1 })
+	fc.Step(2 * time.Second)
+	close(g.release)
+	g.Expect(t, "add a=1", "add b=1")
+	lat := reg.Stats().Latency
+	bucket := slices.Index(lat.Bounds, 2.5)
+	if lat.Count != 2 || lat.Counts[0] != 1 || lat.Counts[bucket] != 1 || lat.Sum != 2 {
+		t.Fatalf("latency %+v: want a at 0 s (first bucket) and b at 2 s (2.5 s bucket)", lat)
+	}
+	if s := plain.Stats().Latency; s.Bounds != nil {
+		t.Fatalf("a handler without MeasureLatency has a latency histogram: %+v", s)
+	}
+}
+
+// ReportError: a source's non-fatal errors reach the error handler and are counted by
+// class; ErrDecode is a kind of ErrBadInput, counted apart.
+func TestInformer_ReportErrorCountsByClass(t *testing.T) {
+	if !errors.Is(informer.ErrDecode, informer.ErrBadInput) {
+		t.Fatal("ErrDecode does not match ErrBadInput")
+	}
+	var got []error
+	inf, err := informer.New[string, *obj](newSource(memory.Options{}), informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ErrorHandler: func(err error) { got = append(got, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := fmt.Errorf("src: %w: key a: %w", informer.ErrDecode, errors.New("bad json"))
+	bad := fmt.Errorf("src: %w: odd frame", informer.ErrBadInput)
+	inf.ReportError(decode)
+	inf.ReportError(bad)
+	inf.ReportError(nil) // ignored
+	st := inf.Stats()
+	if len(got) != 2 || got[0] != decode || got[1] != bad {
+		t.Fatalf("error handler got %v", got)
+	}
+	if st.DecodeErrors != 1 || st.SourceErrors != 1 || st.OtherErrors != 0 {
+		t.Fatalf("decode %d source %d other %d, want 1 1 0", st.DecodeErrors, st.SourceErrors, st.OtherErrors)
 	}
 }

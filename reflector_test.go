@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -33,10 +35,7 @@ func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
 		Backoff:      informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
 		ErrorHandler: reported.Report,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 
 	lists := func() int { return countOps(src, memory.OpList) }
 	// First list fails; the reflector waits 1s (one timer armed).
@@ -137,10 +136,7 @@ func TestReflector_ListRetryAfterHonoured(t *testing.T) {
 		Clock:   fc,
 		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx, _ := runStoppable(t, inf)
 	fc.WaitForWaiters(1, ctx.Done())
 	fc.Step(29 * time.Second)
 	if n := countOps(src, memory.OpList); n != 1 {
@@ -218,45 +214,35 @@ func (l *revisionLW) List(ctx context.Context, opts informer.ListOptions) (infor
 func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 	cases := []struct {
 		name      string
-		answer    func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool)
+		answers   func(opts informer.ListOptions) bool // the relist requests the case answers
+		list      informer.List[*obj]                  // its answer to them: list or err
+		err       error
 		wantOpts  func(rev string) []informer.ListOptions // the relist's requests
 		consist   uint64
 		badInput  bool
 		wantError bool
 	}{
 		{
-			name: "expired continue token: same list unpaged",
-			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
-				if opts.Continue != "" {
-					return informer.List[*obj]{}, fmt.Errorf("token gone: %w", informer.ErrExpired), true
-				}
-				return informer.List[*obj]{}, nil, false
-			},
+			name:    "expired continue token: same list unpaged",
+			answers: func(opts informer.ListOptions) bool { return opts.Continue != "" },
+			err:     fmt.Errorf("token gone: %w", informer.ErrExpired),
 			wantOpts: func(rev string) []informer.ListOptions {
 				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Revision: rev, Continue: "*", Limit: 2}, {Revision: rev}}
 			},
 		},
 		{
-			name: "revision not servable: consistent list",
-			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
-				if opts.Revision != "" {
-					return informer.List[*obj]{}, fmt.Errorf("too old for me: %w", informer.ErrExpired), true
-				}
-				return informer.List[*obj]{}, nil, false
-			},
+			name:    "revision not servable: consistent list",
+			answers: func(opts informer.ListOptions) bool { return opts.Revision != "" },
+			err:     fmt.Errorf("too old for me: %w", informer.ErrExpired),
 			wantOpts: func(rev string) []informer.ListOptions {
 				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Consistent: true, Limit: 2}, {Consistent: true, Continue: "*", Limit: 2}}
 			},
 			consist: 1,
 		},
 		{
-			name: "stale answer: bad input, consistent list",
-			answer: func(opts informer.ListOptions, rev string) (informer.List[*obj], error, bool) {
-				if opts.Revision != "" {
-					return informer.List[*obj]{Items: []*obj{newObj("a", "g", "old")}, Revision: "1"}, nil, true
-				}
-				return informer.List[*obj]{}, nil, false
-			},
+			name:    "stale answer: bad input, consistent list",
+			answers: func(opts informer.ListOptions) bool { return opts.Revision != "" },
+			list:    informer.List[*obj]{Items: []*obj{newObj("a", "g", "old")}, Revision: "1"},
 			wantOpts: func(rev string) []informer.ListOptions {
 				return []informer.ListOptions{{Revision: rev, Limit: 2}, {Consistent: true, Limit: 2}, {Consistent: true, Continue: "*", Limit: 2}}
 			},
@@ -275,10 +261,12 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			lw := &revisionLW{Source: src, list: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error, bool) {
 				select {
 				case <-relisting:
-					return tc.answer(opts, "")
+					if tc.answers(opts) {
+						return tc.list, tc.err, true
+					}
 				default:
-					return informer.List[*obj]{}, nil, false
 				}
+				return informer.List[*obj]{}, nil, false
 			}}
 			var reported testkit.Errors
 			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
@@ -290,10 +278,7 @@ func TestReflector_RelistFallsBackStepByStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- inf.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			ctx := informertest.Run(t, inf)
 			if informer.WaitForCacheSync(ctx, inf) != nil {
 				t.Fatal("no sync")
 			}
@@ -342,10 +327,7 @@ func TestReflector_RepeatedCompactionsRecoverWithoutGrowth(t *testing.T) {
 		Clock:   fc,
 		Backoff: informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	if informer.WaitForCacheSync(ctx, inf) != nil {
 		t.Fatal("no sync")
 	}
@@ -447,10 +429,7 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 		Logger:  slog.New(logs),
 		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 
 	fc.WaitForWaiters(1, ctx.Done())
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
@@ -513,14 +492,364 @@ func TestReflector_NilCheckOfInterfaceItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := informertest.Run(t, inf)
 	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
 		t.Fatal(err)
 	}
 	if keys := informer.ReadKeys(inf); !slices.Equal(keys, []string{"a", "b"}) {
 		t.Fatalf("cached %q, want a and b (the nil pointer skipped)", keys)
+	}
+}
+
+// A list page that never returns (a source that stalls after its headers) is ended after
+// Options.ProgressTimeout: the list in progress shows in Stats while it waits, then
+// LastError and a Warn say that the source made no progress, and the informer lists again
+// and syncs once the source answers.
+func TestReflector_StalledListEndsAfterProgressTimeout(t *testing.T) {
+	var calls atomic.Int64
+	entered := make(chan struct{})
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			if calls.Add(1) == 1 {
+				close(entered)
+				<-ctx.Done() // stalled: nothing more comes until the call is ended
+				return informer.List[*obj]{}, ctx.Err()
+			}
+			return informer.List[*obj]{Items: []*obj{newObj("a", "", "1")}, Revision: "5"}, nil
+		},
+		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+			return newChanWatch(ctx, make(chan watchResult)), nil
+		},
+	}
+	logs := &testkit.LogBuffer{}
+	var reported atomic.Pointer[error]
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
+		Key:             objKeyErr,
+		Name:            "stalled-list",
+		ProgressTimeout: 200 * time.Millisecond,
+		Logger:          logs.Logger(slog.LevelWarn),
+		ErrorHandler: func(err error) {
+			if errors.Is(err, informer.ErrNoProgress) {
+				reported.Store(&err)
+			}
+		},
+		Backoff: fastBackoff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf)
+	<-entered
+	if st := inf.Stats(); st.ListStarted.IsZero() {
+		t.Fatalf("a list is in progress but Stats.ListStarted is zero: %+v", st)
+	}
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	if p := reported.Load(); p == nil {
+		t.Fatal("the stalled list was not reported with ErrNoProgress")
+	} else if msg := (*p).Error(); !strings.Contains(msg, `"stalled-list"`) || !strings.Contains(msg, "ProgressTimeout") {
+		t.Fatalf("the error does not name the informer and the timeout: %v", msg)
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "no progress") {
+		t.Fatalf("no Warn says the list made no progress: %q", out)
+	}
+	if st := inf.Stats(); !st.ListStarted.IsZero() || st.ListErrors != 1 {
+		t.Fatalf("after the sync: ListStarted %v (want zero), ListErrors %d (want 1)", st.ListStarted, st.ListErrors)
+	}
+	t.Logf("reported: %v", *reported.Load())
+}
+
+// A watch that delivers nothing, long past the timeout it was asked to end at, is ended
+// and watched again from the same revision (no relist), with LastError saying so.
+func TestReflector_SilentWatchEndsAfterProgressTimeout(t *testing.T) {
+	var lists, watches atomic.Int64
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			lists.Add(1)
+			return informer.List[*obj]{Items: []*obj{newObj("a", "", "1")}, Revision: "5"}, nil
+		},
+		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+			watches.Add(1)
+			return newChanWatch(ctx, make(chan watchResult)), nil // never sends, never ends
+		},
+	}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
+		Key:             objKeyErr,
+		Name:            "silent-watch",
+		MinWatchTimeout: 20 * time.Millisecond,
+		ProgressTimeout: 50 * time.Millisecond,
+		Logger:          quiet,
+		ErrorHandler:    func(error) {},
+		Backoff:         fastBackoff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	informertest.Run(t, inf)
+	waitUntil(t, func() bool { return watches.Load() >= 3 })
+	lastErr := inf.Stats().LastError
+	if !errors.Is(lastErr, informer.ErrNoProgress) || !strings.Contains(lastErr.Error(), "delivered nothing") {
+		t.Fatalf("LastError after silent watches: %v", lastErr)
+	}
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("a silent watch is watched again from the same revision, but the informer listed %d times", n)
+	}
+	t.Logf("LastError: %v", lastErr)
+}
+
+// A first list whose second page answers ErrExpired (its continue token expired) is read
+// again unpaged; the objects of the first page, already delivered as initial adds, are
+// not delivered again when the retry lists them unchanged.
+func TestInformer_ExpiredSecondPageDeliversOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		revision func(*obj) string
+		retryRev string // the revision of the unpaged retry
+	}{
+		{"same list revision", nil, "101"},
+		{"same list revision, with Options.Revision", func(o *obj) string { return o.Rev }, "101"},
+		{"newer list revision, with Options.Revision", func(o *obj) string { return o.Rev }, "102"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm00 := &obj{Key: "cm00", Val: "10", Rev: "10"}
+			cm01 := &obj{Key: "cm01", Val: "11", Rev: "11"}
+			var lists atomic.Int64
+			events := make(chan watchResult, 1)
+			lw := informer.ListerWatcherFuncs[*obj]{
+				ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+					lists.Add(1)
+					switch {
+					case opts.Limit == 1 && opts.Continue == "":
+						return informer.List[*obj]{Items: []*obj{{Key: "cm00", Val: "10", Rev: "10"}}, Revision: "101", Continue: "page2"}, nil
+					case opts.Continue != "":
+						return informer.List[*obj]{}, informer.ErrExpired
+					}
+					// A fresh decode of the same objects.
+					a, b := *cm00, *cm01
+					return informer.List[*obj]{Items: []*obj{&a, &b}, Revision: tc.retryRev}, nil
+				},
+				WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+					return newChanWatch(ctx, events), nil
+				},
+			}
+			rec := informertest.NewRecorder(func(o *obj) (string, string) { return o.Key, o.Val })
+			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
+				Key:          objKeyErr,
+				Revision:     tc.revision,
+				PageSize:     1,
+				Logger:       quiet,
+				ErrorHandler: func(error) {},
+				Backoff:      fastBackoff,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			ctx := informertest.Run(t, inf)
+			if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+				t.Fatal(err)
+			}
+			// A change after the sync: once it is delivered, everything before it was.
+			events <- watchResult{ev: informer.Event[*obj]{Type: informer.Added, Object: &obj{Key: "cm02", Val: "12", Rev: "12"}, Revision: "103"}}
+			rec.WaitFor(t, 3)
+			want := []string{"add*cm00=10", "add*cm01=11", "add cm02=12"}
+			if got := rec.Calls(); !slices.Equal(got, want) {
+				t.Fatalf("lists %d: calls %q, want %q", lists.Load(), got, want)
+			}
+		})
+	}
+}
+
+// Backoff: a list that succeeded resets the backoff. A quiet source (no change between
+// compactions) expires every watch before it delivers anything; each expiry is followed
+// by a successful relist, so the wait before the next relist stays at Backoff.Initial and
+// does not grow cycle after cycle. The wait is read on a fake clock: the time it has to
+// be stepped before the reflector's timer fires.
+func TestReflector_SuccessfulListResetsBackoff(t *testing.T) {
+	const (
+		initial = 800 * time.Millisecond
+		step    = 50 * time.Millisecond
+		cycles  = 10
+	)
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	var lists atomic.Int64
+	listed := make(chan struct{}, cycles+2)
+	watches := make(chan chan watchResult, cycles+2)
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			n := lists.Add(1)
+			listed <- struct{}{}
+			return informer.List[*obj]{Items: []*obj{newObj("a", "", "1")}, Revision: strconv.FormatInt(100*n, 10)}, nil
+		},
+		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+			next := make(chan watchResult, 1)
+			watches <- next
+			return newChanWatch(ctx, next), nil
+		},
+	}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
+		Key:          objKeyErr,
+		Clock:        clk,
+		Logger:       quiet,
+		ErrorHandler: func(error) {},
+		Backoff:      informer.Backoff{Initial: initial, Max: 30 * time.Second, Jitter: -1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf)
+	timeout := time.After(30 * time.Second)
+	var waits []time.Duration
+	for cycle := range cycles {
+		select {
+		case <-listed:
+		case <-timeout:
+			t.Fatalf("cycle %d: no list", cycle)
+		}
+		var next chan watchResult
+		select {
+		case next = <-watches:
+		case <-timeout:
+			t.Fatalf("cycle %d: no watch", cycle)
+		}
+		// The source compacted past the watch's revision: nothing was delivered.
+		next <- watchResult{err: informer.ErrExpired}
+		if !clk.WaitForWaiters(1, ctx.Done()) {
+			t.Fatal("stopped")
+		}
+		var waited time.Duration
+		for clk.Waiters() > 0 {
+			clk.Step(step)
+			waited += step
+			if waited > time.Minute {
+				t.Fatalf("cycle %d: the reflector's timer did not fire after %v", cycle, waited)
+			}
+		}
+		waits = append(waits, waited)
+	}
+	t.Logf("waits before each relist: %v", waits)
+	for i, w := range waits {
+		if w > initial+step {
+			t.Fatalf("cycle %d waited %v before relisting (all: %v): the backoff grew although every list succeeded (want at most %v)", i, w, waits, initial)
+		}
+	}
+}
+
+// New refuses a source that would crash the informer at its first call.
+func TestNew_RefusesNilSourceFunctions(t *testing.T) {
+	list := func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+		return informer.List[*obj]{}, nil
+	}
+	watch := func(context.Context, informer.WatchOptions) (informer.Watch[*obj], error) {
+		return nil, nil
+	}
+	for name, lw := range map[string]informer.ListerWatcher[*obj]{
+		"nil":              nil,
+		"no functions":     informer.ListerWatcherFuncs[*obj]{},
+		"no WatchFunc":     informer.ListerWatcherFuncs[*obj]{ListFunc: list},
+		"no ListFunc":      informer.ListerWatcherFuncs[*obj]{WatchFunc: watch},
+		"pointer, no func": &informer.ListerWatcherFuncs[*obj]{ListFunc: list},
+		"nil pointer":      (*informer.ListerWatcherFuncs[*obj])(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr})
+			if err == nil || inf != nil {
+				t.Fatalf("New accepted %s: informer %v, error %v", name, inf, err)
+			}
+			t.Logf("%s: %v", name, err)
+		})
+	}
+	if _, err := informer.New[string, *obj](informer.ListerWatcherFuncs[*obj]{ListFunc: list, WatchFunc: watch},
+		informer.Options[string, *obj]{Key: objKeyErr}); err != nil {
+		t.Fatalf("New refused complete ListerWatcherFuncs: %v", err)
+	}
+}
+
+// panicky wraps a memory source and panics once in the named call: "List", "Watch",
+// "Watch.Next" or "Watch.Stop".
+type panicky struct {
+	*memory.Source[string, *obj]
+	call     string
+	panicked atomic.Bool
+}
+
+func (p *panicky) once(call string) {
+	if call == p.call && p.panicked.CompareAndSwap(false, true) {
+		panic("boom in " + call)
+	}
+}
+
+func (p *panicky) List(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+	p.once("List")
+	return p.Source.List(ctx, opts)
+}
+
+func (p *panicky) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+	p.once("Watch")
+	w, err := p.Source.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &panickyWatch{Watch: w, p: p}, nil
+}
+
+type panickyWatch struct {
+	informer.Watch[*obj]
+	p *panicky
+}
+
+func (w *panickyWatch) Next() (informer.Event[*obj], error) {
+	w.p.once("Watch.Next")
+	return w.Watch.Next()
+}
+func (w *panickyWatch) Stop() { w.Watch.Stop(); w.p.once("Watch.Stop") }
+
+// A panic in a source call is recovered and reported as bad input that names the
+// informer and the call; the informer backs off, tries again and converges.
+func TestReflector_SourcePanicIsBadInput(t *testing.T) {
+	for _, call := range []string{"List", "Watch", "Watch.Next", "Watch.Stop"} {
+		t.Run(call, func(t *testing.T) {
+			src := &panicky{Source: memory.New[string, *obj](objKey, memory.Options{}), call: call}
+			src.Put(newObj("a", "", "1"))
+			e := &testkit.Errors{}
+			inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+				Key:          objKeyErr,
+				Name:         "panicky",
+				Logger:       quiet,
+				ErrorHandler: e.Report,
+				Backoff:      fastBackoff,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := informertest.Run(t, inf)
+			if call == "Watch.Stop" {
+				// A watch is stopped when it ends: end the first one.
+				if err := src.WaitForWatches(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				src.DropWatches(informer.ErrUnavailable)
+			}
+			waitUntil(t, src.panicked.Load)
+			e.WaitFor(t, informer.ErrBadInput)
+			bad := e.Matching(informer.ErrBadInput)
+			msg := bad[len(bad)-1].Error()
+			if !strings.Contains(msg, `"panicky"`) || !strings.Contains(msg, call+" panicked") || !strings.Contains(msg, "boom") {
+				t.Fatalf("the error does not name the informer, the call and the panic: %v", msg)
+			}
+			t.Logf("reported: %v", msg)
+			// Converges once the source behaves.
+			src.Put(newObj("b", "", "2"))
+			waitUntil(t, func() bool {
+				_, ok := inf.Get("b")
+				return ok && inf.Stats().Synced
+			})
+			if st := inf.Stats(); st.SourceErrors == 0 {
+				t.Fatalf("the panic is not counted in Stats.SourceErrors: %+v", st)
+			}
+		})
 	}
 }

@@ -54,6 +54,15 @@ type googleEntry[K any] struct {
 	obj *int
 }
 
+// googleStrings returns a google/btree of degree 48 holding keys, each with value v.
+func googleStrings(keys []string, v *int) *google.BTreeG[googleEntry[string]] {
+	tr := google.NewG(48, func(a, b googleEntry[string]) bool { return a.key < b.key })
+	for _, k := range keys {
+		tr.ReplaceOrInsert(googleEntry[string]{k, v})
+	}
+	return tr
+}
+
 func BenchmarkBTreeWrites(b *testing.B) {
 	initial, ops := benchOps(1 << 16)
 	var obj int
@@ -74,10 +83,7 @@ func BenchmarkBTreeWrites(b *testing.B) {
 		}
 	})
 	b.Run("key=string/tree=google", func(b *testing.B) {
-		tr := google.NewG(48, func(a, b googleEntry[string]) bool { return a.key < b.key })
-		for _, k := range initial {
-			tr.ReplaceOrInsert(googleEntry[string]{k, &obj})
-		}
+		tr := googleStrings(initial, &obj)
 		b.ResetTimer()
 		for i := range b.N {
 			if op := ops[i&(len(ops)-1)]; op.del {
@@ -147,10 +153,7 @@ func BenchmarkBTreeGet(b *testing.B) {
 		}
 	})
 	b.Run("tree=google", func(b *testing.B) {
-		tr := google.NewG(48, func(a, b googleEntry[string]) bool { return a.key < b.key })
-		for _, k := range initial {
-			tr.ReplaceOrInsert(googleEntry[string]{k, &obj})
-		}
+		tr := googleStrings(initial, &obj)
 		b.ResetTimer()
 		for i := range b.N {
 			if _, ok := tr.Get(googleEntry[string]{key: probes[i&(len(probes)-1)]}); !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"runtime"
@@ -14,11 +15,238 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
+	"github.com/informer-go/informer/source/memory"
 	"github.com/informer-go/informer/workqueue"
 )
+
+// TestMain fails the run if any test leaves a goroutine behind: a worker, the queue's delay
+// goroutine, a handler, a shutdown timer.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// waitLimit bounds every wait of the tests; reaching it is a failure, never a way to
+// synchronise.
+const waitLimit = testkit.WaitLimit
+
+// recv waits for a value from ch, failing the test after waitLimit.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	return testkit.Recv(t, ch, what)
+}
+
+// eventually polls cond until it holds, for the few states nothing can be waited on.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testkit.Until(t, what, time.Millisecond, cond)
+}
+
+// obj is the object the tests' informers hold.
+type obj struct {
+	Name  string
+	Owner string
+	Gen   int
+}
+
+func objKey(o *obj) string                    { return o.Name }
+func objKeyErr(o *obj) (string, error)        { return o.Name, nil }
+func newSource() *memory.Source[string, *obj] { return memory.New(objKey, memory.Options{}) }
+
+// runInformer builds an informer over lw and runs it until the test ends.
+func runInformer(t *testing.T, lw informer.ListerWatcher[*obj], opts informer.Options[string, *obj]) *informer.Informer[string, *obj] {
+	t.Helper()
+	if opts.Key == nil {
+		opts.Key = objKeyErr
+	}
+	if opts.Logger == nil {
+		opts.Logger = discard()
+	}
+	inf, err := informer.New(lw, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	informertest.Run(t, inf)
+	return inf
+}
+
+// started is a controller running in the background.
+type started struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs c.Start until the test ends (or stop is called) and returns a handle.
+func start[K comparable](t *testing.T, c *Controller[K]) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &started{cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- c.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.done:
+		case <-time.After(waitLimit):
+			t.Errorf("controller %s: Start did not return", c.Name())
+		}
+	})
+	return s
+}
+
+// stop cancels Start's context and returns what Start returned.
+func (s *started) stop(t *testing.T) error {
+	t.Helper()
+	s.cancel()
+	return s.returned(t, "Start to return")
+}
+
+// returned waits for Start to return, failing the test with what after waitLimit, and
+// gives what it returned, leaving it in s.done for the cleanup.
+func (s *started) returned(t *testing.T, what string) error {
+	t.Helper()
+	err := recv(t, s.done, what)
+	s.done <- err
+	return err
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// recording returns a controller whose reconciler records each key in the returned log and
+// succeeds. A nil opts.Logger discards.
+func recording(t *testing.T, opts Options[string]) (*Controller[string], *testkit.Log) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = discard()
+	}
+	calls := testkit.NewLog()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.Record(key)
+		return Result{}, nil
+	}), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, calls
+}
+
+// logBuffer collects log output safely from many goroutines.
+type logBuffer struct{ testkit.LogBuffer }
+
+func (b *logBuffer) logger() *slog.Logger { return b.Logger(slog.LevelDebug) }
+
+// limiterOp is one call the controller made to the rate limiter.
+type limiterOp struct {
+	Op    string // "when" or "forget"
+	Key   string
+	Delay time.Duration // for "when"
+}
+
+func (o limiterOp) String() string {
+	if o.Op == "when" {
+		return fmt.Sprintf("when(%s)=%v", o.Key, o.Delay)
+	}
+	return fmt.Sprintf("%s(%s)", o.Op, o.Key)
+}
+
+// recordingLimiter is an exponential limiter (1 s doubling) that records When and Forget.
+type recordingLimiter struct {
+	*workqueue.ExponentialRateLimiter[string]
+	mu  sync.Mutex
+	ops []limiterOp
+}
+
+func newRecordingLimiter() *recordingLimiter {
+	return &recordingLimiter{ExponentialRateLimiter: workqueue.NewExponentialRateLimiter[string](time.Second, time.Hour)}
+}
+
+func (r *recordingLimiter) When(key string) time.Duration {
+	d := r.ExponentialRateLimiter.When(key)
+	r.mu.Lock()
+	r.ops = append(r.ops, limiterOp{"when", key, d})
+	r.mu.Unlock()
+	return d
+}
+
+func (r *recordingLimiter) Forget(key string) {
+	r.ExponentialRateLimiter.Forget(key)
+	r.mu.Lock()
+	r.ops = append(r.ops, limiterOp{Op: "forget", Key: key})
+	r.mu.Unlock()
+}
+
+// take returns the calls recorded since the last take.
+func (r *recordingLimiter) take() []limiterOp {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ops := r.ops
+	r.ops = nil
+	return ops
+}
+
+// testMetrics records a controller's metrics; each reconcile outcome is also sent on
+// outcomes, after the controller has acted on it.
+type testMetrics struct {
+	outcomes chan Outcome
+	total    [numOutcomes]counter
+	errors   counter
+	terminal counter
+	panics   counter
+	active   gauge
+	maxWork  func() float64
+	observed atomic.Int64
+}
+
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Inc() { c.n.Add(1) }
+
+type gauge struct{ n, peak atomic.Int64 }
+
+func (g *gauge) Inc() {
+	v := g.n.Add(1)
+	for {
+		p := g.peak.Load()
+		if v <= p || g.peak.CompareAndSwap(p, v) {
+			return
+		}
+	}
+}
+func (g *gauge) Dec() { g.n.Add(-1) }
+
+type outcomeCounter struct {
+	m *testMetrics
+	o Outcome
+}
+
+func (c outcomeCounter) Inc() {
+	c.m.total[c.o].Inc()
+	c.m.outcomes <- c.o
+}
+
+type histogram struct{ m *testMetrics }
+
+func (h histogram) Observe(float64) { h.m.observed.Add(1) }
+
+func newTestMetrics() *testMetrics { return &testMetrics{outcomes: make(chan Outcome, 100_000)} }
+
+func (m *testMetrics) NewReconcileTotalMetric(_ string, o Outcome) workqueue.Counter {
+	return outcomeCounter{m, o}
+}
+func (m *testMetrics) NewReconcileErrorsMetric(string) workqueue.Counter { return &m.errors }
+func (m *testMetrics) NewTerminalReconcileErrorsMetric(string) workqueue.Counter {
+	return &m.terminal
+}
+func (m *testMetrics) NewReconcilePanicsMetric(string) workqueue.Counter         { return &m.panics }
+func (m *testMetrics) NewReconcileTimeMetric(string) workqueue.Histogram         { return histogram{m} }
+func (m *testMetrics) NewActiveWorkersMetric(string) workqueue.Gauge             { return &m.active }
+func (m *testMetrics) NewMaxConcurrentReconcilesFunc(_ string, v func() float64) { m.maxWork = v }
+
+var errBoom = errors.New("boom")
+
+func joined(keys []string) string { return strings.Join(keys, " ") }
 
 // TestRequeueAfterPeriodic shows the per-object periodic reconcile: a key whose reconcile
 // returns RequeueAfter comes back every period on the fake clock, while a key that returns
@@ -206,6 +434,16 @@ func TestOneWorkerPerKey(t *testing.T) {
 	t.Logf("%d reconciles for %d writes, at most %d at once", met.total[OutcomeSuccess].n.Load(), writes, met.active.peak.Load())
 }
 
+// nextOutcome waits for the next reconcile call and its outcome, and fails the test unless
+// the outcome is want.
+func nextOutcome(t *testing.T, calls *testkit.Log, met *testMetrics, want Outcome) {
+	t.Helper()
+	calls.Next(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != want {
+		t.Fatalf("outcome %v, want %v", o, want)
+	}
+}
+
 // TestPanicRecovered: a panicking Reconcile is recovered, logged with its value and
 // stack, counted, and the key is retried with backoff; the process survives.
 func TestPanicRecovered(t *testing.T) {
@@ -228,10 +466,7 @@ func TestPanicRecovered(t *testing.T) {
 	start(t, c)
 	c.Queue().Add("k")
 
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeError {
-		t.Fatalf("outcome %v, want error", o)
-	}
+	nextOutcome(t, calls, met, OutcomeError)
 	if p, e := met.panics.n.Load(), met.errors.n.Load(); p != 1 || e != 1 {
 		t.Fatalf("panics %d errors %d, want 1 and 1", p, e)
 	}
@@ -245,10 +480,7 @@ func TestPanicRecovered(t *testing.T) {
 		}
 	}
 	clk.Step(time.Second)
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
-		t.Fatalf("retry outcome %v, want success", o)
-	}
+	nextOutcome(t, calls, met, OutcomeSuccess) // the retry
 	if r := c.Queue().NumRequeues("k"); r != 0 {
 		t.Fatalf("NumRequeues %d after success, want 0", r)
 	}
@@ -275,10 +507,7 @@ func TestTerminalError(t *testing.T) {
 	calls.Next(t, 1)
 	recv(t, met.outcomes, "outcome")
 	clk.Step(time.Second)
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeTerminal {
-		t.Fatalf("outcome %v, want terminal", o)
-	}
+	nextOutcome(t, calls, met, OutcomeTerminal)
 	if r := c.Queue().NumRequeues("k"); r != 0 {
 		t.Errorf("NumRequeues %d after a terminal error, want 0 (forgotten)", r)
 	}
@@ -292,10 +521,7 @@ func TestTerminalError(t *testing.T) {
 	calls.ExpectNoMore(t)
 
 	c.Queue().Add("k") // a new notification
-	calls.Next(t, 1)
-	if o := recv(t, met.outcomes, "outcome"); o != OutcomeSuccess {
-		t.Fatalf("outcome %v, want success", o)
-	}
+	nextOutcome(t, calls, met, OutcomeSuccess)
 	var totals []int64
 	for o := range met.total {
 		totals = append(totals, met.total[o].n.Load())
@@ -447,8 +673,7 @@ func TestCacheSyncTimeout(t *testing.T) {
 	default:
 	}
 	clk.Step(1)
-	err = recv(t, s.done, "Start to time out")
-	s.done <- err
+	err = s.returned(t, "Start to time out")
 
 	var se *CacheSyncError
 	if !errors.As(err, &se) {
@@ -498,8 +723,7 @@ func TestCacheSyncTimeoutHandler(t *testing.T) {
 	// Start logs the error, then removes its handler, which waits for the call in progress.
 	eventually(t, "the sync error to be logged", func() bool { return strings.Contains(logs.String(), "caches did not sync") })
 	close(release)
-	err = recv(t, s.done, "Start to time out")
-	s.done <- err
+	err = s.returned(t, "Start to time out")
 	var se *CacheSyncError
 	if !errors.As(err, &se) || !slices.Equal(se.Informers, []string{"objs"}) {
 		t.Fatalf("Start returned %v, want a CacheSyncError naming objs", err)
@@ -598,8 +822,7 @@ func TestShutdownBoundedByContext(t *testing.T) {
 	if err := recv(t, shut, "Shutdown to return"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Shutdown returned %v, want context.Canceled", err)
 	}
-	err := recv(t, s.done, "Start to return")
-	s.done <- err
+	err := s.returned(t, "Start to return")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start returned %v, want context.Canceled", err)
 	}
@@ -628,8 +851,7 @@ func TestShutdownTimeout(t *testing.T) {
 	default:
 	}
 	clk.Step(1)
-	err := recv(t, s.done, "Start to return")
-	s.done <- err
+	err := s.returned(t, "Start to return")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Start returned %v, want context.DeadlineExceeded", err)
 	}

@@ -23,6 +23,22 @@ type Service struct {
 
 func serviceName(s *Service) string { return s.Name }
 
+// servicesInformer returns an informer, named services, over a source/memory source that
+// holds two services: checkout and search.
+func servicesInformer() *informer.Informer[string, *Service] {
+	src := memory.New(serviceName, memory.Options{})
+	src.Put(&Service{Name: "checkout", Team: "payments"})
+	src.Put(&Service{Name: "search", Team: "discovery"})
+	inf, err := informer.New(src, informer.Options[string, *Service]{
+		Name: "services",
+		Key:  func(s *Service) (string, error) { return s.Name, nil },
+	})
+	if err != nil {
+		panic(err)
+	}
+	return inf
+}
+
 // printSeries prints the series of the named families gathered from g, one a line; a
 // server would export the same with promhttp.HandlerFor(g, promhttp.HandlerOpts{}).
 func printSeries(g prometheus.Gatherer, names ...string) {
@@ -52,16 +68,7 @@ func printSeries(g prometheus.Gatherer, names ...string) {
 // handler's series are added with AddHandler. Unregister removes all of them once the
 // informer has stopped.
 func ExampleRegisterInformer() {
-	src := memory.New(serviceName, memory.Options{})
-	src.Put(&Service{Name: "checkout", Team: "payments"})
-	src.Put(&Service{Name: "search", Team: "discovery"})
-	inf, err := informer.New(src, informer.Options[string, *Service]{
-		Name: "services",
-		Key:  func(s *Service) (string, error) { return s.Name, nil },
-	})
-	if err != nil {
-		panic(err)
-	}
+	inf := servicesInformer() // two services: checkout and search
 
 	reg := prometheus.NewRegistry()
 	im, err := metrics.RegisterInformer(reg, inf)
@@ -120,16 +127,7 @@ func ExampleRegisterQueue() {
 // A controller's providers are set as its Options.Metrics and Options.QueueMetrics; one
 // Unregister removes the controller's and its queue's series once Start has returned.
 func ExampleRegisterController() {
-	src := memory.New(serviceName, memory.Options{})
-	src.Put(&Service{Name: "checkout", Team: "payments"})
-	src.Put(&Service{Name: "search", Team: "discovery"})
-	inf, err := informer.New(src, informer.Options[string, *Service]{
-		Name: "services",
-		Key:  func(s *Service) (string, error) { return s.Name, nil },
-	})
-	if err != nil {
-		panic(err)
-	}
+	inf := servicesInformer() // two services: checkout and search
 
 	reg := prometheus.NewRegistry()
 	cm, err := metrics.RegisterController(reg, "services")

@@ -52,6 +52,24 @@ func exposition(samples ...string) string {
 	return b.String()
 }
 
+// histogramSamples returns a histogram's samples as they are exported, for exposition: for
+// each upper bound les[i] a _bucket sample holding cum[i] (the cumulative count), the
+// +Inf bucket and _count holding count, and _sum holding sum. labels (`k="v",…`) come
+// before le.
+func histogramSamples(name, labels string, les []string, cum []int, count int, sum string) []string {
+	var out []string
+	for i, le := range append(les, "+Inf") {
+		n := count
+		if i < len(les) {
+			n = cum[i]
+		}
+		out = append(out, fmt.Sprintf("%s_bucket{%s,le=%q} %d", name, labels, le, n))
+	}
+	return append(out,
+		fmt.Sprintf("%s_sum{%s} %s", name, labels, sum),
+		fmt.Sprintf("%s_count{%s} %d", name, labels, count))
+}
+
 // families holds the HELP and TYPE of each family the tests expect, so that an expected
 // exposition (see exposition) lists only its samples.
 var families = map[string]struct{ help, typ string }{
@@ -140,4 +158,42 @@ func lint(t *testing.T, reg prometheus.Gatherer) {
 func alreadyRegistered(err error) bool {
 	var are prometheus.AlreadyRegisteredError
 	return errors.As(err, &are)
+}
+
+// expectNames checks the name rules every Register function keeps, on reg, which holds no
+// series: once name is registered, a second registration under name is refused with an
+// AlreadyRegisteredError; another name is taken beside it (with family set, each has its
+// series of family, at 0); once both are unregistered nothing is left and name is free
+// again; a nil registerer is refused. register registers on reg under a name.
+func expectNames[M interface{ Unregister() bool }](t *testing.T, reg *prometheus.Registry, register func(prometheus.Registerer, string) (M, error), name, other, family string) {
+	t.Helper()
+	first, err := register(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := register(reg, name); !alreadyRegistered(err) {
+		t.Errorf("second registration of %q: %v, want an AlreadyRegisteredError", name, err)
+	}
+	o, err := register(reg, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if family != "" {
+		expectSeries(t, reg, exposition(
+			fmt.Sprintf("%s{name=%q} 0", family, name),
+			fmt.Sprintf("%s{name=%q} 0", family, other),
+		), family)
+	}
+	first.Unregister()
+	o.Unregister()
+	expectNoSeries(t, reg)
+	again, err := register(reg, name)
+	if err != nil {
+		t.Fatalf("registration of %q after Unregister: %v", name, err)
+	}
+	again.Unregister()
+	expectNoSeries(t, reg)
+	if _, err := register(nil, name); err == nil {
+		t.Errorf("registration of %q on a nil registerer: no error", name)
+	}
 }

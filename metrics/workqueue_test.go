@@ -73,23 +73,9 @@ func TestQueueSeries(t *testing.T) {
 		t.Errorf("workqueue_work_duration_seconds: %d samples summing to %v, want 2 summing to 2", n, sum)
 	}
 	// The buckets are client-go's: 2 s and 3 s fall in the le="10" bucket, not le="1".
-	expectSeries(t, reg, exposition(
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-08"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-07"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1e-06"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-06"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="9.999999999999999e-05"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="0.001"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="0.01"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="0.1"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1"} 0`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="10"} 2`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="100"} 2`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="1000"} 2`,
-		`workqueue_queue_duration_seconds_bucket{name="jobs",le="+Inf"} 2`,
-		`workqueue_queue_duration_seconds_sum{name="jobs"} 5`,
-		`workqueue_queue_duration_seconds_count{name="jobs"} 2`,
-	), "workqueue_queue_duration_seconds")
+	expectSeries(t, reg, exposition(histogramSamples("workqueue_queue_duration_seconds", `name="jobs"`,
+		[]string{"1e-08", "1e-07", "1e-06", "9.999999999999999e-06", "9.999999999999999e-05", "0.001", "0.01", "0.1", "1", "10", "100", "1000"},
+		[]int{0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2}, 2, "5")...), "workqueue_queue_duration_seconds")
 	lint(t, reg)
 
 	q.ShutDown() // removes the series
@@ -112,31 +98,5 @@ func TestQueueSeries(t *testing.T) {
 // TestQueueNames: two queues of one name cannot be registered at once; once the first is
 // unregistered the name is free.
 func TestQueueNames(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	first, err := metrics.RegisterQueue(reg, "jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := metrics.RegisterQueue(reg, "jobs"); !alreadyRegistered(err) {
-		t.Errorf("second RegisterQueue(%q): %v, want an AlreadyRegisteredError", "jobs", err)
-	}
-	other, err := metrics.RegisterQueue(reg, "other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expectSeries(t, reg, exposition(
-		`workqueue_depth{name="jobs"} 0`,
-		`workqueue_depth{name="other"} 0`,
-	), "workqueue_depth")
-	first.Unregister()
-	again, err := metrics.RegisterQueue(reg, "jobs")
-	if err != nil {
-		t.Fatalf("RegisterQueue after Unregister: %v", err)
-	}
-	again.Unregister()
-	other.Unregister()
-	expectNoSeries(t, reg)
-	if _, err := metrics.RegisterQueue(nil, "jobs"); err == nil {
-		t.Error("RegisterQueue(nil, …): no error")
-	}
+	expectNames(t, prometheus.NewRegistry(), metrics.RegisterQueue, "jobs", "other", "workqueue_depth")
 }

@@ -300,16 +300,21 @@ func pin(root, rev string) error {
 	return pinWork(root, v, mods)
 }
 
+// readWork reads and parses root's go.work.
+func readWork(root string) (*modfile.WorkFile, error) {
+	data, err := os.ReadFile(filepath.Join(root, "go.work"))
+	if err != nil {
+		return nil, err
+	}
+	return modfile.ParseWork("go.work", data, nil)
+}
+
 // pinWork points go.work's replacements of the pinned version of each required
 // module at its directory: in workspace mode the go command still reads the
 // go.mod of every required version, even of a workspace module, so without
 // them it would ask the proxy for a version that is not published yet.
 func pinWork(root, v string, mods []*mod) error {
-	data, err := os.ReadFile(filepath.Join(root, "go.work"))
-	if err != nil {
-		return err
-	}
-	wf, err := modfile.ParseWork("go.work", data, nil)
+	wf, err := readWork(root)
 	if err != nil {
 		return err
 	}
@@ -777,11 +782,7 @@ func indent(b []byte) string {
 // required by another one and replaces the pinned version of each required
 // module by its directory (see pinWork).
 func checkWork(root, v string, mods []*mod) error {
-	data, err := os.ReadFile(filepath.Join(root, "go.work"))
-	if err != nil {
-		return err
-	}
-	wf, err := modfile.ParseWork("go.work", data, nil)
+	wf, err := readWork(root)
 	if err != nil {
 		return err
 	}

@@ -271,12 +271,7 @@ func oursKeyed[K comparable](r *rig, cfg rigConfig, gate chan struct{}, key info
 			return err
 		}
 	}
-	r.start = func() func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { inf.Run(ctx); close(done) }()
-		return func() { cancel(); <-done }
-	}
+	r.start = starter(func(ctx context.Context) { inf.Run(ctx) })
 	r.byIndex = func(index, value string) int {
 		objs, _ := inf.ByIndex(index, value) // an iterator: no slice, unlike client-go's
 		n := 0
@@ -345,12 +340,7 @@ func (r *rig) clientgo(cfg rigConfig, gate chan struct{}) error {
 			return err
 		}
 	}
-	r.start = func() func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { inf.RunWithContext(ctx); close(done) }()
-		return func() { cancel(); <-done }
-	}
+	r.start = starter(inf.RunWithContext)
 	idx := inf.GetIndexer()
 	r.byIndex = func(index, value string) int {
 		objs, _ := idx.ByIndex(index, value)
@@ -450,5 +440,16 @@ func (r *rig) startListed(listed, then int) (stop func(), err error) {
 func (r *rig) expect(n int64) {
 	for _, h := range r.handlers {
 		h.expect(n)
+	}
+}
+
+// starter returns a rig's start function for run: start runs run in a goroutine and
+// returns a stop that cancels run's context and waits for run to return.
+func starter(run func(context.Context)) func() func() {
+	return func() func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { run(ctx); close(done) }()
+		return func() { cancel(); <-done }
 	}
 }

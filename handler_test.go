@@ -1,0 +1,852 @@
+package informer_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
+	"github.com/informer-go/informer/metrics"
+	"github.com/informer-go/informer/source/memory"
+)
+
+// gatedHandler records calls as events does, each once it takes a token from allow (or
+// allow is closed).
+type gatedHandler struct {
+	allow chan struct{}
+	ev    *events
+}
+
+func newGated() *gatedHandler { return &gatedHandler{allow: make(chan struct{}), ev: newEvents()} }
+
+func (h *gatedHandler) OnAdd(o *obj, initial bool) { <-h.allow; h.ev.OnAdd(o, initial) }
+func (h *gatedHandler) OnUpdate(old, new *obj)     { <-h.allow; h.ev.OnUpdate(old, new) }
+func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
+	<-h.allow
+	h.ev.OnDelete(o, unknown)
+}
+
+// newQuiet returns an informer over src with opts, its Key and a silent ErrorHandler set
+// here.
+func newQuiet(t *testing.T, src *memory.Source[string, *obj], opts informer.Options[string, *obj]) *informer.Informer[string, *obj] {
+	t.Helper()
+	opts.Key = objKeyErr
+	opts.ErrorHandler = func(error) {}
+	inf, err := informer.New[string, *obj](src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inf
+}
+
+// A stalled Block handler delays nobody but the source: while the informer waits for room
+// in its queue, Handlers, AddHandler and RemoveHandler of other handlers, reads and a
+// metrics scrape all return.
+func TestInformer_StalledBlockHandlerDelaysOnlyTheSource(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	inf := newQuiet(t, src, informer.Options[string, *obj]{
+		Name:     "stalled",
+		MaxBatch: 1, // a notification a batch: the handler's queue must fill
+	})
+	stalled := newGated()
+	reg, err := inf.AddHandler(stalled, informer.HandlerOptions{QueueLength: 2, Policy: informer.Block, Name: "stalled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newEvents()
+	otherReg, err := inf.AddHandler(other, informer.HandlerOptions{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	promReg := prometheus.NewRegistry()
+	if _, err := metrics.RegisterInformer(promReg, inf); err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf, func() { close(stalled.allow) })
+	if informer.WaitForCacheSync(ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	// Fill the stalled handler's queue: the informer then waits for room.
+	for i := range 10 {
+		src.Put(newObj("k"+strconv.Itoa(i), "", "v"))
+	}
+	waitUntil(t, func() bool { return reg.Stats().Blocked > 0 })
+
+	within := func(what string, f func()) {
+		t.Helper()
+		ch := make(chan struct{})
+		go func() { defer close(ch); f() }()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not return while a Block handler was stalled", what)
+		}
+	}
+	within("Handlers", func() {
+		if n := len(inf.Stats().Handlers); n != 2 {
+			t.Errorf("Handlers: %d, want 2", n)
+		}
+	})
+	within("Get", func() { inf.Get("k0") })
+	within("All", func() { informer.ReadList(inf) })
+	within("metrics gather", func() {
+		if _, err := promReg.Gather(); err != nil {
+			t.Errorf("gather: %v", err)
+		}
+	})
+	var late *informer.Registration
+	lateEvents := newEvents()
+	within("AddHandler", func() {
+		late, err = inf.AddHandler(lateEvents, informer.HandlerOptions{Name: "late"})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	within("RemoveHandler of another handler", func() {
+		if !inf.RemoveHandler(otherReg) {
+			t.Error("RemoveHandler: not registered")
+		}
+	})
+	within("RemoveHandler of the late handler", func() {
+		if !inf.RemoveHandler(late) {
+			t.Error("RemoveHandler: not registered")
+		}
+	})
+}
+
+// Only an add that comes from the first list is initial: an object of that list deleted
+// and created again while the handler has not yet seen the list (it is stalled on its
+// first call) is added the second time with initial false.
+func TestInformer_InitialOnlyForTheFirstListsAdds(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	for _, k := range []string{"a", "b", "c", "d"} {
+		src.Put(newObj(k, "", "1"))
+	}
+	inf := newQuiet(t, src, informer.Options[string, *obj]{MaxBatch: 1})
+	h := newGated()
+	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block}); err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(func() { close(h.allow) })
+	informertest.Run(t, inf, release)
+	// The list is in the cache, its adds queued to the handler, which holds a: d is
+	// deleted and created again before the handler has seen the list's add of d. (Whether
+	// the writer is then waiting for room in the handler's queue depends on how soon the
+	// handler's goroutine took the list's adds; either way the calls are the same.)
+	waitUntil(t, func() bool { return inf.Stats().Synced })
+	src.Delete("d")
+	rev := src.Put(newObj("d", "", "2"))
+	waitUntil(t, func() bool { return inf.Stats().ReceivedRevision == strconv.FormatInt(rev, 10) })
+	release()
+	h.ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add*d=1", "delete d=1", "add d=2")
+}
+
+// Errors read once and name what failed: the informer, the function, the object by key
+// (or the object itself when its key failed), the handler; a malformed revision passed to
+// WaitForRevision is the caller's error, not bad input from the source.
+func TestInformer_ErrorsNameInformerAndObject(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	src.Put(&obj{Key: "nokey"})
+	src.Put(newObj("badindex", "boom", "1"))
+	src.Put(newObj("ok", "g", "1"))
+	var mu sync.Mutex
+	var got []error
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Name: "payments",
+		Key: func(o *obj) (string, error) {
+			if o.Key == "nokey" {
+				return "", errors.New("no name")
+			}
+			return o.Key, nil
+		},
+		Indexers: informer.Indexers[*obj]{"group": informer.IndexBy(func(o *obj) (string, error) {
+			if o.Group == "boom" {
+				return "", errors.New("bad group")
+			}
+			return o.Group, nil
+		})},
+		ErrorHandler: func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	panicked := make(chan struct{})
+	if _, err := inf.AddHandler(informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, _ bool) {
+		if o.Key == "ok" {
+			defer close(panicked)
+			panic("handler bug")
+		}
+	}}, informer.HandlerOptions{Name: "audit"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf)
+	<-panicked
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
+	mu.Lock()
+	var msgs []string
+	for _, err := range got {
+		msgs = append(msgs, err.Error())
+	}
+	mu.Unlock()
+	want := []string{
+		`informer "payments": key of object &{Key:nokey Group: Val: Rev:}: no name (the object is skipped until it changes)`,
+		`informer "payments": index group of the object with key badindex: bad group (the object is skipped until it changes)`,
+		`informer "payments": handler "audit" panicked on key ok (notification skipped): handler bug`,
+	}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("errors:\n got  %q\n want %q", msgs, want)
+	}
+	var hp *informer.HandlerPanicError
+	if !errors.As(got[2], &hp) || !strings.Contains(string(hp.Stack), "TestInformer_ErrorsNameInformerAndObject") {
+		t.Fatalf("HandlerPanicError without the handler's stack: %v", got[2])
+	}
+	err = inf.WaitForRevision(ctx, "junk")
+	if err == nil || errors.Is(err, informer.ErrBadInput) || !strings.HasPrefix(err.Error(), `informer "payments": WaitForRevision("junk"): not a revision of this source`) {
+		t.Fatalf("WaitForRevision(junk) = %v", err)
+	}
+}
+
+// revisionRecorder is a handler that waits for gate in every change and records the
+// revisions it is told of.
+type revisionRecorder struct {
+	gate    chan struct{}
+	changes atomic.Int64
+	rev     atomic.Pointer[string]
+}
+
+func (h *revisionRecorder) wait()                 { <-h.gate; h.changes.Add(1) }
+func (h *revisionRecorder) OnAdd(*obj, bool)      { h.wait() }
+func (h *revisionRecorder) OnUpdate(_, _ *obj)    { h.wait() }
+func (h *revisionRecorder) OnDelete(*obj, bool)   { h.wait() }
+func (h *revisionRecorder) OnRevision(rev string) { h.rev.Store(&rev) }
+func (h *revisionRecorder) revision() (r string) {
+	if p := h.rev.Load(); p != nil {
+		r = *p
+	}
+	return r
+}
+
+// A Coalesce handler whose queue overflows still learns the newest revision: when the
+// overflow drains, the marker of the last revision it holds is delivered, even if the
+// source is quiet from then on and no later batch brings another marker.
+func TestProcessor_CoalesceOverflowKeepsRevisionMarker(t *testing.T) {
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	inf := newQuiet(t, src, informer.Options[string, *obj]{Name: "marker"})
+	h := &revisionRecorder{gate: make(chan struct{})}
+	if _, err := inf.AddHandler(h, informer.HandlerOptions{QueueLength: 4, Policy: informer.Coalesce}); err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(func() { close(h.gate) })
+	ctx := informertest.Run(t, inf, release)
+	if informer.WaitForCacheSync(ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	for i := range 500 {
+		src.Put(newObj("k"+strconv.Itoa(i%50), "", strconv.Itoa(i)))
+	}
+	last := strconv.FormatInt(src.Revision(), 10)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, last); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	release() // the source stays quiet from now on
+	for h.revision() != last {
+		if wctx.Err() != nil {
+			t.Fatalf("after an overflow of a Coalesce handler and a quiet source, the handler's last revision is %q, want %q (%d changes delivered)", h.revision(), last, h.changes.Load())
+		}
+		time.Sleep(time.Millisecond) // polling: the handler's state has no signal of its own
+	}
+}
+
+// stalledHandler blocks in each call until allowed; it counts the calls it completed and
+// records each key's last state.
+type stalledHandler struct {
+	allow     chan struct{}
+	processed atomic.Int64
+	mu        sync.Mutex
+	last      map[string]string
+}
+
+func (h *stalledHandler) see(key, val string) {
+	<-h.allow
+	h.mu.Lock()
+	h.last[key] = val
+	h.mu.Unlock()
+	h.processed.Add(1)
+}
+func (h *stalledHandler) OnAdd(o *obj, _ bool)    { h.see(o.Key, o.Val) }
+func (h *stalledHandler) OnUpdate(_, o *obj)      { h.see(o.Key, o.Val) }
+func (h *stalledHandler) OnDelete(o *obj, _ bool) { h.see(o.Key, "<deleted>") }
+
+// stalledRun is an informer over a new source with one stalledHandler, synced.
+type stalledRun struct {
+	src     *memory.Source[string, *obj]
+	inf     *informer.Informer[string, *obj]
+	h       *stalledHandler
+	release func() // lets the handler go; idempotent, and called at the end of the test
+	ctx     context.Context
+}
+
+// startStalled starts an informer with opts (its Key and a silent ErrorHandler set here)
+// over a new source, with a stalledHandler added with hopts, and waits for its sync (the
+// source is empty: the handler is not called).
+func startStalled(t *testing.T, opts informer.Options[string, *obj], hopts informer.HandlerOptions) stalledRun {
+	t.Helper()
+	r := stalledRun{src: memory.New[string, *obj](objKey, memory.Options{})}
+	inf := newQuiet(t, r.src, opts)
+	r.inf = inf
+	r.h = &stalledHandler{allow: make(chan struct{}), last: map[string]string{}}
+	if _, err := inf.AddHandler(r.h, hopts); err != nil {
+		t.Fatal(err)
+	}
+	r.release = sync.OnceFunc(func() { close(r.h.allow) })
+	r.ctx = informertest.Run(t, inf, r.release)
+	if informer.WaitForCacheSync(r.ctx, inf) != nil {
+		t.Fatal("no sync")
+	}
+	return r
+}
+
+// drain lets the handler go, waits up to a minute for the informer to reach the source's
+// revision and for the handler to have processed n calls, and fails the test with what
+// and the count otherwise.
+func (r stalledRun) drain(t *testing.T, n int, what string) {
+	t.Helper()
+	r.release()
+	wctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	if err := r.inf.WaitForRevision(wctx, strconv.FormatInt(r.src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	for r.h.processed.Load() < int64(n) {
+		if wctx.Err() != nil {
+			t.Fatalf("%s: processed %d of %d", what, r.h.processed.Load(), n)
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+}
+
+// Memory: with the Coalesce policy a stalled handler costs memory bounded by the number of
+// keys, not by the number of events. 1,000,000 updates over 300 keys go through while the
+// handler is stalled; the live heap must stay far below what 1M queued notifications would
+// take, and the handler, once released, converges to the final states.
+func TestMemory_CoalesceStalledHandlerBoundedByKeys(t *testing.T) {
+	events, keys := 1_000_000, 300
+	if testing.Short() || raceEnabled {
+		events = 100_000 // the same bound, checked on a smaller run
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Backoff: informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
+	}, informer.HandlerOptions{QueueLength: 64, Policy: informer.Coalesce})
+	src, inf, h, release, ctx := r.src, r.inf, r.h, r.release, r.ctx
+	rev0 := src.Revision()
+	base := testkit.LiveHeap()
+	start := time.Now()
+	objs := make([]obj, keys) // reused values: the objects themselves are not what is measured
+	for i := range events {
+		k := i % keys
+		objs[k] = obj{Key: "k" + strconv.Itoa(k), Val: strconv.Itoa(i)}
+		o := objs[k]
+		src.Put(&o)
+		if i%10_000 == 9_999 {
+			// Keep the source's own event log short, but only up to what the informer has
+			// read: every event goes through the watch, none is skipped by a relist.
+			// (Each Put is one revision, so the events read say how far the watch is.)
+			st := inf.Stats()
+			src.Compact(rev0 + int64(st.Added+st.Modified))
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		t.Fatalf("WaitForRevision: %v", err)
+	}
+	elapsed := time.Since(start)
+	src.Compact(src.Revision()) // the source's history is not what is measured
+	peak := testkit.LiveHeap()
+	grown := int64(peak) - int64(base)
+	// 1M queued notifications would take well over 50 MB (notification, object, state);
+	// coalesced, the queue holds at most one state per key. The ceiling allows 8 KB per
+	// key plus 4 MB of slack for the source, the cache and the runtime.
+	ceiling := int64(4<<20 + keys*8<<10)
+	st := inf.Stats()
+	t.Logf("%d events over %d keys in %v with the handler stalled: heap %d → %d bytes (grew %d, ceiling %d); handler processed %d; informer read %d watch events, %d relists",
+		events, keys, elapsed, base, peak, grown, ceiling, h.processed.Load(), st.Added+st.Modified, st.Relists)
+	if got := st.Added + st.Modified; got < uint64(events)*9/10 {
+		t.Fatalf("only %d of %d events went through the watch: the test did not load the handler's queue", got, events)
+	}
+	if grown > ceiling {
+		t.Fatalf("heap grew by %d bytes under a stalled Coalesce handler, ceiling %d", grown, ceiling)
+	}
+	if h.processed.Load() != 0 {
+		t.Fatalf("the handler was stalled but processed %d", h.processed.Load())
+	}
+	// Released, the handler converges to every key's final state.
+	release()
+	final := map[string]string{}
+	for _, o := range src.Items() {
+		final[o.Key] = o.Val
+	}
+	for {
+		h.mu.Lock()
+		ok := len(h.last) == len(final)
+		for k, v := range final {
+			ok = ok && h.last[k] == v
+		}
+		h.mu.Unlock()
+		if ok {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatal("the released handler did not converge to the final states")
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+}
+
+// Backpressure: with the Block policy the source is not read faster than the handler
+// drains. While the handler is stalled, the events the informer has read from the source
+// (Stats Added+Modified) never exceed what the handler processed plus what the pipeline can
+// hold: its queue, the delta queue (MaxPending), one batch in delivery (at most MaxPending
+// deltas) and the event in hand.
+func TestMemory_BlockBackpressure(t *testing.T) {
+	const (
+		keys        = 300
+		queueLength = 32
+		maxPending  = 64
+		maxBatch    = 16
+		steps       = 5
+		perStep     = 50 // calls the handler is allowed per step
+	)
+	events := 20_000
+	if raceEnabled {
+		events = 5_000
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		MaxPending: maxPending,
+		MaxBatch:   maxBatch,
+	}, informer.HandlerOptions{QueueLength: queueLength, Policy: informer.Block})
+	src, inf, h := r.src, r.inf, r.h
+	for i := range events {
+		src.Put(newObj("k"+strconv.Itoa(i%keys), "", strconv.Itoa(i)))
+	}
+	read := func() uint64 { return inf.Stats().Added + inf.Stats().Modified }
+	// settle waits until the informer stops reading (it is blocked on the stalled handler).
+	settle := func() uint64 {
+		prev, still := read(), 0
+		for still < 20 {
+			time.Sleep(10 * time.Millisecond) // polling: "nothing more is read" has no signal
+			if cur := read(); cur == prev {
+				still++
+			} else {
+				prev, still = cur, 0
+			}
+		}
+		return prev
+	}
+	// A batch being delivered holds up to MaxPending deltas (popping it frees the delta
+	// queue), the delta queue refills to MaxPending, the handler's queue and the call in
+	// progress, and the event the reflector holds while add blocks.
+	const slack = queueLength + 2*maxPending + 2
+	for step := 0; step <= steps; step++ {
+		got := settle()
+		processed := h.processed.Load()
+		t.Logf("step %d: handler processed %d, informer read %d of %d events (bound %d)", step, processed, got, events, uint64(processed)+slack)
+		if got > uint64(processed)+slack {
+			t.Fatalf("step %d: the informer read %d events while the handler processed %d: more than the pipeline holds (%d)", step, got, processed, slack)
+		}
+		if got >= uint64(events) {
+			t.Fatalf("step %d: every event was read: no backpressure", step)
+		}
+		for range perStep {
+			h.allow <- struct{}{}
+		}
+	}
+	r.drain(t, events, "a Block handler must see every change")
+}
+
+// Memory: the delta queue lets go of every object it no longer holds. One key is updated
+// with 1 MB objects while the writer is stalled on a Block handler, so that the key's
+// pending deltas outgrow their share of the queue's spare room and move to a larger
+// buffer; once everything is applied and the source compacted, the live heap holds the
+// newest object (cache and handler share it) and not the old ones left in the room the
+// deltas moved out of.
+func TestMemory_DeltaQueueLetsGoOfOldObjects(t *testing.T) {
+	const size = 1 << 20
+	updates := 200
+	if raceEnabled {
+		updates = 60
+	}
+	r := startStalled(t, informer.Options[string, *obj]{
+		Name: "large",
+	}, informer.HandlerOptions{QueueLength: 1, Policy: informer.Block})
+	src, inf := r.src, r.inf
+	rev0 := src.Revision()
+	base := testkit.LiveHeap()
+	for i := range updates {
+		src.Put(&obj{Key: "k", Val: strings.Repeat(strconv.Itoa(i%10), size)})
+		if i%16 == 15 {
+			// The source's own history is not what is measured: keep it to what the
+			// informer has not read yet.
+			st := inf.Stats()
+			src.Compact(rev0 + int64(st.Added+st.Modified))
+		}
+	}
+	r.drain(t, updates, "the handler must see every update")
+	src.Compact(src.Revision())
+	grown := int64(testkit.LiveHeap()) - int64(base)
+	// The newest object (1 MB, shared by the source, the cache and the handler) and
+	// slack for the runtime; a single old object left in the queue is another 1 MB.
+	const ceiling = size + size/2
+	t.Logf("%d updates of %d bytes: live heap grew by %d bytes (ceiling %d)", updates, size, grown, ceiling)
+	if grown > ceiling {
+		t.Fatalf("live heap grew by %d bytes after %d updates of one key with 1 MB objects: the delta queue keeps old objects alive (ceiling %d)", grown, updates, ceiling)
+	}
+}
+
+// Run returns within Options.StopTimeout after its context ends even if a handler never
+// returns, and a Warn names the handler and the key of its call.
+func TestInformer_RunReturnsDespiteStuckHandler(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	src := memory.New[string, *obj](objKey, memory.Options{})
+	src.Put(newObj("stuck-key", "", "1"))
+	logs := &testkit.LogBuffer{}
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          objKeyErr,
+		Name:         "stopping",
+		StopTimeout:  bound,
+		Logger:       logs.Logger(slog.LevelWarn),
+		ErrorHandler: func(error) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) }) // the handler's goroutine ends with its call
+	var once sync.Once
+	h := informer.HandlerFuncs[*obj]{AddFunc: func(*obj, bool) {
+		once.Do(func() { close(entered) })
+		<-release
+	}}
+	if _, err := inf.AddHandler(h, informer.HandlerOptions{Name: "never-returns"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("the handler was never called")
+	}
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return 10 s after its context ended, with a stuck handler and StopTimeout 100 ms")
+	}
+	took := time.Since(start)
+	out := logs.String()
+	t.Logf("Run returned %v after cancel; log: %s", took, out)
+	if took < bound {
+		t.Fatalf("Run returned after %v, before StopTimeout (%v), while a handler was in a call", took, bound)
+	}
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "handler=never-returns") || !strings.Contains(out, "key=stuck-key") || !strings.Contains(out, "informer=stopping") {
+		t.Fatalf("no Warn naming the informer, the handler and its key: %q", out)
+	}
+}
+
+var (
+	modelSeeds = flag.Int("model.seeds", 200, "number of seeded runs of TestModel (raise for soak runs)")
+	modelOps   = flag.Int("model.ops", 120, "operations per run of TestModel")
+	modelSeed  = flag.Uint64("model.seed", 0, "run only this seed of TestModel (to reproduce a failure)")
+)
+
+// deleted marks a delete in a key's history.
+const deleted = informertest.Deleted
+
+// view is one handler of the model: informertest's life-cycle checker, which keeps the
+// states it saw per key, with faults of its own (slow, panicking on one state).
+type view struct {
+	*informertest.LifeCycle[*obj]
+	name    string
+	panicOn string // record, then panic, on objects with this value
+	slow    bool
+}
+
+func newView(name string) *view { return &view{name: name} }
+
+func (v *view) maybe(o *obj) {
+	if v.slow {
+		time.Sleep(50 * time.Microsecond) // a slow handler: the point of the test, not synchronisation
+	}
+	if v.panicOn != "" && o.Val == v.panicOn {
+		panic("model handler panic on " + o.Val)
+	}
+}
+
+func (v *view) OnAdd(o *obj, initial bool) { v.LifeCycle.OnAdd(o, initial); v.maybe(o) }
+func (v *view) OnUpdate(old, new *obj)     { v.LifeCycle.OnUpdate(old, new); v.maybe(new) }
+func (v *view) OnDelete(o *obj, unknown bool) {
+	v.LifeCycle.OnDelete(o, unknown)
+	v.maybe(o)
+}
+
+// TestModel runs seeded random scenarios against the in-memory source and checks the
+// guarantees of doc.go: the cache converges to the source; each handler sees, per key, a
+// subsequence of the key's real states, in order, with a valid life cycle (no add on top
+// of an add, no update or delete of a key it was not told of), ending at the final state;
+// WaitForRevision never returns before its revision is visible; HasSynced never comes
+// before the initial list is in the cache. A failing seed is printed; rerun it with
+// -model.seed=N.
+func TestModel(t *testing.T) {
+	for _, seed := range testkit.Seeds(*modelSeeds, 10, 0, *modelSeed) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			runModel(t, seed, *modelOps)
+		})
+	}
+}
+
+func runModel(t *testing.T, seed uint64, ops int) {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d (rerun with -run TestModel -model.seed=%d): %s", seed, seed, fmt.Sprintf(format, args...))
+	}
+	src := memory.New[string, *obj](objKey, memory.Options{StreamingList: rng.IntN(4) == 0})
+	history := map[string][]string{}
+	put := func(key string) int64 {
+		val := fmt.Sprintf("%s.%d", key, len(history[key]))
+		history[key] = append(history[key], val)
+		return src.Put(newObj(key, "g"+strconv.Itoa(rng.IntN(3)), val))
+	}
+	del := func(key string) {
+		if _, ok := src.Delete(key); ok {
+			history[key] = append(history[key], deleted)
+		}
+	}
+	keys := make([]string, 12)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	for range rng.IntN(8) {
+		put(keys[rng.IntN(len(keys))])
+	}
+	initial := map[string]string{}
+	for _, o := range src.Items() {
+		initial[o.Key] = o.Val
+	}
+
+	var reportedMu sync.Mutex
+	var reported []error
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key: func(o *obj) (string, error) { return o.Key, nil },
+		Indexers: informer.Indexers[*obj]{
+			"group": informer.IndexBy(func(o *obj) (string, error) { return o.Group, nil }),
+		},
+		Revision: func(o *obj) string { return o.Val },
+		Backoff:  informer.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Jitter: -1},
+		ErrorHandler: func(err error) {
+			reportedMu.Lock()
+			reported = append(reported, err)
+			reportedMu.Unlock()
+		},
+		MaxBatch:   1 + rng.IntN(8),
+		MaxPending: 4 + rng.IntN(64),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type reg struct {
+		v   *view
+		r   *informer.Registration
+		out bool
+	}
+	var regs []*reg
+	addHandler := func(name string, opts informer.HandlerOptions, v *view) {
+		v.LifeCycle = informertest.NewLifeCycle(func(o *obj) (string, string) { return o.Key, o.Val },
+			informertest.LifeCycleOptions{Coalesce: opts.Policy == informer.Coalesce})
+		r, err := inf.AddHandler(v, opts)
+		if err != nil {
+			fail("AddHandler: %v", err)
+		}
+		regs = append(regs, &reg{v: v, r: r})
+	}
+	addHandler("block", informer.HandlerOptions{Policy: informer.Block, QueueLength: 1 + rng.IntN(4)}, newView("block"))
+	slow := newView("slow-coalesce")
+	slow.slow = true
+	addHandler("slow", informer.HandlerOptions{QueueLength: 1 + rng.IntN(3)}, slow)
+	panicky := newView("panicky")
+	panicky.panicOn = keys[0] + ".1"
+	addHandler("panicky", informer.HandlerOptions{}, panicky)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+	defer scancel()
+	if informer.WaitForCacheSync(sctx, inf) != nil {
+		fail("no sync")
+	}
+	// HasSynced: the initial list is in the cache (no write happened yet).
+	sn := inf.Snapshot()
+	if sn.Len() != len(initial) {
+		fail("synced with %d objects, the initial list has %d", sn.Len(), len(initial))
+	}
+	for k, v := range initial {
+		if o, ok := sn.Get(k); !ok || o.Val != v {
+			fail("synced without %s=%s", k, v)
+		}
+	}
+
+	for op := 0; op < ops; op++ {
+		key := keys[rng.IntN(len(keys))]
+		switch r := rng.IntN(100); {
+		case r < 50:
+			put(key)
+		case r < 70:
+			del(key)
+		case r < 74:
+			src.Compact(src.Revision())
+		case r < 78:
+			errs := []error{nil, informer.ErrUnavailable, informer.ErrExpired, informer.ErrTooManyRequests}
+			src.DropWatches(errs[rng.IntN(len(errs))])
+		case r < 80:
+			src.FailNext(1+rng.IntN(2), []memory.Op{memory.OpList, memory.OpWatch}[rng.IntN(2)], informer.ErrUnavailable)
+		case r < 82:
+			name := fmt.Sprintf("late-%d", op)
+			addHandler(name, informer.HandlerOptions{QueueLength: 1 + rng.IntN(8), Policy: informer.QueuePolicy(rng.IntN(2))}, newView(name))
+		case r < 84:
+			if i := rng.IntN(len(regs)); !regs[i].out && i >= 3 {
+				inf.RemoveHandler(regs[i].r)
+				regs[i].out = true
+			}
+		case r < 90:
+			// Read-your-writes: a write's revision, once waited for, is visible.
+			rev := put(key)
+			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+			err := inf.WaitForRevision(wctx, strconv.FormatInt(rev, 10))
+			wcancel()
+			if err != nil {
+				fail("WaitForRevision(%d): %v", rev, err)
+			}
+			want := history[key][len(history[key])-1]
+			if o, ok := inf.Get(key); !ok || o.Val != want {
+				fail("after WaitForRevision(%d): %s is %+v, want %s", rev, key, o, want)
+			}
+		default:
+			// a reader on a snapshot, concurrently with the writer
+			for range inf.Snapshot().All() {
+			}
+		}
+	}
+
+	// Writes stop. The cache must reach the source's revision, and every handler must
+	// converge to the final state (eventual consistency: there is no order across keys,
+	// so no single last notification can serve as a barrier).
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if err := inf.WaitForRevision(wctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		fail("final WaitForRevision: %v", err)
+	}
+	finalState := map[string]string{}
+	for _, o := range src.Items() {
+		finalState[o.Key] = o.Val
+	}
+	for _, r := range regs {
+		if r.out {
+			continue
+		}
+		// Converged alone can hold for a moment while a handler is behind (an earlier
+		// delete is the final state too): wait until its queue is empty as well. After
+		// WaitForRevision every notification is queued.
+		for !r.v.Converged(finalState) || r.r.Stats().Queued != 0 {
+			if wctx.Err() != nil {
+				break // the checks below say what is wrong
+			}
+			time.Sleep(100 * time.Microsecond) // polling: nothing signals "handler caught up"
+		}
+	}
+
+	// The cache equals the source.
+	want := src.Items()
+	got := informer.ReadList(inf)
+	if len(got) != len(want) {
+		fail("cache has %d objects, source %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Key != want[i].Key || got[i].Val != want[i].Val {
+			fail("cache[%d] = %s=%s, source %s=%s", i, got[i].Key, got[i].Val, want[i].Key, want[i].Val)
+		}
+	}
+	final := map[string]string{}
+	for _, o := range want {
+		final[o.Key] = o.Val
+	}
+	for _, r := range regs {
+		v := r.v
+		if errs := v.Errors(); len(errs) > 0 {
+			fail("handler %s: %s", v.name, strings.Join(errs, "; "))
+		}
+		for _, key := range v.Keys() {
+			seen, h := v.States(key), history[key]
+			if !informertest.IsSubsequence(seen, h) {
+				fail("handler %s, key %s: saw %q, not a subsequence of %q", v.name, key, seen, h)
+			}
+			if r.out {
+				continue
+			}
+			last := seen[len(seen)-1]
+			if fv, ok := final[key]; ok && last != fv {
+				fail("handler %s, key %s: last saw %q, final state %q (saw %q, history %q)", v.name, key, last, fv, seen, h)
+			} else if !ok && last != deleted {
+				fail("handler %s, key %s: last saw %q, but the key is gone", v.name, key, last)
+			}
+		}
+		if !r.out {
+			for key := range final {
+				if len(v.States(key)) == 0 {
+					fail("handler %s never heard of %s", v.name, key)
+				}
+			}
+		}
+	}
+	reportedMu.Lock()
+	defer reportedMu.Unlock()
+	for _, err := range reported {
+		var pe *informer.HandlerPanicError
+		switch {
+		case errors.As(err, &pe), errors.Is(err, informer.ErrRetryable), errors.Is(err, informer.ErrExpired),
+			strings.Contains(err.Error(), "very short watch"), strings.Contains(err.Error(), "stream ended"):
+		default:
+			fail("unexpected error reported: %v", err)
+		}
+	}
+}
