@@ -312,6 +312,16 @@ func run(inf *informer.Informer[string, *item]) (ctx context.Context, stop func(
 	return ctx, func() { cancel(); <-done }
 }
 
+// runSynced runs inf until t's cleanup (see run) and waits up to d for its cache to sync:
+// it returns run's context and stop, and whether the sync came in time.
+func runSynced(t testing.TB, inf *informer.Informer[string, *item], d time.Duration) (ctx context.Context, stop func(), synced bool) {
+	ctx, stop = run(inf)
+	t.Cleanup(stop)
+	syncCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return ctx, stop, informer.WaitForCacheSync(syncCtx, inf) == nil
+}
+
 // startInformer builds an informer over src with a recording, blocking handler, runs it
 // until t's cleanup, and waits for its cache to sync. opts.Key and opts.ErrorHandler are
 // filled in when empty.
@@ -339,11 +349,8 @@ func startStoppableInformer(t testing.TB, src informer.ListerWatcher[*item], opt
 	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder", Policy: informer.Block}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := run(inf)
-	t.Cleanup(stop)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if informer.WaitForCacheSync(syncCtx, inf) != nil {
+	_, stop, synced := runSynced(t, inf, 30*time.Second)
+	if !synced {
 		t.Fatal("informer did not sync")
 	}
 	return inf, rec, stop

@@ -149,11 +149,8 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	if regs[1], err = inf.AddHandler(views[1], informer.HandlerOptions{Name: "coalesce", Policy: informer.Coalesce, QueueLength: 1 + rng.IntN(3)}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := run(inf)
-	t.Cleanup(stop)
-	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
-	defer scancel()
-	if informer.WaitForCacheSync(sctx, inf) != nil {
+	ctx, _, synced := runSynced(t, inf, 15*time.Second)
+	if !synced {
 		fail("informer did not sync")
 	}
 	// HasSynced: the initial list is in the cache (no write happened since).
