@@ -2,7 +2,6 @@ package informer
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -174,14 +173,6 @@ func (d *watchdog) Stop() {
 		d.t = nil
 	}
 	d.mu.Unlock()
-}
-
-// The source's calls are a trust boundary: a panic in List, Watch, Watch.Next or
-// Watch.Stop is recovered and becomes an error matching ErrBadInput that names the call,
-// reported like any failure of the source; the reflector backs off and lists again.
-
-func sourcePanic(call string, p any) error {
-	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
 }
 
 // Moved counts progress: a page read, or a return of Next.

@@ -1,7 +1,7 @@
 package informer
 
 import (
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -137,7 +137,7 @@ type firstList[K comparable, V any] struct {
 func (l *firstList[K, V]) Keys() []K    { return l.keys } // Objects()[i] is of Keys()[i]
 func (l *firstList[K, V]) Objects() []V { return l.objs }
 
-var errFIFOClosed = errors.New("informer: queue closed")
+var errFIFOClosed = fmt.Errorf("%w: its queue is closed", ErrStopped) // once Close is called
 
 const shrinkAbove = 8192 // a queue that drains with more capacity is reallocated
 

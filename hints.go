@@ -143,4 +143,4 @@ func (s *store[K, V]) AllPrepared(ds []delta[V], h *queuedHint[V]) bool {
 }
 
 // functions returns the store's current index functions, which hints are computed with.
-func (s *store[K, V]) functions() *indexSet[V] { return s.set.Load() }
+func (s *store[K, V]) functions() *indexSet[V] { return s.indexes.Functions() }

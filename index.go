@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"sort"
+	"sync/atomic"
 
 	"github.com/informer-go/informer/internal/btree"
 )
@@ -142,6 +144,30 @@ func (ix snapIndex[K, V]) values() iter.Seq[string] {
 	return func(yield func(string) bool) {
 		ix.buckets.Ascend(func(value string, _ bucket[K, V]) bool { return yield(value) })
 	}
+}
+
+// snapIndexes are the indexes of a snapshot, by name.
+type snapIndexes[K comparable, V any] map[string]snapIndex[K, V]
+
+// ByIndex yields the entries indexed under value in the named index (see
+// Snapshot.ByIndex): nothing for an unknown value; for an unknown index ErrUnknownIndex,
+// with an iterator that yields nothing.
+func (xs snapIndexes[K, V]) ByIndex(index, value string) (iter.Seq2[K, V], error) {
+	ix, ok := xs[index]
+	if !ok {
+		return func(func(K, V) bool) {}, fmt.Errorf("%w: %q", ErrUnknownIndex, index)
+	}
+	return ix.objects(value), nil
+}
+
+// IndexValues yields every value of the named index that has a bucket, in order; for an
+// unknown index ErrUnknownIndex, with an iterator that yields nothing.
+func (xs snapIndexes[K, V]) IndexValues(index string) (iter.Seq[string], error) {
+	ix, ok := xs[index]
+	if !ok {
+		return func(func(string) bool) {}, fmt.Errorf("%w: %q", ErrUnknownIndex, index)
+	}
+	return ix.values(), nil
 }
 
 // btreeDegree trades node size against depth. Measured on the pipeline benchmark (50,000
@@ -378,14 +404,144 @@ func (ix *storeIndex[K, V]) Snap() snapIndex[K, V] {
 	return snapIndex[K, V]{fn: ix.fn, buckets: ix.buckets.Clone()}
 }
 
-// newIndexSet returns the functions of indexes, in order.
-func newIndexSet[K comparable, V any](indexes []*storeIndex[K, V]) *indexSet[V] {
+// storeIndexes are the store's indexes, in the order they were added, and the set of their
+// functions, which any goroutine may read. The zero value has no index. The store's
+// writer changes them under the store's lock.
+type storeIndexes[K comparable, V any] struct {
+	list []*storeIndex[K, V]
+	set  atomic.Pointer[indexSet[V]]
+}
+
+// Add adds indexes, in the order of their names, over the trees of kit, and builds them
+// from items. A name in use is ErrIndexExists; on an error nothing is added.
+func (xs *storeIndexes[K, V]) Add(indexers Indexers[V], items *btree.Tree[K, V], kit *treeKit[K, V]) error {
+	names := make([]string, 0, len(indexers))
+	for name := range indexers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	added := make([]*storeIndex[K, V], 0, len(names))
+	for _, name := range names {
+		if slices.ContainsFunc(xs.list, func(ix *storeIndex[K, V]) bool { return ix.name == name }) {
+			return fmt.Errorf("%w: %q", ErrIndexExists, name)
+		}
+		ix, err := newStoreIndex(name, indexers[name], kit)
+		if err != nil {
+			return err
+		}
+		if err := ix.Build(items); err != nil {
+			return err
+		}
+		added = append(added, ix)
+	}
+	xs.list = append(xs.list, added...)
 	set := &indexSet[V]{}
-	for _, ix := range indexes {
+	for _, ix := range xs.list {
 		set.fns = append(set.fns, ix.fn)
 		set.names = append(set.names, ix.name)
 	}
-	return set
+	xs.set.Store(set)
+	return nil
+}
+
+// Functions returns the current index functions, in order: values computed with them
+// are valid while they are current.
+func (xs *storeIndexes[K, V]) Functions() *indexSet[V] { return xs.set.Load() }
+
+// Update indexes obj, stored under key, in every index (see storeIndex.Update): vals are
+// its values computed with the current functions, ends[i] the end of index i's.
+func (xs *storeIndexes[K, V]) Update(key K, prev, obj V, existed bool, vals []string, ends []int32) {
+	var start int32
+	for i, ix := range xs.list {
+		ix.Update(key, prev, obj, existed, vals[start:ends[i]])
+		start = ends[i]
+	}
+}
+
+// Drop removes the entries of key, deleted with prev as its last state, from every index
+// (see storeIndex.Drop). If hinted, vals and ends are the values of the object the delete
+// carried, computed with the current functions, as for Update.
+func (xs *storeIndexes[K, V]) Drop(key K, prev V, vals []string, ends []int32, hinted bool) {
+	var start int32
+	for i, ix := range xs.list {
+		var mine []string
+		if hinted {
+			mine = vals[start:ends[i]]
+			start = ends[i]
+		}
+		ix.Drop(key, prev, mine)
+	}
+}
+
+// Snap returns every index as a snapshot sees it, by name.
+func (xs *storeIndexes[K, V]) Snap() snapIndexes[K, V] {
+	snaps := make(snapIndexes[K, V], len(xs.list))
+	for _, ix := range xs.list {
+		snaps[ix.name] = ix.Snap()
+	}
+	return snaps
+}
+
+// Compact rebuilds every index with nearly full nodes (see storeIndex.Compact), using buf.
+func (xs *storeIndexes[K, V]) Compact(buf []entry[K, V]) {
+	for _, ix := range xs.list {
+		buf = ix.Compact(buf)
+	}
+}
+
+// InsertDense indexes a page of new objects, objs[i] under keys[i], in every index, so
+// that the trees' nodes end nearly full: each index's buckets take their entries (grouped
+// by value, in key order) every other one first, then the others, and the index's tree of
+// buckets takes the new values so, in the order the page first shows them. An object an
+// index function fails for is reported and left out; ok[i] says that objs[i] was indexed.
+func (xs *storeIndexes[K, V]) InsertDense(keys []K, objs []V, report func(error)) (ok []bool) {
+	set, nix := xs.set.Load(), len(xs.list)
+	var vals []string                       // a page's: not kept as the writer's scratch
+	ends := make([]int32, 0, len(keys)*nix) // ends[i*nix+x]: the end of object i's values in index x, from begin[i]
+	begin := make([]int32, len(keys))
+	ok = make([]bool, len(keys))
+	for i, obj := range objs {
+		n, m := len(vals), len(ends)
+		var oe *ObjectError
+		if vals, ends, oe = set.Compute(vals, ends, obj); oe != nil {
+			oe.Key = keys[i]
+			report(oe)
+			vals, ends = vals[:n], append(ends[:m], make([]int32, nix)...)
+			continue
+		}
+		begin[i], ok[i] = int32(n), true
+	}
+	for x, ix := range xs.list {
+		var order []string
+		groups := make(map[string][]int32)
+		for i := range keys {
+			if !ok[i] {
+				continue
+			}
+			from := begin[i]
+			if x > 0 {
+				from += ends[i*nix+x-1]
+			}
+			for _, v := range vals[from : begin[i]+ends[i*nix+x]] {
+				g, seen := groups[v]
+				if !seen {
+					order = append(order, v)
+				}
+				groups[v] = append(g, int32(i))
+			}
+		}
+		for start := range 2 {
+			for j := start; j < len(order); j += 2 {
+				v, g := order[j], groups[order[j]]
+				for start := range 2 {
+					for k := start; k < len(g); k += 2 {
+						ix.Insert(v, keys[g[k]], objs[g[k]])
+					}
+				}
+			}
+		}
+	}
+	return ok
 }
 
 // NewItems returns an empty tree of the cache's objects by key.

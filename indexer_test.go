@@ -178,8 +178,8 @@ func TestIndexer_AddIndexersOnData(t *testing.T) {
 	mustUpsert(t, s, &pod{name: "one", ns: "a"})
 	mustUpsert(t, s, &pod{name: "two", ns: "b"})
 	s.mu.Lock()
-	err := s.addIndexersLocked(Indexers[*pod]{"upper": IndexBy(func(p *pod) (string, error) { return strings.ToUpper(p.ns), nil })})
-	clash := s.addIndexersLocked(Indexers[*pod]{"ns": IndexBy(func(p *pod) (string, error) { return "", nil })})
+	err := s.indexes.Add(Indexers[*pod]{"upper": IndexBy(func(p *pod) (string, error) { return strings.ToUpper(p.ns), nil })}, s.items, s.kit)
+	clash := s.indexes.Add(Indexers[*pod]{"ns": IndexBy(func(p *pod) (string, error) { return "", nil })}, s.items, s.kit)
 	s.publishLocked("")
 	s.mu.Unlock()
 	if err != nil {

@@ -323,8 +323,8 @@ func (inf *Informer[K, V]) Key(obj V) (K, error) { return inf.key(obj) }
 
 // AddHandler registers a handler. Before Run it will receive the initial list as adds
 // marked initial; on a running informer it first receives the current cache as adds
-// marked initial, then every later change, and its Registration reports HasSynced once the
-// replay is delivered. It fails with ErrStopped after the informer stopped.
+// marked initial, then every later change, and its Registration's Synced is closed once
+// the replay is delivered. It fails with ErrStopped after the informer stopped.
 func (inf *Informer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, fmt.Errorf("informer %q: AddHandler: nil handler", inf.opts.Name)

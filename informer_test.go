@@ -390,7 +390,7 @@ func TestInformer_Transform(t *testing.T) {
 }
 
 // A handler added to a running informer gets the cache replayed as initial
-// adds, then live changes; its own HasSynced turns true after the replay.
+// adds, then live changes; its own Synced closes after the replay.
 func TestInformer_LateHandlerReplayAndPerHandlerSync(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
@@ -922,7 +922,7 @@ func TestInformer_LatePlainHandlers(t *testing.T) {
 	src.Put(newObj("a", "g", "2"))
 	waitUntil(t, func() bool {
 		for _, reg := range regs {
-			if !reg.HasSynced() || reg.Stats().Delivered < 2 || reg.Stats().Queued > 0 {
+			if st := reg.Stats(); !st.Synced || st.Delivered < 2 || st.Queued > 0 {
 				return false
 			}
 		}

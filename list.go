@@ -33,8 +33,9 @@ type lister[V any] struct {
 	transform func(V) (V, bool) // nil: none; false means the object failed and was reported
 }
 
+// newLister returns the lister of lw; pageSize is Options.PageSize (see pageSizeOf).
 func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats listCounts, fail func(error), sink reflectorSink[V]) *lister[V] {
-	l := &lister[V]{lw: lw, name: name, pageSize: pageSize, timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
+	l := &lister[V]{lw: lw, name: name, pageSize: pageSizeOf(lw, pageSize), timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
 	l.compare, _ = lw.(RevisionComparer)
 	switch reflect.TypeFor[V]().Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
@@ -197,6 +198,16 @@ func (ls *lister[V]) Keep(items []V, op string, page int) []V {
 		ls.fail(newOpError(ls.name, op, fmt.Errorf("%w: %d nil items skipped in %s (the first at index %d)", ErrBadInput, nils, where, first), 0))
 	}
 	return kept
+}
+
+// The source's calls are a trust boundary: a panic in List (callList), Watch, Watch.Next
+// or Watch.Stop (the reflector's callWatch, next and stop) is recovered and becomes an
+// error matching ErrBadInput that names the call, reported like any failure of the
+// source; the reflector backs off and lists again.
+
+// sourcePanic is the error of a panic p in the source's call.
+func sourcePanic(call string, p any) error {
+	return fmt.Errorf("%w: the source's %s panicked: %v", ErrBadInput, call, p)
 }
 
 // callList calls the source's List, recovering a panic.

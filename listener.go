@@ -2,6 +2,7 @@ package informer
 
 import (
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,11 +86,6 @@ type listener[K comparable, V any] struct {
 	stopped     atomic.Bool // set under mu; the delivery loop reads it without
 	wake        chan struct{}
 	done        chan struct{}
-
-	// resync state, guarded by the processor's lock
-	resyncPeriod time.Duration
-	nextResync   time.Time
-	syncing      bool
 
 	// the call in progress, for the stop's report of a handler that does not return
 	callMu  sync.Mutex
@@ -202,10 +198,6 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		syncedCh: make(chan struct{}),
-		// Unlike client-go, on purpose: client-go counts every listener as syncing until the
-		// first resync check, so an object relisted unchanged reaches handlers that never
-		// asked for resyncs. Here only a handler due for a resync receives resyncs.
-		syncing: false,
 	}
 	l.reg.l = l
 	l.revs, _ = h.(RevisionHandler)
@@ -219,8 +211,6 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 
 func (l *listener[K, V]) name() string { return l.opts.Name }
 
-func (l *listener[K, V]) hasSynced() bool { return l.synced.Load() }
-
 func (l *listener[K, V]) syncedChan() <-chan struct{} { return l.syncedCh }
 
 func (l *listener[K, V]) stats() HandlerStats {
@@ -233,6 +223,7 @@ func (l *listener[K, V]) stats() HandlerStats {
 		Coalesced: l.coalesce.Load(),
 		Blocked:   l.blocked.Load(),
 		Panics:    l.panics.Load(),
+		Synced:    l.synced.Load(),
 		Latency:   Histogram(l.latency.Snapshot()),
 	}
 }
@@ -549,26 +540,6 @@ func (l *listener[K, V]) Room() (int, bool) {
 	return max(l.opts.QueueLength-l.queued, 0), true
 }
 
-// SetResync sets the resync period (0: never), the first due at now+period.
-func (l *listener[K, V]) SetResync(period time.Duration, now time.Time) {
-	l.resyncPeriod = period
-	if period > 0 {
-		l.nextResync = now.Add(period)
-	}
-}
-
-// DueForResync marks and reports whether a resync is due at now, scheduling the next.
-func (l *listener[K, V]) DueForResync(now time.Time) bool {
-	l.syncing = l.resyncPeriod > 0 && !now.Before(l.nextResync)
-	if l.syncing {
-		l.nextResync = now.Add(l.resyncPeriod)
-	}
-	return l.syncing
-}
-
-// Syncing reports whether the listener takes resyncs now (see DueForResync).
-func (l *listener[K, V]) Syncing() bool { return l.syncing }
-
 // Done is closed once the listener's goroutine returned.
 func (l *listener[K, V]) Done() <-chan struct{} { return l.done }
 
@@ -581,6 +552,25 @@ func (l *listener[K, V]) Calling() (K, bool) {
 
 // SetNotes makes notes b's notifications.
 func (b *noteBatch[K, V]) SetNotes(notes []notification[K, V]) { b.notes = notes }
+
+// WithoutResyncs returns a batch of b's notifications but its resyncs, for the listeners
+// not due for one: b itself if it holds no resync.
+func (b *noteBatch[K, V]) WithoutResyncs() *noteBatch[K, V] {
+	i := 0
+	for i < len(b.notes) && !b.notes[i].sync {
+		i++
+	}
+	if i == len(b.notes) {
+		return b
+	}
+	notes := slices.Clone(b.notes[:i])
+	for _, n := range b.notes[i+1:] {
+		if !n.sync {
+			notes = append(notes, n)
+		}
+	}
+	return newNoteBatch(notes)
+}
 
 // Track records the size of the last batch: a pool keeps only small buffers while
 // batches are small.

@@ -122,18 +122,15 @@ type Registration struct {
 }
 
 type listenerControl interface {
-	hasSynced() bool
 	syncedChan() <-chan struct{}
 	stats() HandlerStats
 	name() string
 }
 
-// HasSynced reports whether the handler has been called for the whole initial state: the
-// initial list, or for a handler added later the cache as it was then. It is per handler:
-// other handlers may still be behind (unlike client-go's informer-wide HasSynced).
-func (r *Registration) HasSynced() bool { return r.l.hasSynced() }
-
-// Synced returns a channel closed once HasSynced is true.
+// Synced returns a channel closed once the handler has been called for the whole initial
+// state: the initial list, or for a handler added later the cache as it was then. It is
+// per handler: other handlers may still be behind (unlike client-go's informer-wide
+// HasSynced). To poll instead of wait, read Stats().Synced.
 func (r *Registration) Synced() <-chan struct{} { return r.l.syncedChan() }
 
 // Stats returns the handler's delivery counters.
@@ -154,6 +151,9 @@ type HandlerStats struct {
 	Blocked uint64
 	// Panics counts handler calls that panicked (recovered; the notification is skipped).
 	Panics uint64
+	// Synced is true once Registration.Synced is closed: the handler has been called for
+	// the whole initial state.
+	Synced bool
 	// Latency is the distribution of the time notifications waited in the queue, in
 	// seconds; empty (nil Bounds) unless HandlerOptions.MeasureLatency is set.
 	Latency Histogram
@@ -174,7 +174,7 @@ type processor[K comparable, V any] struct {
 	onPanic       func(*HandlerPanicError) // reports a handler's panic
 
 	mu          sync.Mutex
-	listeners   []*listener[K, V]
+	listeners   []*member[K, V]
 	started     bool
 	stopped     bool
 	seq         int
@@ -186,6 +186,20 @@ type processor[K comparable, V any] struct {
 	batches  *batchPool[K, V]
 	blocking []*listener[K, V] // Block listeners whose queues the last Deliver left full
 	next     *noteBatch[K, V]  // the batch Buffer handed out, for Deliver
+}
+
+// member is a registered listener with its resync schedule, which the processor keeps
+// under its lock.
+type member[K comparable, V any] struct {
+	*listener[K, V]
+	resyncPeriod time.Duration // 0: never
+	nextResync   time.Time
+	// syncing: due for a resync at the last ShouldResync; the member takes the resync
+	// notifications of the batches until the next. Unlike client-go, on purpose: client-go
+	// counts every listener as syncing until the first resync check, so an object relisted
+	// unchanged reaches handlers that never asked for resyncs. Here only a handler due for a
+	// resync receives resyncs.
+	syncing bool
 }
 
 func newProcessor[K comparable, V any](clk clock.Clock, resync time.Duration, onPanic func(*HandlerPanicError)) *processor[K, V] {
@@ -209,17 +223,17 @@ func (p *processor[K, V]) Add(h Handler[V], opts HandlerOptions, replay func() (
 	if opts.Name == "" {
 		opts.Name = fmt.Sprintf("handler-%d", p.seq)
 	}
-	l := newListener[K, V](h, opts, p.clock, p.onPanic)
-	p.setResyncLocked(l, opts.ResyncPeriod)
-	p.listeners = append(p.listeners, l)
+	m := &member[K, V]{listener: newListener[K, V](h, opts, p.clock, p.onPanic)}
+	p.setResyncLocked(m, opts.ResyncPeriod)
+	p.listeners = append(p.listeners, m)
 	p.publishLocked()
 	if p.started {
-		p.startLocked(l)
+		p.startLocked(m)
 		notes, synced, rev := replay()
-		l.Enqueue(newNoteBatch(notes), true)
-		queueMarks([]*listener[K, V]{l}, marks{synced: synced, rev: rev}, true)
+		m.Enqueue(newNoteBatch(notes), true)
+		queueMarks([]*member[K, V]{m}, marks{synced: synced, rev: rev}, true)
 	}
-	return l.Registration(), nil
+	return m.Registration(), nil
 }
 
 // marks are the markers that follow a batch's notifications (or a replay) in a handler's
@@ -235,7 +249,7 @@ type marks struct {
 // marker, only a RevisionHandler the revision marker. A replay forces the revision
 // marker in as it forces the replay; after a batch, a Coalesce handler whose queue is
 // full drops it (what it then holds is no exact state). Called under the lock.
-func queueMarks[K comparable, V any](ls []*listener[K, V], m marks, replay bool) {
+func queueMarks[K comparable, V any](ls []*member[K, V], m marks, replay bool) {
 	if m.synced {
 		marker := markerBatch[K, V]("")
 		for _, l := range ls {
@@ -276,7 +290,7 @@ func (p *processor[K, V]) CoalesceRoom() int {
 // never when negative or when the informer has no resync, at least minimumResyncPeriod. A
 // period shorter than the informer's check period lowers the check period before the
 // start, and is raised to it after.
-func (p *processor[K, V]) setResyncLocked(l *listener[K, V], requested time.Duration) {
+func (p *processor[K, V]) setResyncLocked(m *member[K, V], requested time.Duration) {
 	if requested == 0 {
 		requested = p.defaultResync
 	}
@@ -293,7 +307,10 @@ func (p *processor[K, V]) setResyncLocked(l *listener[K, V], requested time.Dura
 			p.resyncCheck = requested
 		}
 	}
-	l.SetResync(requested, p.clock.Now())
+	m.resyncPeriod = requested
+	if requested > 0 {
+		m.nextResync = p.clock.Now().Add(requested)
+	}
 }
 
 // Remove unregisters the handler of reg and waits until its goroutine has returned. It
@@ -305,7 +322,7 @@ func (p *processor[K, V]) Remove(reg *Registration) bool {
 	}
 	l.Stop() // first, so that a writer waiting for room in its queue goes on
 	p.mu.Lock()
-	i := slices.Index(p.listeners, l)
+	i := slices.IndexFunc(p.listeners, func(m *member[K, V]) bool { return m.listener == l })
 	if i >= 0 {
 		p.listeners = slices.Delete(p.listeners, i, i+1)
 		p.publishLocked()
@@ -354,25 +371,24 @@ func (p *processor[K, V]) Deliver(notes []notification[K, V], synced bool, rev s
 	b := p.next
 	p.next = nil
 	b.SetNotes(notes)
-	hasSync := b.HasResyncs()
 	var filtered *noteBatch[K, V] // made once, shared by the listeners not due
-	for _, l := range p.listeners {
-		if !hasSync || l.Syncing() {
-			l.Enqueue(b, false)
+	for _, m := range p.listeners {
+		if m.syncing {
+			m.Enqueue(b, false)
 			continue
 		}
 		if filtered == nil {
-			filtered = b.WithoutResyncs()
+			filtered = b.WithoutResyncs() // b itself if it holds no resync
 		}
-		l.Enqueue(filtered, false)
+		m.Enqueue(filtered, false)
 	}
 	p.batches.Track(len(notes))
 	b.Release()
 	queueMarks(p.listeners, m, false)
 	blocking := p.blocking[:0]
-	for _, l := range p.listeners {
-		if l.Full() {
-			blocking = append(blocking, l)
+	for _, m := range p.listeners {
+		if m.Full() {
+			blocking = append(blocking, m.listener)
 		}
 	}
 	p.blocking = blocking
@@ -403,8 +419,12 @@ func (p *processor[K, V]) ShouldResync() bool {
 	defer p.mu.Unlock()
 	now := p.clock.Now()
 	due := false
-	for _, l := range p.listeners {
-		due = l.DueForResync(now) || due
+	for _, m := range p.listeners {
+		m.syncing = m.resyncPeriod > 0 && !now.Before(m.nextResync)
+		if m.syncing {
+			m.nextResync = now.Add(m.resyncPeriod)
+			due = true
+		}
 	}
 	return due
 }
@@ -420,7 +440,7 @@ func (p *processor[K, V]) Start() {
 	}
 }
 
-func (p *processor[K, V]) startLocked(l *listener[K, V]) {
+func (p *processor[K, V]) startLocked(l *member[K, V]) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -476,28 +496,4 @@ func (p *processor[K, V]) Stop(bound time.Duration, stuck func(handler string, k
 			stuck(l.Registration().Name(), key)
 		}
 	}
-}
-
-// The batches the processor shares between the listeners.
-
-// HasResyncs reports whether b holds a resync.
-func (b *noteBatch[K, V]) HasResyncs() bool {
-	for i := range b.notes {
-		if b.notes[i].sync {
-			return true
-		}
-	}
-	return false
-}
-
-// WithoutResyncs returns a batch of b's notifications but its resyncs, for the listeners
-// not due for one.
-func (b *noteBatch[K, V]) WithoutResyncs() *noteBatch[K, V] {
-	var notes []notification[K, V]
-	for i := range b.notes {
-		if !b.notes[i].sync {
-			notes = append(notes, b.notes[i])
-		}
-	}
-	return newNoteBatch(notes)
 }

@@ -81,7 +81,7 @@ type reflectorSink[V any] interface {
 // reflectorConfig holds what the informer passes to its reflector.
 type reflectorConfig struct {
 	name            string
-	pageSize        int64
+	pageSize        int64 // Options.PageSize
 	minWatchTimeout time.Duration
 	progressTimeout time.Duration // 0: no bound
 	backoff         Backoff
@@ -124,7 +124,7 @@ var (
 func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V], opts Options[K, V], logger *slog.Logger, report func(error), stats *counters) *reflector[V] {
 	r := newReflectorOf(lw, sink, reflectorConfig{
 		name:            opts.Name,
-		pageSize:        pageSizeOf(lw, opts.PageSize),
+		pageSize:        opts.PageSize,
 		minWatchTimeout: opts.MinWatchTimeout,
 		progressTimeout: max(opts.ProgressTimeout, 0),
 		backoff:         opts.Backoff,
@@ -501,7 +501,7 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 			}
 			ev.Object = obj
 			if err := r.sink.Event(ev, batched != nil && batched.MoreAtRevision()); err != nil {
-				if errors.Is(err, errFIFOClosed) {
+				if errors.Is(err, ErrStopped) { // the queue closed
 					return nil
 				}
 				// An object the informer cannot take is reported, not fatal.

@@ -1,7 +1,6 @@
 package informer
 
 import (
-	"fmt"
 	"iter"
 	"strings"
 
@@ -45,10 +44,10 @@ type Snapshot[K comparable, V any] struct {
 	revision string
 	exact    bool // the state is exactly the source's at revision (see store.exact)
 	items    *btree.Tree[K, V]
-	indexes  map[string]snapIndex[K, V]
+	indexes  snapIndexes[K, V]
 }
 
-func newSnapshot[K comparable, V any](compare func(a, b K) int, gen uint64, rev string, exact bool, items *btree.Tree[K, V], indexes map[string]snapIndex[K, V]) *Snapshot[K, V] {
+func newSnapshot[K comparable, V any](compare func(a, b K) int, gen uint64, rev string, exact bool, items *btree.Tree[K, V], indexes snapIndexes[K, V]) *Snapshot[K, V] {
 	return &Snapshot[K, V]{compare: compare, gen: gen, revision: rev, exact: exact, items: items, indexes: indexes}
 }
 
@@ -75,14 +74,6 @@ func (sn *Snapshot[K, V]) Range(from, to K) iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) { sn.items.AscendRange(from, to, yield) }
 }
 
-func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
-	ix, ok := sn.indexes[name]
-	if !ok {
-		return ix, fmt.Errorf("%w: %q", ErrUnknownIndex, name)
-	}
-	return ix, nil
-}
-
 // ByIndex yields the (key, object) pairs indexed under value in the named index, in key
 // order, without copying them: an index's bucket holds its objects, so the walk costs no
 // lookup per object. It costs one lookup of value, a walk over the objects found and three
@@ -91,22 +82,14 @@ func (sn *Snapshot[K, V]) lookupIndex(name string) (snapIndex[K, V], error) {
 // unknown value yields nothing; an unknown index is ErrUnknownIndex, with an iterator
 // that yields nothing (so a range over it never panics).
 func (sn *Snapshot[K, V]) ByIndex(index, value string) (iter.Seq2[K, V], error) {
-	ix, err := sn.lookupIndex(index)
-	if err != nil {
-		return func(func(K, V) bool) {}, err
-	}
-	return ix.objects(value), nil
+	return sn.indexes.ByIndex(index, value)
 }
 
 // IndexValues yields every value present in the named index, in order. Values whose last
 // object went away are not yielded. An unknown index is ErrUnknownIndex, with an iterator
 // that yields nothing.
 func (sn *Snapshot[K, V]) IndexValues(index string) (iter.Seq[string], error) {
-	ix, err := sn.lookupIndex(index)
-	if err != nil {
-		return func(func(string) bool) {}, err
-	}
-	return ix.values(), nil
+	return sn.indexes.IndexValues(index)
 }
 
 // WithPrefix yields the (key, object) pairs of a string-keyed reader whose key starts

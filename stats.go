@@ -12,7 +12,7 @@ import (
 // changes nothing in the informer.
 type Stats struct {
 	// Synced reports whether the initial list is in the cache (Informer.Synced is closed).
-	// Handlers may still be delivering it: see each Handlers entry's HasSynced.
+	// Handlers may still be delivering it: see each Handlers entry's Synced.
 	//
 	// After a warm restart (Options.Persist) the restored state counts as the initial
 	// list: Synced is true as soon as it is in the cache, before the resumed watch has
@@ -36,7 +36,7 @@ type Stats struct {
 	// LastError is nil.
 	LastErrorAt time.Time
 	// Handlers are the handlers registered now, in the order they were added, each with
-	// its own Stats and HasSynced. Reading it never waits, not even for a stalled handler.
+	// its own Stats and Synced. Reading it never waits, not even for a stalled handler.
 	Handlers []*Registration
 
 	// Lists counts list attempts, streaming lists and failed attempts included.

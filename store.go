@@ -1,9 +1,7 @@
 package informer
 
 import (
-	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -25,11 +23,10 @@ type store[K comparable, V any] struct {
 
 	mu      sync.Mutex // held by the writer for a batch, and by a reader making a snapshot
 	items   *btree.Tree[K, V]
-	indexes []*storeIndex[K, V]
-	set     atomic.Pointer[indexSet[V]] // the functions of indexes, for any goroutine
-	gen     atomic.Uint64               // bumped after every write batch
-	rev     string                      // revision the state reflects, set with the batch
-	exact   bool                        // the state is exactly the source's at rev: nothing applied beyond it
+	indexes storeIndexes[K, V]
+	gen     atomic.Uint64 // bumped after every write batch
+	rev     string        // revision the state reflects, set with the batch
+	exact   bool          // the state is exactly the source's at rev: nothing applied beyond it
 
 	snap    atomic.Pointer[published[K, V]]
 	reading atomic.Bool // a reader took a snapshot since the writer last made one
@@ -56,7 +53,7 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 	s := &store[K, V]{kit: kit}
 	s.w.duplicate = func(K, string) {}
 	s.items = kit.NewItems()
-	if err := s.addIndexersLocked(indexers); err != nil {
+	if err := s.indexes.Add(indexers, s.items, kit); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -66,46 +63,10 @@ func newStore[K comparable, V any](compare func(a, b K) int, indexers Indexers[V
 func (s *store[K, V]) AddIndexers(indexers Indexers[V]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.addIndexersLocked(indexers); err != nil {
+	if err := s.indexes.Add(indexers, s.items, s.kit); err != nil {
 		return err
 	}
 	s.gen.Add(1) // readers must see the new index
-	return nil
-}
-
-// addIndexersLocked adds indexes and builds them from the current contents. On an error
-// nothing is added.
-func (s *store[K, V]) addIndexersLocked(indexers Indexers[V]) error {
-	names := make([]string, 0, len(indexers))
-	for name := range indexers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	added := make([]*storeIndex[K, V], 0, len(names))
-	for _, name := range names {
-		if s.index(name) != nil {
-			return fmt.Errorf("%w: %q", ErrIndexExists, name)
-		}
-		ix, err := newStoreIndex(name, indexers[name], s.kit)
-		if err != nil {
-			return err
-		}
-		if err := ix.Build(s.items); err != nil {
-			return err
-		}
-		added = append(added, ix)
-	}
-	s.indexes = append(s.indexes, added...)
-	s.set.Store(newIndexSet(s.indexes))
-	return nil
-}
-
-func (s *store[K, V]) index(name string) *storeIndex[K, V] {
-	for _, ix := range s.indexes {
-		if ix.Name() == name {
-			return ix
-		}
-	}
 	return nil
 }
 
@@ -330,7 +291,7 @@ func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, exis
 		// Compute every new value first, so that a failure leaves the store untouched.
 		var stack [8]int32
 		var oe *ObjectError
-		vals, bounds, oe = s.set.Load().Compute(s.scratch[:0], stack[:0], obj)
+		vals, bounds, oe = s.indexes.Functions().Compute(s.scratch[:0], stack[:0], obj)
 		s.scratch = vals[:0] // kept for the next call; vals stays valid until then
 		if oe != nil {
 			oe.Key = key
@@ -338,11 +299,7 @@ func (s *store[K, V]) upsertLocked(key K, obj V, hint storeHint[V]) (old V, exis
 		}
 	}
 	prevObj, existed := s.items.Set(key, obj)
-	var start int32
-	for i, ix := range s.indexes {
-		ix.Update(key, prevObj, obj, existed, vals[start:bounds[i]])
-		start = bounds[i]
-	}
+	s.indexes.Update(key, prevObj, obj, existed, vals, bounds)
 	return prevObj, existed, nil
 }
 
@@ -361,16 +318,8 @@ func (s *store[K, V]) deleteHinted(key K, hint storeHint[V]) (old V, existed boo
 	if !existed {
 		return old, false
 	}
-	vals, ends, useHint := s.Prepared(hint)
-	var start int32
-	for i, ix := range s.indexes {
-		var mine []string
-		if useHint {
-			mine = vals[start:ends[i]]
-			start = ends[i]
-		}
-		ix.Drop(key, prevObj, mine)
-	}
+	vals, ends, hinted := s.Prepared(hint)
+	s.indexes.Drop(key, prevObj, vals, ends, hinted)
 	return prevObj, true
 }
 
@@ -399,6 +348,18 @@ func (s *store[K, V]) Load(keys []K, objs []V, rev string, report func(error), n
 	})
 	s.publishLocked(rev)
 	return notes
+}
+
+// Replay returns the current state as initial adds, in key order, and the revision it is
+// exactly the source's state at ("" if none): what a handler added to a running informer
+// is first given.
+func (s *store[K, V]) Replay() ([]notification[K, V], string) {
+	sn, rev, _ := s.Exact()
+	notes := make([]notification[K, V], 0, sn.Len())
+	for k, v := range sn.All() {
+		notes = append(notes, addNote(k, v, true))
+	}
+	return notes, rev
 }
 
 // publishLocked records that a write batch is complete and the state reflects rev. If a
@@ -465,12 +426,8 @@ func (s *store[K, V]) published() *published[K, V] {
 // the newest. The writer's lock must be held.
 func (s *store[K, V]) makeSnapshot(gen uint64) *published[K, V] {
 	s.kit.NewEpoch() // the buckets' trees are now shared with this snapshot
-	indexes := make(map[string]snapIndex[K, V], len(s.indexes))
-	for _, ix := range s.indexes {
-		indexes[ix.Name()] = ix.Snap()
-	}
 	p := &published[K, V]{gen: gen, rev: s.rev, exact: s.exact}
-	p.sn = newSnapshot(s.kit.Compare, gen, s.rev, s.exact, s.items.Clone(), indexes)
+	p.sn = newSnapshot(s.kit.Compare, gen, s.rev, s.exact, s.items.Clone(), s.indexes.Snap())
 	s.snap.Store(p)
 	return p
 }
@@ -501,9 +458,7 @@ func (s *store[K, V]) Compact() {
 	defer s.mu.Unlock()
 	items, buf := s.kit.Dense(s.items, nil)
 	s.items = items
-	for _, ix := range s.indexes {
-		buf = ix.Compact(buf)
-	}
+	s.indexes.Compact(buf)
 }
 
 // This file keeps the cache's trees dense: B-tree nodes written in key order end half
@@ -531,62 +486,16 @@ func (s *store[K, V]) appendsInOrder(keys []K) bool {
 // is an initial add. Each tree gets its new entries in key order but every other one
 // first, then the others: the first pass leaves the nodes it splits half full with a gap
 // beside each entry, and the second fills the gaps without splitting them. The key tree
-// takes the page so; each index's buckets take their own entries so (grouped by value, in
-// key order), and the index's tree of buckets takes the new values so, in the order the
-// page first shows them. The nodes end nearly full, as compacting leaves them, at the cost
-// of writing in order: a first list of 100,000 objects then needs no rebuild before its
-// sync (the rebuild took longer than the writes).
+// takes the page so, and each index its own entries (see storeIndexes.InsertDense). The
+// nodes end nearly full, as compacting leaves them, at the cost of writing in order: a
+// first list of 100,000 objects then needs no rebuild before its sync (the rebuild took
+// longer than the writes).
 func (s *store[K, V]) appendDense(w *writeBatch[K, V], keys []K, objs []V, notes []notification[K, V]) []notification[K, V] {
-	set, nix := s.set.Load(), len(s.indexes)
-	var vals []string                       // a page's: not kept as the writer's scratch
-	ends := make([]int32, 0, len(keys)*nix) // ends[i*nix+x]: the end of object i's values in index x, from begin[i]
-	begin := make([]int32, len(keys))
-	ok := make([]bool, len(keys))
-	for i, obj := range objs {
-		n, m := len(vals), len(ends)
-		var oe *ObjectError
-		if vals, ends, oe = set.Compute(vals, ends, obj); oe != nil {
-			oe.Key = keys[i]
-			w.report(oe)
-			vals, ends = vals[:n], append(ends[:m], make([]int32, nix)...)
-			continue
-		}
-		begin[i], ok[i] = int32(n), true
-	}
+	ok := s.indexes.InsertDense(keys, objs, w.report)
 	for start := range 2 {
 		for i := start; i < len(keys); i += 2 {
 			if ok[i] {
 				s.items.Set(keys[i], objs[i])
-			}
-		}
-	}
-	for x, ix := range s.indexes {
-		var order []string
-		groups := make(map[string][]int32)
-		for i := range keys {
-			if !ok[i] {
-				continue
-			}
-			from := begin[i]
-			if x > 0 {
-				from += ends[i*nix+x-1]
-			}
-			for _, v := range vals[from : begin[i]+ends[i*nix+x]] {
-				g, seen := groups[v]
-				if !seen {
-					order = append(order, v)
-				}
-				groups[v] = append(g, int32(i))
-			}
-		}
-		for start := range 2 {
-			for j := start; j < len(order); j += 2 {
-				v, g := order[j], groups[order[j]]
-				for start := range 2 {
-					for k := start; k < len(g); k += 2 {
-						ix.Insert(v, keys[g[k]], objs[g[k]])
-					}
-				}
 			}
 		}
 	}

@@ -119,11 +119,7 @@ func (w *writer[K, V]) AddHandler(h Handler[V], opts HandlerOptions) (*Registrat
 // replay is the cache as initial adds, and the markers that follow them: synced, if the
 // informer is, and the revision the cache is exactly the source's state at, if it is.
 func (w *writer[K, V]) replay() ([]notification[K, V], bool, string) {
-	sn, rev, _ := w.store.Exact()
-	notes := make([]notification[K, V], 0, sn.Len())
-	for k, v := range sn.All() {
-		notes = append(notes, addNote(k, v, true))
-	}
+	notes, rev := w.store.Replay()
 	return notes, w.synced.Load(), rev
 }
 

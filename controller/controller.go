@@ -379,7 +379,7 @@ func (c *Controller[K]) syncError() *CacheSyncError {
 		switch {
 		case !closed(w.synced()):
 			why = fmt.Sprintf("informer %s has not synced", w.name)
-		case !w.reg.HasSynced():
+		case !closed(w.reg.Synced()):
 			why = fmt.Sprintf("informer %s has synced but has not yet given the controller's handler its initial list", w.name)
 		default:
 			continue

@@ -391,7 +391,7 @@ func TestFanoutResumeInsideAnotherReplicasBatch(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(st.release) }) }
 	t.Cleanup(free) // before the informer stops, which waits for its handlers
-	wiretest.Eventually(t, "the staller to have had the cache's replay", reg.HasSynced)
+	wiretest.Eventually(t, "the staller to have had the cache's replay", func() bool { return reg.Stats().Synced })
 	srvB, tsB, _ := startReplica(t, upB, ServerOptions[*wiretest.Obj]{})
 
 	st.stalled.Store(true)

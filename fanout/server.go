@@ -379,7 +379,9 @@ func (s *Server[K, V]) Revision() string {
 // its handler has that state and, for an ordered upstream, the revision of a state it
 // holds.
 func (s *Server[K, V]) HasSynced() bool {
-	if !s.reg.HasSynced() {
+	select {
+	case <-s.reg.Synced():
+	default:
 		return false
 	}
 	if s.up == nil {

@@ -243,7 +243,7 @@ func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.hCoalesced, hs.Coalesced, name)
 		counter(c.hBlocked, hs.Blocked, name)
 		counter(c.hPanics, hs.Panics, name)
-		gauge(c.hSynced, boolValue(h.HasSynced()), name)
+		gauge(c.hSynced, boolValue(hs.Synced), name)
 		if hs.Latency.Bounds != nil {
 			histogram(ch, c.hLatency, hs.Latency, name)
 		}
