@@ -1,15 +1,19 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,10 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/informer-go/informer/internal/wiretest"
-
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wire"
+	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
@@ -505,3 +510,562 @@ func TestFanoutResumeFromPartialRevision(t *testing.T) {
 		t.Fatalf("watch from %d+: %s, want %s", r2, got, want)
 	}
 }
+
+// pausedClient is a Client's ListerWatcher whose first watch waits for the test before it
+// is sent, and whose watches pause after each whole batch (an event Next returns with no
+// more at its revision) until the test resumes them, as a slow network would: the
+// informer then holds exactly what was whole at that point.
+type pausedClient struct {
+	httpsource.OrderedClient[*wiretest.Obj]
+	gate    chan struct{} // closed by the test: the first watch may be sent
+	resume  chan struct{} // closed by the test: paused watches go on
+	watched chan string   // the revision of the first watch, once it is asked for
+	once    sync.Once
+}
+
+func newPausedClient(c *httpsource.Client[*wiretest.Obj]) *pausedClient {
+	return &pausedClient{OrderedClient: c.Ordered(), gate: make(chan struct{}), resume: make(chan struct{}), watched: make(chan string, 1)}
+}
+
+func (p *pausedClient) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*wiretest.Obj], error) {
+	p.once.Do(func() { p.watched <- opts.Revision })
+	select {
+	case <-p.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	w, err := p.OrderedClient.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &pausedWatch{Watch: w, ctx: ctx, resume: p.resume}, nil
+}
+
+// pausedWatch forwards a Client's watch and pauses after each whole batch.
+type pausedWatch struct {
+	informer.Watch[*wiretest.Obj]
+	ctx    context.Context
+	resume chan struct{}
+	pause  bool // the last event ended its batch
+}
+
+func (w *pausedWatch) Next() (informer.Event[*wiretest.Obj], error) {
+	if w.pause {
+		select {
+		case <-w.resume:
+		case <-w.ctx.Done():
+			return informer.Event[*wiretest.Obj]{}, w.ctx.Err()
+		}
+	}
+	ev, err := w.Watch.Next()
+	w.pause = err == nil && ev.Type != informer.Bookmark && !w.MoreAtRevision()
+	return ev, err
+}
+
+func (w *pausedWatch) MoreAtRevision() bool {
+	b, ok := w.Watch.(informer.BatchedWatch)
+	return ok && b.MoreAtRevision()
+}
+
+// A client informer that listed an ordered upstream at revision 0 (empty) watches from
+// "0", which asks the Server for a replay of its state: the replay is one batch at the
+// state's revision, so WaitForRevision of that revision returns only once the client's
+// cache holds the whole state (the matching subset, filtered), however slowly the replay
+// arrives.
+func TestClientReplayFromRevisionZeroIsOneBatch(t *testing.T) {
+	for _, filtered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("filtered=%v", filtered), func(t *testing.T) {
+			src := memory.New(wiretest.ObjName, memory.Options{})
+			up := startUpstream(t, src, "upstream", true)
+			srv, ts, _ := startReplica(t, up, filterOptions())
+			if got := srv.Revision(); got != "0" {
+				t.Fatalf("the server of an empty upstream is at revision %q, want 0", got)
+			}
+			var copts httpsource.ClientOptions[*wiretest.Obj]
+			if filtered {
+				copts = paymentsOnly
+			}
+			pc := newPausedClient(newTestClient(t, ts.URL, copts))
+			d := syncedMirror(t, pc, "mirror")
+			ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
+			defer cancel()
+			select {
+			case rv := <-pc.watched:
+				if rv != "0" {
+					t.Fatalf("the client watches from %q, want 0 (its list's revision)", rv)
+				}
+			case <-ctx.Done():
+				t.Fatal("the client never watched")
+			}
+			// Several objects, before the client's watch reaches the server: its replay
+			// holds them all at one revision.
+			var last int64
+			for i := range 7 {
+				team := "payments"
+				if i%3 == 1 {
+					team = "search"
+				}
+				last = wiretest.Put(src, fmt.Sprintf("o%d", i), fmt.Sprintf("%s:%d", team, i))
+			}
+			rs := strconv.FormatInt(last, 10)
+			wiretest.Eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == rs })
+			close(pc.gate)
+			if err := d.Inf.WaitForRevision(ctx, rs); err != nil {
+				t.Fatalf("WaitForRevision(%s): %v", rs, err)
+			}
+			got := wiretest.State(wiretest.Cached(d.Inf))
+			close(pc.resume)
+			var want []*wiretest.Obj
+			for _, o := range src.Items() {
+				if !filtered || teamOf(o) == "payments" {
+					want = append(want, o)
+				}
+			}
+			if got != wiretest.State(want) {
+				t.Fatalf("right after WaitForRevision(%s) the client's cache holds %q, want the upstream's state %q", rs, got, wiretest.State(want))
+			}
+			if n := d.Inf.Stats().Relists; n != 1 {
+				t.Errorf("the client listed %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// The frames of a replay over an ordered upstream: one batch at the state's revision,
+// every event but the last with the partial mark, filtered or not, asked for by
+// sendInitialEvents or by a watch from "0" or from no revision.
+func TestServerReplayFramesAreOneBatch(t *testing.T) {
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	up := startUpstream(t, src, "upstream", true)
+	srv, ts, _ := startReplica(t, up, filterOptions())
+	wiretest.Put(src, "a", "payments:1")
+	wiretest.Put(src, "b", "search:1")
+	wiretest.Put(src, "c", "payments:2")
+	wiretest.Put(src, "d", "payments:3")
+	r := strconv.FormatInt(wiretest.Put(src, "e", "billing:1"), 10)
+	wiretest.Eventually(t, "the server at the upstream's revision", func() bool { return srv.Revision() == r })
+
+	added := func(name, val, rv string) string {
+		return fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":%q,"val":%q}}`, rv, name, val)
+	}
+	end := fmt.Sprintf(`{"type":"BOOKMARK","resourceVersion":%q,"object":{"metadata":{"resourceVersion":%q,"annotations":{"k8s.io/initial-events-end":"true"}}}}`, r, r)
+	p := r + "~"
+	all := []string{added("a", "payments:1", p), added("b", "search:1", p), added("c", "payments:2", p), added("d", "payments:3", p), added("e", "billing:1", r)}
+	payments := []string{added("a", "payments:1", p), added("c", "payments:2", p), added("d", "payments:3", r)}
+	initial := "&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+	for _, tc := range []struct {
+		name, query string
+		want        []string
+	}{
+		{"no revision", "", all},
+		{"from 0", "&resourceVersion=0", all},
+		{"from 0 with bookmarks", "&resourceVersion=0&allowWatchBookmarks=true", all},
+		{"sendInitialEvents", initial, append(all[:len(all):len(all)], end)},
+		{"filtered, no revision", "&index=team&value=payments", payments},
+		{"filtered, from 0", "&index=team&value=payments&resourceVersion=0", payments},
+		{"filtered, sendInitialEvents", "&index=team&value=payments" + initial, append(payments[:len(payments):len(payments)], end)},
+		{"filtered, one object", "&index=team&value=search&resourceVersion=0", []string{added("b", "search:1", r)}},
+		{"filtered, no object, sendInitialEvents", "&index=team&value=nobody" + initial, []string{end}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openBounded(t, ts.URL+"?watch=1"+tc.query)
+			defer st.Close()
+			for i, want := range tc.want {
+				if got := st.Line(t); got != want {
+					t.Fatalf("frame %d:\n got %s\nwant %s", i, got, want)
+				}
+			}
+		})
+	}
+
+	// After the replay, the watch goes on with the changes, each batch as before.
+	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=0")
+	for range all {
+		st.Line(t)
+	}
+	r2 := strconv.FormatInt(wiretest.Put(src, "f", "payments:4"), 10)
+	if got, want := st.Line(t), added("f", "payments:4", r2); got != want {
+		t.Fatalf("the change after the replay:\n got %s\nwant %s", got, want)
+	}
+}
+
+// batchedSource is a ListerWatcher whose one watch delivers events and says, as
+// source/etcd's does for a transaction, which of them are followed by more at their
+// revision.
+type batchedSource struct {
+	events []informer.Event[*wiretest.Obj]
+	more   []bool
+}
+
+func (s *batchedSource) List(context.Context, informer.ListOptions) (informer.List[*wiretest.Obj], error) {
+	return informer.List[*wiretest.Obj]{Revision: "4"}, nil
+}
+
+func (s *batchedSource) Watch(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*wiretest.Obj], error) {
+	return &batchedWatch{s: s, ctx: ctx, i: -1}, nil
+}
+
+type batchedWatch struct {
+	s   *batchedSource
+	ctx context.Context
+	i   int
+}
+
+func (w *batchedWatch) Next() (informer.Event[*wiretest.Obj], error) {
+	if w.i+1 >= len(w.s.events) {
+		<-w.ctx.Done()
+		return informer.Event[*wiretest.Obj]{}, w.ctx.Err()
+	}
+	w.i++
+	return w.s.events[w.i], nil
+}
+
+func (w *batchedWatch) MoreAtRevision() bool { return w.i >= 0 && w.s.more[w.i] }
+func (w *batchedWatch) Stop()                {}
+
+// A PassThrough over a source whose watch groups the changes of one revision (an etcd
+// transaction) sends them as a batch, every change but the last with the partial mark,
+// so that a Client's WaitForRevision does not count the revision reached halfway.
+func TestPassThroughSendsSourceBatches(t *testing.T) {
+	ev := func(name, rev string) informer.Event[*wiretest.Obj] {
+		return informer.Event[*wiretest.Obj]{Type: informer.Modified, Object: &wiretest.Obj{Name: name, Val: "v"}, Revision: rev}
+	}
+	src := &batchedSource{
+		events: []informer.Event[*wiretest.Obj]{ev("a", "5"), ev("b", "5"), ev("c", "5"), ev("d", "6"), ev("e", "7"), ev("f", "7")},
+		more:   []bool{true, true, false, false, true, false},
+	}
+	ts := httptest.NewServer(NewPassThrough[*wiretest.Obj](src, PassThroughOptions[*wiretest.Obj]{}))
+	t.Cleanup(ts.Close)
+	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
+	defer st.Close()
+	for i, want := range []string{"a@5~", "b@5~", "c@5", "d@6", "e@7~", "f@7"} {
+		var name, rev string
+		fmt.Sscanf(want, "%1s@%s", &name, &rev)
+		frame := fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
+		if got := st.Line(t); got != frame {
+			t.Fatalf("frame %d:\n got %s\nwant %s", i, got, frame)
+		}
+	}
+}
+
+// A PassThrough in front of a Client of a fan-out Server (a proxy tier) passes the Server's
+// batches on as batches: the Client's watch says which events share a revision, and the
+// PassThrough marks them again.
+func TestPassThroughPassesClientBatchesOn(t *testing.T) {
+	frame := func(name, rev string) string {
+		return fmt.Sprintf(`{"type":"MODIFIED","resourceVersion":%q,"object":{"name":%q,"val":"v"}}`, rev, name)
+	}
+	upstream := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for _, l := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
+			fmt.Fprintln(w, l)
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	client, err := httpsource.NewClient[*wiretest.Obj](upstream.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := wiretest.ServeFunc(t, NewPassThrough[*wiretest.Obj](client, PassThroughOptions[*wiretest.Obj]{}).ServeHTTP)
+	st := openBounded(t, ts.URL+"?watch=1&resourceVersion=4")
+	defer st.Close()
+	for i, want := range []string{frame("a", "5~"), frame("b", "5~"), frame("c", "5"), frame("d", "6")} {
+		if got := st.Line(t); got != want {
+			t.Fatalf("frame %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+const modelDeleted = informertest.Deleted
+
+var modelSeeds = flag.Int("model.seeds", 0, "number of seeds of TestModelHTTP (0: 6, or 2 with -short); make soak raises it")
+
+// TestModelHTTP runs seeded random writes through memory source → upstream informer →
+// Server → (faults) → Client → downstream informer, with the server killed and restarted
+// and connections cut mid-stream, and checks the invariants of the root package's
+// TestModel on the downstream handler: convergence of cache and handler to the source,
+// per key a subsequence of the key's real states, a valid life cycle.
+func TestModelHTTP(t *testing.T) {
+	for _, seed := range testkit.Seeds(6, 2, *modelSeeds, 0) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runModelHTTP(t, seed) })
+	}
+}
+
+func runModelHTTP(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed*7919))
+	u := newUpstream(t, memory.Options{})
+	history := map[string][]string{}
+	write := func(key string) {
+		if rng.IntN(4) == 0 {
+			if _, ok := u.src.Delete(key); ok {
+				history[key] = append(history[key], modelDeleted)
+			}
+			return
+		}
+		val := key + "." + strconv.Itoa(len(history[key]))
+		history[key] = append(history[key], val)
+		wiretest.Put(u.src, key, val)
+	}
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	for range 4 {
+		write(keys[rng.IntN(len(keys))])
+	}
+
+	// A stable address in front of the current Server: "killed" is 503 and every open
+	// connection cut; "restarted" is a new Server of the upstream informer. The front
+	// knows which watch streams are open, and can cut one in the middle of a frame.
+	var cur atomic.Pointer[Server[string, *wiretest.Obj]]
+	watches := newWatchTracker()
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := cur.Load()
+		if s == nil {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Query().Get("watch") == "" {
+			s.ServeHTTP(w, r)
+			return
+		}
+		id := watches.open()
+		defer watches.close(id)
+		s.ServeHTTP(&cutWriter{ResponseWriter: w, t: watches, id: id}, r)
+	}))
+	var servers []*Server[string, *wiretest.Obj]
+	start := func() {
+		s := newServer(t, u, ServerOptions[*wiretest.Obj]{})
+		waitSynced(t, s)
+		servers = append(servers, s)
+		cur.Store(s)
+	}
+	kill := func() {
+		s := cur.Swap(nil)
+		if s == nil {
+			return
+		}
+		front.CloseClientConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		kill()
+		front.Close()
+	})
+	start()
+
+	// The downstream handler checks every key's life cycle and keeps the states it saw
+	// (the default Coalesce policy: a delete may carry a state merged away).
+	v := informertest.NewLifeCycle(func(o *wiretest.Obj) (string, string) { return o.Name, o.Val }, informertest.LifeCycleOptions{Coalesce: true})
+	c := newTestClient(t, front.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	d := &wiretest.Mirror{Rec: wiretest.NewRecorder()}
+	inf, err := informer.New(c.Ordered(), informer.Options[string, *wiretest.Obj]{
+		Key: wiretest.ObjKey, Name: "client", Backoff: wiretest.TestBackoff, ErrorHandler: func(error) {},
+		MaxBatch: 1 + rng.IntN(4),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := inf.AddHandler(v, informer.HandlerOptions{QueueLength: 1 + rng.IntN(4), Policy: informer.QueuePolicy(rng.IntN(2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Inf = inf
+	wiretest.Run(t, inf)
+
+	liveCuts, midFrameCuts := 0, 0
+	for op := 0; op < 60; op++ {
+		switch r := rng.IntN(100); {
+		case r < 76:
+			write(keys[rng.IntN(len(keys))])
+		case r < 84:
+			// Cut a live stream: wait for a watch opened since the last cut.
+			watches.waitFresh(t)
+			front.CloseClientConnections()
+			liveCuts++
+		case r < 88:
+			// Cut a stream in the middle of a frame: the next frame written to a fresh
+			// watch is cut after half its bytes, and the connection aborted.
+			cut := watches.arm(watches.waitFresh(t))
+			// Each put is a change, so a frame for an open watch; if the client was
+			// between watches the put may come by a list instead: put again until a
+			// frame is cut.
+			deadline := time.After(wiretest.WaitTimeout)
+		cutting:
+			for {
+				key := keys[rng.IntN(len(keys))]
+				val := key + "." + strconv.Itoa(len(history[key]))
+				history[key] = append(history[key], val)
+				wiretest.Put(u.src, key, val)
+				select {
+				case <-cut:
+					break cutting
+				case <-time.After(50 * time.Millisecond):
+				case <-deadline:
+					t.Fatalf("seed %d: no frame reached an open watch to be cut", seed)
+				}
+			}
+			midFrameCuts++
+		case r < 94:
+			kill()
+			for range rng.IntN(3) { // writes while the server is down
+				write(keys[rng.IntN(len(keys))])
+			}
+			start()
+		default:
+			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // let the client catch up sometimes
+		}
+	}
+	if cur.Load() == nil {
+		start()
+	}
+
+	final := map[string]string{}
+	for _, o := range u.src.Items() {
+		final[o.Name] = o.Val
+	}
+	deadline := time.Now().Add(wiretest.WaitTimeout)
+	for {
+		// Converged can hold for a moment while the handler is behind (an earlier delete
+		// is the final state too): its queue must be empty as well.
+		ok := wiretest.State(wiretest.Cached(inf)) == wiretest.State(u.src.Items()) && v.Converged(final) && reg.Stats().Queued == 0
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("seed %d: no convergence: cache %q, source %q", seed, wiretest.State(wiretest.Cached(inf)), wiretest.State(u.src.Items()))
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals "handler caught up"
+	}
+	// Every cut hit a stream opened since the previous cut. A frame cut in the middle is
+	// bad input: that watch fails and the client lists again. (A plain cut may be absorbed
+	// by the client reconnecting within one informer watch, so it is not counted here.)
+	st := inf.Stats()
+	if failed := st.WatchErrors; failed < uint64(midFrameCuts) {
+		t.Errorf("seed %d: %d mid-frame cuts, but only %d failed watches", seed, midFrameCuts, failed)
+	}
+	if relists := st.Relists; relists < uint64(1+midFrameCuts) {
+		t.Errorf("seed %d: %d mid-frame cuts, but only %d lists", seed, midFrameCuts, relists)
+	}
+	t.Logf("seed %d: %d cuts of live streams, %d mid-frame, %d watches failed", seed, liveCuts, midFrameCuts, inf.Stats().WatchErrors)
+	if errs := v.Errors(); len(errs) > 0 {
+		t.Fatalf("seed %d: handler: %q", seed, errs)
+	}
+	for _, k := range v.Keys() {
+		// A relist (a frame cut in the middle ends the watch as bad input, and the client
+		// lists again) repeats each object's current state as an update, as documented
+		// for informers without Options.Revision: a state seen twice in a row is one.
+		seen, h := slices.Compact(v.States(k)), history[k]
+		if !informertest.IsSubsequence(seen, h) {
+			t.Fatalf("seed %d, key %s: saw %q, not a subsequence of %q", seed, k, seen, h)
+		}
+	}
+}
+
+// watchTracker knows the watch streams open at the front, and arms a cut in the middle of
+// the next frame written to one.
+type watchTracker struct {
+	mu      sync.Mutex
+	nextID  int
+	openIDs map[int]bool
+	lastCut int // streams opened up to this id have been cut
+	changed chan struct{}
+	armed   chan struct{} // closed by the writer that performs the armed cut
+	armMin  int           // the first watch id the armed cut may hit
+}
+
+func newWatchTracker() *watchTracker {
+	return &watchTracker{openIDs: map[int]bool{}, changed: make(chan struct{}, 1)}
+}
+
+func (w *watchTracker) open() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextID++
+	w.openIDs[w.nextID] = true
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+	return w.nextID
+}
+
+func (w *watchTracker) close(id int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.openIDs, id)
+}
+
+// waitFresh waits until a watch opened after the last cut is open, marks every watch open
+// now as cut, and returns the first id of the watches opened since the last cut.
+func (w *watchTracker) waitFresh(t *testing.T) int {
+	t.Helper()
+	deadline := time.After(wiretest.WaitTimeout)
+	for {
+		w.mu.Lock()
+		for id := range w.openIDs {
+			if id > w.lastCut {
+				first := w.lastCut + 1
+				w.lastCut = w.nextID
+				w.mu.Unlock()
+				return first
+			}
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.changed:
+		case <-deadline:
+			t.Fatal("no watch stream opened: the client did not reconnect")
+		}
+	}
+}
+
+// arm makes the next frame written to a watch opened as minID or later the one cut (older
+// streams may be dying from an earlier cut); the returned channel is closed once it has
+// been.
+func (w *watchTracker) arm(minID int) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = make(chan struct{})
+	w.armMin = minID
+	return w.armed
+}
+
+// take reports whether the writer of watch id must cut its next frame, and disarms.
+func (w *watchTracker) take(id int) (chan struct{}, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.armed == nil || id < w.armMin {
+		return nil, false
+	}
+	c := w.armed
+	w.armed = nil
+	return c, true
+}
+
+// cutWriter is the ResponseWriter of one watch stream at the front: when armed it writes
+// the start of an event frame, flushes it, and aborts the connection.
+type cutWriter struct {
+	http.ResponseWriter
+	t  *watchTracker
+	id int
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	// Cut inside an event frame (a write may also be a keep-alive or a frame's end): just
+	// after the start of its "type" field.
+	if at := bytes.Index(p, []byte(`"type"`)); at >= 0 {
+		if done, ok := c.t.take(c.id); ok {
+			c.ResponseWriter.Write(p[:at+3])
+			http.NewResponseController(c.ResponseWriter).Flush()
+			close(done)
+			panic(http.ErrAbortHandler) // the server closes the connection mid-chunk
+		}
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (c *cutWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }

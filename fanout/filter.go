@@ -16,6 +16,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wakeup"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -190,11 +191,11 @@ type filterIndex[K cmp.Ordered, V any] struct {
 type filterValue[K cmp.Ordered, V any] struct {
 	index   int
 	value   string
-	bucket  *btree.Tree[K, *record[K]] // the objects indexed under value, by key
-	history []filterEvent[K]           // its events after the compacted revision
-	dropped int64                      // events dropped from the front of history, ever
-	waiters []*filterWatch[K, V]       // watches blocked in Next
-	watches int                        // watches open
+	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
+	history []filterEvent[K]                // its events after the compacted revision
+	dropped int64                           // events dropped from the front of history, ever
+	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
+	watches int                             // watches open
 
 	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
 }
@@ -339,17 +340,13 @@ func (h *filterHub[K, V]) broadcastProgress() {
 	h.progress = false
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
-			keep := fv.waiters[:0]
-			for _, w := range fv.waiters {
+			fv.waiters.WakeIf(func(w *filterWatch[K, V]) bool {
 				if w.bookmarkEvery <= 0 {
-					keep = append(keep, w)
-					continue
+					return false
 				}
-				w.waiting, w.progress = false, true
-				w.signal()
-			}
-			clear(fv.waiters[len(keep):])
-			fv.waiters = keep
+				w.progress = true
+				return true
+			})
 		}
 	}
 }
@@ -421,14 +418,7 @@ func (h *filterHub[K, V]) append(fv *filterValue[K, V], typ informer.EventType, 
 }
 
 // wake wakes the watches blocked on fv.
-func (h *filterHub[K, V]) wake(fv *filterValue[K, V]) {
-	for i, w := range fv.waiters {
-		w.waiting = false
-		w.signal()
-		fv.waiters[i] = nil
-	}
-	fv.waiters = fv.waiters[:0]
-}
+func (h *filterHub[K, V]) wake(fv *filterValue[K, V]) { fv.waiters.WakeAll() }
 
 // compact drops the history events at or before the log's compacted revision, and the
 // values left with no object, history or watch.

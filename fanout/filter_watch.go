@@ -14,6 +14,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wakeup"
 )
 
 // watch opens a watch of f's value. It behaves as the log's watches do (see
@@ -49,7 +50,7 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informe
 		h:      h,
 		done:   ctx.Done(),
 		ctx:    ctx,
-		wake:   make(chan struct{}, 1),
+		wake:   wakeup.NewWaiter(),
 		fv:     fv,
 		filter: f,
 	}
@@ -86,7 +87,7 @@ type filterWatch[K cmp.Ordered, V any] struct {
 	h      *filterHub[K, V]
 	ctx    context.Context
 	done   <-chan struct{}
-	wake   chan struct{} // capacity 1
+	wake   wakeup.Waiter // on fv.waiters while blocked in Next
 	filter valueFilter
 
 	timeout       clock.Timer
@@ -106,7 +107,6 @@ type filterWatch[K cmp.Ordered, V any] struct {
 	initialSent  bool                       // initialAfter is set
 	initialRev   string
 	endOfInitial bool
-	waiting      bool
 	progress     bool // send a bookmark at the newest revision once idle (broadcastProgress)
 	err          error
 }
@@ -122,16 +122,15 @@ func (w *filterWatch[K, V]) Next() (informer.Event[*record[K]], error) {
 	for {
 		w.h.mu.Lock()
 		ev, err, ok := w.nextLocked()
-		if !ok && !w.waiting && w.err == nil {
-			w.waiting = true
-			w.fv.waiters = append(w.fv.waiters, w)
+		if !ok && w.err == nil {
+			w.fv.waiters.Add(w)
 		}
 		w.h.mu.Unlock()
 		if ok {
 			return ev, err
 		}
 		select {
-		case <-w.wake:
+		case <-w.wake.C():
 		case <-w.done:
 		case <-w.timeoutC:
 			w.h.mu.Lock()
@@ -234,26 +233,14 @@ func (w *filterWatch[K, V]) endLocked(err error) {
 	if w.bookmark != nil {
 		w.bookmark.Stop()
 	}
-	if w.waiting {
-		w.waiting = false
-		if i := slices.Index(w.fv.waiters, w); i >= 0 {
-			last := len(w.fv.waiters) - 1
-			w.fv.waiters[i] = w.fv.waiters[last]
-			w.fv.waiters[last] = nil
-			w.fv.waiters = w.fv.waiters[:last]
-		}
-	}
+	w.fv.waiters.Remove(w)
 	w.fv.watches--
 	w.h.gc(w.fv)
-	w.signal()
+	w.wake.Signal()
 }
 
-func (w *filterWatch[K, V]) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+// Waiter implements wakeup.Watch.
+func (w *filterWatch[K, V]) Waiter() *wakeup.Waiter { return &w.wake }
 
 // Stop implements informer.Watch; it is idempotent.
 func (w *filterWatch[K, V]) Stop() {

@@ -38,18 +38,21 @@ func (u *upstream) settle(t testing.TB) {
 	wiretest.Converge(t, u.Mirror, func() string { return wiretest.State(u.src.Items()) })
 }
 
-func newServer(t testing.TB, u *upstream, opts ServerOptions[*wiretest.Obj]) (*Server[string, *wiretest.Obj], error) {
+// newServer makes a Server of u once u's informer holds its source's state; a refused
+// option fails the test.
+func newServer(t testing.TB, u *upstream, opts ServerOptions[*wiretest.Obj]) *Server[string, *wiretest.Obj] {
 	t.Helper()
 	u.settle(t)
-	return NewServer(u.Inf, opts)
+	s, err := NewServer(u.Inf, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func serve(t testing.TB, u *upstream, opts ServerOptions[*wiretest.Obj]) (*Server[string, *wiretest.Obj], *httptest.Server) {
 	t.Helper()
-	s, err := newServer(t, u, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, u, opts)
 	ts := httptest.NewServer(s)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
@@ -166,9 +169,6 @@ func bigState(tb testing.TB, objects, size, history int) (*upstream, *Server[str
 	for i := range objects {
 		wiretest.Put(up.src, fmt.Sprintf("k%05d", i), val)
 	}
-	srv, err := newServer(tb, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	srv := newServer(tb, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
 	return up, srv, startServer(tb, srv)
 }

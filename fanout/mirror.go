@@ -161,10 +161,8 @@ func (m *mirror[K, V]) hold(k K, b []byte, vals [][]string, deleted bool) {
 // put logs obj unless its encoding is the one already served (a relist of the informer
 // re-delivers unchanged objects as updates; they are not passed on).
 func (m *mirror[K, V]) put(obj V) {
-	k, err := m.key(obj)
-	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("fanout: server: key of an object: %w", err))
+	k, ok := m.keyOf(obj, "an object")
+	if !ok {
 		return
 	}
 	b, err := m.encode(obj)
@@ -199,10 +197,8 @@ func (m *mirror[K, V]) put(obj V) {
 }
 
 func (m *mirror[K, V]) delete(obj V) {
-	k, err := m.key(obj)
-	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("fanout: server: key of a deleted object: %w", err))
+	k, ok := m.keyOf(obj, "a deleted object")
+	if !ok {
 		return
 	}
 	m.mu.Lock()
@@ -219,6 +215,18 @@ func (m *mirror[K, V]) delete(obj V) {
 		m.logged(rev, int64(len(old.json)))
 		m.filters.delete(rev, k, m.src.CompactedRevision())
 	}
+}
+
+// keyOf returns obj's key; a key function's error is counted (Stats.EncodeErrors) and
+// reported as the key of what ("an object", "a deleted object"), and ok is false.
+func (m *mirror[K, V]) keyOf(obj V, what string) (k K, ok bool) {
+	k, err := m.key(obj)
+	if err != nil {
+		m.stats.EncodeErrors.Add(1)
+		m.report(fmt.Errorf("fanout: server: key of %s: %w", what, err))
+		return k, false
+	}
+	return k, true
 }
 
 // logged accounts for the change at rev and compacts the history down to historyBytes.

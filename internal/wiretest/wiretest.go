@@ -326,7 +326,14 @@ func (s *Stream) Close() { s.resp.Body.Close() }
 // Line returns the next line without its newline; "EOF" at the clean end of the stream.
 func (s *Stream) Line(t testing.TB) string {
 	t.Helper()
-	l, err := s.r.ReadString('\n')
+	return ReadLine(t, s.r)
+}
+
+// ReadLine returns r's next line without its newline; "EOF" at the clean end of r. Any
+// other error fails t.
+func ReadLine(t testing.TB, r *bufio.Reader) string {
+	t.Helper()
+	l, err := r.ReadString('\n')
 	if err == io.EOF && l == "" {
 		return "EOF"
 	}

@@ -90,14 +90,11 @@ func BenchmarkInitialSync100k(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = inf.Run(ctx) }()
+			ctx, stop := run(inf)
 			if informer.WaitForCacheSync(ctx, inf) != nil || inf.Len() != n {
 				b.Fatalf("synced %d keys", inf.Len())
 			}
-			cancel()
-			<-done
+			stop()
 		}
 	}
 	sync := func(pageSize int64) func(b *testing.B) { return syncWith(pageSize, 0) }
@@ -247,16 +244,13 @@ func BenchmarkWatchThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = inf.Run(ctx) }()
+		ctx, stop := run(inf)
 		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 		if err := inf.WaitForRevision(wctx, etcd.FormatRevision(last-1)); err != nil || inf.Len() != keys {
 			b.Fatalf("informer at %s with %d keys: %v", inf.Stats().ReceivedRevision, inf.Len(), err)
 		}
 		wcancel()
-		cancel()
-		<-done
+		stop()
 	}
 	b.Run("clientv3-watch", func(b *testing.B) { loop(b, events, "events/s", raw(false)) })
 	b.Run("clientv3-watch-decode", func(b *testing.B) { loop(b, events, "events/s", raw(true)) })

@@ -1,24 +1,33 @@
 package etcd_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/testkit"
+	"github.com/informer-go/informer/manager"
+	"github.com/informer-go/informer/source/etcd/election"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-
-	"github.com/informer-go/informer/manager"
-	"github.com/informer-go/informer/source/etcd/election"
 )
 
 // candidate is one manager with its own elector (through a proxy the test can cut) and a
@@ -253,4 +262,345 @@ func TestElectionResignsOnStop(t *testing.T) {
 	if took := time.Since(t0); took > ttl/2 {
 		t.Fatalf("b led %v after a stopped; a resignation must not wait for the TTL (%v)", took, ttl)
 	}
+}
+
+// processTTL is the election TTL of the replicas of TestElectionProcesses; their renew
+// deadline is two thirds of it.
+const processTTL = 2 * time.Second
+
+// attempt is one write a replica printed: "write term=<term> seq=<n> <result>".
+type attempt struct {
+	at     time.Time
+	proc   string
+	term   int64
+	result string
+	rev    int64 // the etcd revision that committed an accepted write
+}
+
+// procs runs replicas of examples/leaderelection as OS processes and collects their
+// write attempts.
+type procs struct {
+	t         *testing.T
+	bin       string
+	endpoints string
+	mu        sync.Mutex
+	attempts  []attempt
+	signal    chan struct{}
+	running   map[string]*proc
+}
+
+type proc struct {
+	name, health string
+	cmd          *exec.Cmd
+	exited       chan struct{}
+}
+
+// buildExample builds examples/leaderelection into a temporary directory.
+func buildExample(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "leaderelection")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("..", "..", "examples", "leaderelection")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building examples/leaderelection: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func (ps *procs) start(name, health string) *proc {
+	t := ps.t
+	t.Helper()
+	cmd := exec.Command(ps.bin, "--endpoints", ps.endpoints, "--name", name, "--prefix", "/proc/",
+		"--ttl", processTTL.String(), "--health-addr", health, "--heartbeat", "20ms", "--careless-heartbeat")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("ELECTION_LOGS") // keep the replicas' logs there
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, health: health, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		defer close(p.exited)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var a attempt
+			if _, err := fmt.Sscanf(sc.Text(), "write term=%d seq=%s %s", &a.term, new(string), &a.result); err != nil {
+				continue
+			}
+			if _, rev, ok := strings.Cut(sc.Text(), " rev="); ok {
+				a.rev, _ = strconv.ParseInt(rev, 10, 64)
+			}
+			a.at, a.proc = time.Now(), name
+			ps.mu.Lock()
+			ps.attempts = append(ps.attempts, a)
+			ps.mu.Unlock()
+			select {
+			case ps.signal <- struct{}{}:
+			default:
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		logf.Close()
+	}()
+	ps.running[name] = p
+	return p
+}
+
+// kill sends sig to p; for SIGKILL it waits until p has exited.
+func (ps *procs) kill(p *proc, sig syscall.Signal) {
+	ps.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		ps.t.Fatalf("signal %v to %s: %v", sig, p.name, err)
+	}
+	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
+		recvOne(ps.t, p.exited, p.name+" to exit")
+		delete(ps.running, p.name)
+	}
+}
+
+// role asks p's /readyz?verbose for its role and term; "" when it does not answer.
+func role(p *proc) (string, int64) {
+	client := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + p.health + "/readyz?verbose")
+	if err != nil {
+		return "", 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if r, ok := strings.CutPrefix(line, "role: "); ok {
+			role, rest, _ := strings.Cut(r, ", term: ")
+			term, _ := strconv.ParseInt(strings.Fields(rest + " 0")[0], 10, 64)
+			return role, term
+		}
+	}
+	return "", 0
+}
+
+// leader waits until exactly one running replica says it leads, and returns it.
+func (ps *procs) leader() (*proc, int64) {
+	ps.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var leaders []*proc
+		var term int64
+		for _, p := range ps.running {
+			if r, tm := role(p); r == "leader" {
+				leaders, term = append(leaders, p), tm
+			}
+		}
+		if len(leaders) == 1 {
+			return leaders[0], term
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+	ps.t.Fatal("no single leading replica within 30s")
+	return nil, 0
+}
+
+// waitAccepted waits for an accepted write of a term above after, and returns it.
+func (ps *procs) waitAccepted(after int64) attempt {
+	ps.t.Helper()
+	return ps.waitFor(fmt.Sprintf("a write accepted under a term above %d", after), func(as []attempt) (attempt, bool) {
+		for _, a := range as {
+			if a.term > after && a.result == "accepted" {
+				return a, true
+			}
+		}
+		return attempt{}, false
+	})
+}
+
+// waitFor waits until match finds an attempt among those printed so far.
+func (ps *procs) waitFor(what string, match func([]attempt) (attempt, bool)) attempt {
+	ps.t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		if a, ok := match(ps.all()); ok {
+			return a
+		}
+		select {
+		case <-ps.signal:
+		case <-deadline:
+			ps.t.Fatalf("no %s within 30s", what)
+		}
+	}
+}
+
+func (ps *procs) all() []attempt {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return slices.Clone(ps.attempts)
+}
+
+// Three replicas of examples/leaderelection, OS processes, against a 3-member etcd
+// cluster. The leader is killed with SIGKILL, round after round: another leads within the
+// TTL plus 1 s. Then the leader is stopped with SIGSTOP past its TTL: another leads and
+// writes; on SIGCONT the old one stops acting within its renew deadline and every write it
+// attempts under its old term is refused by etcd. The accepted writes, in etcd's commit
+// order, never interleave two terms.
+func TestElectionProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs OS processes")
+	}
+	letClusterLeftoversGo(t)
+	bin := buildExample(t)
+	c := startCluster(t, 3)
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.clientURL.Host)
+	}
+	data := newClient(t, eps[0]) // no member stops
+	ps := &procs{t: t, bin: bin, endpoints: strings.Join(eps, ","), signal: make(chan struct{}, 1), running: map[string]*proc{}}
+	t.Cleanup(func() {
+		for _, p := range ps.running {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+				p.cmd.Process.Kill()
+				<-p.exited
+			}
+		}
+	})
+	for i := range 3 {
+		ps.start(fmt.Sprint("p", i), testkit.StableAddr(t))
+	}
+
+	rounds := 20
+	if s := os.Getenv("ELECTION_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	var failovers []time.Duration
+	for round := range rounds {
+		old, term := ps.leader()
+		ps.waitAccepted(term - 1)
+		t0 := time.Now()
+		ps.kill(old, syscall.SIGKILL)
+		next := ps.waitAccepted(term)
+		failovers = append(failovers, next.at.Sub(t0))
+		if d := next.at.Sub(t0); d > processTTL+time.Second {
+			t.Errorf("round %d: %s led %v after %s was killed; want within the TTL (%v) plus 1s", round, next.proc, d, old.name, processTTL)
+		}
+		ps.start(old.name, old.health)
+	}
+
+	// SIGSTOP the leader past its TTL, let another lead and write, SIGCONT it.
+	old, term := ps.leader()
+	ps.waitAccepted(term - 1)
+	ps.kill(old, syscall.SIGSTOP)
+	next := ps.waitAccepted(term)
+	ps.waitFor("5 writes of the new leader", func(as []attempt) (attempt, bool) { // it writes on
+		n := 0
+		for _, a := range as {
+			if a.term == next.term && a.result == "accepted" {
+				n++
+			}
+		}
+		return attempt{}, n >= 5
+	})
+	cont := time.Now()
+	ps.kill(old, syscall.SIGCONT)
+	renewDeadline := processTTL * 2 / 3
+	for {
+		if r, _ := role(old); r == "follower" {
+			break
+		}
+		if time.Since(cont) > renewDeadline+2*time.Second {
+			t.Fatalf("%s still not a follower %v after SIGCONT", old.name, time.Since(cont))
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+	// Its careless heartbeat had a tick due: it tries a write under its old term.
+	ps.waitFor(fmt.Sprintf("a write attempt of %s under its old term %d after SIGCONT", old.name, term), func(as []attempt) (attempt, bool) {
+		for _, a := range as {
+			if a.proc == old.name && a.term == term && !a.at.Before(cont) {
+				return a, true
+			}
+		}
+		return attempt{}, false
+	})
+	// A write the old leader had sent before SIGSTOP may be reported only after SIGCONT:
+	// what fencing forbids is an old-term write that etcd committed after a write of the
+	// new term, so the check goes by etcd's revisions, not by when a line was read.
+	firstNew := int64(math.MaxInt64)
+	for _, a := range ps.all() {
+		if a.term > term && a.result == "accepted" {
+			firstNew = min(firstNew, a.rev)
+		}
+	}
+	var refused, staleAccepted, inFlight int
+	var lastOld time.Time
+	for _, a := range ps.all() {
+		if a.proc != old.name || a.term != term {
+			continue
+		}
+		if a.result == "accepted" && a.rev > firstNew {
+			staleAccepted++
+		}
+		if a.at.Before(cont) {
+			continue
+		}
+		lastOld = a.at
+		switch {
+		case a.result == "refused":
+			refused++
+		case a.result == "accepted" && a.rev < firstNew:
+			inFlight++
+		}
+	}
+	if staleAccepted > 0 {
+		t.Errorf("%s's writes under its old term %d committed after the new term's first write (revision %d): %d", old.name, term, firstNew, staleAccepted)
+	}
+	if !lastOld.IsZero() && lastOld.Sub(cont) > renewDeadline {
+		t.Errorf("%s attempted a write under its old term %v after SIGCONT, past its renew deadline %v", old.name, lastOld.Sub(cont), renewDeadline)
+	}
+
+	// The log in etcd: every accepted write, in commit order, terms never interleaved.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := data.Get(ctx, "/proc/log/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := resp.Kvs
+	sort.Slice(kvs, func(i, j int) bool { return kvs[i].ModRevision < kvs[j].ModRevision })
+	var terms []int64
+	interleaved := 0
+	for _, kv := range kvs {
+		v, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+		if len(terms) > 0 && v < terms[len(terms)-1] {
+			interleaved++
+		}
+		terms = append(terms, v)
+	}
+	if interleaved > 0 {
+		t.Errorf("%d accepted writes under an older term after a newer one", interleaved)
+	}
+	byResult := map[string]int{}
+	for _, a := range ps.all() {
+		byResult[a.result]++
+	}
+	t.Logf("write attempts printed by the replicas, by result: %v", byResult)
+	sorted := slices.Clone(failovers)
+	slices.Sort(sorted)
+	pct := func(p float64) time.Duration { return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))] }
+	if len(sorted) > 0 {
+		t.Logf("kill -9 failover over %d rounds (TTL %v): p50 %v, p99 %v, max %v", len(sorted), processTTL,
+			pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
+	}
+	t.Logf("SIGSTOP/SIGCONT of %s (term %d): %d writes reported under the old term after SIGCONT, %d refused, %d committed before the new term's first write (in flight at SIGSTOP), %d after it; %d accepted writes in etcd over %d terms, %d out of term order",
+		old.name, term, refused+inFlight, refused, inFlight, staleAccepted, len(terms), len(slices.Compact(slices.Clone(terms))), interleaved)
 }

@@ -136,17 +136,6 @@ func (c *cluster) endpoints() []string {
 	return eps
 }
 
-// newClusterClient returns a client of every member that t's cleanup closes.
-func newClusterClient(t testing.TB, c *cluster) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
 // replica is one fan-out Server: an etcd client, an informer over the prefix and a Server
 // of it on a fixed loopback address, which a restart reuses.
 type replica struct {
@@ -266,7 +255,7 @@ func TestFanoutTierOnEtcdCluster(t *testing.T) {
 	)
 	letClusterLeftoversGo(t)
 	c := startCluster(t, 3)
-	writer := newClusterClient(t, c)
+	writer := newClient(t, c.endpoints()...)
 	ctx, cancelAll := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancelAll()
 	for i := range nKeys / 2 {

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,12 +146,12 @@ func (s *server) Restart() {
 	s.e = e
 }
 
-// newClient returns a client of endpoint that t's cleanup closes. It reconnects quickly
+// newClient returns a client of endpoints that t's cleanup closes. It reconnects quickly
 // (within a quarter of a second) after a connection is lost.
-func newClient(t testing.TB, endpoint string) *clientv3.Client {
+func newClient(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
+		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
@@ -281,48 +280,21 @@ func itemKey(it *item) (string, error) { return it.Key, nil }
 // ---------------------------------------------------------------------------------------
 // Informers.
 
-// errorLog collects the errors reported to an informer and to its source.
-type errorLog struct {
-	mu     sync.Mutex
-	errs   []error
-	signal chan struct{}
-}
-
-func newErrorLog() *errorLog { return &errorLog{signal: make(chan struct{}, 1)} }
-
-func (l *errorLog) report(err error) {
-	l.mu.Lock()
-	l.errs = append(l.errs, err)
-	l.mu.Unlock()
-	select {
-	case l.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (l *errorLog) all() []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.errs)
-}
-
-// waitFor waits until an error for which match is true has been reported.
-func (l *errorLog) waitFor(t testing.TB, what string, match func(error) bool) error {
+// waitForError waits until errs holds an error for which match is true and returns it;
+// none within testkit.WaitLimit fails t with what ("a decode error").
+func waitForError(t testing.TB, errs *testkit.Errors, what string, match func(error) bool) error {
 	t.Helper()
-	deadline := time.NewTimer(20 * time.Second)
-	defer deadline.Stop()
-	for {
-		for _, err := range l.all() {
+	var found error
+	testkit.Until(t, what, time.Millisecond, func() bool {
+		for _, err := range errs.All() {
 			if match(err) {
-				return err
+				found = err
+				return true
 			}
 		}
-		select {
-		case <-l.signal:
-		case <-deadline.C:
-			t.Fatalf("no %s error reported; got %v", what, l.all())
-		}
-	}
+		return false
+	})
+	return found
 }
 
 // newRecorder records a handler's calls in informertest's notation: "add*/k=v",
@@ -331,16 +303,43 @@ func newRecorder() *informertest.Recorder[*item] {
 	return informertest.NewRecorder(func(it *item) (string, string) { return it.Key, it.Value }).WithTimeout(15 * time.Second)
 }
 
+// run runs inf until stop is called, under the context it returns; stop returns once Run
+// has, and may be called again.
+func run(inf *informer.Informer[string, *item]) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = inf.Run(ctx) }()
+	return ctx, func() { cancel(); <-done }
+}
+
+// runSynced runs inf until t's cleanup (see run) and waits up to d for its cache to sync:
+// it returns run's context and stop, and whether the sync came in time.
+func runSynced(t testing.TB, inf *informer.Informer[string, *item], d time.Duration) (ctx context.Context, stop func(), synced bool) {
+	ctx, stop = run(inf)
+	t.Cleanup(stop)
+	syncCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return ctx, stop, informer.WaitForCacheSync(syncCtx, inf) == nil
+}
+
 // startInformer builds an informer over src with a recording, blocking handler, runs it
 // until t's cleanup, and waits for its cache to sync. opts.Key and opts.ErrorHandler are
 // filled in when empty.
-func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *errorLog) (*informer.Informer[string, *item], *informertest.Recorder[*item]) {
+func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *testkit.Errors) (*informer.Informer[string, *item], *informertest.Recorder[*item]) {
+	t.Helper()
+	inf, rec, _ := startStoppableInformer(t, src, opts, errs)
+	return inf, rec
+}
+
+// startStoppableInformer is startInformer that also returns a stop function (run's), for
+// a test that stops the informer before the test ends.
+func startStoppableInformer(t testing.TB, src informer.ListerWatcher[*item], opts informer.Options[string, *item], errs *testkit.Errors) (*informer.Informer[string, *item], *informertest.Recorder[*item], func()) {
 	t.Helper()
 	if opts.Key == nil {
 		opts.Key = itemKey
 	}
 	if opts.ErrorHandler == nil && errs != nil {
-		opts.ErrorHandler = errs.report
+		opts.ErrorHandler = errs.Report
 	}
 	inf, err := informer.New(src, opts)
 	if err != nil {
@@ -350,16 +349,11 @@ func startInformer(t testing.TB, src informer.ListerWatcher[*item], opts informe
 	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder", Policy: informer.Block}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if informer.WaitForCacheSync(syncCtx, inf) != nil {
+	_, stop, synced := runSynced(t, inf, 30*time.Second)
+	if !synced {
 		t.Fatal("informer did not sync")
 	}
-	return inf, rec
+	return inf, rec, stop
 }
 
 // assertMirrors checks that the informer's cache holds exactly what etcd holds under

@@ -15,6 +15,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -128,13 +129,13 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, err := informer.New(src, informer.Options[string, *item]{
 		Key:             itemKey,
 		Revision:        func(it *item) string { return etcd.FormatRevision(it.ModRevision) },
 		Backoff:         informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		MinWatchTimeout: time.Second,
-		ErrorHandler:    errs.report,
+		ErrorHandler:    errs.Report,
 		MaxBatch:        1 + rng.IntN(8),
 	})
 	if err != nil {
@@ -148,13 +149,8 @@ func runEtcdModel(t *testing.T, seed uint64) {
 	if regs[1], err = inf.AddHandler(views[1], informer.HandlerOptions{Name: "coalesce", Policy: informer.Coalesce, QueueLength: 1 + rng.IntN(3)}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
-	defer scancel()
-	if informer.WaitForCacheSync(sctx, inf) != nil {
+	ctx, _, synced := runSynced(t, inf, 15*time.Second)
+	if !synced {
 		fail("informer did not sync")
 	}
 	// HasSynced: the initial list is in the cache (no write happened since).
@@ -278,7 +274,7 @@ func runEtcdModel(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	for _, err := range errs.all() {
+	for _, err := range errs.All() {
 		if !errors.Is(err, informer.ErrRetryable) && !errors.Is(err, informer.ErrExpired) {
 			fail("unexpected error reported: %v", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"runtime"
@@ -19,49 +20,22 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // warmLife runs one informer over src that persists to f until stop returns (after Run
 // returned: the final save is done).
-func warmLife(t *testing.T, src informer.ListerWatcher[*item], f *persist.File[string, *item], errs *errorLog) (inf *informer.Informer[string, *item], rec *informertest.Recorder[*item], stop func()) {
+func warmLife(t *testing.T, src informer.ListerWatcher[*item], f *persist.File[string, *item], errs *testkit.Errors) (inf *informer.Informer[string, *item], rec *informertest.Recorder[*item], stop func()) {
 	t.Helper()
-	inf, err := informer.New(src, informer.Options[string, *item]{
-		Key:          itemKey,
-		Persist:      f,
-		Backoff:      informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-		ErrorHandler: errs.report,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec = newRecorder()
-	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder", Policy: informer.Block}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if informer.WaitForCacheSync(syncCtx, inf) != nil {
-		t.Fatal("the informer did not sync")
-	}
-	return inf, rec, stop
+	return startStoppableInformer(t, src, informer.Options[string, *item]{
+		Persist: f,
+		Backoff: informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	}, errs)
 }
 
 func waitRev(t *testing.T, inf *informer.Informer[string, *item], rev int64) {
@@ -89,12 +63,12 @@ func warmSetup(t *testing.T) (*clientv3.Client, *etcd.Source[*item], *persist.Fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec, stop := warmLife(t, src, f, errs)
 	rec.ExpectNext(t, "add*/wr/a=1", "add*/wr/b=1", "add*/wr/c=1")
 	waitRev(t, inf, rev)
 	stop()
-	if e := errs.all(); len(e) != 0 {
+	if e := errs.All(); len(e) != 0 {
 		t.Fatalf("first life reported %v", e)
 	}
 	put(t, c, p+"b", "2")
@@ -108,7 +82,7 @@ func warmSetup(t *testing.T) (*clientv3.Client, *etcd.Source[*item], *persist.Fi
 // exactly the changes made while the informer was down.
 func TestWarmRestartEtcd(t *testing.T) {
 	_, src, f, last := warmSetup(t)
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec, _ := warmLife(t, src, f, errs)
 	if !inf.Stats().Restored {
 		t.Fatal("Restored is false after a warm start")
@@ -126,7 +100,7 @@ func TestWarmRestartEtcd(t *testing.T) {
 	if st := inf.Stats(); st.Lists != 0 {
 		t.Fatalf("the warm start listed %d times", st.Lists)
 	}
-	if e := errs.all(); len(e) != 0 {
+	if e := errs.All(); len(e) != 0 {
 		t.Fatalf("errors: %v", e)
 	}
 }
@@ -138,7 +112,7 @@ func TestWarmRestartEtcdCompacted(t *testing.T) {
 	if _, err := c.Compact(context.Background(), last, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec, _ := warmLife(t, src, f, errs)
 	// a is unchanged (the same bytes): a resync, which no handler asked for.
 	rec.ExpectNext(t, "add*/wr/a=1", "add*/wr/b=1", "add*/wr/c=1",
@@ -150,7 +124,7 @@ func TestWarmRestartEtcdCompacted(t *testing.T) {
 	if st := inf.Stats(); st.Lists != 1 || st.Expirations == 0 {
 		t.Fatalf("Stats: %d lists, %d expirations; want one list after an expiry", st.Lists, st.Expirations)
 	}
-	for _, err := range errs.all() {
+	for _, err := range errs.All() {
 		if !errors.Is(err, informer.ErrExpired) {
 			t.Fatalf("unexpected error: %v", err)
 		}
@@ -254,14 +228,11 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = inf.Run(ctx) }()
+		ctx, stop := run(inf)
 		if informer.WaitForCacheSync(ctx, inf) != nil {
 			b.Fatal("no sync")
 		}
-		cancel()
-		<-done
+		stop()
 		return f
 	}
 	files := map[string]*persist.File[string, *item]{"warm": save(nil), "warm-json": save(persist.JSON[*item]()), "warm-binary": save(binaryItem)}
@@ -288,9 +259,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{})
-				go func() { defer close(done); _ = inf.Run(ctx) }()
+				ctx, stop := run(inf)
 				if err := inf.WaitForRevision(ctx, etcd.FormatRevision(last)); err != nil {
 					b.Fatal(err)
 				}
@@ -300,8 +269,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 				if inf.Len() != n {
 					b.Fatalf("%d objects, want %d", inf.Len(), n)
 				}
-				cancel()
-				<-done
+				stop()
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms-to-current")
@@ -316,4 +284,181 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// replace stops the server and starts a fresh one, with an empty data directory, on the
+// same URLs: another cluster at the same endpoints, with token as its cluster token (the
+// same token gives the same cluster ID).
+func (s *server) replace(token string) {
+	s.t.Helper()
+	s.Stop()
+	s.dir, s.token = s.t.TempDir(), token
+	e, err := startEmbedded(s.dir, s.clientURL, s.peerURL, s.progressNotification, s.token)
+	if err != nil {
+		s.t.Fatalf("starting the new etcd: %v", err)
+	}
+	s.e = e
+}
+
+// putRetrying is put that retries while the client reconnects to a replaced server.
+func putRetrying(t *testing.T, c *clientv3.Client, key, value string) int64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.Put(context.Background(), key, value)
+		if err == nil {
+			return resp.Header.Revision
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put %s: %v", key, err)
+		}
+		time.Sleep(20 * time.Millisecond) // a retry interval, not a synchronisation
+	}
+}
+
+// cacheState returns the informer's cache as key → value.
+func cacheState(inf *informer.Informer[string, *item]) map[string]string {
+	m := map[string]string{}
+	for k, v := range inf.All() {
+		m[k] = v.Value
+	}
+	return m
+}
+
+// waitCache waits until the informer's cache is want and no longer the restored state.
+func waitCache(t *testing.T, inf *informer.Informer[string, *item], want map[string]string) {
+	t.Helper()
+	informertest.Eventually(t, 30*time.Second, func() bool {
+		return !inf.Stats().Restored && maps.Equal(cacheState(inf), want)
+	}, "the cache did not become the source's state: restored %v, %d objects", inf.Stats().Restored, len(cacheState(inf)))
+}
+
+// A watch from a revision the cluster has not reached is refused as expired, as a list at
+// such a revision is: it is a revision of another history (a replaced cluster).
+func TestWatchRefusesUnreachedRevision(t *testing.T) {
+	_, c := startWithClient(t)
+	rev := put(t, c, "/fw/a", "1")
+	src := newSource(t, c, "/fw/", etcd.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, ahead := range []int64{1, 1000} {
+		w, err := src.Watch(ctx, informer.WatchOptions{Revision: etcd.FormatRevision(rev + ahead)})
+		if err == nil {
+			_, err = w.Next()
+			w.Stop()
+		}
+		if !errors.Is(err, informer.ErrExpired) || !strings.Contains(err.Error(), "newer than the cluster's") {
+			t.Fatalf("watch from %d, the cluster at %d: got %v, want ErrExpired", rev+ahead, rev, err)
+		}
+	}
+	// The cluster's own revision is fine: the watch waits for the next change.
+	w, err := src.Watch(ctx, informer.WatchOptions{Revision: etcd.FormatRevision(rev)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := put(t, c, "/fw/b", "1")
+	ev, err := w.Next()
+	if err != nil || ev.Revision != etcd.FormatRevision(next) {
+		t.Fatalf("watch from the current revision: %v %v, want the put at %d", ev, err, next)
+	}
+}
+
+// firstEtcdLife runs an informer over prefix of c persisting to dir until it reached rev,
+// then stops it.
+func firstEtcdLife(t *testing.T, c *clientv3.Client, prefix, dir string, rev int64) {
+	t.Helper()
+	f := newPersistFile(t, dir)
+	errs := new(testkit.Errors)
+	inf, _, stop := warmLife(t, newSource(t, c, prefix, etcd.Options{}), f, errs)
+	waitRev(t, inf, rev)
+	stop()
+	if e := errs.All(); len(e) != 0 {
+		t.Fatalf("first life reported %v", e)
+	}
+}
+
+func newPersistFile(t *testing.T, dir string) *persist.File[string, *item] {
+	t.Helper()
+	f, err := persist.New[string, *item](dir, persist.Options[*item]{Schema: "v1", Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// A warm restart against another etcd cluster on the same endpoints ends with the new
+// cluster's state, having listed: a new cluster behind the saved revision with the same
+// cluster ID (the same URLs, name and token) is refused by the watch; one with another
+// cluster ID, behind or ahead, by the snapshot's source identity.
+func TestWarmRestartReplacedEtcd(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		old, new int    // puts in the old and the new cluster, over 50 keys
+		token    string // the new cluster's token
+	}{
+		{"behind, same cluster ID", 300, 5, ""},
+		{"behind", 300, 5, "replaced"},
+		{"ahead", 5, 300, "replaced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, c := startWithClient(t)
+			const p = "/rs/"
+			var rev int64
+			for i := range tc.old {
+				rev = put(t, c, fmt.Sprintf("%sk%02d", p, i%50), fmt.Sprintf("a%d", i))
+			}
+			dir := t.TempDir()
+			firstEtcdLife(t, c, p, dir, rev)
+
+			srv.replace(tc.token)
+			want := map[string]string{}
+			for i := range tc.new {
+				key, value := fmt.Sprintf("%sk%02d", p, i%50), fmt.Sprintf("b%d", i)
+				putRetrying(t, c, key, value)
+				want[key] = value
+			}
+			errs := new(testkit.Errors)
+			inf, _, _ := warmLife(t, newSource(t, c, p, etcd.Options{}), newPersistFile(t, dir), errs)
+			waitCache(t, inf, want)
+			st := inf.Stats()
+			if st.Lists == 0 {
+				t.Fatal("no list after a restart against another cluster")
+			}
+			e := errs.All()
+			if tc.token == "" && (st.Expirations == 0 || len(errorsNot(e, informer.ErrExpired)) != 0) ||
+				tc.token != "" && (len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible)) {
+				t.Fatalf("%d expirations, reported %v; want an expiry (same cluster ID) or one ErrIncompatible (another)", st.Expirations, e)
+			}
+		})
+	}
+}
+
+// errorsNot returns the errors that do not match target.
+func errorsNot(errs []error, target error) []error {
+	var out []error
+	for _, err := range errs {
+		if !errors.Is(err, target) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// A warm restart with another prefix and the same state directory does not keep the old
+// prefix's keys.
+func TestWarmRestartNewPrefix(t *testing.T) {
+	_, c := startWithClient(t)
+	put(t, c, "/p1/a", "1")
+	rev := put(t, c, "/p1/b", "1")
+	dir := t.TempDir()
+	firstEtcdLife(t, c, "/p1/", dir, rev)
+	put(t, c, "/p2/x", "2")
+	errs := new(testkit.Errors)
+	inf, _, _ := warmLife(t, newSource(t, c, "/p2/", etcd.Options{}), newPersistFile(t, dir), errs)
+	waitCache(t, inf, map[string]string{"/p2/x": "2"})
+	e := errs.All()
+	if len(e) != 1 || !errors.Is(e[0], persist.ErrIncompatible) || !strings.Contains(e[0].Error(), "/p1/") || !strings.Contains(e[0].Error(), "/p2/") {
+		t.Fatalf("reported %v, want one ErrIncompatible naming both prefixes", e)
+	}
 }

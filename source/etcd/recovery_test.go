@@ -161,10 +161,8 @@ func TestUnreachableErrorNamesEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx, stop := run(inf)
+	defer stop()
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
 	defer scancel()
 	if informer.WaitForCacheSync(sctx, inf) == nil {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/errsink"
 )
 
 // Decoder turns a key and its value into the object the informer stores. It is called
@@ -86,7 +87,7 @@ type Source[V any] struct {
 	pageBytes  int64 // 0: no bound
 
 	decodeErrors atomic.Uint64
-	sinks        atomic.Pointer[[]func(error)] // the informers' error sinks (ReportErrorsTo)
+	sinks        errsink.List // the informers' error handlers (ReportErrorsTo)
 
 	mu      sync.Mutex
 	watchMD metadata.MD  // outgoing metadata of the open watches' gRPC stream
@@ -548,17 +549,7 @@ func (e *DecodeError) Unwrap() []error { return []error{informer.ErrDecode, e.Er
 // values the decoder rejects reach every informer built over the source (its
 // ErrorHandler, log and Stats.DecodeErrors) as well as Options.OnDecodeError.
 func (s *Source[V]) ReportErrorsTo(report func(error)) {
-	for {
-		old := s.sinks.Load()
-		var next []func(error)
-		if old != nil {
-			next = append(next, *old...)
-		}
-		next = append(next, report)
-		if s.sinks.CompareAndSwap(old, &next) {
-			return
-		}
-	}
+	s.sinks.Add(report)
 }
 
 func (s *Source[V]) reportDecode(key []byte, rev int64, err error) {
@@ -574,11 +565,7 @@ func (s *Source[V]) report(err *DecodeError) {
 	if s.onError != nil {
 		s.onError(err)
 	}
-	if sinks := s.sinks.Load(); sinks != nil {
-		for _, sink := range *sinks {
-			sink(err)
-		}
-	}
+	s.sinks.Report(err)
 }
 
 // DefaultPageSize implements informer.PageSizer: an informer whose Options.PageSize is 0

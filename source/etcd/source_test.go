@@ -17,6 +17,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -180,7 +181,7 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{
 		Revision: func(it *item) string { return etcd.FormatRevision(it.ModRevision) },
 		Backoff:  informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
@@ -244,8 +245,8 @@ func TestEtcdRestartMidWatch(t *testing.T) {
 	c := newClient(t, px.Addr())
 	const p = "/svc/"
 	put(t, c, p+"a", "1")
-	errs := newErrorLog()
-	src := newSource(t, c, p, etcd.Options{RequestTimeout: 300 * time.Millisecond, OnDecodeError: errs.report})
+	errs := new(testkit.Errors)
+	src := newSource(t, c, p, etcd.Options{RequestTimeout: 300 * time.Millisecond, OnDecodeError: errs.Report})
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{
 		MinWatchTimeout: time.Second,
 		Backoff:         informer.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
@@ -257,7 +258,7 @@ func TestEtcdRestartMidWatch(t *testing.T) {
 	px.Cut() // the connections drop, as when etcd is killed
 	srv.Stop()
 	px.Resume() // nothing listens behind the proxy: connections are refused
-	err := errs.waitFor(t, "unavailable", func(err error) bool { return errors.Is(err, informer.ErrUnavailable) })
+	err := waitForError(t, errs, "an unavailable error", func(err error) bool { return errors.Is(err, informer.ErrUnavailable) })
 	if !errors.Is(err, informer.ErrRetryable) {
 		t.Errorf("%v does not match ErrRetryable", err)
 	}
@@ -268,7 +269,7 @@ func TestEtcdRestartMidWatch(t *testing.T) {
 	put(t, c, p+"c", "1")
 	rec.ExpectNext(t, "update /svc/a=1→2", "delete /svc/b=1", "add /svc/c=1")
 	assertMirrors(t, inf, src, c, p)
-	for _, err := range errs.all() {
+	for _, err := range errs.All() {
 		if !errors.Is(err, informer.ErrRetryable) {
 			t.Errorf("unexpected error: %v", err)
 		}
@@ -466,7 +467,7 @@ func TestDecoderFailure(t *testing.T) {
 	const p = "/dec/"
 	put(t, c, p+"a", "1")
 	put(t, c, p+"bad", "!1")
-	errs := newErrorLog()
+	errs := new(testkit.Errors)
 	src := newSource(t, c, p, etcd.Options{})
 	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, errs)
 	rec.ExpectNext(t, "add*/dec/a=1")
@@ -493,16 +494,16 @@ func TestDecoderFailure(t *testing.T) {
 		t.Errorf("the informer's Stats.DecodeErrors = %d, want 3", got)
 	}
 	rec.ExpectNoMore(t)
-	for _, err := range errs.all() {
+	for _, err := range errs.All() {
 		if !errors.Is(err, informer.ErrBadInput) || !errors.Is(err, errBadValue) {
 			t.Errorf("reported %v: want a decode error", err)
 		}
 	}
 }
 
-func expectDecodeError(t *testing.T, errs *errorLog, key string) {
+func expectDecodeError(t *testing.T, errs *testkit.Errors, key string) {
 	t.Helper()
-	err := errs.waitFor(t, "decode", func(err error) bool {
+	err := waitForError(t, errs, "a decode error", func(err error) bool {
 		var de *etcd.DecodeError
 		return errors.As(err, &de) && de.Key == key
 	})

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/errsink"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -97,7 +98,7 @@ type Client[V any] struct {
 	maxRetryAfter time.Duration
 
 	decodeErrors atomic.Uint64
-	sinks        atomic.Pointer[[]func(error)] // the informers' error sinks (ReportErrorsTo)
+	sinks        errsink.List // the informers' error handlers (ReportErrorsTo)
 
 	mu        sync.Mutex
 	notBefore []time.Time // per target, no request before this time: the server asked to wait (Retry-After)
@@ -240,17 +241,7 @@ func (c *Client[V]) DecodeErrors() uint64 { return c.decodeErrors.Load() }
 // objects the Client skips reach every informer built over it (its ErrorHandler, log and
 // Stats.DecodeErrors) as well as ClientOptions.OnDecodeError.
 func (c *Client[V]) ReportErrorsTo(report func(error)) {
-	for {
-		old := c.sinks.Load()
-		var next []func(error)
-		if old != nil {
-			next = append(next, *old...)
-		}
-		next = append(next, report)
-		if c.sinks.CompareAndSwap(old, &next) {
-			return
-		}
-	}
+	c.sinks.Add(report)
 }
 
 // reportDecode counts and reports a skipped object.
@@ -259,11 +250,7 @@ func (c *Client[V]) reportDecode(err *DecodeError) {
 	if c.onDecodeError != nil {
 		c.onDecodeError(err)
 	}
-	if sinks := c.sinks.Load(); sinks != nil {
-		for _, sink := range *sinks {
-			sink(err)
-		}
-	}
+	c.sinks.Report(err)
 }
 
 // itemDecoder decodes the objects of one list or one watch, with ClientOptions.Decode or,

@@ -37,6 +37,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/wakeup"
 )
 
 // Options configures a Source. The zero value is a valid configuration: the wall clock, no
@@ -90,7 +91,7 @@ type Source[K cmp.Ordered, V any] struct {
 	lastPin uint64
 
 	watches    map[*watch[K, V]]struct{} // open watches
-	waiters    []*watch[K, V]            // watches blocked in Next
+	waiters    wakeup.List[*watch[K, V]] // watches blocked in Next
 	watchAdded chan struct{}             // closed and replaced when a watch opens
 
 	requests []Request

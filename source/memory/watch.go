@@ -10,6 +10,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/wakeup"
 )
 
 // ErrWatchStopped is returned by Next once Stop has been called on the watch.
@@ -75,7 +76,7 @@ func (s *Source[K, V]) Watch(ctx context.Context, opts informer.WatchOptions) (i
 		s:              s,
 		ctx:            ctx,
 		done:           ctx.Done(),
-		wake:           make(chan struct{}, 1),
+		wake:           wakeup.NewWaiter(),
 		pos:            s.rev,
 		allowBookmarks: opts.AllowBookmarks,
 	}
@@ -110,7 +111,7 @@ type watch[K cmp.Ordered, V any] struct {
 	s         *Source[K, V]
 	ctx       context.Context
 	done      <-chan struct{}  // ctx.Done()
-	wake      chan struct{}    // capacity 1: "something changed, look again"
+	wake      wakeup.Waiter    // on s.waiters while blocked in Next
 	timeout   clock.Timer      // nil without a timeout
 	timeoutC  <-chan time.Time // nil without a timeout
 	bookmark  clock.Timer      // nil without periodic bookmarks
@@ -126,7 +127,6 @@ type watch[K cmp.Ordered, V any] struct {
 	endOfInitial bool       // the EndOfInitialEvents bookmark is still to be sent
 	extra        []extra[V] // injected events and bookmarks, in the order they were made
 	extraHead    int
-	waiting      bool  // in s.waiters
 	err          error // non-nil once the stream has ended: what Next returns from then on
 }
 
@@ -144,16 +144,15 @@ func (w *watch[K, V]) Next() (informer.Event[V], error) {
 	for {
 		s.mu.Lock()
 		ev, err, ok := w.nextLocked()
-		if !ok && !w.waiting {
-			w.waiting = true
-			s.waiters = append(s.waiters, w)
+		if !ok {
+			s.waiters.Add(w)
 		}
 		s.mu.Unlock()
 		if ok {
 			return ev, err
 		}
 		select {
-		case <-w.wake:
+		case <-w.wake.C():
 		case <-w.done:
 		case <-w.timeoutC:
 			s.mu.Lock()
@@ -253,28 +252,12 @@ func (w *watch[K, V]) endLocked(err error) {
 		w.bookmark.Stop()
 	}
 	delete(s.watches, w)
-	if w.waiting {
-		w.waiting = false
-		for i, x := range s.waiters {
-			if x == w {
-				last := len(s.waiters) - 1
-				s.waiters[i] = s.waiters[last]
-				s.waiters[last] = nil
-				s.waiters = s.waiters[:last]
-				break
-			}
-		}
-	}
-	w.signal()
+	s.waiters.Remove(w)
+	w.wake.Signal()
 }
 
-// signal wakes a Next blocked on w, or the next one to block.
-func (w *watch[K, V]) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+// Waiter implements wakeup.Watch.
+func (w *watch[K, V]) Waiter() *wakeup.Waiter { return &w.wake }
 
 // Stop implements informer.Watch: it ends the stream with ErrWatchStopped (unless it had
 // already ended) and releases its timers. Safe to call more than once, from any goroutine.
@@ -285,14 +268,4 @@ func (w *watch[K, V]) Stop() {
 }
 
 // wakeLocked wakes every watch blocked in Next.
-func (s *Source[K, V]) wakeLocked() {
-	if len(s.waiters) == 0 {
-		return
-	}
-	for _, w := range s.waiters {
-		w.waiting = false
-		w.signal()
-	}
-	clear(s.waiters)
-	s.waiters = s.waiters[:0]
-}
+func (s *Source[K, V]) wakeLocked() { s.waiters.WakeAll() }
