@@ -21,6 +21,7 @@ import (
 	"github.com/informer-go/informer/fanout"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/persist"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
@@ -218,32 +219,6 @@ func (c *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// peakHeap samples the heap in use every millisecond until stop is called, and returns
-// the largest sample.
-func peakHeap() (stop func() uint64) {
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapAlloc > peak.Load() {
-				peak.Store(ms.HeapAlloc)
-			}
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() uint64 { close(done); <-finished; return peak.Load() }
-}
-
 // BenchmarkWarmStart starts an informer over an HTTP source on loopback (source/http's
 // Handler over source/memory, JSON on the wire) with 100 changes made since the snapshot
 // was saved, cold (a list) and warm (the snapshot and a resumed watch; a snapshot in
@@ -294,7 +269,7 @@ func BenchmarkWarmStart(b *testing.B) {
 				runtime.GC()
 				ct.read.Store(0)
 				b.StartTimer()
-				stopPeak := peakHeap()
+				stopPeak := testkit.PeakHeap()
 				inf, err := informer.New[string, *item](client, benchOpts(p))
 				if err != nil {
 					b.Fatal(err)

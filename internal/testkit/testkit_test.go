@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -121,4 +122,20 @@ func TestRecorder(t *testing.T) {
 	h.Release()
 	<-done
 	h.Expect(t, "add p=x", "add q=x")
+}
+
+// PeakHeap takes a sample at once, so a stop right away still sees the heap of a buffer
+// alive before it started, and a second sampler sees it too.
+func TestPeakHeap(t *testing.T) {
+	const size = 64 << 20
+	buf := make([]byte, size)
+	if peak := PeakHeap()(); peak < size {
+		t.Fatalf("peak %d with a live buffer of %d bytes", peak, size)
+	}
+	stop := PeakHeap()
+	buf[size-1] = 1 // buf stays alive until here
+	if peak := stop(); peak < size {
+		t.Fatalf("peak %d with a live buffer of %d bytes", peak, size)
+	}
+	runtime.KeepAlive(buf)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
 )
 
@@ -119,26 +119,9 @@ func withPeakHeap(op func(*testing.B)) func(*testing.B) {
 		b.StopTimer()
 		runtime.GC() // the garbage of the iteration before does not count
 		b.StartTimer()
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			t := time.NewTicker(time.Millisecond)
-			defer t.Stop()
-			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-			for {
-				metrics.Read(sample)
-				peak = max(peak, sample[0].Value.Uint64())
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-			}
-		}()
+		stop := testkit.PeakHeap()
 		op(b)
-		close(stop)
-		<-done
+		peak = max(peak, stop())
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 	}
 }

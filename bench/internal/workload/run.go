@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/informer-go/informer/internal/testkit"
 )
 
 // Sizes of the workloads.
@@ -333,38 +334,18 @@ func W5(side Side, n int) (Figures, error) {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	var peak atomic.Uint64
-	halt := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			metrics.Read(sample)
-			if v := sample[0].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-halt:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	stopPeak := testkit.PeakHeap()
 	r.release()
 	err = r.wait(timeout)
 	end := time.Since(base)
 	runtime.ReadMemStats(&m1)
-	close(halt)
-	<-sampled
+	peak := stopPeak()
 	if err != nil {
 		return nil, err
 	}
 	return Figures{
 		"relist-ms": float64(end-time.Duration(listStart.Load())) / 1e6,
-		"peak-MB":   (float64(peak.Load()) - float64(m0.HeapAlloc)) / 1e6,
+		"peak-MB":   (float64(peak) - float64(m0.HeapAlloc)) / 1e6,
 		"alloc-MB":  float64(m1.TotalAlloc-m0.TotalAlloc) / 1e6,
 	}, nil
 }
