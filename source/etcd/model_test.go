@@ -253,25 +253,8 @@ func runEtcdModel(t *testing.T, seed uint64) {
 		fail("cache differs from the model:\n%s", mapDiff(cache, final))
 	}
 	for _, v := range views {
-		if errsV := v.Errors(); len(errsV) > 0 {
-			fail("handler %s: %s", v.name, strings.Join(errsV, "; "))
-		}
-		for _, key := range v.Keys() {
-			seen, h := v.States(key), history[key]
-			if !informertest.IsSubsequence(seen, h) {
-				fail("handler %s, key %s: saw %q, not a subsequence of %q", v.name, key, seen, h)
-			}
-			last := seen[len(seen)-1]
-			if fv, ok := final[key]; ok && last != fv {
-				fail("handler %s, key %s: last saw %q, final state %q (saw %q, history %q)", v.name, key, last, fv, seen, h)
-			} else if !ok && last != modelDeleted {
-				fail("handler %s, key %s: last saw %q, but the key is gone (history %q)", v.name, key, last, h)
-			}
-		}
-		for key := range final {
-			if len(v.States(key)) == 0 {
-				fail("handler %s never heard of %s", v.name, key)
-			}
+		for _, problem := range v.Check(history, final) {
+			fail("handler %s: %s", v.name, problem)
 		}
 	}
 	for _, err := range errs.All() {
