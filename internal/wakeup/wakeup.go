@@ -30,6 +30,7 @@ func (w *Waiter) Signal() {
 // Watch is what a List holds: a pointer to a watch, which gives its Waiter.
 type Watch interface {
 	comparable
+	// Waiter returns the watch's Waiter: the same one on every call, never nil.
 	Waiter() *Waiter
 }
 
