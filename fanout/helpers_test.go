@@ -101,15 +101,15 @@ func withConnContext(ts *httptest.Server) { ts.Config.ConnContext = ConnContext 
 
 // serveHTTP serves front (srv, or a handler that passes requests to it) on loopback;
 // setup, if set, configures the server before it starts (its listener, ConnContext;
-// EnableHTTP2 starts it over TLS). Both are shut down when the test ends; it returns once
-// srv has synced.
+// EnableHTTP2 or a TLS config starts it over TLS). Both are shut down when the test ends;
+// it returns once srv has synced.
 func serveHTTP(t testing.TB, srv *Server[string, *wiretest.Obj], front http.Handler, setup func(*httptest.Server)) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(front)
 	if setup != nil {
 		setup(ts)
 	}
-	if ts.EnableHTTP2 {
+	if ts.EnableHTTP2 || ts.TLS != nil {
 		ts.StartTLS()
 	} else {
 		ts.Start()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -84,7 +85,7 @@ func (t *takeover) take(sw *streamWriter) bool {
 	// Bytes the client sent after its request are dropped with net/http's reader.
 	_, _ = brw.Reader.Discard(brw.Reader.Buffered())
 	t.conn = conn
-	cw := &chunkedConn{conn: conn}
+	cw := newChunkedConn(conn)
 	r := t.r
 	sw.mu.Lock()
 	sw.w, sw.rc = cw, http.NewResponseController(cw)
@@ -161,13 +162,40 @@ func readUntilHangup(conn net.Conn, gone func()) (stop func()) {
 }
 
 // chunkedConn writes a chunked body on a hijacked connection, as net/http's response
-// writer would: each Write is one chunk, sent at once. It is the ResponseWriter a
-// streamWriter uses once its watch is taken over.
+// writer would: each Write is one chunk, sent at once. On a TCP or Unix connection the
+// chunk's size line, data and CRLF go out in one writev. A connection that cannot write
+// several buffers at once (TLS: a *tls.Conn seals each Write as a record of its own) has
+// a chunk of up to maxCopiedChunk bytes assembled in a pooled buffer and written once, one
+// TLS record as with net/http's buffered writer, not three; a larger chunk, several
+// records anyway, is written as three. It is the ResponseWriter a streamWriter uses once
+// its watch is taken over.
 type chunkedConn struct {
-	conn net.Conn
-	size [18]byte
-	bufs [3][]byte
+	conn     net.Conn
+	vectored bool // conn writes net.Buffers in one system call
+	size     [18]byte
+	bufs     [3][]byte
 }
+
+// newChunkedConn returns the chunked writer of conn.
+func newChunkedConn(conn net.Conn) *chunkedConn {
+	switch conn.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		return &chunkedConn{conn: conn, vectored: true}
+	}
+	return &chunkedConn{conn: conn}
+}
+
+// maxCopiedChunk bounds a chunk (size line and CRLF included) that chunkedConn copies to
+// write it once: a TLS record's most data, so that what a stalled write holds beside the
+// watch's own buffer stays small.
+const maxCopiedChunk = 16 << 10
+
+// chunkBuffers holds the buffers chunks are assembled in, each taken for one write: an
+// idle watcher holds none.
+var chunkBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxCopiedChunk)
+	return &b
+}}
 
 var crlf = []byte("\r\n")
 
@@ -183,10 +211,19 @@ func (c *chunkedConn) Write(p []byte) (int, error) {
 		return 0, nil // as net/http: an empty chunk would end the body
 	}
 	size := strconv.AppendUint(c.size[:0], uint64(len(p)), 16)
-	c.bufs = [3][]byte{append(size, crlf...), p, crlf}
-	bufs := net.Buffers(c.bufs[:])
-	_, err := bufs.WriteTo(c.conn)
-	c.bufs = [3][]byte{} // p is the watch's pooled buffer: not kept
+	size = append(size, crlf...)
+	var err error
+	if !c.vectored && len(size)+len(p)+len(crlf) <= maxCopiedChunk {
+		buf := chunkBuffers.Get().(*[]byte)
+		b := append(append(append((*buf)[:0], size...), p...), crlf...)
+		_, err = c.conn.Write(b)
+		chunkBuffers.Put(buf)
+	} else {
+		c.bufs = [3][]byte{size, p, crlf}
+		bufs := net.Buffers(c.bufs[:])
+		_, err = bufs.WriteTo(c.conn)
+		c.bufs = [3][]byte{} // p is the watch's pooled buffer: not kept
+	}
 	if err != nil {
 		return 0, err
 	}
