@@ -180,11 +180,11 @@ func TestChunkedConnWrite(t *testing.T) {
 }
 
 // BenchmarkTakenOverWatchTLS measures changes sent one at a time to 100 watchers taken
-// over from net/http, over TLS on loopback: each op is one change of about 60 bytes
-// reaching all 100 (the next is made once every watcher has read it, so that each is a
-// chunk of its own, as for watchers that keep up). It reports the bytes written under TLS
-// per delivery (records and their overhead) and the writes of the connection under TLS
-// per delivery (records).
+// over from net/http, over TLS on loopback: each op is one change (a frame of about 110
+// bytes) reaching all 100 (the next is made once every watcher has read it, so that each
+// is a chunk of its own, as for watchers that keep up). It reports the bytes written
+// under TLS per delivery (records and their overhead) and the writes of the connection
+// under TLS per delivery (records).
 func BenchmarkTakenOverWatchTLS(b *testing.B) {
 	const watchers = 100
 	up := newUpstream(b, memory.Options{})
