@@ -18,6 +18,9 @@ import (
 // errorf wraps err, from the request op on s's resource, with the informer error class it
 // belongs to. The result matches both the class and the original error.
 func (s *Source[V]) errorf(op string, err error) error {
+	if e := s.tooLarge(op, err); e != nil {
+		return e
+	}
 	return fmt.Errorf("kubernetes: %s %s: %w", op, s.resource, classify(err))
 }
 

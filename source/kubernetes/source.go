@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/informer-go/informer"
@@ -71,6 +72,9 @@ type Source[V metav1.Object] struct {
 	namespace string // NewDynamic's, for SourceID
 	opts      Options
 	streaming bool
+
+	seen  atomic.Uint64          // the newest resourceVersion the server has shown; see checkReached
+	ahead atomic.Pointer[string] // a resourceVersion found ahead of the server; see aheadError
 }
 
 var (
@@ -227,6 +231,9 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	case opts.Revision == "":
 		lo.ResourceVersion = "0"
 	default:
+		if err := s.aheadError(opts.Revision); err != nil {
+			return informer.List[V]{}, err
+		}
 		lo.ResourceVersion = opts.Revision
 		lo.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 	}
@@ -234,6 +241,7 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	if err != nil {
 		return informer.List[V]{}, s.errorf("list", err)
 	}
+	s.saw(meta.GetResourceVersion())
 	return informer.List[V]{Items: items, Revision: meta.GetResourceVersion(), Continue: meta.GetContinue()}, nil
 }
 
@@ -246,6 +254,11 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
 	if opts.SendInitialEvents && !s.streaming {
 		return nil, fmt.Errorf("kubernetes: watch %s: streaming list disabled: %w", s.resource, informer.ErrNotSupported)
+	}
+	if !opts.SendInitialEvents && opts.Revision != "" {
+		if err := s.checkReached(ctx, opts.Revision); err != nil {
+			return nil, err
+		}
 	}
 	lo := metav1.ListOptions{
 		LabelSelector:       s.opts.LabelSelector,

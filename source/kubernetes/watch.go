@@ -65,12 +65,15 @@ func (w *watcher[V]) Next() (informer.Event[V], error) {
 		} else if ev.Type == watch.Deleted {
 			t = informer.Deleted
 		}
-		return informer.Event[V]{Type: t, Object: obj, Revision: obj.GetResourceVersion()}, nil
+		rev := obj.GetResourceVersion()
+		w.src.saw(rev)
+		return informer.Event[V]{Type: t, Object: obj, Revision: rev}, nil
 	case watch.Bookmark:
 		m, err := meta.Accessor(ev.Object)
 		if err != nil {
 			return informer.Event[V]{}, w.fail(fmt.Errorf("kubernetes: watch %s: %w: bookmark: %v", w.src.resource, informer.ErrBadInput, err))
 		}
+		w.src.saw(m.GetResourceVersion())
 		return informer.Event[V]{
 			Type:               informer.Bookmark,
 			Revision:           m.GetResourceVersion(),
