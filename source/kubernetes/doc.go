@@ -58,6 +58,9 @@
 //     from Next, and the informer watches again from the last revision it saw.
 //   - A watch event whose object is not a V, or a type the adapter does not know:
 //     informer.ErrBadInput.
+//   - 504 "Too large resource version" (the server has not reached the resourceVersion
+//     asked for): informer.ErrExpired from a list, so the informer lists the current state
+//     instead of retrying a list that waits each time; informer.ErrBadInput from a watch.
 //
 // Anything else (403, 404, a bad selector the server refuses) is returned as it is, and the
 // informer backs off and lists again.
@@ -75,6 +78,14 @@
 // Options.Cluster, the resource, NewDynamic's namespace and the selectors; set
 // Options.Cluster with ClusterID so that a cache saved from one cluster is never
 // restored over another.
+//
+// A cluster whose etcd was restored from an older backup keeps its identity, and its
+// resourceVersions go back: a restored cache's revision may be ahead of the server, where
+// a watch from it would wait silently forever. So a watch from a revision the server has
+// never shown the Source (a restored one; not those of a running informer) first lists one
+// object at the current revision, one request; if the server is behind, the watch fails
+// with an informer.ErrBadInput error saying so, which the informer reports (its
+// ErrorHandler, Stats.SourceErrors) before it lists the current state afresh.
 //
 // # Memory
 //

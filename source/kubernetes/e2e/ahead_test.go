@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/informer-go/informer/source/kubernetes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // savedState is a Persister holding one saved state in memory: the objects and the
@@ -66,15 +68,36 @@ next:
 	return nil
 }
 
+// goChangeNew deletes ConfigMap "goes", sets "changes" to v=2 and creates "new" with v=1,
+// in namespace ns through cms; it returns "new".
+func goChangeNew(t *testing.T, ctx context.Context, cms typedcorev1.ConfigMapInterface, ns string) *corev1.ConfigMap {
+	t.Helper()
+	if err := cms.Delete(ctx, "goes", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chg, err := cms.Get(ctx, "changes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chg.Data["v"] = "2"
+	if _, err := cms.Update(ctx, chg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := cms.Create(ctx, configMap(ns, "new", nil, "1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
 // TestWarmRestartAheadOfServer warm-starts an informer from a saved state whose revision
 // the server has not reached (its etcd restored from an older backup, say), on both
-// apiservers: with the watch cache, a watch from that revision fails after a wait with
-// "Too large resource version"; without it, etcd's watch from a future revision waits
-// silently and would never deliver the changes made since (measured on Kubernetes 1.36:
-// with the watch cache too, the watch sends nothing, and a list from that revision waits
-// about 40 s for "Too large resource version"). The informer must report that the server
-// is behind the saved state, list again (a paged list, or a streaming list where the
-// server serves them) and converge.
+// apiservers. Measured on Kubernetes 1.36, a watch from that revision is accepted and sends
+// nothing, with the watch cache and without, so the changes made since would never
+// arrive; a list from it waits about 40 s with the watch cache (at once without) for
+// "Too large resource version". The informer must report that the server is behind the
+// saved state, list again (a paged list, or a streaming list where the server serves
+// them) and converge.
 func TestWarmRestartAheadOfServer(t *testing.T) {
 	for _, tc := range []struct {
 		name, env string
@@ -104,20 +127,7 @@ func TestWarmRestartAheadOfServer(t *testing.T) {
 				saved.objs = append(saved.objs, &l.Items[i])
 			}
 			// The server moves on, but stays far behind the saved revision.
-			if err := cms.Delete(ctx, "goes", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			chg, err := cms.Get(ctx, "changes", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			chg.Data["v"] = "2"
-			if _, err := cms.Update(ctx, chg, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cms.Create(ctx, configMap(ns, "new", nil, "1"), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			goChangeNew(t, ctx, cms, ns)
 
 			errs := &errorCollector{t: t}
 			inf, rec, _ := configMapInformer(t, c, ns, kubernetes.Options{DisableStreamingList: !tc.stream}, func(o *informer.Options[string, *corev1.ConfigMap]) {
@@ -145,5 +155,36 @@ func TestWarmRestartAheadOfServer(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestListAheadOfServer lists from a resourceVersion the server has not reached, on the
+// apiserver without a watch cache (the one with a cache answers the same after a wait of
+// about 40 s): "Too large resource version" must read as an expired revision, so that
+// the informer lists the current state rather than retry the same list.
+func TestListAheadOfServer(t *testing.T) {
+	checkLeaks(t)
+	c := newClients(t, envNoCache)
+	ctx := testContext(t)
+	ns := namespace(t, c)
+	src, err := kubernetes.New[*corev1.ConfigMap](c.kube.CoreV1().ConfigMaps(ns), kubernetes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := src.List(ctx, informer.ListOptions{Consistent: true, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(cur.Revision, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := strconv.FormatUint(n+1_000_000, 10)
+	_, err = src.List(ctx, informer.ListOptions{Revision: ahead})
+	if !errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrRetryable) {
+		t.Fatalf("List from %s (server at %s) = %v; want an expired error", ahead, cur.Revision, err)
+	}
+	if !strings.Contains(err.Error(), "Too large resource version") {
+		t.Errorf("error %q does not carry the server's message", err)
 	}
 }

@@ -40,22 +40,7 @@ func TestRestartMidWatch(t *testing.T) {
 	// Stop kube-apiserver, change the collection through the other apiserver, start
 	// kube-apiserver again: no watch can have delivered these changes.
 	servers(t, "stop-apiserver")
-	ocms := other.kube.CoreV1().ConfigMaps(ns)
-	if err := ocms.Delete(ctx, "goes", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	chg, err := ocms.Get(ctx, "changes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chg.Data["v"] = "2"
-	if _, err := ocms.Update(ctx, chg, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	last, err := ocms.Create(ctx, configMap(ns, "new", nil, "1"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	last := goChangeNew(t, ctx, other.kube.CoreV1().ConfigMaps(ns), ns)
 	servers(t, "start-apiserver")
 
 	rec.ExpectNextUnordered(t, "delete?"+ns+"/goes=1", "update "+ns+"/changes=1→2", "add "+ns+"/new=1")
