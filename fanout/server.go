@@ -231,7 +231,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 		src: s.src, key: inf.Key, encode: lim.encode, head: &head, up: s.up,
 		tree:      newRecords[K](32),
 		maxObject: lim.maxObject, historyBytes: lim.historyBytes,
-		report: func(err error) { s.core.report(err) },
+		report: s.core.report,
 		stats:  &s.core.stats,
 	}
 	s.pins = pinTable[K]{
@@ -243,7 +243,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 	if err := s.serveFilters(opts, lim.bookmarks); err != nil {
 		return nil, err
 	}
-	s.serveLog(tag, lim.bookmarks, opts.ServeOptions)
+	s.serveLog(tag, lim.bookmarks, opts)
 	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
 		Name:         "fanout.Server",
 		ResyncPeriod: -1, // resyncs carry nothing new
@@ -307,7 +307,7 @@ func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Durat
 }
 
 // serveLog sets the serving core up over the server's log.
-func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
+func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServerOptions[V]) {
 	s.core.instance = tag
 	s.core.list = s.list
 	s.core.staleState = func() (func() bool, string) {
@@ -323,7 +323,7 @@ func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeO
 	s.core.replayOnEmpty = true
 	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
-	s.core.init(opts)
+	s.core.init(opts.ServeOptions, fmt.Sprintf("fanout: server for informer %q", s.inf.Name()), opts.Clock)
 }
 
 // waitSynced closes s.synced once the server serves: its handler has the informer's

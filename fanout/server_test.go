@@ -877,7 +877,7 @@ func TestTakenOverWatchPanic(t *testing.T) {
 	if l, err := br.ReadString('\n'); err == nil || l != "" {
 		t.Fatalf("after the panic: read %q, %v; want the connection cut", l, err)
 	}
-	if err := testkit.Recv(t, reported, "the panic's error"); !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "boom") {
+	if err := testkit.Recv(t, reported, "the panic's error"); !strings.HasPrefix(err.Error(), "fanout: pass-through: panic serving the watch of 127.0.0.1:") || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("reported %v", err)
 	}
 	wiretest.Put(src, "a", "2")
