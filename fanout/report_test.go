@@ -1,10 +1,12 @@
 package fanout
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -144,5 +146,40 @@ func TestServerReportsAKeyFunctionThatChangesItsMind(t *testing.T) {
 	}
 	if n := srv.Stats().EncodeErrors; n != 1 {
 		t.Errorf("Stats.EncodeErrors = %d, want 1", n)
+	}
+}
+
+// unknownEvents is a source whose watches send an event of a type no one knows.
+type unknownEvents struct {
+	*memory.Source[string, *wiretest.Obj]
+}
+
+func (unknownEvents) Watch(context.Context, informer.WatchOptions) (informer.Watch[*wiretest.Obj], error) {
+	return informer.FuncWatch(func() (informer.Event[*wiretest.Obj], error) {
+		return informer.Event[*wiretest.Obj]{Type: 99}, nil
+	}, nil), nil
+}
+
+// A PassThrough whose source sends an event of an unknown type ends the watch with an
+// ERROR event and, with no ErrorHandler, says so at Warn: which server, which client,
+// and whose bug it is.
+func TestPassThroughWarnsOfAnUnknownEvent(t *testing.T) {
+	var log testkit.LogBuffer
+	pt := NewPassThrough[*wiretest.Obj](unknownEvents{memory.New(wiretest.ObjName, memory.Options{})},
+		PassThroughOptions[*wiretest.Obj]{ServeOptions: ServeOptions{Logger: log.Logger(slog.LevelInfo)}})
+	ts := httptest.NewServer(pt)
+	t.Cleanup(func() {
+		_ = pt.Shutdown(context.Background())
+		ts.Close()
+	})
+	st := wiretest.Open(t, ts.URL+"?watch=1&resourceVersion=1")
+	if l := st.Line(t); !strings.Contains(l, `"type":"ERROR"`) || !strings.Contains(l, "fanout: watch: the source sent an event of unknown type EventType(99)") {
+		t.Errorf("the watch's last line: %.200s", l)
+	}
+	w := waitWarns(t, &log, 1)[0]
+	for _, want := range []string{"kind=unknown_event", `fanout: pass-through: watch of 127.0.0.1:`, ": the source sent an event of unknown type EventType(99) (the watch is ended with an ERROR event", "a bug of the source"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("Warn line lacks %s:\n%s", want, w)
+		}
 	}
 }
