@@ -89,7 +89,8 @@ type ServerOptions[V any] struct {
 	// informer (informer.HandlerOptions.QueueLength); the handler coalesces per key when it
 	// is full, so the server never slows the informer. 0 means the informer's default.
 	QueueLength int
-	// Clock times bookmarks and watch timeouts; nil means clock.Real{}.
+	// Clock times bookmarks, watch timeouts and the interval of the Warn lines of failures
+	// with no ErrorHandler; nil means clock.Real{}.
 	Clock clock.Clock
 	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
 	// computed by the server once per change; see httpsource.Filter and the package documentation.
