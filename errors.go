@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/errsink"
 )
 
 // This file holds the package's errors and the reporter, the one way an informer's
@@ -104,17 +104,15 @@ type reporter struct {
 	name    string
 	handler func(error) // Options.ErrorHandler; nil: log at Warn, rate-limited
 	logger  *slog.Logger
-	clock   clock.Clock
 	count   func(kind string) // the counters' CountError
-
-	mu     sync.Mutex
-	warned map[string]warned // by kind: see warnLimited
+	warner  *errsink.Warner   // the Warn lines with no handler
 }
 
 // newReporter returns the reporter of the informer named name; count counts an error of
 // a kind in Stats.
 func newReporter(name string, handler func(error), logger *slog.Logger, clk clock.Clock, count func(kind string)) *reporter {
-	return &reporter{name: name, handler: handler, logger: logger, clock: clk, count: count, warned: map[string]warned{}}
+	return &reporter{name: name, handler: handler, logger: logger, count: count,
+		warner: errsink.NewWarner(logger, clk, warnEvery, "informer error (set Options.ErrorHandler to handle these)")}
 }
 
 // report sends an error to the error handler and the log.
@@ -132,36 +130,13 @@ func (r *reporter) Report(err error) {
 	// With no handler an error must still show: the reflector logs source failures at
 	// Warn itself; every other kind is logged here, at most once per kind per warnEvery.
 	if !errors.As(err, new(*opError)) {
-		r.warnLimited(kind, err)
+		r.warner.Warn(kind, err)
 	}
 }
 
 // warnEvery is the least time between two Warn lines of one kind of object error, with
 // no ErrorHandler set.
 const warnEvery = 10 * time.Second
-
-// warnLimited logs err, of the given kind, at Warn unless an error of that kind was
-// logged within warnEvery; the line counts the errors of that kind not logged since.
-func (r *reporter) warnLimited(kind string, err error) {
-	now := r.clock.Now()
-	r.mu.Lock()
-	w := r.warned[kind]
-	if !w.at.IsZero() && now.Sub(w.at) < warnEvery {
-		w.suppressed++
-		r.warned[kind] = w
-		r.mu.Unlock()
-		return
-	}
-	r.warned[kind] = warned{at: now}
-	r.mu.Unlock()
-	r.logger.Warn("informer error (set Options.ErrorHandler to handle these)", "kind", kind, "err", err, "suppressed", w.suppressed)
-}
-
-// warned is when a kind of error was last logged and how many were not logged since.
-type warned struct {
-	at         time.Time
-	suppressed int
-}
 
 // errorKind sorts a reported error into the kinds Stats counts and the metrics' error
 // counter labels: "key", "index", "transform", "decode", "source", "handler_panic" or

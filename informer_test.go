@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -344,6 +345,60 @@ func TestInformer_KeyErrorSkipsObject(t *testing.T) {
 	var oe *informer.ObjectError
 	if reported := f.errs.All(); len(reported) == 0 || !errors.As(reported[0], &oe) || oe.Op != "key" {
 		t.Fatalf("reported %v", reported)
+	}
+}
+
+// With no ErrorHandler a failing key function still shows: a Warn line that names the
+// informer and the object, at most one per kind per 10 s on the informer's clock, which
+// counts the ones left out.
+func TestInformer_KeyErrorWarnsWithoutErrorHandler(t *testing.T) {
+	src := newSource(memory.Options{})
+	var log testkit.LogBuffer
+	fc := clock.NewFake(time.Unix(1000, 0))
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Name: "items", Logger: log.Logger(slog.LevelInfo), Clock: fc,
+		Key: func(o *obj) (string, error) {
+			if strings.HasPrefix(o.Key, "bad") {
+				return "", errors.New("no key")
+			}
+			return o.Key, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	inf.AddHandler(ev, informer.HandlerOptions{})
+	ctx := informertest.Run(t, inf)
+	_ = informer.WaitForCacheSync(ctx, inf)
+	warns := func() []string {
+		var ws []string
+		for l := range strings.Lines(log.String()) {
+			if strings.Contains(l, "level=WARN") {
+				ws = append(ws, strings.TrimSpace(l))
+			}
+		}
+		return ws
+	}
+	for i := range 5 {
+		src.Put(newObj(fmt.Sprintf("bad%d", i), "g", "1"))
+	}
+	src.Put(newObj("ok1", "g", "1")) // a barrier: the failures before it are reported
+	ev.Expect(t, "add ok1=1")
+	fc.Step(10 * time.Second)
+	src.Put(newObj("bad5", "g", "1"))
+	src.Put(newObj("ok2", "g", "1"))
+	ev.Expect(t, "add ok1=1", "add ok2=1")
+	ws := warns()
+	if len(ws) != 2 {
+		t.Fatalf("Warn lines:\n%s\nwant 2", strings.Join(ws, "\n"))
+	}
+	for i, want := range []string{`key of object &{Key:bad0 `, `key of object &{Key:bad5 `} {
+		for _, w := range []string{`msg="informer error (set Options.ErrorHandler to handle these)"`, "kind=key", `informer \"items\"`, want, fmt.Sprintf("suppressed=%d", 4*i)} {
+			if !strings.Contains(ws[i], w) {
+				t.Errorf("Warn line %d lacks %s:\n%s", i, w, ws[i])
+			}
+		}
 	}
 }
 

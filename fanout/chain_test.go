@@ -773,8 +773,8 @@ func TestFilter_IndexFunctionFailureLeavesTheFilter(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	wantErrs := []string{
-		`fanout: server: filter index "team" of object a: no team (the object leaves the filters of that index until a change indexes it)`,
-		`fanout: server: filter index "team" of object b: index function panicked: team of a panic (the object leaves the filters of that index until a change indexes it)`,
+		`fanout: server for informer "upstream": filter index "team" of object a: no team (the object leaves the filters of that index until a change indexes it; fix the index function)`,
+		`fanout: server for informer "upstream": filter index "team" of object b: index function panicked: team of a panic (the object leaves the filters of that index until a change indexes it; fix the index function)`,
 	}
 	if !slices.Equal(reported, wantErrs) {
 		t.Errorf("reported %q, want %q", reported, wantErrs)

@@ -107,7 +107,7 @@ func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Durati
 	h := &filterHub[K, V]{
 		clock:     opts.Clock,
 		bookmarks: bookmarks,
-		report:    func(err error) { s.core.report(err) },
+		report:    s.core.report,
 		stats:     &s.core.stats,
 		revStr:    "0",
 	}
@@ -158,7 +158,7 @@ type filterHub[K cmp.Ordered, V any] struct {
 	fns        []informer.IndexFunc[V]
 	clock      clock.Clock
 	bookmarks  time.Duration // 0: none
-	report     func(error)
+	report     func(kind string, err error)
 	stats      *counters
 
 	// Changed under the mirror's lock and mu; read under mu.
@@ -228,7 +228,7 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 		vs, err := callIndex(fn, obj)
 		if err != nil {
 			h.stats.IndexErrors.Add(1)
-			h.report(fmt.Errorf("fanout: server: filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it)", h.indexNames[i], k, err))
+			h.report(kindFilterIndex, fmt.Errorf("filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it; fix the index function)", h.indexNames[i], k, err))
 			continue
 		}
 		if len(vs) > 1 {

@@ -276,7 +276,7 @@ func TestServerWatchLifetime(t *testing.T) {
 // Lifetimes are drawn in [MaxWatchDuration/2, MaxWatchDuration], spread out.
 func TestServerWatchLifetimeSpread(t *testing.T) {
 	var c core[int]
-	c.init(ServeOptions{MaxWatchDuration: time.Minute})
+	c.init(ServeOptions{MaxWatchDuration: time.Minute}, "fanout: test", nil)
 	seen := map[time.Duration]bool{}
 	for range 100 {
 		d := c.watchLifetime()
@@ -288,7 +288,7 @@ func TestServerWatchLifetimeSpread(t *testing.T) {
 	if len(seen) < 90 {
 		t.Errorf("%d distinct lifetimes of 100", len(seen))
 	}
-	c.init(ServeOptions{})
+	c.init(ServeOptions{}, "fanout: test", nil)
 	if d := c.watchLifetime(); d < DefaultMaxWatchDuration/2 || d > DefaultMaxWatchDuration {
 		t.Errorf("default lifetime %v", d)
 	}

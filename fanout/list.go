@@ -96,8 +96,8 @@ func (ls *listSender[V]) send() {
 		var err error
 		if out, err = c.appendObject(out, item); err != nil {
 			c.stats.EncodeErrors.Add(1)
+			c.report(kindEncode, fmt.Errorf("list for %s: encoding item %d: %w (answered 500, or cut if it was begun; fix the object or PassThroughOptions.Encode)", ls.sw.r.RemoteAddr, i, err))
 			err = fmt.Errorf("fanout: list: encoding item %d: %w", i, err)
-			c.report(err)
 			if !ls.started {
 				writeStatus(ls.sw.w, internalError(err), 0)
 				return
@@ -225,7 +225,7 @@ func (sc *staleWatch) stop() {
 // listCut accounts for a list cut because its revision left the history.
 func (c *core[V]) listCut(r *http.Request, rev string) {
 	c.stats.Evicted.Add(1)
-	c.report(fmt.Errorf("fanout: list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, rev))
+	c.report(kindListCut, fmt.Errorf("list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", r.RemoteAddr, rev))
 }
 
 // sourceList reads one page from the source (PassThrough).

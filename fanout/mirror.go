@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,7 @@ type mirror[K cmp.Ordered, V any] struct {
 	up           *upstreamRevisions
 	maxObject    int
 	historyBytes int64
-	report       func(error)
+	report       func(kind string, err error) // core.report
 	stats        *counters
 	filters      *filterHub[K, V] // nil without ServerOptions.Filters
 
@@ -161,7 +162,7 @@ func (m *mirror[K, V]) hold(k K, b []byte, vals [][]string, deleted bool) {
 // put logs obj unless its encoding is the one already served (a relist of the informer
 // re-delivers unchanged objects as updates; they are not passed on).
 func (m *mirror[K, V]) put(obj V) {
-	k, ok := m.keyOf(obj, "an object")
+	k, ok := m.keyOf(obj, "object")
 	if !ok {
 		return
 	}
@@ -171,12 +172,12 @@ func (m *mirror[K, V]) put(obj V) {
 	}
 	if err != nil {
 		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("fanout: server: encoding object %v (not served; clients keep its previous state): %w", k, err))
+		m.report(kindEncode, fmt.Errorf("encoding object %v: %w (not served: clients keep its previous state; fix the object or ServerOptions.Encode)", k, err))
 		return
 	}
 	if len(b) > m.maxObject {
 		m.stats.TooLarge.Add(1)
-		m.report(fmt.Errorf("fanout: server: object %v is %d bytes encoded, more than MaxObjectSize (%d): not served; clients keep its previous state", k, len(b), m.maxObject))
+		m.report(kindTooLarge, fmt.Errorf("object %v is %d bytes encoded, more than MaxObjectSize (%d): not served, clients keep its previous state (shrink the object, or raise MaxObjectSize and the clients' MaxFrameSize)", k, len(b), m.maxObject))
 		return
 	}
 	vals := m.filters.values(k, obj)
@@ -197,7 +198,7 @@ func (m *mirror[K, V]) put(obj V) {
 }
 
 func (m *mirror[K, V]) delete(obj V) {
-	k, ok := m.keyOf(obj, "a deleted object")
+	k, ok := m.keyOf(obj, "deleted object")
 	if !ok {
 		return
 	}
@@ -218,15 +219,24 @@ func (m *mirror[K, V]) delete(obj V) {
 }
 
 // keyOf returns obj's key; a key function's error is counted (Stats.EncodeErrors) and
-// reported as the key of what ("an object", "a deleted object"), and ok is false.
+// reported as the key of what ("object", "deleted object"), and ok is false. The informer
+// keyed obj before it passed it on: only a key function that answers differently for the
+// same object fails here.
 func (m *mirror[K, V]) keyOf(obj V, what string) (k K, ok bool) {
 	k, err := m.key(obj)
-	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(fmt.Errorf("fanout: server: key of %s: %w", what, err))
-		return k, false
+	if err == nil {
+		return k, true
 	}
-	return k, true
+	m.stats.EncodeErrors.Add(1)
+	if oe := (*informer.ObjectError)(nil); errors.As(err, &oe) {
+		err = oe.Err // the informer's own words name it and the object; said once below
+	}
+	shown := fmt.Sprintf("%+v", obj)
+	if len(shown) > 200 {
+		shown = shown[:200] + "…"
+	}
+	m.report(kindKey, fmt.Errorf("key of %s %s: %w (not served; the informer keyed it before: a key function must answer the same for the same object)", what, shown, err))
+	return k, false
 }
 
 // logged accounts for the change at rev and compacts the history down to historyBytes.

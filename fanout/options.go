@@ -98,12 +98,18 @@ type ServeOptions struct {
 	// synced yet, shutting down) answers, rounded up to whole seconds. 0 means
 	// DefaultRetryAfter.
 	RetryAfter time.Duration
-	// Logger receives debug logs of failures; nil means slog.Default().
+	// Logger receives a Debug line for every failure reported and, with no ErrorHandler,
+	// the Warn lines of failures (see ErrorHandler); a panic of a watch is logged at Error
+	// with its stack. Nil means slog.Default().
 	Logger *slog.Logger
 	// ErrorHandler receives failures the server cannot send to anyone: objects that fail to
-	// encode or are too large, events of an unknown type from the source, clients
-	// disconnected because they stalled (WriteTimeout). It must not block. Nil means they
-	// are only logged.
+	// encode, are too large or lose their key, filter index functions that fail, events of
+	// an unknown type from the source, clients disconnected because they stalled
+	// (WriteTimeout), lists cut because they were too slow, watches that panicked. Each
+	// error names the server (`fanout: server for informer "items"`, or `fanout:
+	// pass-through`), the object's key or the client's address, and says what to do. It
+	// must not block. Nil means they are logged at Warn, at most one line per kind of
+	// failure per 10 s, which counts the ones left out.
 	ErrorHandler func(error)
 }
 

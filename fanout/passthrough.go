@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -66,7 +67,7 @@ func NewPassThrough[V any](lw informer.ListerWatcher[V], opts PassThroughOptions
 		return append(dst, b...), nil
 	}
 	h.core.revs = identityRevisions{}
-	h.core.init(opts.ServeOptions)
+	h.core.init(opts.ServeOptions, "fanout: pass-through", clock.Real{})
 	return h
 }
 

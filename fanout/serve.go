@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/internal/errsink"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -82,6 +84,8 @@ type core[V any] struct {
 	retryAfter        time.Duration
 	logger            *slog.Logger
 	errorHandler      func(error)
+	who               string          // names the server in its errors: `fanout: server for informer "items"`
+	warner            *errsink.Warner // the Warn lines with no errorHandler
 	stats             counters
 
 	mu       sync.Mutex
@@ -135,7 +139,9 @@ func (s *slots) release(client string) {
 	}
 }
 
-func (c *core[V]) init(o ServeOptions) {
+// init applies o's defaults; who names the server in its errors, clk times their Warn
+// lines.
+func (c *core[V]) init(o ServeOptions, who string, clk clock.Clock) {
 	c.authorize = o.AuthorizeClient
 	if c.authorize == nil && o.Authorize != nil {
 		c.authorize = func(r *http.Request) (string, error) { return "", o.Authorize(r) }
@@ -163,14 +169,39 @@ func (c *core[V]) init(o ServeOptions) {
 		c.logger = slog.Default()
 	}
 	c.errorHandler = o.ErrorHandler
+	c.who = who
+	c.warner = errsink.NewWarner(c.logger, clk, warnEvery, "fanout error (set ServeOptions.ErrorHandler to handle these)")
 	c.stopCtx, c.stop = context.WithCancel(context.Background())
 }
 
-// report hands a failure nobody else will see to the error handler and the log.
-func (c *core[V]) report(err error) {
-	c.logger.Debug("fanout: serve error", "err", err)
+// The kinds of failure a server reports, each limited apart in the Warn lines.
+const (
+	kindEncode       = "encode"         // an object failed to encode
+	kindTooLarge     = "too_large"      // an object encoded larger than MaxObjectSize
+	kindKey          = "key"            // the key function failed on an object the informer keyed
+	kindFilterIndex  = "filter_index"   // a filter index function failed or panicked
+	kindUnknownEvent = "unknown_event"  // the source sent an event of an unknown type
+	kindStalled      = "stalled_client" // a client disconnected: it read nothing for WriteTimeout
+	kindListCut      = "list_cut"       // a list cut: its revision left the history
+	kindPanic        = "panic"          // a taken-over watch panicked (logged at Error already)
+)
+
+// warnEvery is the least time between two Warn lines of one kind of failure, with no
+// ErrorHandler set.
+const warnEvery = 10 * time.Second
+
+// report hands a failure nobody else will see, of the given kind, to the error handler
+// or, with none, to the log at Warn (at most once per kind per warnEvery); err says what
+// failed, on what, and what to do, and report puts the server's name before it.
+func (c *core[V]) report(kind string, err error) {
+	err = fmt.Errorf("%s: %w", c.who, err)
+	c.logger.Debug("fanout: serve error", "kind", kind, "err", err)
 	if c.errorHandler != nil {
 		c.errorHandler(err)
+		return
+	}
+	if kind != kindPanic { // its Error line, with the stack, is written already
+		c.warner.Warn(kind, err)
 	}
 }
 

@@ -89,7 +89,8 @@ type ServerOptions[V any] struct {
 	// informer (informer.HandlerOptions.QueueLength); the handler coalesces per key when it
 	// is full, so the server never slows the informer. 0 means the informer's default.
 	QueueLength int
-	// Clock times bookmarks and watch timeouts; nil means clock.Real{}.
+	// Clock times bookmarks, watch timeouts and the interval of the Warn lines of failures
+	// with no ErrorHandler; nil means clock.Real{}.
 	Clock clock.Clock
 	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
 	// computed by the server once per change; see httpsource.Filter and the package documentation.
@@ -231,7 +232,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 		src: s.src, key: inf.Key, encode: lim.encode, head: &head, up: s.up,
 		tree:      newRecords[K](32),
 		maxObject: lim.maxObject, historyBytes: lim.historyBytes,
-		report: func(err error) { s.core.report(err) },
+		report: s.core.report,
 		stats:  &s.core.stats,
 	}
 	s.pins = pinTable[K]{
@@ -243,7 +244,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 	if err := s.serveFilters(opts, lim.bookmarks); err != nil {
 		return nil, err
 	}
-	s.serveLog(tag, lim.bookmarks, opts.ServeOptions)
+	s.serveLog(tag, lim.bookmarks, opts)
 	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
 		Name:         "fanout.Server",
 		ResyncPeriod: -1, // resyncs carry nothing new
@@ -307,7 +308,7 @@ func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Durat
 }
 
 // serveLog sets the serving core up over the server's log.
-func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeOptions) {
+func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServerOptions[V]) {
 	s.core.instance = tag
 	s.core.list = s.list
 	s.core.staleState = func() (func() bool, string) {
@@ -323,7 +324,7 @@ func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServeO
 	s.core.replayOnEmpty = true
 	s.core.batchInitial = s.up != nil
 	s.core.plainIsBad = true
-	s.core.init(opts)
+	s.core.init(opts.ServeOptions, fmt.Sprintf("fanout: server for informer %q", s.inf.Name()), opts.Clock)
 }
 
 // waitSynced closes s.synced once the server serves: its handler has the informer's

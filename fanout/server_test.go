@@ -462,7 +462,9 @@ func TestServerStalledWatcher(t *testing.T) {
 		wiretest.Put(up.src, fmt.Sprintf("k%03d", i), big)
 		fast.Line(t)
 	}
-	if err := testkit.Recv(t, reported, "the stalled watcher's disconnection"); !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "stalled") {
+	if err := testkit.Recv(t, reported, "the stalled watcher's disconnection"); !errors.Is(err, os.ErrDeadlineExceeded) ||
+		!strings.HasPrefix(err.Error(), `fanout: server for informer "upstream": watcher 127.0.0.1:`) ||
+		!strings.Contains(err.Error(), " stalled: disconnected after 200ms") || !strings.HasSuffix(err.Error(), "(the client must read faster, or raise WriteTimeout)") {
 		t.Errorf("reported %v", err)
 	}
 	var lines int
@@ -877,7 +879,7 @@ func TestTakenOverWatchPanic(t *testing.T) {
 	if l, err := br.ReadString('\n'); err == nil || l != "" {
 		t.Fatalf("after the panic: read %q, %v; want the connection cut", l, err)
 	}
-	if err := testkit.Recv(t, reported, "the panic's error"); !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "boom") {
+	if err := testkit.Recv(t, reported, "the panic's error"); !strings.HasPrefix(err.Error(), "fanout: pass-through: panic serving the watch of 127.0.0.1:") || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("reported %v", err)
 	}
 	wiretest.Put(src, "a", "2")

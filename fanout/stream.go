@@ -19,7 +19,7 @@ func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err
 		return
 	}
 	c.stats.Evicted.Add(1)
-	c.report(fmt.Errorf("fanout: %s %s stalled: disconnected after %v without a completed write: %w", who, r.RemoteAddr, c.writeTimeout, err))
+	c.report(kindStalled, fmt.Errorf("%s %s stalled: disconnected after %v without a completed write: %w (the client must read faster, or raise WriteTimeout)", who, r.RemoteAddr, c.writeTimeout, err))
 	sw.abort()
 }
 

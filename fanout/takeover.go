@@ -104,9 +104,9 @@ func (t *takeover) take(sw *streamWriter) bool {
 
 // recover, deferred by a taken-over watch's goroutine, does with a panic of the watch (a
 // source's or an Encode's) what net/http does with a handler's: it is logged with its
-// stack and reported, and the connection cut without the last chunk, so that the client
+// stack (naming the server who) and reported, and the connection cut without the last chunk, so that the client
 // sees a broken stream, not an end; the process goes on.
-func (t *takeover) recover(log *slog.Logger, report func(error)) {
+func (t *takeover) recover(log *slog.Logger, who string, report func(kind string, err error)) {
 	p := recover()
 	if p == nil {
 		return
@@ -117,9 +117,9 @@ func (t *takeover) recover(log *slog.Logger, report func(error)) {
 	}
 	stack := make([]byte, 64<<10)
 	stack = stack[:runtime.Stack(stack, false)]
-	err := fmt.Errorf("fanout: panic serving the watch of %s: %v", t.remote, p)
-	log.Error("fanout: panic serving a watch", "err", err, "stack", string(stack))
-	report(err)
+	err := fmt.Errorf("panic serving the watch of %s: %v (the watch is cut and its client watches again; a bug of the source or of Encode: see the stack logged with it)", t.remote, p)
+	log.Error("fanout: panic serving a watch", "server", who, "err", err, "stack", string(stack))
+	report(kindPanic, err)
 }
 
 // finish ends the watch's context and, for a watch taken over, writes the last chunk

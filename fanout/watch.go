@@ -78,7 +78,7 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	if t.take(ww) {
 		go func() {
 			defer finish()
-			defer t.recover(c.logger, c.report)
+			defer t.recover(c.logger, c.who, c.report)
 			run()
 		}()
 		return
@@ -145,7 +145,7 @@ func (s *watchStream[V]) run(ctx context.Context, ww *streamWriter) {
 		}
 		flush, err := s.add(ev)
 		if err != nil {
-			s.c.report(err)
+			s.reportEnd(ww.r, ev, err)
 			_ = ww.write(s.out, true)
 			return
 		}
@@ -180,8 +180,8 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 		s.out, newest, err = s.c.appendEvent(s.out, s.scratch, s.sse, ev, partial)
 		if err != nil {
 			s.c.stats.EncodeErrors.Add(1)
-			err = fmt.Errorf("fanout: watch: encoding a %v event: %w", ev.Type, err)
-			s.out = wire.AppendError(s.out[:start], s.sse, internalError(err))
+			err = fmt.Errorf("encoding a %v event: %w", ev.Type, err)
+			s.out = wire.AppendError(s.out[:start], s.sse, internalError(fmt.Errorf("fanout: watch: %w", err)))
 			return false, err
 		}
 		return (newest || caughtUp(s.wat)) && !s.inInitial && !partial, nil
@@ -204,9 +204,20 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 		}
 		return false, nil
 	}
-	err = fmt.Errorf("fanout: watch: the source sent an event of unknown type %v", ev.Type)
-	s.out = wire.AppendError(s.out, s.sse, internalError(err))
+	err = fmt.Errorf("the source sent an event of unknown type %v", ev.Type)
+	s.out = wire.AppendError(s.out, s.sse, internalError(fmt.Errorf("fanout: watch: %w", err)))
 	return false, err
+}
+
+// reportEnd reports err, the failure of add that ended the watch of r's client at ev.
+func (s *watchStream[V]) reportEnd(r *http.Request, ev informer.Event[V], err error) {
+	kind, todo := kindEncode, "fix the object or PassThroughOptions.Encode"
+	switch ev.Type {
+	case informer.Added, informer.Modified, informer.Deleted:
+	default:
+		kind, todo = kindUnknownEvent, "a bug of the source: its watch must send Added, Modified, Deleted or Bookmark events"
+	}
+	s.c.report(kind, fmt.Errorf("watch of %s: %w (the watch is ended with an ERROR event, and its client watches again; %s)", r.RemoteAddr, err, todo))
 }
 
 // end sends what was read before the watch ended and, if the source failed, an ERROR

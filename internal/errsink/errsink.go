@@ -1,6 +1,7 @@
-// Package errsink holds the error handlers a source reports to. A source that can fail on
-// one object (a value it cannot decode) implements informer.ErrorReporting: every
-// informer built over it hands it a report function, and each such error reaches them all.
+// Package errsink holds the error handlers a source reports to, and the Warner that logs
+// errors when no handler is set. A source that can fail on one object (a value it cannot
+// decode) implements informer.ErrorReporting: every informer built over it hands it a
+// report function, and each such error reaches them all.
 package errsink
 
 import "sync/atomic"
