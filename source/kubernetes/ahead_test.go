@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -206,5 +207,38 @@ func TestTooLargeResourceVersion(t *testing.T) {
 	_, err = w.Next()
 	if !errors.Is(err, informer.ErrBadInput) || errors.Is(err, informer.ErrRetryable) || !apierrors.IsTimeout(err) || !strings.Contains(err.Error(), "behind") {
 		t.Errorf("Next = %v; want a bad-input error saying the server is behind", err)
+	}
+}
+
+// BenchmarkWatchNext is the cost of one event through a Source's watch, which records
+// the event's resourceVersion as seen by the server.
+func BenchmarkWatchNext(b *testing.B) {
+	fw := watch.NewFakeWithChanSize(1024, false)
+	client := &scriptedClient{watch: func(metav1.ListOptions) (watch.Interface, error) { return fw, nil }}
+	s, err := kubernetes.New[*corev1.ConfigMap](client, kubernetes.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := s.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	objs := make([]*corev1.ConfigMap, 1024)
+	for i := range objs {
+		objs[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", ResourceVersion: strconv.Itoa(1_000_000 + i)}}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%1024 == 0 {
+			b.StopTimer()
+			for _, o := range objs {
+				fw.Modify(o)
+			}
+			b.StartTimer()
+		}
+		if _, err := w.Next(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
