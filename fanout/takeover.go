@@ -19,11 +19,11 @@ import (
 // ends, and the watch goes on in a goroutine of its own whose stack holds the watch loop
 // alone, writing the same chunked body net/http would (one chunk per write, the last
 // chunk when the watch ends), then closing the connection. A chunk goes out in one
-// system call: a writev on TCP, one Write (one record) of a copy over TLS. A client's going away is
-// noticed without a goroutine per watcher (watchHangup). HTTP/2 watches, and writers
-// that do not implement http.Hijacker themselves (middleware that wraps net/http's),
-// stay on net/http's path. net/http forgets a hijacked connection: http.Server.Close
-// and Shutdown do not end it; the Server's Shutdown does.
+// system call: a writev on TCP, one Write (one record) of a copy over TLS. A client's
+// going away is noticed without a goroutine per watcher (watchHangup). HTTP/2 watches,
+// and writers that do not implement http.Hijacker themselves (middleware that wraps
+// net/http's), stay on net/http's path. net/http forgets a hijacked connection:
+// http.Server.Close and Shutdown do not end it; the Server's Shutdown does.
 
 // maxIdleInput is how much a watcher's client may send after its request (net/http would
 // have left it unread until the watch ended) before its watch is ended.
@@ -104,8 +104,8 @@ func (t *takeover) take(sw *streamWriter) bool {
 
 // recover, deferred by a taken-over watch's goroutine, does with a panic of the watch (a
 // source's or an Encode's) what net/http does with a handler's: it is logged with its
-// stack (naming the server who) and reported, and the connection cut without the last chunk, so that the client
-// sees a broken stream, not an end; the process goes on.
+// stack and the server's name (who) and reported, and the connection cut without the
+// last chunk, so that the client sees a broken stream, not an end; the process goes on.
 func (t *takeover) recover(log *slog.Logger, who string, report func(kind string, err error)) {
 	p := recover()
 	if p == nil {
