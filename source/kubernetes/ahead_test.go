@@ -213,17 +213,7 @@ func TestTooLargeResourceVersion(t *testing.T) {
 // BenchmarkWatchNext is the cost of one event through a Source's watch, which records
 // the event's resourceVersion as seen by the server.
 func BenchmarkWatchNext(b *testing.B) {
-	fw := watch.NewFakeWithChanSize(1024, false)
-	client := &scriptedClient{watch: func(metav1.ListOptions) (watch.Interface, error) { return fw, nil }}
-	s, err := kubernetes.New[*corev1.ConfigMap](client, kubernetes.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := s.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
+	fw, w := fakeWatch(b, 1024, informer.WatchOptions{Revision: "1"})
 	objs := make([]*corev1.ConfigMap, 1024)
 	for i := range objs {
 		objs[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", ResourceVersion: strconv.Itoa(1_000_000 + i)}}

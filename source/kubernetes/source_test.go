@@ -234,19 +234,27 @@ func TestErrorClasses(t *testing.T) {
 	}
 }
 
-// TestWatchEvents checks the mapping of every kind of watch event.
-func TestWatchEvents(t *testing.T) {
-	fw := watch.NewFakeWithChanSize(16, false)
+// fakeWatch opens a watch of a Source over a client whose watches are one fake watcher
+// buffering size events; the watch is stopped when the test ends.
+func fakeWatch(tb testing.TB, size int, opts informer.WatchOptions) (*watch.FakeWatcher, informer.Watch[*corev1.ConfigMap]) {
+	tb.Helper()
+	fw := watch.NewFakeWithChanSize(size, false)
 	client := &scriptedClient{watch: func(metav1.ListOptions) (watch.Interface, error) { return fw, nil }}
 	s, err := kubernetes.New[*corev1.ConfigMap](client, kubernetes.Options{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	w, err := s.Watch(context.Background(), informer.WatchOptions{Revision: "1", AllowBookmarks: true})
+	w, err := s.Watch(context.Background(), opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer w.Stop()
+	tb.Cleanup(w.Stop)
+	return fw, w
+}
+
+// TestWatchEvents checks the mapping of every kind of watch event.
+func TestWatchEvents(t *testing.T) {
+	fw, w := fakeWatch(t, 16, informer.WatchOptions{Revision: "1", AllowBookmarks: true})
 	withRV := func(c *corev1.ConfigMap, rv string) *corev1.ConfigMap { c.ResourceVersion = rv; return c }
 	fw.Add(withRV(cm("ns", "a", nil), "2"))
 	fw.Modify(withRV(cm("ns", "a", nil), "3"))
