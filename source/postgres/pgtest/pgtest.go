@@ -1,0 +1,126 @@
+// Package pgtest starts a throwaway PostgreSQL server for the tests and examples of
+// source/postgres: Debian's postgresql package (installed with apt-get when absent and the
+// process is root), a cluster in a temporary directory with wal_level=logical, listening
+// on a free loopback port, stopped by Stop or, should the process die first, by a
+// watchdog that notices. The work is done by server.sh beside this file; see its header.
+package pgtest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// Script is the path of server.sh.
+var Script = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "server.sh")
+}()
+
+// Server is a running PostgreSQL server started by Start.
+type Server struct {
+	// Dir is the cluster's directory: its data and its log.
+	Dir string
+	// Port is the server's port on 127.0.0.1.
+	Port int
+	// URL is a connection string for the superuser postgres and the database postgres.
+	URL string
+}
+
+// Options configures Start. The zero value starts a server with wal_level=logical.
+type Options struct {
+	// WalLevel is the server's wal_level; empty means logical.
+	WalLevel string
+}
+
+// Start installs PostgreSQL if needed, starts a server and returns it once it accepts
+// connections. The server stops when the calling process exits even if Stop is never
+// called. Starting takes a few seconds (a new cluster); installing, on a fresh machine,
+// about ten more.
+func Start(opts Options) (*Server, error) {
+	cmd := exec.Command(Script, "start")
+	cmd.Env = append(os.Environ(), "PGTEST_PARENT_PID="+strconv.Itoa(os.Getpid()))
+	if opts.WalLevel != "" {
+		cmd.Env = append(cmd.Env, "PGTEST_WAL_LEVEL="+opts.WalLevel)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %s start: %v\n%s", Script, err, stderr.Bytes())
+	}
+	s := &Server{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		for _, kv := range strings.Fields(strings.TrimPrefix(sc.Text(), "export ")) {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "PGTEST_DIR":
+				s.Dir = v
+			case "PGTEST_PORT":
+				s.Port, _ = strconv.Atoi(v)
+			case "PGTEST_URL":
+				s.URL = v
+			}
+		}
+	}
+	if s.Dir == "" || s.URL == "" {
+		return nil, fmt.Errorf("pgtest: %s start printed no PGTEST_DIR and PGTEST_URL: %q", Script, out)
+	}
+	return s, nil
+}
+
+// Restart stops the server with pg_ctl's shutdown mode ("immediate": a crash, replayed
+// from the WAL on start; "fast": a clean shutdown) and starts it again on the same port
+// and data.
+func (s *Server) Restart(mode string) error { return s.run("restart", mode) }
+
+// Stop stops the server and removes its directory.
+func (s *Server) Stop() error { return s.run("stop") }
+
+func (s *Server) run(args ...string) error {
+	cmd := exec.Command(Script, args...)
+	cmd.Env = append(os.Environ(), "PGTEST_DIR="+s.Dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgtest: %s %s: %v\n%s", Script, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Main runs a test binary's tests against a server started for it, and stops the server
+// afterwards; call it from TestMain and pass its result to os.Exit. set receives the
+// server before the tests run. When the server cannot be started, Main fails the run if
+// the environment variable CI is "true" and otherwise runs the tests with set given nil,
+// after saying why on stderr, so that tests which need the server can skip.
+func Main(run func() int, set func(*Server)) int {
+	s, err := Start(Options{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintf(os.Stderr, "FAIL: no PostgreSQL server for the tests: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: no PostgreSQL server, tests that need one skip: %v\n", err)
+		set(nil)
+		return run()
+	}
+	set(s)
+	code := run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// ErrNoServer is returned by helpers when no server could be started.
+var ErrNoServer = errors.New("pgtest: no PostgreSQL server")

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Start and stop a throwaway PostgreSQL server with wal_level=logical on a free loopback
+# port, for the tests and examples of source/postgres. It uses Debian's postgresql
+# package (/usr/lib/postgresql/*/bin) and installs it with apt-get when it is absent and
+# this script runs as root (as CI does on a fresh machine). PostgreSQL refuses to run as
+# root: as root, the server runs as the package's postgres user.
+#
+#   server.sh install             install Debian's postgresql package if it is absent
+#   server.sh start               install if needed, create a cluster in a temporary
+#                                 directory, start it, print `export NAME=value` lines
+#   server.sh restart [MODE]      pg_ctl restart -m MODE (immediate by default: a crash
+#                                 and WAL replay) of the server at PGTEST_DIR
+#   server.sh stop                stop the server at PGTEST_DIR and remove its directory
+#
+# start prints:
+#   PGTEST_DIR   the cluster's directory (data, log); pass it back to restart and stop
+#   PGTEST_PORT  the server's port on 127.0.0.1
+#   PGTEST_URL   postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
+#
+# Environment: PGTEST_PARENT_PID (start: stop the server once that process exits, so a
+# killed test binary leaves nothing behind); PGTEST_WAL_LEVEL (start: wal_level, logical
+# by default).
+set -euo pipefail
+
+bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+
+install() {
+  [ -n "$(bindir)" ] && [ -x "$(bindir)/postgres" ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "server.sh: PostgreSQL is not installed in /usr/lib/postgresql and this is not root: run apt-get install postgresql as root" >&2
+    return 1
+  fi
+  echo "server.sh: installing Debian's postgresql package" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+  [ -x "$(bindir)/postgres" ] || { echo "server.sh: postgresql installed but no /usr/lib/postgresql/*/bin/postgres" >&2; return 1; }
+}
+
+as_owner() { # run a command as the cluster's owner: postgres when root, else this user
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+free_port() { # a loopback port nobody listens on, below the ephemeral range
+  local p
+  for _ in $(seq 1 100); do
+    p=$((10000 + RANDOM % 22000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  echo "server.sh: no free port" >&2; return 1
+}
+
+need_dir() {
+  DIR=${PGTEST_DIR:-}
+  [ -n "$DIR" ] && [ -d "$DIR/data" ] || { echo "server.sh: PGTEST_DIR is not set to a cluster directory" >&2; exit 2; }
+}
+
+pgctl_start() {
+  as_owner "$B/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 start >/dev/null ||
+    { echo "server.sh: the server did not start:" >&2; tail -20 "$DIR/log" >&2; return 1; }
+}
+
+start() {
+  install
+  B=$(bindir)
+  DIR=$(mktemp -d "${TMPDIR:-/tmp}/pgtest.XXXXXX")
+  chmod 755 "$DIR"
+  [ "$(id -u)" = 0 ] && chown postgres "$DIR"
+  trap 'as_owner "$B/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+  as_owner "$B/initdb" -D "$DIR/data" -A trust -U postgres -E UTF8 --no-sync >"$DIR/initdb.log" 2>&1 ||
+    { cat "$DIR/initdb.log" >&2; return 1; }
+  PORT=$(free_port)
+  cat >>"$DIR/data/postgresql.conf" <<CONF
+port = $PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$DIR'
+wal_level = ${PGTEST_WAL_LEVEL:-logical}
+max_replication_slots = 40
+max_wal_senders = 40
+max_connections = 100
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+CONF
+  pgctl_start
+  trap - EXIT
+  if [ -n "${PGTEST_PARENT_PID:-}" ]; then
+    # Watchdog: stop the server once the parent process is gone.
+    ( trap '' HUP
+      while kill -0 "$PGTEST_PARENT_PID" 2>/dev/null && [ -d "$DIR" ]; do sleep 1; done
+      [ -d "$DIR" ] && PGTEST_DIR=$DIR "$0" stop ) </dev/null >/dev/null 2>&1 &
+  fi
+  echo "export PGTEST_DIR=$DIR PGTEST_PORT=$PORT PGTEST_URL=postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+}
+
+restart() {
+  need_dir
+  B=$(bindir)
+  as_owner "$B/pg_ctl" -D "$DIR/data" -m "${1:-immediate}" -w stop >/dev/null
+  pgctl_start
+}
+
+stop() {
+  need_dir
+  B=$(bindir)
+  as_owner "$B/pg_ctl" -D "$DIR/data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+    as_owner "$B/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+
+case "${1:-start}" in
+  install) install ;;
+  start) start ;;
+  restart) restart "${2:-immediate}" ;;
+  stop) stop ;;
+  *) echo "usage: $0 install|start|restart [MODE]|stop" >&2; exit 2 ;;
+esac

@@ -1,0 +1,94 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+)
+
+// A list reads the table in pages at the slot's consistent point; the watch then
+// delivers inserts, updates and deletes, and the cache equals SELECT * after each.
+func TestListThenWatchMatchesTable(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	exec(t, c, "INSERT INTO "+name+" SELECT i, 'n'||i, 'v'||i FROM generate_series(1, 250) i")
+	src := newSource(t, name)
+	inf, rec := run(t, src, func(o *informer.Options[int64, *item]) { o.PageSize = 100 })
+	if got := len(rec.WaitFor(t, 250)); got != 250 {
+		t.Fatalf("%d initial adds, want 250", got)
+	}
+	caughtUp(t, c, inf, name)
+	rec.Reset()
+
+	exec(t, c, "INSERT INTO "+name+" VALUES (1000, 'a', 'x')")
+	exec(t, c, "UPDATE "+name+" SET value = 'y' WHERE id = 1000")
+	exec(t, c, "DELETE FROM "+name+" WHERE id = 1000")
+	exec(t, c, "UPDATE "+name+" SET value = 'z' WHERE id = 7")
+	// A delete carries the key only (the default replica identity).
+	rec.Expect(t, "add 1000=x", "update 1000=x→y", "delete 1000=", "update 7=v7→z")
+	caughtUp(t, c, inf, name)
+
+	// Several rows in one transaction, a key changed by an update.
+	exec(t, c, "BEGIN; DELETE FROM "+name+" WHERE id <= 5; UPDATE "+name+" SET id = 2000 WHERE id = 6; INSERT INTO "+name+" VALUES (3000, 'b', 'w'); COMMIT")
+	caughtUp(t, c, inf, name)
+	if _, ok := inf.Get(6); ok {
+		t.Fatal("the row whose key changed from 6 is still in the cache under 6")
+	}
+}
+
+// A 10,000-row transaction reaches readers whole under its revision: every snapshot
+// labelled with the transaction's revision or a later one holds all its rows, and
+// WaitForRevision with the LSN of its commit returns only once all are in the cache.
+func TestLargeTransactionIsAtomic(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	src := newSource(t, name)
+	inf, _ := run(t, src)
+
+	type sample struct {
+		rev string
+		n   int
+	}
+	samples := make(chan []sample, 1)
+	go func() {
+		var seen []sample
+		last := sample{n: -1}
+		for {
+			sn := inf.Snapshot()
+			s := sample{sn.Revision(), sn.Len()}
+			if s != last {
+				seen, last = append(seen, s), s
+			}
+			if s.n == 10_000 {
+				samples <- seen
+				return
+			}
+		}
+	}()
+	exec(t, c, "INSERT INTO "+name+" SELECT i, 'n'||i, 'v'||i FROM generate_series(1, 10000) i")
+	var lsn string
+	if err := c.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := inf.WaitForRevision(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	if n := inf.Snapshot().Len(); n != 10_000 {
+		t.Fatalf("at %s (after the commit) the cache holds %d rows, want 10000", inf.Snapshot().Revision(), n)
+	}
+	seen := <-samples
+	full := seen[len(seen)-1].rev // the first revision at which the snapshot held it all
+	for _, s := range seen {
+		if s.n != 0 && s.n != 10_000 {
+			if cmp, _ := src.CompareRevisions(s.rev, full); cmp >= 0 {
+				t.Fatalf("a snapshot labelled %s holds %d of the transaction's rows; it was whole only at %s", s.rev, s.n, full)
+			}
+		}
+	}
+	t.Logf("%d distinct (revision, rows) states seen by a reader; the transaction whole at %s", len(seen), full)
+	caughtUp(t, c, inf, name)
+}

@@ -1,0 +1,198 @@
+package postgres
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/informer-go/informer"
+)
+
+// Watch implements informer.ListerWatcher: it streams the table's changes committed after
+// opts.Revision, each transaction's events at its commit's end LSN, in commit order.
+//
+// A watch after a list reads from the slot that list created. A watch that follows
+// another (the informer re-watches after a timeout, say) reads on from the same
+// connection if the revision is where the last one stopped. Otherwise, with a temporary
+// slot, the revision is lost and Watch fails with an error that matches
+// informer.ErrExpired: the informer lists again, and its handlers receive only what
+// changed. With a named slot (Config.Slot), Watch reconnects to the slot if it still
+// holds the revision (a warm restart) and fails with ErrExpired if it does not: the slot
+// is gone or was dropped, its confirmed position is past the revision, or the server is
+// another timeline.
+//
+// opts.Timeout is not used: a watch runs until it fails or is stopped.
+func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
+	if opts.SendInitialEvents {
+		return nil, s.errorf(informer.ErrNotSupported, nil, "streaming lists are not supported")
+	}
+	from, err := parseRevision(opts.Revision)
+	if err != nil {
+		return nil, s.errorf(informer.ErrExpired, err, "watch")
+	}
+	s.mu.Lock()
+	st := s.parked
+	s.parked = nil
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		if st != nil {
+			st.close()
+		}
+		return nil, s.errorf(nil, nil, "the source is closed")
+	}
+	if st != nil && (st.broken || st.pos != from || len(st.pending) > 0 || st.tx != nil) {
+		st.close()
+		st = nil
+	}
+	if st == nil {
+		if s.cfg.Slot == "" {
+			return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: the temporary slot of that revision is gone: list again", from)
+		}
+		if st, err = s.reopen(ctx, from); err != nil {
+			return nil, err
+		}
+	}
+	if !st.started {
+		if err := st.start(ctx, from); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	return &watch[V]{s: s, st: st, ctx: wctx, cancel: cancel, bookmarks: opts.AllowBookmarks}, nil
+}
+
+// reopen connects to the named slot for a watch from the revision from.
+func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V], error) {
+	repl, err := s.connect(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = repl.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	r, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		return nil, s.classify(err, "identify the server")
+	}
+	id := identity{system: r.SystemID, timeline: r.Timeline, database: r.DBName}
+	s.mu.Lock()
+	known := s.ident
+	s.mu.Unlock()
+	if known.system != "" && known != id {
+		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: the server is now system %s timeline %d, not system %s timeline %d (restored or promoted): list again",
+			from, id.system, id.timeline, known.system, known.timeline)
+	}
+	if from > r.XLogPos {
+		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
+	}
+	res, err := repl.Exec(ctx, "SELECT confirmed_flush_lsn, wal_status FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot)).ReadAll()
+	if err != nil {
+		return nil, s.classify(err, "read slot "+s.cfg.Slot)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: slot %s is gone: list again", from, s.cfg.Slot)
+	}
+	row := res[0].Rows[0]
+	confirmed, err := pglogrepl.ParseLSN(string(row[0]))
+	if err != nil || string(row[1]) == "lost" {
+		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: slot %s has lost its WAL (max_slot_wal_keep_size): list again", from, s.cfg.Slot)
+	}
+	if confirmed > from {
+		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: slot %s has confirmed up to %s, past it: list again", from, s.cfg.Slot, confirmed)
+	}
+	s.mu.Lock()
+	s.ident = id
+	s.mu.Unlock()
+	ok = true
+	return s.newStream(repl, s.cfg.Slot, id, from), nil
+}
+
+// watch is a Watch over a stream. When it stops, a stream still usable goes back to the
+// source for the next watch.
+type watch[V any] struct {
+	s         *Source[V]
+	ctx       context.Context
+	cancel    context.CancelFunc
+	bookmarks bool
+
+	mu      sync.Mutex
+	st      *stream[V] // nil while Next uses it, and once released
+	stopped bool
+	more    bool
+}
+
+// Next returns the next event; see informer.Watch.
+func (w *watch[V]) Next() (informer.Event[V], error) {
+	w.mu.Lock()
+	st := w.st
+	w.st = nil
+	w.mu.Unlock()
+	if st == nil {
+		return informer.Event[V]{}, io.EOF
+	}
+	ev, more, err := st.next(w.ctx, w.bookmarks)
+	w.mu.Lock()
+	w.more = more
+	if w.stopped {
+		w.mu.Unlock()
+		w.release(st)
+		if err == nil {
+			err = context.Canceled
+		}
+		return informer.Event[V]{}, err
+	}
+	if err != nil {
+		// The watch ends: a stream still usable goes back to the source.
+		w.mu.Unlock()
+		w.release(st)
+		return ev, err
+	}
+	w.st = st
+	w.mu.Unlock()
+	return ev, nil
+}
+
+// MoreAtRevision implements informer.BatchedWatch: the events of one transaction share
+// its revision, and the last of them is the one after which MoreAtRevision is false.
+func (w *watch[V]) MoreAtRevision() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.more
+}
+
+// Stop ends the watch; see informer.Watch.
+func (w *watch[V]) Stop() {
+	w.cancel()
+	w.mu.Lock()
+	w.stopped = true
+	st := w.st
+	w.st = nil
+	w.mu.Unlock()
+	if st != nil {
+		w.release(st)
+	}
+}
+
+// release parks the stream in the source for the next watch, or closes it if it broke
+// or the source already parked another.
+func (w *watch[V]) release(st *stream[V]) {
+	if st.broken {
+		st.close()
+		return
+	}
+	w.s.mu.Lock()
+	if w.s.closed || w.s.parked != nil {
+		w.s.mu.Unlock()
+		st.close()
+		return
+	}
+	w.s.parked = st
+	w.s.mu.Unlock()
+}
