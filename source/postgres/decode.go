@@ -123,6 +123,17 @@ func (r *Row) describe(limit int) string {
 // of the cache and is reported (see the package documentation).
 type Decoder[V any] func(r *Row) (V, error)
 
+// StructDecoder returns the decoder a Source uses when Config.Decode is nil (see there),
+// for a Config.Decode that adds to it (a check, a derived field). It fails if V is not a
+// struct or a pointer to one.
+func StructDecoder[V any]() (Decoder[V], error) {
+	d, err := newStructDecoder[V]()
+	if err != nil {
+		return nil, err
+	}
+	return d.decode, nil
+}
+
 // structDecoder decodes rows into a struct type (or a pointer to one) by column name: a
 // field tagged `db:"name"` receives column name, a field tagged `db:"-"` none, an
 // untagged exported field the column whose name equals its own, ignoring case. Columns

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -175,16 +176,31 @@ func diff(want, got map[int64]string) string {
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
 			if n++; n <= 10 {
-				fmt.Fprintf(&b, "  %d: table %q, cache %q (present %v)\n", k, v, g, ok)
+				fmt.Fprintf(&b, "  %d: table %.40q, cache %.40q (present %v)\n", k, v, g, ok)
 			}
 		}
 	}
 	for k, v := range got {
 		if _, ok := want[k]; !ok {
 			if n++; n <= 10 {
-				fmt.Fprintf(&b, "  %d: not in the table, cache %q\n", k, v)
+				fmt.Fprintf(&b, "  %d: not in the table, cache %.40q\n", k, v)
 			}
 		}
 	}
 	return b.String()
+}
+
+// withBadExtra makes the source's decoder fail on rows whose extra is "bad".
+func withBadExtra(cfg *postgres.Config[*item]) {
+	d, err := postgres.StructDecoder[*item]()
+	if err != nil {
+		panic(err)
+	}
+	cfg.Decode = func(r *postgres.Row) (*item, error) {
+		it, err := d(r)
+		if err == nil && it.Extra != nil && *it.Extra == "bad" {
+			return nil, errors.New(`extra is "bad"`)
+		}
+		return it, err
+	}
 }

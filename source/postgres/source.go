@@ -122,11 +122,11 @@ func New[V any](cfg Config[V]) (*Source[V], error) {
 		s.cfg.StatusInterval = 10 * time.Second
 	}
 	if s.decode == nil {
-		d, err := newStructDecoder[V]()
+		d, err := StructDecoder[V]()
 		if err != nil {
 			return nil, fmt.Errorf("postgres source %s: %w", cfg.Table, err)
 		}
-		s.decode = d.decode
+		s.decode = d
 	}
 	if cfg.OnDecodeError != nil {
 		s.reports.Add(cfg.OnDecodeError)
