@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"strings"
@@ -24,10 +25,26 @@ import (
 // could be started outside CI: the tests skip).
 var server *pgtest.Server
 
-// TestMain starts the server, runs the tests, stops the server and checks that no
+// replicaServer is a second server, with wal_level=replica, started in the background
+// by TestMain; replicaReady is closed once it is up (or failed to start).
+var (
+	replicaServer *pgtest.Server
+	replicaErr    error
+	replicaReady  = make(chan struct{})
+)
+
+// TestMain starts the servers, runs the tests, stops the servers and checks that no
 // goroutine is left.
 func TestMain(m *testing.M) {
+	go func() {
+		defer close(replicaReady)
+		replicaServer, replicaErr = pgtest.Start(pgtest.Options{WalLevel: "replica"})
+	}()
 	code := pgtest.Main(m.Run, func(s *pgtest.Server) { server = s })
+	<-replicaReady
+	if replicaServer != nil {
+		_ = replicaServer.Stop()
+	}
 	if code == 0 {
 		if err := testkit.FindLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines left at the end of the tests: %v\n", err)
@@ -104,7 +121,8 @@ func newSource(t testing.TB, table string, edit ...func(*postgres.Config[*item])
 // run starts an informer over src with a recorder, and waits for its first sync.
 func run(t testing.TB, src *postgres.Source[*item], edit ...func(*informer.Options[int64, *item])) (*informer.Informer[int64, *item], *informertest.Recorder[*item]) {
 	t.Helper()
-	opts := informer.Options[int64, *item]{Key: itemKey, Name: t.Name(), ErrorHandler: func(err error) { t.Logf("informer error: %v", err) }}
+	opts := informer.Options[int64, *item]{Key: itemKey, Name: t.Name(), Logger: slog.New(slog.DiscardHandler),
+		ErrorHandler: func(err error) { t.Logf("informer error: %v", err) }}
 	for _, e := range edit {
 		e(&opts)
 	}

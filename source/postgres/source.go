@@ -245,7 +245,7 @@ func (s *Source[V]) connect(ctx context.Context, replication bool) (*pgconn.PgCo
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, s.errorf(informer.ErrConnectionRefused, err, "%s to %s:%d", what, cfg.Host, cfg.Port)
+		return nil, s.errorf(informer.ErrConnectionRefused, err, "%s", what)
 	}
 	return conn, nil
 }

@@ -55,7 +55,14 @@ func (s *Source[V]) newStream(conn *pgconn.PgConn, slot string, id identity, pos
 		relations: map[uint32]*relation{}}
 }
 
-func (st *stream[V]) close() { _ = st.conn.Close(context.Background()) }
+// close ends the stream's connection, first reporting the delivered position so that a
+// named slot resumes after it.
+func (st *stream[V]) close() {
+	if st.started && !st.broken && st.pos > st.confirmed {
+		_ = st.status(false)
+	}
+	_ = st.conn.Close(context.Background())
+}
 
 // start starts streaming after from.
 func (st *stream[V]) start(ctx context.Context, from pglogrepl.LSN) error {
