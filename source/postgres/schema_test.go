@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"testing"
 	"time"
-
 )
 
 // A column dropped and one added while the informer runs: the Relation messages give the
@@ -92,4 +91,3 @@ func wantErr(t *testing.T, errs chan error, want string) {
 		t.Fatalf("no error reported, want %s", want)
 	}
 }
-

@@ -1,10 +1,10 @@
 package postgres
 
 import (
-	"fmt"
-	"os"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pglogrepl"
