@@ -92,3 +92,18 @@ func TestLargeTransactionIsAtomic(t *testing.T) {
 	t.Logf("%d distinct (revision, rows) states seen by a reader; the transaction whole at %s", len(seen), full)
 	caughtUp(t, c, inf, name)
 }
+
+// SourceID names the server (system identifier and timeline), the database and the table.
+func TestSourceIDNamesServerTimelineDatabaseTable(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	var want string
+	err := c.QueryRow(context.Background(), `SELECT 'postgres:' || system_identifier || '/' || (SELECT timeline_id FROM pg_control_checkpoint()) || '/' || current_database() || '/' || $1::text FROM pg_control_system()`, name).Scan(&want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newSource(t, name).SourceID(context.Background())
+	if err != nil || got != want {
+		t.Fatalf("SourceID = %q, %v; want %q", got, err, want)
+	}
+}
