@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -329,5 +328,3 @@ func newSlotName() string {
 // newTypeMap returns the type map a list or a stream decodes with (a pgtype.Map is not
 // safe for concurrent use).
 func newTypeMap() *pgtype.Map { return pgtype.NewMap() }
-
-func itoa(i int) string { return strconv.Itoa(i) }

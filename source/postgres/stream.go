@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -161,9 +159,6 @@ func (st *stream[V]) handle(ctx context.Context, data []byte, bookmarks bool) (p
 				return 0, err
 			}
 		}
-		if debugStream {
-			fmt.Printf("keepalive %s pos=%s tx=%v\n", k.ServerWALEnd, st.pos, st.tx != nil)
-		}
 		if bookmarks && st.tx == nil && k.ServerWALEnd > st.pos {
 			return k.ServerWALEnd, nil
 		}
@@ -183,9 +178,6 @@ func (st *stream[V]) message(ctx context.Context, data []byte, bookmarks bool) (
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return 0, st.s.errorf(informer.ErrBadInput, err, "pgoutput message")
-	}
-	if debugStream {
-		fmt.Printf("msg %T %+v pos=%s\n", msg, msg, st.pos)
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
@@ -352,5 +344,3 @@ func (s *Source[V]) streamError(err error, what string) error {
 	}
 	return s.classify(err, what)
 }
-
-var debugStream = os.Getenv("PGDEBUG") != ""

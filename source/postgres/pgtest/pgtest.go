@@ -8,7 +8,6 @@ package pgtest
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -121,6 +120,3 @@ func Main(run func() int, set func(*Server)) int {
 	}
 	return code
 }
-
-// ErrNoServer is returned by helpers when no server could be started.
-var ErrNoServer = errors.New("pgtest: no PostgreSQL server")
