@@ -15,6 +15,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/source/postgres"
 )
 
 var figures = flag.Bool("figures", false, "measure the figures of the README (about a minute)")
@@ -65,13 +66,36 @@ func TestFigures(t *testing.T) {
 		}
 		return d
 	}
-	var sel, syn []time.Duration
+	listOnce := func() time.Duration {
+		src := newSource(t, name)
+		defer src.Close()
+		start := time.Now()
+		n, cont := 0, ""
+		for {
+			l, err := src.List(ctx, informer.ListOptions{Limit: postgres.DefaultPageSize, Continue: cont})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(l.Items)
+			if cont = l.Continue; cont == "" {
+				break
+			}
+		}
+		if n != 100_000 {
+			t.Fatalf("listed %d rows", n)
+		}
+		return time.Since(start)
+	}
+	var sel, syn, lis []time.Duration
 	for range 3 {
 		sel = append(sel, selectAll())
 		syn = append(syn, syncOnce())
+		lis = append(lis, listOnce())
 	}
 	slices.Sort(sel)
 	slices.Sort(syn)
+	slices.Sort(lis)
+	t.Logf("the source's List alone: %v (%.2f× SELECT *)", lis[1].Round(time.Millisecond), float64(lis[1])/float64(sel[1]))
 	t.Logf("initial sync of 100,000 rows of ~1 KiB: informer %v, SELECT * through pgx %v (medians of 3): %.2f×", syn[1].Round(time.Millisecond), sel[1].Round(time.Millisecond), float64(syn[1])/float64(sel[1]))
 
 	// Latency and WAL retained at 1,000 commits/s for 5 s.
