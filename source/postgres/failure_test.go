@@ -197,3 +197,25 @@ func TestNamedSlotResumes(t *testing.T) {
 		t.Fatalf("slot %s still there (%d, %v)", slot, n, err)
 	}
 }
+
+// A server found on another timeline than the list's (restored from a backup, or a
+// promoted standby) is another history: the watch fails with ErrExpired, naming both.
+func TestTimelineChangeExpiresTheWatch(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	slot := "informer_timeline"
+	t.Cleanup(func() { _ = postgres.DropSlot(context.Background(), server.URL, slot) })
+	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.Slot = slot })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := src.List(ctx, informer.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	postgres.PretendTimelineChanged(src)
+	_, err = src.Watch(ctx, informer.WatchOptions{Revision: l.Revision})
+	if !errors.Is(err, informer.ErrExpired) || !strings.Contains(err.Error(), "(restored or promoted): list again") {
+		t.Fatalf("watch after a timeline change: %v, want ErrExpired saying the server was restored or promoted", err)
+	}
+	_ = src.Close()
+}
