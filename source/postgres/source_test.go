@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
@@ -105,5 +106,37 @@ func TestSourceIDNamesServerTimelineDatabaseTable(t *testing.T) {
 	got, err := newSource(t, name).SourceID(context.Background())
 	if err != nil || got != want {
 		t.Fatalf("SourceID = %q, %v; want %q", got, err, want)
+	}
+}
+
+// A watch given a timeout ends cleanly (io.EOF) once it has passed, and the next watch
+// from the same revision reads on from the same slot: no relist.
+func TestWatchTimeoutEndsAndResumes(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	src := newSource(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := src.List(ctx, informer.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := src.Watch(ctx, informer.WatchOptions{Revision: l.Revision, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Next(); err != io.EOF {
+		t.Fatalf("Next after the timeout: %v, want io.EOF", err)
+	}
+	w.Stop()
+	w, err = src.Watch(ctx, informer.WatchOptions{Revision: l.Revision})
+	if err != nil {
+		t.Fatalf("watch again from %s: %v", l.Revision, err)
+	}
+	defer w.Stop()
+	exec(t, c, "INSERT INTO "+name+" VALUES (1, 'n', 'a')")
+	ev, err := w.Next()
+	if err != nil || ev.Type != informer.Added || ev.Object.ID != 1 {
+		t.Fatalf("Next: %v %+v, %v", ev.Type, ev.Object, err)
 	}
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 
@@ -23,7 +24,8 @@ import (
 // is gone or was dropped, its confirmed position is past the revision, or the server is
 // another timeline.
 //
-// opts.Timeout is not used: a watch runs until it fails or is stopped.
+// A watch with opts.Timeout ends with io.EOF once it has passed, never inside a
+// transaction; the next watch reads on from the same connection.
 func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[V], error) {
 	if opts.SendInitialEvents {
 		return nil, s.errorf(informer.ErrNotSupported, nil, "streaming lists are not supported")
@@ -43,7 +45,9 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		}
 		return nil, s.errorf(nil, nil, "the source is closed")
 	}
-	if st != nil && (st.broken || st.pos != from || len(st.pending) > 0 || st.tx != nil) {
+	// A stream that delivered part of a transaction is not resumed: the informer's
+	// revision does not say where in it it stopped.
+	if st != nil && (st.broken || st.pos != from || len(st.pending) > 0) {
 		st.close()
 		st = nil
 	}
@@ -61,7 +65,13 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 			return nil, err
 		}
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	var wctx context.Context
+	var cancel context.CancelFunc
+	if opts.Timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+	} else {
+		wctx, cancel = context.WithCancel(ctx)
+	}
 	return &watch[V]{s: s, st: st, ctx: wctx, cancel: cancel, bookmarks: opts.AllowBookmarks}, nil
 }
 
@@ -152,6 +162,9 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 		// The watch ends: a stream still usable goes back to the source.
 		w.mu.Unlock()
 		w.release(st)
+		if errors.Is(err, context.DeadlineExceeded) && errors.Is(w.ctx.Err(), context.DeadlineExceeded) {
+			err = io.EOF // the timeout the informer asked for
+		}
 		return ev, err
 	}
 	w.st = st
