@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -139,4 +140,71 @@ func TestWatchTimeoutEndsAndResumes(t *testing.T) {
 	if err != nil || ev.Type != informer.Added || ev.Object.ID != 1 {
 		t.Fatalf("Next: %v %+v, %v", ev.Type, ev.Object, err)
 	}
+}
+
+// A list is one snapshot: rows changed while its pages are read are listed as they were
+// at its revision, and the watch from that revision delivers the changes.
+func TestListIsOneSnapshotAcrossPages(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	exec(t, c, "INSERT INTO "+name+" SELECT i, 'n', 'v'||i FROM generate_series(1, 30) i")
+	src := newSource(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := src.List(ctx, informer.ListOptions{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, "UPDATE "+name+" SET value = 'changed' WHERE id > 10")
+	exec(t, c, "INSERT INTO "+name+" VALUES (31, 'n', 'new')")
+	items := l.Items
+	for cont := l.Continue; cont != ""; {
+		p, err := src.List(ctx, informer.ListOptions{Limit: 10, Continue: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Revision != l.Revision {
+			t.Fatalf("page at %s, the first at %s", p.Revision, l.Revision)
+		}
+		items, cont = append(items, p.Items...), p.Continue
+	}
+	if len(items) != 30 {
+		t.Fatalf("listed %d rows, want the 30 of the snapshot", len(items))
+	}
+	for _, it := range items {
+		if it.Value != fmt.Sprint("v", it.ID) {
+			t.Fatalf("row %d listed as %q, not as at the list's revision", it.ID, it.Value)
+		}
+	}
+	w, err := src.Watch(ctx, informer.WatchOptions{Revision: l.Revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var got []string
+	for len(got) < 21 {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v %d=%s", ev.Type, ev.Object.ID, ev.Object.Value))
+	}
+	if got[0] != "Modified 11=changed" || got[19] != "Modified 30=changed" || got[20] != "Added 31=new" {
+		t.Fatalf("watch after the list: %v", got)
+	}
+}
+
+// A TRUNCATE of the table makes the informer list again: the cache empties.
+func TestTruncateRelists(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	exec(t, c, "INSERT INTO "+name+" SELECT i, 'n', 'v'||i FROM generate_series(1, 5) i")
+	inf, rec := run(t, newSource(t, name))
+	rec.WaitFor(t, 5)
+	rec.Reset()
+	exec(t, c, "TRUNCATE "+name)
+	rec.ExpectNextUnordered(t, "delete?1=v1", "delete?2=v2", "delete?3=v3", "delete?4=v4", "delete?5=v5")
+	exec(t, c, "INSERT INTO "+name+" VALUES (9, 'n', 'after')")
+	rec.ExpectNext(t, "add 9=after")
+	caughtUp(t, c, inf, name)
 }
