@@ -1,0 +1,104 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/v3"
+)
+
+// traffic writes random changes to the prefix, one request at a time, from a seed: puts,
+// deletes, transactions of 2–8 keys (each after a write outside the prefix, so that the
+// revision before a transaction is not the prefix's), and keys bound to short leases
+// that etcd deletes when they expire.
+type traffic struct {
+	cli    *clientv3.Client
+	rng    *rand.Rand
+	prefix string
+	keys   int
+
+	pause sync.RWMutex // held for writing while a failure needs the traffic stopped
+
+	op     int
+	counts map[string]int // operations sent, by kind
+	errors int
+}
+
+func newTraffic(cli *clientv3.Client, seed int64, prefix string, keys int) *traffic {
+	return &traffic{cli: cli, rng: rand.New(rand.NewPCG(uint64(seed), 0x7261666669630a)), prefix: prefix, keys: keys, counts: make(map[string]int)}
+}
+
+func (tr *traffic) key() string { return fmt.Sprintf("%sk%03d", tr.prefix, tr.rng.IntN(tr.keys)) }
+
+// value is unique in the run: the operation's number and the key's place in it.
+func (tr *traffic) value(i int) string { return fmt.Sprintf("v%d.%d", tr.op, i) }
+
+// run sends operations until ctx ends.
+func (tr *traffic) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		tr.pause.RLock()
+		tr.step(ctx)
+		tr.pause.RUnlock()
+	}
+}
+
+func (tr *traffic) step(ctx context.Context) {
+	tr.op++
+	octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var err error
+	kind := ""
+	switch r := tr.rng.IntN(100); {
+	case r < 35:
+		kind = "put"
+		_, err = tr.cli.Put(octx, tr.key(), tr.value(0))
+	case r < 45:
+		kind = "delete"
+		_, err = tr.cli.Delete(octx, tr.key())
+	case r < 80:
+		kind = "txn"
+		if _, err = tr.cli.Put(octx, "/outside/"+fmt.Sprint(tr.rng.IntN(4)), tr.value(0)); err != nil {
+			break
+		}
+		n := 2 + tr.rng.IntN(7)
+		seen := map[string]bool{}
+		var ops []clientv3.Op
+		for i := 0; len(ops) < n; i++ {
+			k := tr.key()
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if tr.rng.IntN(5) == 0 {
+				ops = append(ops, clientv3.OpDelete(k))
+			} else {
+				ops = append(ops, clientv3.OpPut(k, tr.value(i)))
+			}
+		}
+		_, err = tr.cli.Txn(octx).Then(ops...).Commit()
+	case r < 88:
+		kind = "lease"
+		var lease *clientv3.LeaseGrantResponse
+		if lease, err = tr.cli.Grant(octx, int64(1+tr.rng.IntN(2))); err != nil {
+			break
+		}
+		var ops []clientv3.Op
+		for i := range 1 + tr.rng.IntN(3) {
+			ops = append(ops, clientv3.OpPut(tr.key(), tr.value(i), clientv3.WithLease(lease.ID)))
+		}
+		_, err = tr.cli.Txn(octx).Then(ops...).Commit()
+	default:
+		kind = "outside"
+		_, err = tr.cli.Put(octx, "/outside/"+fmt.Sprint(tr.rng.IntN(4)), tr.value(0))
+	}
+	tr.counts[kind]++
+	if err != nil {
+		tr.errors++
+	}
+}
+
+// Ops returns the operations sent so far (call it once run has returned).
+func (tr *traffic) Ops() int { return tr.op }
