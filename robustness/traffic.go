@@ -19,6 +19,7 @@ type traffic struct {
 	rng    *rand.Rand
 	prefix string
 	keys   int
+	single bool // every change touches one key: no transaction, one key per lease
 
 	pause sync.RWMutex // held for writing while a failure needs the traffic stopped
 
@@ -64,6 +65,9 @@ func (tr *traffic) step(ctx context.Context) {
 			break
 		}
 		n := 2 + tr.rng.IntN(7)
+		if tr.single {
+			n = 1
+		}
 		seen := map[string]bool{}
 		var ops []clientv3.Op
 		for i := 0; len(ops) < n; i++ {
@@ -86,7 +90,11 @@ func (tr *traffic) step(ctx context.Context) {
 			break
 		}
 		var ops []clientv3.Op
-		for i := range 1 + tr.rng.IntN(3) {
+		n := 1 + tr.rng.IntN(3)
+		if tr.single {
+			n = 1
+		}
+		for i := range n {
 			ops = append(ops, clientv3.OpPut(tr.key(), tr.value(i), clientv3.WithLease(lease.ID)))
 		}
 		_, err = tr.cli.Txn(octx).Then(ops...).Commit()

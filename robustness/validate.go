@@ -176,8 +176,10 @@ func explain(h *History, rd Read, validator string) Violation {
 			if w, _, ok := e.writtenAt(k, got); ok {
 				d += fmt.Sprintf(" (the read's value was written at revision %d)", w)
 				lo, hi = min(lo, w), max(hi, w)
+			} else if where := writtenBefore(h, e, k, got); where != "" {
+				d += " (the read's value is " + where + ")"
 			} else {
-				d += " (the read's value is not in this epoch's history)"
+				d += " (the read's value is in no epoch's history)"
 			}
 		}
 		diffs = append(diffs, d)
@@ -189,6 +191,19 @@ func explain(h *History, rd Read, validator string) Violation {
 	msg := fmt.Sprintf("%s of %s labelled revision %d (%d keys, taken %s, after %d restore(s)) %s; against revision %d: %s",
 		rd.Kind, rd.Who, rd.Label, len(rd.State), rd.At.Format("15:04:05.000"), rd.Restores, what, at, strings.Join(diffs, "; "))
 	return Violation{Validator: validator, Message: msg, Slice: e.Slice(lo-2, hi+2)}
+}
+
+// writtenBefore says where an epoch before e had k = value.
+func writtenBefore(h *History, e *Epoch, k, value string) string {
+	for i, old := range h.Epochs {
+		if old == e {
+			break
+		}
+		if at, _, ok := old.writtenAt(k, value); ok {
+			return fmt.Sprintf("of epoch %d, written at revision %d, which a restore undid", i, at)
+		}
+	}
+	return ""
 }
 
 func show(v string, ok bool) string {
