@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/fanout"
 	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
 )
@@ -81,6 +84,15 @@ type InformerSpec struct {
 	SlowTransform time.Duration
 	// PersistDir, when set, makes the informer save its cache there every 20 ms.
 	PersistDir string
+	// Source, when set, is the informer's source (a fan-out client); nil means etcd
+	// through the proxies.
+	Source func() (informer.ListerWatcher[*Item], error)
+	// Filter is the filter value of a filtered client (see Read.Filter); such a client
+	// has no handlers.
+	Filter string
+	// Serve, when set, makes the informer a fan-out replica: a fanout.Server of it on this
+	// loopback address, which a restart takes again.
+	Serve string
 }
 
 // participant is one informer of a run, with its handlers and a reader that records
@@ -90,11 +102,12 @@ type participant struct {
 	cli      *clientv3.Client
 	rec      *Recording
 	restores *atomic.Int64
-	handlers []*Handler // the current incarnation's
+	handlers []*Handler   // the current incarnation's
 	past     []HandlerRun // the handlers of incarnations stopped before
 
-	src    *etcd.Source[*Item]
 	inf    *informer.Informer[string, *Item]
+	srv    *fanout.Server[string, *Item]
+	hs     *http.Server
 	file   *savingFile
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -141,7 +154,13 @@ func (p *participant) currentRuns() []HandlerRun {
 // start builds the informer (again, on a restart: same handlers, same snapshot file),
 // runs it and its reader, and waits until it has synced.
 func (p *participant) start(prefix string) error {
-	src, err := etcd.New(p.cli, prefix, decodeItem, etcd.Options{RequestTimeout: 5 * time.Second})
+	var src informer.ListerWatcher[*Item]
+	var err error
+	if p.spec.Source != nil {
+		src, err = p.spec.Source()
+	} else {
+		src, err = etcd.New(p.cli, prefix, decodeItem, etcd.Options{RequestTimeout: 5 * time.Second})
+	}
 	if err != nil {
 		return err
 	}
@@ -175,6 +194,9 @@ func (p *participant) start(prefix string) error {
 	}
 	p.newHandlers()
 	p.warm = 0
+	if p.spec.Filter != "" {
+		p.handlers = nil
+	}
 	for i, h := range p.handlers {
 		ho := informer.HandlerOptions{Name: h.Name}
 		switch i {
@@ -187,7 +209,10 @@ func (p *participant) start(prefix string) error {
 			return err
 		}
 	}
-	p.src, p.inf = src, inf
+	p.inf = inf
+	if err := p.serve(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
 	var wg sync.WaitGroup
@@ -213,6 +238,27 @@ func (p *participant) start(prefix string) error {
 		return fmt.Errorf("informer %s did not sync in 2 minutes: %v", p.spec.Name, inf.Stats().LastError)
 	}
 	p.recordRestored()
+	return nil
+}
+
+// serve starts the fan-out Server of a replica: before the informer runs, so that it
+// mirrors every change.
+func (p *participant) serve() error {
+	if p.spec.Serve == "" {
+		return nil
+	}
+	srv, err := fanout.NewServer(p.inf, fanout.ServerOptions[*Item]{
+		Filters: map[string]informer.IndexFunc[*Item]{indexName: func(it *Item) ([]string, error) { return []string{IndexOf(it.Value)}, nil }},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", p.spec.Serve)
+	if err != nil {
+		return fmt.Errorf("replica %s: %w", p.spec.Name, err)
+	}
+	p.srv, p.hs = srv, &http.Server{Handler: srv}
+	go func(hs *http.Server) { _ = hs.Serve(ln) }(p.hs)
 	return nil
 }
 
@@ -243,7 +289,7 @@ func (p *participant) read(ctx context.Context) {
 			prev = sn
 			if label, err := strconv.ParseInt(sn.Revision(), 10, 64); err == nil {
 				p.rec.AddRead(Read{Who: p.spec.Name, At: time.Now(), Restores: int(p.restores.Load()), Label: label,
-					State: stateOf(sn), Index: indexOf(sn), Kind: "snapshot"})
+					State: stateOf(sn), Index: indexOf(sn), Kind: "snapshot", Filter: p.spec.Filter})
 			}
 		}
 		select {
@@ -283,6 +329,13 @@ func (p *participant) stop() {
 	if p.cancel == nil {
 		return
 	}
+	if p.hs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = p.hs.Close() // cuts every connection, as a crash would
+		_ = p.srv.Shutdown(ctx)
+		cancel()
+		p.hs, p.srv = nil, nil
+	}
 	p.cancel()
 	<-p.done
 	p.past = append(p.past, p.currentRuns()...)
@@ -304,7 +357,6 @@ func (p *participant) waitFor(rev int64, limit time.Duration) error {
 	}
 	return err
 }
-
 
 // waitHandlers waits, at most limit, until what each handler's notifications add up to is
 // etcd's state at last: a handler converges only after the run quiesces.

@@ -31,14 +31,17 @@ type Read struct {
 	// snapshot, a warm restart's restored state), false for a read that may hold changes
 	// after Label (a non-exact Snapshot()).
 	Exact bool
-	// Kind says what was read ("snapshot", "saved", "restored", "list").
+	// Kind says what was read ("snapshot", "saved", "restored").
 	Kind string
+	// Filter is a filtered client's filter value: its state holds only the keys whose
+	// values index there ("": every key).
+	Filter string
 }
 
 // Note is one notification a handler received.
 type Note struct {
 	Handler string
-	Seq     int // per handler, from 0
+	Seq     int    // per handler, from 0
 	Kind    string // "add", "update", "delete", "resync"
 	Key     string
 	Value   string // the new state; for a delete, the last state given

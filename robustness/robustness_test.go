@@ -28,7 +28,7 @@ func runOne(t *testing.T, cfg Config) Result {
 	t.Helper()
 	cfg.Dir = t.TempDir()
 	cfg.ReportDir = *flagReports
-	for range 6 {
+	for range 8 {
 		cfg.Addrs = append(cfg.Addrs, testkit.StableAddr(t))
 	}
 	return Run(cfg)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +20,9 @@ import (
 	"go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/informer-go/informer"
+	httpsource "github.com/informer-go/informer/source/http"
 )
 
 // The failures the suite injects.
@@ -33,11 +37,12 @@ const (
 	FailCompactWatched  = "compact-watched"  // the informers cut off, then compaction past their watches' revision
 	FailDefrag          = "defrag"           // defragmentation of every member
 	FailRestartInformer = "restart-informer" // an informer stopped and started warm from its snapshot file
+	FailKillReplica     = "kill-replica"     // a fan-out replica's connections cut and its informer stopped, started again later
 )
 
 // AllFailures is every failure kind, for the long runs.
 var AllFailures = []string{FailRestore, FailRestoreBump, FailKillMember, FailKillLeader, FailCut, FailBlackhole,
-	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer}
+	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica}
 
 // Config is one run.
 type Config struct {
@@ -57,8 +62,8 @@ type Config struct {
 	Dir string
 	// ReportDir receives the report of a run that found a violation (default Dir).
 	ReportDir string
-	// Addrs are 6 loopback addresses for the members' client and peer ports, which stay
-	// free while a member restarts.
+	// Addrs are 8 loopback addresses that stay free while what listens on them restarts:
+	// the members' client and peer ports, then the two fan-out replicas'.
 	Addrs []string
 }
 
@@ -97,25 +102,28 @@ func Run(cfg Config) Result {
 }
 
 type run struct {
-	cfg      Config
-	rng      *rand.Rand
-	cluster  *Cluster
-	direct   *clientv3.Client // the traffic's and the bookkeeping's: members' own ports
-	observer *clientv3.Client // the informers': through the proxies
-	rec      *Recording
-	hist     *recorder
-	traffic  *traffic
-	restores atomic.Int64
-	parts    []*participant
-	finals   map[string]map[string]string
-	quiesce  []Violation
-	history  *History
+	cfg       Config
+	rng       *rand.Rand
+	cluster   *Cluster
+	direct    *clientv3.Client // the traffic's and the bookkeeping's: members' own ports
+	observer  *clientv3.Client // the informers': through the proxies
+	rec       *Recording
+	hist      *recorder
+	traffic   *traffic
+	restores  atomic.Int64
+	parts     []*participant
+	finals    []FinalState
+	replicas  []*participant
+	ctrl      *controllers
+	transport *http.Transport
+	quiesce   []Violation
+	history   *History
 }
 
 const prefix = "/r/"
 
 func newRun(cfg Config) (*run, error) {
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661696c75726573)), rec: newRecording(20000), finals: make(map[string]map[string]string)}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661696c75726573)), rec: newRecording(20000)}
 	c, err := startCluster(cfg.Dir, cfg.Addrs, time.Second)
 	if err != nil {
 		return nil, err
@@ -139,13 +147,48 @@ func newRun(cfg Config) (*run, error) {
 	r.traffic = newTraffic(r.direct, cfg.Seed, prefix, cfg.Keys)
 	r.traffic.single = cfg.SingleKey
 	r.parts = []*participant{newParticipant(InformerSpec{Name: "primary", SlowTransform: 200 * time.Microsecond, PersistDir: filepath.Join(cfg.Dir, "persist")}, r.observer, r.rec, &r.restores)}
+	// A fan-out replica pair, and two clients of it: one of every key, one filtered.
+	a, b := "http://"+cfg.Addrs[6]+"/", "http://"+cfg.Addrs[7]+"/"
+	r.transport = &http.Transport{}
+	for i, spec := range []InformerSpec{
+		{Name: "replica-a", Serve: cfg.Addrs[6]},
+		{Name: "replica-b", Serve: cfg.Addrs[7]},
+		{Name: "client", Source: r.fanClient(a, b, "")},
+		{Name: "client-filtered", Source: r.fanClient(b, a, "0"), Filter: "0"},
+	} {
+		p := newParticipant(spec, r.observer, r.rec, &r.restores)
+		if i < 2 {
+			r.replicas = append(r.replicas, p)
+		}
+		r.parts = append(r.parts, p)
+	}
 	for _, p := range r.parts {
 		if err := p.start(prefix); err != nil {
 			r.close()
 			return nil, err
 		}
 	}
+	// Two controller replicas whose leader reconciles from the fan-out client's cache.
+	if r.ctrl, err = startControllers(2, c.Endpoints(), r.observer, r.parts[3].inf, r.rec); err != nil {
+		r.close()
+		return nil, err
+	}
 	return r, nil
+}
+
+// fanClient returns the source of a fan-out client: home first, failover next.
+func (r *run) fanClient(home, failover, filter string) func() (informer.ListerWatcher[*Item], error) {
+	return func() (informer.ListerWatcher[*Item], error) {
+		opts := httpsource.ClientOptions[*Item]{HTTPClient: &http.Client{Transport: r.transport}, StreamingList: true, FailoverURLs: []string{failover}}
+		if filter != "" {
+			opts.Filter = httpsource.Filter{Index: indexName, Value: filter}
+		}
+		c, err := httpsource.NewClient(home, opts)
+		if err != nil {
+			return nil, err
+		}
+		return c.Ordered(), nil
+	}
 }
 
 // drive runs the traffic and the failures, then quiesces: heals everything, writes a
@@ -295,8 +338,11 @@ func (r *run) fail(ctx context.Context, kind string) error {
 				return err
 			}
 		}
-	case FailRestartInformer:
-		p := r.parts[r.rng.IntN(len(r.parts))]
+	case FailRestartInformer, FailKillReplica:
+		p := r.parts[0] // the informer with a snapshot file
+		if kind == FailKillReplica {
+			p = r.replicas[r.rng.IntN(len(r.replicas))]
+		}
 		p.stop()
 		hold(lasting)
 		return p.start(prefix)
@@ -332,7 +378,13 @@ func (r *run) restore(ctx context.Context, bump bool, lag time.Duration) error {
 	for i := range 16 {
 		lost = append(lost, clientv3.OpPut(fmt.Sprintf("%slost%d-%02d", prefix, r.restores.Load(), i), fmt.Sprintf("lost%d.%d", r.restores.Load(), i)))
 	}
-	if _, err := r.direct.Txn(bctx).Then(lost...).Commit(); err != nil {
+	if r.cfg.SingleKey {
+		for _, op := range lost {
+			if _, err := r.direct.Do(bctx, op); err != nil {
+				return err
+			}
+		}
+	} else if _, err := r.direct.Txn(bctx).Then(lost...).Commit(); err != nil {
 		return err
 	}
 	select {
@@ -364,11 +416,15 @@ func (r *run) restore(ctx context.Context, bump bool, lag time.Duration) error {
 func (r *run) validate(res *Result) {
 	for _, p := range r.parts {
 		if p.cancel != nil {
-			r.finals[p.spec.Name] = stateOf(p.inf.Snapshot())
+			r.finals = append(r.finals, FinalState{Who: p.spec.Name, Filter: p.spec.Filter, State: stateOf(p.inf.Snapshot())})
 			for _, h := range p.handlers {
-				r.finals[h.Name] = h.State()
+				r.finals = append(r.finals, FinalState{Who: h.Name, State: h.State()})
 			}
 		}
+	}
+	if r.ctrl != nil {
+		r.ctrl.stop()
+		r.ctrl = nil
 	}
 	var handlers []HandlerRun
 	for _, p := range r.parts {
@@ -459,6 +515,9 @@ func (r *run) writeReport(res *Result) string {
 var afterRestores = regexp.MustCompile(`after \d+ restore`)
 
 func (r *run) close() {
+	if r.ctrl != nil {
+		r.ctrl.stop()
+	}
 	for _, p := range r.parts {
 		p.stop()
 	}
@@ -467,6 +526,9 @@ func (r *run) close() {
 	}
 	if r.observer != nil {
 		r.observer.Close()
+	}
+	if r.transport != nil {
+		r.transport.CloseIdleConnections()
 	}
 	if r.direct != nil {
 		r.direct.Close()

@@ -121,20 +121,30 @@ func epochsFor(h *History, restores int) []*Epoch {
 func matchAny(h *History, rd Read) bool {
 	for _, e := range epochsFor(h, rd.Restores) {
 		if rd.Exact {
-			if rd.Label >= e.Base && rd.Label <= e.End && maps.Equal(e.StateAt(rd.Label), rd.State) {
+			if rd.Label >= e.Base && rd.Label <= e.End && maps.Equal(filtered(e.StateAt(rd.Label), rd.Filter), rd.State) {
 				return true
 			}
 			continue
 		}
-		if matchFrom(e, rd.Label, rd.State) {
+		if matchFrom(e, rd.Label, rd.State, rd.Filter) {
 			return true
 		}
 	}
 	return false
 }
 
-// matchFrom reports whether state is e's state at some revision S ≥ from.
-func matchFrom(e *Epoch, from int64, state map[string]string) bool {
+// filtered keeps the keys of state whose values index under filter ("": all of them).
+func filtered(state map[string]string, filter string) map[string]string {
+	if filter == "" {
+		return state
+	}
+	maps.DeleteFunc(state, func(_, v string) bool { return IndexOf(v) != filter })
+	return state
+}
+
+// matchFrom reports whether state is e's state at some revision S ≥ from (its keys whose
+// values index under filter, if filter is set).
+func matchFrom(e *Epoch, from int64, state map[string]string, filter string) bool {
 	lower, upper := max(from, e.Base), e.End
 	for k, v := range state {
 		at, next, ok := e.writtenAt(k, v)
@@ -146,11 +156,11 @@ func matchFrom(e *Epoch, from int64, state map[string]string) bool {
 	if lower > upper {
 		return false
 	}
-	if maps.Equal(e.StateAt(lower), state) {
+	if maps.Equal(filtered(e.StateAt(lower), filter), state) {
 		return true
 	}
 	for _, rev := range e.Revs {
-		if rev > lower && rev <= upper && maps.Equal(e.StateAt(rev), state) {
+		if rev > lower && rev <= upper && maps.Equal(filtered(e.StateAt(rev), filter), state) {
 			return true
 		}
 	}
@@ -162,7 +172,7 @@ func matchFrom(e *Epoch, from int64, state map[string]string) bool {
 func explain(h *History, rd Read, validator string) Violation {
 	e := epochsFor(h, rd.Restores)[0]
 	at := min(max(rd.Label, e.Base), e.End)
-	want := e.StateAt(at)
+	want := filtered(e.StateAt(at), rd.Filter)
 	lo, hi := at, at
 	var diffs []string
 	for _, k := range unionKeys(rd.State, want) {
@@ -230,16 +240,22 @@ func (h *History) Final() map[string]string {
 	return e.StateAt(e.End)
 }
 
+// FinalState is a participant's state once the run has quiesced.
+type FinalState struct {
+	Who    string
+	Filter string // a filtered client's filter value: it holds the keys whose values index there
+	State  map[string]string
+}
+
 // CheckConverged checks that, once the run has quiesced (traffic stopped, failures
 // healed, every participant waited up to etcd's last revision), each participant's final
 // state (a cache, a client's cache, the state a handler's notifications add up to)
-// equals etcd's final state of the prefix: nothing kept that etcd no longer has, nothing
-// missing, no stale value.
-func CheckConverged(h *History, finals map[string]map[string]string) []Violation {
-	want := h.Final()
+// equals etcd's final state of the prefix (a filtered client's: the keys its filter
+// selects): nothing kept that etcd no longer has, nothing missing, no stale value.
+func CheckConverged(h *History, finals []FinalState) []Violation {
 	var out []Violation
-	for _, who := range slices.Sorted(maps.Keys(finals)) {
-		got := finals[who]
+	for _, f := range finals {
+		who, got, want := f.Who, f.State, filtered(h.Final(), f.Filter)
 		if maps.Equal(got, want) {
 			continue
 		}

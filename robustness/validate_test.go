@@ -60,6 +60,13 @@ func TestOneHistoryFindsAStateOlderThanItsLabel(t *testing.T) {
 	expectOne(t, vs, OneHistory, "labelled revision 5")
 }
 
+func TestOneHistoryFiltersAFilteredClientsState(t *testing.T) {
+	h := twoTxns()
+	good := Read{Who: "c", Label: 4, State: map[string]string{"b": "v2.1"}, Filter: "1", Kind: "snapshot"}
+	bad := Read{Who: "c", Label: 4, State: map[string]string{"a": "v2.0"}, Filter: "1", Kind: "snapshot"}
+	expectOne(t, CheckOneHistory(h, []Read{good, bad}), OneHistory, "a: read v2.0, etcd had absent")
+}
+
 func TestOneHistoryFindsAWrongIndex(t *testing.T) {
 	vs := CheckOneHistory(twoTxns(), []Read{{Who: "i", Label: 2, State: map[string]string{"a": "v1.0"},
 		Index: map[string][]string{"0": {"a"}, "1": {"a"}}, Kind: "snapshot"}})
@@ -92,9 +99,10 @@ func TestOneHistoryFindsACacheThatTrustedARestore(t *testing.T) {
 
 func TestConvergedFindsKeysEtcdNoLongerHas(t *testing.T) {
 	h := restored()
-	vs := CheckConverged(h, map[string]map[string]string{
-		"good": {"a": "v1.0", "b": "v9.0"},
-		"bad":  {"a": "v1.0", "b": "v9.0", "lost": "v2.2"},
+	vs := CheckConverged(h, []FinalState{
+		{Who: "good", State: map[string]string{"a": "v1.0", "b": "v9.0"}},
+		{Who: "filtered", Filter: "0", State: map[string]string{"b": "v9.0"}},
+		{Who: "bad", State: map[string]string{"a": "v1.0", "b": "v9.0", "lost": "v2.2"}},
 	})
 	expectOne(t, vs, Converged, "bad did not converge to etcd's final state at revision 7 (2 keys): 1 key(s) differ: lost: has v2.2, etcd has absent")
 }
