@@ -107,12 +107,14 @@ type participant struct {
 
 	inf    *informer.Informer[string, *Item]
 	srv    *fanout.Server[string, *Item]
+	ln     net.Listener // a replica's listener for its first start
 	hs     *http.Server
 	file   *savingFile
 	cancel context.CancelFunc
 	done   chan struct{}
 	warm   uint64 // 1 if this incarnation started from a restored state
-	starts int
+	lists    uint64 // lists applied by the incarnations stopped before
+	starts   int
 }
 
 func newParticipant(spec InformerSpec, cli *clientv3.Client, rec *Recording, restores *atomic.Int64) *participant {
@@ -143,7 +145,7 @@ func (p *participant) handlerRuns() []HandlerRun {
 }
 
 func (p *participant) currentRuns() []HandlerRun {
-	one := p.inf.Stats().Relists+p.warm == 1
+	one := p.listedOnce()
 	var runs []HandlerRun
 	for _, h := range p.handlers {
 		runs = append(runs, HandlerRun{Name: h.Name, Policy: h.Policy, Notes: h.Notes(), ListedOne: one})
@@ -241,6 +243,21 @@ func (p *participant) start(prefix string) error {
 	return nil
 }
 
+// listedOnce reports whether every state since this incarnation's one list (or
+// restored state) reached it: it applied no other list, and it is not a fan-out client (a
+// fan-out Server coalesces a key's changes when its handler's queue is full, see
+// fanout.ServerOptions.QueueLength, so its clients may skip states).
+func (p *participant) listedOnce() bool {
+	return p.spec.Source == nil && p.inf.Stats().Relists+p.warm == 1
+}
+
+// describe says what the participant went through, for the report.
+func (p *participant) describe() string {
+	st := p.inf.Stats()
+	return fmt.Sprintf("%s: %d start(s), %d list(s) before the last start, this one %d list(s) (restored %v), %d watch(es), %d watch error(s), last error %v",
+		p.spec.Name, p.starts, p.lists, st.Relists, p.warm == 1, st.Watches, st.WatchErrors, st.LastError)
+}
+
 // serve starts the fan-out Server of a replica: before the informer runs, so that it
 // mirrors every change.
 func (p *participant) serve() error {
@@ -253,9 +270,12 @@ func (p *participant) serve() error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", p.spec.Serve)
-	if err != nil {
-		return fmt.Errorf("replica %s: %w", p.spec.Name, err)
+	ln := p.ln // the first start's, taken when the run began
+	p.ln = nil
+	if ln == nil {
+		if ln, err = net.Listen("tcp", p.spec.Serve); err != nil {
+			return fmt.Errorf("replica %s: %w", p.spec.Name, err)
+		}
 	}
 	p.srv, p.hs = srv, &http.Server{Handler: srv}
 	go func(hs *http.Server) { _ = hs.Serve(ln) }(p.hs)
@@ -339,6 +359,7 @@ func (p *participant) stop() {
 	p.cancel()
 	<-p.done
 	p.past = append(p.past, p.currentRuns()...)
+	p.lists += p.inf.Stats().Relists + p.warm
 	p.cancel = nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -115,6 +116,8 @@ type run struct {
 	finals    []FinalState
 	replicas  []*participant
 	ctrl      *controllers
+	lns       []net.Listener // the replicas' first listeners
+	described []string       // what each participant went through
 	transport *http.Transport
 	quiesce   []Violation
 	history   *History
@@ -124,8 +127,24 @@ const prefix = "/r/"
 
 func newRun(cfg Config) (*run, error) {
 	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661696c75726573)), rec: newRecording(20000)}
-	c, err := startCluster(cfg.Dir, cfg.Addrs, time.Second)
+	// The replicas' ports are taken at once: they are known to the clients from the start.
+	var lns []net.Listener
+	for _, addr := range cfg.Addrs[6:8] {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	r.lns = lns
+	c, err := startCluster(cfg.Dir, cfg.Addrs[:6], time.Second)
 	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
 		return nil, err
 	}
 	r.cluster = c
@@ -158,6 +177,7 @@ func newRun(cfg Config) (*run, error) {
 	} {
 		p := newParticipant(spec, r.observer, r.rec, &r.restores)
 		if i < 2 {
+			p.ln = lns[i]
 			r.replicas = append(r.replicas, p)
 		}
 		r.parts = append(r.parts, p)
@@ -426,6 +446,11 @@ func (r *run) validate(res *Result) {
 		r.ctrl.stop()
 		r.ctrl = nil
 	}
+	for _, p := range r.parts {
+		if p.inf != nil {
+			r.described = append(r.described, p.describe())
+		}
+	}
 	var handlers []HandlerRun
 	for _, p := range r.parts {
 		p.stop()
@@ -485,6 +510,10 @@ func (r *run) writeReport(res *Result) string {
 	if len(kinds) > 0 {
 		fmt.Fprintf(&b, "one-history violations by what was read: %v\n", kinds)
 	}
+	b.WriteString("\nparticipants:\n")
+	for _, d := range r.described {
+		b.WriteString("  " + d + "\n")
+	}
 	b.WriteString("\n")
 	shown := map[string]int{}
 	for _, v := range res.Violations {
@@ -535,5 +564,8 @@ func (r *run) close() {
 	}
 	if r.cluster != nil {
 		r.cluster.Close()
+	}
+	for _, ln := range r.lns {
+		ln.Close() // closed already unless a replica never started
 	}
 }
