@@ -113,8 +113,8 @@ type participant struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	warm   uint64 // 1 if this incarnation started from a restored state
-	lists    uint64 // lists applied by the incarnations stopped before
-	starts   int
+	lists  uint64 // lists applied by the incarnations stopped before
+	starts int
 }
 
 func newParticipant(spec InformerSpec, cli *clientv3.Client, rec *Recording, restores *atomic.Int64) *participant {
