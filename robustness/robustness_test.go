@@ -55,7 +55,6 @@ func TestRobustness(t *testing.T) {
 		})
 		tab.add(res)
 	}
-	t.Log("\n" + tab.String())
 	fmt.Println(tab.String())
 }
 
