@@ -123,9 +123,10 @@ func TestHandlersAcceptOrderedUniqueNotifications(t *testing.T) {
 		// A Coalesce handler may skip intermediate states.
 		{Name: "coalesce", Policy: PolicyCoalesce, Notes: notes("coalesce",
 			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "delete", Value: "v2.0"})},
-		// After a relist, so may a Block handler.
+		// After a relist, so may a Block handler; and the relist's update of an unchanged
+		// object repeats its state.
 		{Name: "relisted", Policy: PolicyBlock, Notes: notes("relisted",
-			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "delete", Value: "v1.0", Unknown: true})},
+			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v1.0"}, Note{Kind: "delete", Value: "v1.0", Unknown: true})},
 	}
 	if vs := CheckHandlers(h, runs); len(vs) != 0 {
 		t.Fatal(vs)
@@ -142,7 +143,7 @@ func TestHandlersFindOutOfOrderRepeatedAndSkipped(t *testing.T) {
 		{"out of order", HandlerRun{Name: "c", Policy: PolicyCoalesce, Notes: notes("c",
 			Note{Kind: "add", Value: "v2.0"}, Note{Kind: "update", Value: "v1.0"})},
 			"notification #1 (update v1.0): is not a state etcd gave the key after the one before it"},
-		{"repeated", HandlerRun{Name: "c", Policy: PolicyCoalesce, Notes: notes("c",
+		{"repeated", HandlerRun{Name: "c", Policy: PolicyCoalesce, ListedOne: true, Notes: notes("c",
 			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v1.0"})},
 			"notification #1 (update v1.0): repeats the state the handler already had, and is not a resync"},
 		{"never etcd's", HandlerRun{Name: "c", Policy: PolicyCoalesce, Notes: notes("c",
