@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/v3"
@@ -26,7 +27,7 @@ type controllers struct {
 
 // startControllers starts n replicas whose elections and writes go through endpoints;
 // the reconcile loop reads cache.
-func startControllers(n int, endpoints []string, writer clientv3.KV, cache informer.Reader[string, *Item], rec *Recording) (*controllers, error) {
+func startControllers(n int, endpoints []string, writer clientv3.KV, cache informer.Reader[string, *Item], rec *Recording, restores *atomic.Int64) (*controllers, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &controllers{cancel: cancel}
 	for i := range n {
@@ -53,10 +54,11 @@ func startControllers(n int, endpoints []string, writer clientv3.KV, cache infor
 				t, _ := manager.TermFrom(ctx)
 				key := fmt.Sprint("/controller/out-", i)
 				wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+				epoch := restores.Load()
 				resp, err := election.Fenced(wctx, writer, clientv3.OpPut(key, fmt.Sprintf("term %d saw %d keys", t.Value, cache.Len())))
 				wcancel()
-				if err == nil {
-					rec.AddWrite(FencedWrite{Term: t.Value, Rev: resp.Header.Revision, Key: key})
+				if err == nil && restores.Load() == epoch {
+					rec.AddWrite(FencedWrite{Term: t.Value, Rev: resp.Header.Revision, Key: key, Epoch: int(epoch)})
 				}
 			}
 		}

@@ -142,6 +142,7 @@ type Recording struct {
 	// Heap samples the process's live heap, in bytes, across the run.
 	Heap []uint64
 	max  int
+	sink func(Read) // when set, reads go there instead (an informer process streams them)
 }
 
 // ReportedError is one error an informer's ErrorHandler received.
@@ -158,17 +159,24 @@ type Wait struct {
 }
 
 // FencedWrite is a write the leader-only controller made and etcd accepted: Term is its
-// leadership's term (the election key's create revision), Rev the write's revision.
+// leadership's term (the election key's create revision), Rev the write's revision, Epoch
+// the restores begun before it was sent and still when it was accepted (a write that a
+// restore overlapped is not recorded: which history took it is unknown).
 type FencedWrite struct {
-	Term int64
-	Rev  int64
-	Key  string
+	Term  int64
+	Rev   int64
+	Key   string
+	Epoch int
 }
 
 func newRecording(maxReads int) *Recording { return &Recording{max: maxReads} }
 
 // AddRead records a read unless the recording is full.
 func (r *Recording) AddRead(rd Read) {
+	if r.sink != nil {
+		r.sink(rd)
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.Reads) < r.max {

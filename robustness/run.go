@@ -39,11 +39,12 @@ const (
 	FailDefrag          = "defrag"           // defragmentation of every member
 	FailRestartInformer = "restart-informer" // an informer stopped and started warm from its snapshot file
 	FailKillReplica     = "kill-replica"     // a fan-out replica's connections cut and its informer stopped, started again later
+	FailKillInformer    = "kill-informer"    // kill -9 of an informer process, started again warm from its snapshot file
 )
 
 // AllFailures is every failure kind, for the long runs.
 var AllFailures = []string{FailRestore, FailRestoreBump, FailKillMember, FailKillLeader, FailCut, FailBlackhole,
-	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica}
+	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer}
 
 // Config is one run.
 type Config struct {
@@ -116,6 +117,7 @@ type run struct {
 	finals    []FinalState
 	replicas  []*participant
 	ctrl      *controllers
+	child     *childInformer
 	lns       []net.Listener // the replicas' first listeners
 	described []string       // what each participant went through
 	transport *http.Transport
@@ -188,8 +190,15 @@ func newRun(cfg Config) (*run, error) {
 			return nil, err
 		}
 	}
+	// An informer in a process of its own, for kill -9.
+	r.child = &childInformer{cfg: childConfig{Name: "process", Endpoints: c.Endpoints(), Dir: filepath.Join(cfg.Dir, "process")},
+		rec: r.rec, restores: &r.restores}
+	if err := r.child.start(); err != nil {
+		r.close()
+		return nil, err
+	}
 	// Two controller replicas whose leader reconciles from the fan-out client's cache.
-	if r.ctrl, err = startControllers(2, c.Endpoints(), r.observer, r.parts[3].inf, r.rec); err != nil {
+	if r.ctrl, err = startControllers(2, c.Endpoints(), r.observer, r.parts[3].inf, r.rec, &r.restores); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -271,6 +280,12 @@ func (r *run) settle() error {
 			continue
 		}
 		p.waitHandlers(last, r.hist, 30*time.Second)
+	}
+	rd, err := r.child.waitFor(last, time.Minute)
+	if err != nil {
+		r.quiesce = append(r.quiesce, Violation{Validator: Converged, Message: err.Error()})
+	} else {
+		r.finals = append(r.finals, FinalState{Who: r.child.cfg.Name, State: rd.State})
 	}
 	return nil
 }
@@ -358,6 +373,10 @@ func (r *run) fail(ctx context.Context, kind string) error {
 				return err
 			}
 		}
+	case FailKillInformer:
+		r.child.kill()
+		hold(lasting)
+		return r.child.start()
 	case FailRestartInformer, FailKillReplica:
 		p := r.parts[0] // the informer with a snapshot file
 		if kind == FailKillReplica {
@@ -450,6 +469,11 @@ func (r *run) validate(res *Result) {
 		if p.inf != nil {
 			r.described = append(r.described, p.describe())
 		}
+	}
+	if r.child != nil {
+		r.described = append(r.described, fmt.Sprintf("%s (a process): %d start(s)", r.child.cfg.Name, r.child.starts))
+		r.child.close()
+		r.child = nil
 	}
 	var handlers []HandlerRun
 	for _, p := range r.parts {
@@ -546,6 +570,9 @@ var afterRestores = regexp.MustCompile(`after \d+ restore`)
 func (r *run) close() {
 	if r.ctrl != nil {
 		r.ctrl.stop()
+	}
+	if r.child != nil {
+		r.child.close()
 	}
 	for _, p := range r.parts {
 		p.stop()

@@ -449,13 +449,19 @@ func CheckWarmRestarts(h *History, reads []Read) []Violation {
 // CheckFencedOrder checks that no leader-only write is accepted out of term order: in
 // etcd's revision order, the terms (each leadership's election revision) of the
 // controller's accepted writes never go back: once a newer leader has written, no write
-// of an older one is accepted.
+// of an older one is accepted. Each epoch (history between restores) is checked on its
+// own: a restore brings back the backup's election keys, and with them its terms.
 func CheckFencedOrder(writes []FencedWrite) []Violation {
 	ws := slices.Clone(writes)
-	slices.SortFunc(ws, func(a, b FencedWrite) int { return int(a.Rev - b.Rev) })
+	slices.SortFunc(ws, func(a, b FencedWrite) int {
+		if a.Epoch != b.Epoch {
+			return a.Epoch - b.Epoch
+		}
+		return int(a.Rev - b.Rev)
+	})
 	var out []Violation
 	for i := 1; i < len(ws); i++ {
-		if ws[i].Term < ws[i-1].Term {
+		if ws[i].Epoch == ws[i-1].Epoch && ws[i].Term < ws[i-1].Term {
 			out = append(out, Violation{Validator: FencedOrder,
 				Message: fmt.Sprintf("write of %s at revision %d by the leader of term %d was accepted after the write of %s at revision %d by the leader of term %d",
 					ws[i].Key, ws[i].Rev, ws[i].Term, ws[i-1].Key, ws[i-1].Rev, ws[i-1].Term)})

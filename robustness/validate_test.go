@@ -182,7 +182,8 @@ func TestWarmRestartFindsAStateOfAnotherHistory(t *testing.T) {
 }
 
 func TestFencedOrderFindsAnOldLeadersWrite(t *testing.T) {
-	vs := CheckFencedOrder([]FencedWrite{{Term: 10, Rev: 11, Key: "x"}, {Term: 20, Rev: 21, Key: "y"}, {Term: 10, Rev: 25, Key: "z"}})
+	vs := CheckFencedOrder([]FencedWrite{{Term: 10, Rev: 11, Key: "x"}, {Term: 20, Rev: 21, Key: "y"}, {Term: 10, Rev: 25, Key: "z"},
+		{Term: 5, Rev: 8, Key: "after a restore", Epoch: 1}})
 	expectOne(t, vs, FencedOrder, "write of z at revision 25 by the leader of term 10 was accepted after the write of y at revision 21 by the leader of term 20")
 }
 
