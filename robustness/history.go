@@ -164,12 +164,22 @@ func newRecorder(cli *clientv3.Client, prefix string) *recorder {
 	return &recorder{cli: cli, prefix: prefix, h: History{Prefix: prefix}, moved: make(chan struct{}, 1)}
 }
 
-// StartEpoch reads the prefix's current state and watches every change after it, as a
-// new epoch. The previous epoch must have been stopped.
-func (r *recorder) StartEpoch(ctx context.Context, shared int64) error {
-	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithPrefix())
+// StartEpoch reads the prefix's state at revision at (0: the current one) and watches
+// every change after it, as a new epoch whose history up to shared is the one before.
+// The previous epoch must have been stopped. A restored cluster's epoch starts at the
+// restored revision exactly: its leases may expire at once, and the state before that is
+// one a cache may show.
+func (r *recorder) StartEpoch(ctx context.Context, shared, at int64) error {
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if at > 0 {
+		opts = append(opts, clientv3.WithRev(at))
+	}
+	resp, err := r.cli.Get(ctx, r.prefix, opts...)
 	if err != nil {
 		return fmt.Errorf("history: reading the prefix: %w", err)
+	}
+	if at > 0 {
+		resp.Header.Revision = at
 	}
 	initial := make(map[string]string)
 	for _, kv := range resp.Kvs {

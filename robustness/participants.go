@@ -379,11 +379,10 @@ func (p *participant) waitFor(rev int64, limit time.Duration) error {
 	return err
 }
 
-// waitHandlers waits, at most limit, until what each handler's notifications add up to is
-// etcd's state at last: a handler converges only after the run quiesces.
-func (p *participant) waitHandlers(last int64, hist *recorder, limit time.Duration) {
-	want := hist.StateAt(last)
-	deadline := time.Now().Add(limit)
+// waitHandlers waits, until deadline at most, until what each handler's notifications add
+// up to is etcd's state at last: a handler converges only after the run quiesces.
+func (p *participant) waitHandlers(last int64, hist *recorder, deadline time.Time) {
+	want := filtered(hist.StateAt(last), p.spec.Filter)
 	for _, h := range p.handlers {
 		for !maps.Equal(h.State(), want) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond) // polling a handler's queue with a deadline

@@ -161,7 +161,7 @@ func newRun(cfg Config) (*run, error) {
 	r.hist = newRecorder(r.direct, prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.hist.StartEpoch(ctx, 0); err != nil {
+	if err := r.hist.StartEpoch(ctx, 0, 0); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -274,12 +274,13 @@ func (r *run) settle() error {
 	if err := r.hist.WaitFor(ctx, last); err != nil {
 		return err
 	}
+	handlers := time.Now().Add(20 * time.Second) // for every handler to converge
 	for _, p := range r.parts {
 		if err := p.waitFor(last, time.Minute); err != nil {
 			r.quiesce = append(r.quiesce, Violation{Validator: Converged, Message: err.Error()})
 			continue
 		}
-		p.waitHandlers(last, r.hist, 30*time.Second)
+		p.waitHandlers(last, r.hist, handlers)
 	}
 	rd, err := r.child.waitFor(last, time.Minute)
 	if err != nil {
@@ -448,7 +449,7 @@ func (r *run) restore(ctx context.Context, bump bool, lag time.Duration) error {
 	if err := r.cluster.Restore(path, amount); err != nil {
 		return err
 	}
-	return r.hist.StartEpoch(bctx, st.Revision)
+	return r.hist.StartEpoch(bctx, st.Revision, st.Revision+int64(amount))
 }
 
 // validate stops the participants and runs every validator on what was recorded.
