@@ -86,11 +86,14 @@ func report(t *testing.T, res Result) {
 type table struct {
 	runs, ops, opErrors, reads, notes, waits, setup int
 	failures                                        map[string]int
+	kinds                                           map[string]int
 	violations                                      map[string]int
 	failed                                          []int64
 }
 
-func newTable() *table { return &table{failures: map[string]int{}, violations: map[string]int{}} }
+func newTable() *table {
+	return &table{failures: map[string]int{}, violations: map[string]int{}, kinds: map[string]int{}}
+}
 
 func (tb *table) add(r Result) {
 	tb.runs++
@@ -99,6 +102,9 @@ func (tb *table) add(r Result) {
 	tb.reads += r.Reads
 	tb.notes += r.Notes
 	tb.waits += r.Waits
+	for k, n := range r.ReadKinds {
+		tb.kinds[k] += n
+	}
 	for k, n := range r.Failures {
 		tb.failures[k] += n
 	}
@@ -120,7 +126,7 @@ func (tb *table) String() string {
 	for _, k := range AllFailures {
 		fmt.Fprintf(&b, "%-28s %d\n", "failures: "+k, tb.failures[k])
 	}
-	fmt.Fprintf(&b, "%-28s %d\n", "states validated", tb.reads)
+	fmt.Fprintf(&b, "%-28s %d (Snapshot() %d, saved %d, restored %d)\n", "states validated", tb.reads, tb.kinds["snapshot"], tb.kinds["saved"], tb.kinds["restored"])
 	fmt.Fprintf(&b, "%-28s %d\n", "notifications validated", tb.notes)
 	fmt.Fprintf(&b, "%-28s %d\n", "read-your-writes checks", tb.waits)
 	for _, name := range Validators {

@@ -75,8 +75,9 @@ type Result struct {
 	Ops        int
 	OpErrors   int
 	Failures   map[string]int
-	Reads      int // states validated: reads, saved and restored snapshots
-	Notes      int // notifications validated
+	Reads      int            // states validated: reads, saved and restored snapshots
+	ReadKinds  map[string]int // the same by kind
+	Notes      int            // notifications validated
 	Waits      int
 	Violations []Violation
 	Report     string // the report's path when there were violations
@@ -492,6 +493,10 @@ func (r *run) validate(res *Result) {
 	}
 	rec := r.rec
 	res.Reads, res.Waits = len(rec.Reads), len(rec.Waits)
+	res.ReadKinds = map[string]int{}
+	for _, rd := range rec.Reads {
+		res.ReadKinds[rd.Kind]++
+	}
 	for _, hr := range handlers {
 		res.Notes += len(hr.Notes)
 	}
