@@ -551,7 +551,7 @@ func (r *run) writeReport(res *Result) string {
 		if v.Validator == OneHistory {
 			group += " " + strings.SplitN(v.Message, " ", 2)[0] + " " + afterRestores.FindString(v.Message)
 		}
-		if shown[group]++; shown[group] > 3 {
+		if shown[group]++; shown[group] > 3 && v.Validator != Converged { // one per participant: all of them
 			continue
 		}
 		b.WriteString(v.String())
