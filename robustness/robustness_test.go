@@ -20,6 +20,7 @@ var (
 	flagCount    = flag.Int("robustness.count", 3, "TestRobustness: failures injected per run")
 	flagReports  = flag.String("robustness.reports", filepath.Join(os.TempDir(), "informer-robustness"), "where the reports of failing runs are written")
 	flagSingle   = flag.Bool("robustness.singlekey", false, "TestRobustness: every change touches one key (no multi-key transaction)")
+	flagNoFanout = flag.Bool("robustness.nofanout", false, "TestRobustness: no fan-out tier and no controllers")
 	flagLong     = flag.Bool("robustness", false, "run TestRobustness (make robustness)")
 )
 
@@ -47,7 +48,7 @@ func TestRobustness(t *testing.T) {
 	tab := newTable()
 	start := time.Now()
 	for i := 0; i == 0 || time.Since(start) < *flagTotal; i++ {
-		cfg := Config{Seed: seed + int64(i), Duration: *flagDuration, Failures: strings.Split(*flagFailures, ","), Count: *flagCount, SingleKey: *flagSingle}
+		cfg := Config{Seed: seed + int64(i), Duration: *flagDuration, Failures: strings.Split(*flagFailures, ","), Count: *flagCount, SingleKey: *flagSingle, NoFanout: *flagNoFanout}
 		var res Result
 		t.Run(fmt.Sprint("seed=", cfg.Seed), func(t *testing.T) {
 			res = runOne(t, cfg)

@@ -58,6 +58,8 @@ type Config struct {
 	// SingleKey makes every change touch one key (no multi-key transaction, one key per
 	// lease): a run that cannot tear a transaction, to tell the other guarantees apart.
 	SingleKey bool
+	// NoFanout leaves the fan-out replicas, their clients and the controllers out.
+	NoFanout bool
 	// Keys is the number of keys of the prefix (default 48).
 	Keys int
 	// Dir holds the members' data and the snapshot files.
@@ -172,12 +174,16 @@ func newRun(cfg Config) (*run, error) {
 	// A fan-out replica pair, and two clients of it: one of every key, one filtered.
 	a, b := "http://"+cfg.Addrs[6]+"/", "http://"+cfg.Addrs[7]+"/"
 	r.transport = &http.Transport{}
-	for i, spec := range []InformerSpec{
+	fan := []InformerSpec{
 		{Name: "replica-a", Serve: cfg.Addrs[6]},
 		{Name: "replica-b", Serve: cfg.Addrs[7]},
 		{Name: "client", Source: r.fanClient(a, b, "")},
 		{Name: "client-filtered", Source: r.fanClient(b, a, "0"), Filter: "0"},
-	} {
+	}
+	if cfg.NoFanout {
+		fan = nil
+	}
+	for i, spec := range fan {
 		p := newParticipant(spec, r.observer, r.rec, &r.restores)
 		if i < 2 {
 			p.ln = lns[i]
@@ -199,6 +205,9 @@ func newRun(cfg Config) (*run, error) {
 		return nil, err
 	}
 	// Two controller replicas whose leader reconciles from the fan-out client's cache.
+	if cfg.NoFanout {
+		return r, nil
+	}
 	if r.ctrl, err = startControllers(2, c.Endpoints(), r.observer, r.parts[3].inf, r.rec, &r.restores); err != nil {
 		r.close()
 		return nil, err
@@ -381,7 +390,7 @@ func (r *run) fail(ctx context.Context, kind string) error {
 		return r.child.start()
 	case FailRestartInformer, FailKillReplica:
 		p := r.parts[0] // the informer with a snapshot file
-		if kind == FailKillReplica {
+		if kind == FailKillReplica && len(r.replicas) > 0 {
 			p = r.replicas[r.rng.IntN(len(r.replicas))]
 		}
 		p.stop()
