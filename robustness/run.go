@@ -530,8 +530,8 @@ func (r *run) writeReport(res *Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "robustness run failed: seed %d, %v of traffic, failures %v (%d injected: %v), %d keys\n",
 		r.cfg.Seed, r.cfg.Duration, r.cfg.Failures, r.cfg.Count, res.Failures, r.cfg.Keys)
-	fmt.Fprintf(&b, "repeat: go test -run 'TestRobustness' -robustness.seed=%d -robustness.duration=%v -robustness.failures=%s -robustness.count=%d\n",
-		r.cfg.Seed, r.cfg.Duration, strings.Join(r.cfg.Failures, ","), r.cfg.Count)
+	fmt.Fprintf(&b, "repeat: go test -run 'TestRobustness' ./robustness -args -robustness -robustness.seed=%d -robustness.duration=%v -robustness.failures=%s -robustness.count=%d -robustness.singlekey=%v -robustness.nofanout=%v\n",
+		r.cfg.Seed, r.cfg.Duration, strings.Join(r.cfg.Failures, ","), r.cfg.Count, r.cfg.SingleKey, r.cfg.NoFanout)
 	fmt.Fprintf(&b, "%d operations, %d states and %d notifications validated; %d violation(s)\n\n", res.Ops, res.Reads, res.Notes, len(res.Violations))
 	counts := map[string]int{}
 	for _, v := range res.Violations {
