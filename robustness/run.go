@@ -274,8 +274,11 @@ func (r *run) settle() error {
 	if err := r.cluster.waitServing(90 * time.Second); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if err := r.traffic.revoke(ctx); err != nil {
+		return err
+	}
 	resp, err := r.direct.Put(ctx, prefix+"zz-last", fmt.Sprintf("v%d.0", r.traffic.op+1))
 	if err != nil {
 		return fmt.Errorf("the last write: %w", err)

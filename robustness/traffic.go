@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ type traffic struct {
 	op     int
 	counts map[string]int // operations sent, by kind
 	errors int
+	leases []clientv3.LeaseID // every lease granted, revoked when the run settles
 }
 
 func newTraffic(cli *clientv3.Client, seed int64, prefix string, keys int) *traffic {
@@ -37,18 +39,29 @@ func (tr *traffic) key() string { return fmt.Sprintf("%sk%03d", tr.prefix, tr.rn
 // value is unique in the run: the operation's number and the key's place in it.
 func (tr *traffic) value(i int) string { return fmt.Sprintf("v%d.%d", tr.op, i) }
 
-// run sends operations until ctx ends.
+// run sends operations until ctx ends. An operation under way then is finished, not
+// cancelled: a cancelled request may still be applied after the run's last write.
 func (tr *traffic) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		tr.pause.RLock()
-		tr.step(ctx)
+		tr.step()
 		tr.pause.RUnlock()
 	}
 }
 
-func (tr *traffic) step(ctx context.Context) {
+// revoke revokes every lease granted, so that no key expires after the run settles.
+func (tr *traffic) revoke(ctx context.Context) error {
+	for _, id := range tr.leases {
+		if _, err := tr.cli.Revoke(ctx, id); err != nil && !strings.Contains(err.Error(), "not found") {
+			return fmt.Errorf("revoking lease %x: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func (tr *traffic) step() {
 	tr.op++
-	octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	octx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var err error
 	kind := ""
@@ -89,6 +102,7 @@ func (tr *traffic) step(ctx context.Context) {
 		if lease, err = tr.cli.Grant(octx, int64(1+tr.rng.IntN(2))); err != nil {
 			break
 		}
+		tr.leases = append(tr.leases, lease.ID)
 		var ops []clientv3.Op
 		n := 1 + tr.rng.IntN(3)
 		if tr.single {
