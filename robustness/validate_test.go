@@ -101,7 +101,7 @@ func TestConvergedFindsKeysEtcdNoLongerHas(t *testing.T) {
 	h := restored()
 	vs := CheckConverged(h, []FinalState{
 		{Who: "good", State: map[string]string{"a": "v1.0", "b": "v9.0"}},
-		{Who: "filtered", Filter: "0", State: map[string]string{"b": "v9.0"}},
+		{Who: "filtered", Filter: "1", State: map[string]string{}}, // no value of the final state ends in 1
 		{Who: "bad", State: map[string]string{"a": "v1.0", "b": "v9.0", "lost": "v2.2"}},
 	})
 	expectOne(t, vs, Converged, "bad did not converge to etcd's final state at revision 7 (2 keys): 1 key(s) differ: lost: has v2.2, etcd has absent")
