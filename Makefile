@@ -72,6 +72,13 @@ COMPARE_FLAGS ?=
 compare:
 	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png $(COMPARE_FLAGS)
 
+## robustness: the robustness suite (module robustness/) for ROBUSTNESS_TIME (default 10m): a real 3-member etcd behind proxies, random traffic, random failures (kill -9 of members and the leader, partitions, compaction, defragmentation, restores, warm restarts, a fan-out replica killed), every participant's history validated; prints the table, writes a report per failing run.
+ROBUSTNESS_TIME ?= 10m
+ROBUSTNESS_FLAGS ?=
+.PHONY: robustness
+robustness:
+	cd robustness && $(GO) test -v -count=1 -timeout 0 -run '^TestRobustness$$' . -args -robustness -robustness.total=$(ROBUSTNESS_TIME) $(ROBUSTNESS_FLAGS)
+
 ## adversarial: the fan-out Server (fanout) and the Client (source/http) under attack over loopback (two to three minutes): per-client fairness, heap held by 50 stalled list readers, the slowest steady reader kept, GET bodies that never end, a batch that never ends, slow list readers under churn, a silent server, stale watchers after bursts, and the cost of a watcher.
 .PHONY: adversarial
 adversarial:

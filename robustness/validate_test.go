@@ -1,0 +1,197 @@
+package robustness
+
+import (
+	"strings"
+	"testing"
+)
+
+// twoTxns is a hand-made history: a put at 2, a write outside the prefix at 3, a
+// transaction over a and b at 4, a delete of a at 5.
+func twoTxns() *History {
+	e := NewEpoch(1, map[string]string{})
+	e.Add(2, Change{Key: "a", Value: "v1.0"})
+	e.Add(4, Change{Key: "a", Value: "v2.0"}, Change{Key: "b", Value: "v2.1"})
+	e.Add(5, Change{Key: "a", Deleted: true})
+	e.End = 6
+	return &History{Epochs: []*Epoch{e}}
+}
+
+func expectOne(t *testing.T, vs []Violation, validator, want string) {
+	t.Helper()
+	if len(vs) != 1 {
+		t.Fatalf("got %d violations, want 1 of %s: %v", len(vs), validator, vs)
+	}
+	if vs[0].Validator != validator || !strings.Contains(vs[0].Message, want) {
+		t.Fatalf("got %s: %q, want %s containing %q", vs[0].Validator, vs[0].Message, validator, want)
+	}
+}
+
+func TestOneHistoryAcceptsEveryStateEtcdHad(t *testing.T) {
+	h := twoTxns()
+	reads := []Read{
+		{Who: "i", Label: 2, State: map[string]string{"a": "v1.0"}, Kind: "snapshot"},
+		{Who: "i", Label: 3, State: map[string]string{"a": "v1.0"}, Exact: true, Kind: "saved"},
+		// A read may hold changes after its label, a whole transaction's.
+		{Who: "i", Label: 3, State: map[string]string{"a": "v2.0", "b": "v2.1"}, Kind: "snapshot",
+			Index: map[string][]string{"0": {"a"}, "1": {"b"}}},
+		{Who: "i", Label: 6, State: map[string]string{"b": "v2.1"}, Exact: true, Kind: "saved"},
+	}
+	if vs := CheckOneHistory(h, reads); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+}
+
+func TestOneHistoryFindsHalfATransaction(t *testing.T) {
+	h := twoTxns()
+	// Labelled 3, exactly: it holds a of the transaction at 4 but not b.
+	vs := CheckOneHistory(h, []Read{{Who: "i", Label: 3, State: map[string]string{"a": "v2.0"}, Exact: true, Kind: "saved"}})
+	expectOne(t, vs, OneHistory, "saved of i labelled revision 3 (1 keys")
+	if !strings.Contains(vs[0].Message, "a: read v2.0, etcd had v1.0 (the read's value was written at revision 4)") ||
+		!strings.Contains(vs[0].Slice, "rev 4: put a=v2.0 put b=v2.1") {
+		t.Fatalf("the report does not show the transaction: %v", vs[0])
+	}
+	// The same as a Snapshot(): no revision ≥ 3 had it either.
+	vs = CheckOneHistory(h, []Read{{Who: "i", Label: 3, State: map[string]string{"a": "v2.0"}, Kind: "snapshot"}})
+	expectOne(t, vs, OneHistory, "matches no state etcd had at or after its label")
+}
+
+func TestOneHistoryFindsAStateOlderThanItsLabel(t *testing.T) {
+	vs := CheckOneHistory(twoTxns(), []Read{{Who: "i", Label: 5, State: map[string]string{"a": "v2.0", "b": "v2.1"}, Kind: "snapshot"}})
+	expectOne(t, vs, OneHistory, "labelled revision 5")
+}
+
+func TestOneHistoryFiltersAFilteredClientsState(t *testing.T) {
+	h := twoTxns()
+	good := Read{Who: "c", Label: 4, State: map[string]string{"b": "v2.1"}, Filter: "1", Kind: "snapshot"}
+	bad := Read{Who: "c", Label: 4, State: map[string]string{"a": "v2.0"}, Filter: "1", Kind: "snapshot"}
+	expectOne(t, CheckOneHistory(h, []Read{good, bad}), OneHistory, "a: read v2.0, etcd had absent")
+}
+
+func TestOneHistoryFindsAWrongIndex(t *testing.T) {
+	vs := CheckOneHistory(twoTxns(), []Read{{Who: "i", Label: 2, State: map[string]string{"a": "v1.0"},
+		Index: map[string][]string{"0": {"a"}, "1": {"a"}}, Kind: "snapshot"}})
+	expectOne(t, vs, OneHistory, `index value "1" holds [a], no object indexes there`)
+}
+
+// restored is twoTxns restored at 6 from a backup at 2 (a = v1.0), then b put at 3.
+func restored() *History {
+	h := twoTxns()
+	e := NewEpoch(2, map[string]string{"a": "v1.0"})
+	e.Shared = 2
+	e.Add(3, Change{Key: "b", Value: "v9.0"})
+	e.End = 7
+	h.Epochs = append(h.Epochs, e)
+	return h
+}
+
+func TestOneHistoryFindsACacheThatTrustedARestore(t *testing.T) {
+	h := restored()
+	// Behind the restore, not yet noticed: a state the old history had, allowed.
+	ok := Read{Who: "i", Label: 6, State: map[string]string{"b": "v2.1"}, Restores: 1, Kind: "snapshot"}
+	// The old history's b kept, the new history's changes applied over it: a mix.
+	bad := Read{Who: "i", Label: 7, State: map[string]string{"a": "v1.0", "b": "v2.1"}, Restores: 1, Kind: "snapshot"}
+	vs := CheckOneHistory(h, []Read{ok, bad})
+	expectOne(t, vs, OneHistory, "b: read v2.1, etcd had v9.0 (the read's value is of epoch 0, written at revision 4, which a restore undid)")
+	// Before the restore began, only the first epoch counts.
+	vs = CheckOneHistory(h, []Read{{Who: "i", Label: 3, State: map[string]string{"a": "v1.0", "b": "v9.0"}, Kind: "snapshot"}})
+	expectOne(t, vs, OneHistory, "b: read v9.0")
+}
+
+func TestConvergedFindsKeysEtcdNoLongerHas(t *testing.T) {
+	h := restored()
+	vs := CheckConverged(h, []FinalState{
+		{Who: "good", State: map[string]string{"a": "v1.0", "b": "v9.0"}},
+		{Who: "filtered", Filter: "1", State: map[string]string{}}, // no value of the final state ends in 1
+		{Who: "bad", State: map[string]string{"a": "v1.0", "b": "v9.0", "lost": "v2.2"}},
+	})
+	expectOne(t, vs, Converged, "bad did not converge to etcd's final state at revision 7 (2 keys): 1 key(s) differ: lost: has v2.2, etcd has absent")
+}
+
+func notes(handler string, ns ...Note) []Note {
+	for i := range ns {
+		ns[i].Handler, ns[i].Seq, ns[i].Key = handler, i, "a"
+	}
+	return ns
+}
+
+func TestHandlersAcceptOrderedUniqueNotifications(t *testing.T) {
+	h := twoTxns()
+	runs := []HandlerRun{
+		{Name: "block", Policy: PolicyBlock, ListedOne: true, Notes: notes("block",
+			Note{Kind: "add", Value: "v1.0", Initial: true}, Note{Kind: "resync", Value: "v1.0"}, Note{Kind: "resync", Value: "v1.0"},
+			Note{Kind: "update", Value: "v2.0"}, Note{Kind: "delete", Value: "v2.0"})},
+		// A Coalesce handler may skip intermediate states.
+		{Name: "coalesce", Policy: PolicyCoalesce, Notes: notes("coalesce",
+			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "delete", Value: "v2.0"})},
+		// After a relist, so may a Block handler; and the relist's update of an unchanged
+		// object repeats its state.
+		{Name: "relisted", Policy: PolicyBlock, Notes: notes("relisted",
+			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v1.0"}, Note{Kind: "delete", Value: "v1.0", Unknown: true})},
+	}
+	if vs := CheckHandlers(h, runs); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+}
+
+func TestHandlersFindOutOfOrderRepeatedAndSkipped(t *testing.T) {
+	h := twoTxns()
+	for _, tc := range []struct {
+		name string
+		run  HandlerRun
+		want string
+	}{
+		{"out of order", HandlerRun{Name: "c", Policy: PolicyCoalesce, Notes: notes("c",
+			Note{Kind: "add", Value: "v2.0"}, Note{Kind: "update", Value: "v1.0"})},
+			"notification #1 (update v1.0): is not a state etcd gave the key after the one before it"},
+		{"repeated", HandlerRun{Name: "c", Policy: PolicyCoalesce, ListedOne: true, Notes: notes("c",
+			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v1.0"})},
+			"notification #1 (update v1.0): repeats the state the handler already had, and is not a resync"},
+		{"never etcd's", HandlerRun{Name: "c", Policy: PolicyCoalesce, Notes: notes("c",
+			Note{Kind: "add", Value: "v7.0"})},
+			"is not a state etcd gave the key"},
+		{"skipped by Block", HandlerRun{Name: "b", Policy: PolicyBlock, ListedOne: true, Notes: notes("b",
+			Note{Kind: "add", Value: "v1.0"}, Note{Kind: "delete", Value: "v2.0"})},
+			"skips 1 state(s) of the key (from revision 4)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			expectOne(t, CheckHandlers(h, []HandlerRun{tc.run}), HandlerOrder, tc.want)
+		})
+	}
+}
+
+func TestHandlersAcceptARestoredStateAfterTheOldHistory(t *testing.T) {
+	h := restored()
+	run := HandlerRun{Name: "c", Policy: PolicyCoalesce, Notes: notes("c",
+		Note{Kind: "add", Value: "v2.0"}, Note{Kind: "update", Value: "v1.0"})} // back to the backup's a
+	if vs := CheckHandlers(h, []HandlerRun{run}); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+}
+
+func TestReadYourWritesFindsAnOlderRead(t *testing.T) {
+	vs := CheckReadYourWrites([]Wait{{Who: "i", Rev: 5, Label: 5}, {Who: "i", Rev: 7, Label: 6}})
+	expectOne(t, vs, ReadYourWrite, "i: WaitForRevision(7) returned, then a read was labelled 6")
+}
+
+func TestWarmRestartFindsAStateOfAnotherHistory(t *testing.T) {
+	h := restored()
+	good := Read{Who: "i", Label: 2, State: map[string]string{"a": "v1.0"}, Restores: 1, Exact: true, Kind: "restored"}
+	// Saved at 4 before the restore; after it, revision 4 is another state.
+	bad := Read{Who: "i", Label: 4, State: map[string]string{"a": "v2.0", "b": "v2.1"}, Restores: 1, Exact: true, Kind: "restored"}
+	expectOne(t, CheckWarmRestarts(h, []Read{good, bad}), WarmRestart, "restored of i labelled revision 4")
+}
+
+func TestFencedOrderFindsAnOldLeadersWrite(t *testing.T) {
+	vs := CheckFencedOrder([]FencedWrite{{Term: 10, Rev: 11, Key: "x"}, {Term: 20, Rev: 21, Key: "y"}, {Term: 10, Rev: 25, Key: "z"},
+		{Term: 5, Rev: 8, Key: "after a restore", Epoch: 1}})
+	expectOne(t, vs, FencedOrder, "write of z at revision 25 by the leader of term 10 was accepted after the write of y at revision 21 by the leader of term 20")
+}
+
+func TestErrorsNamedFindsAnAnonymousError(t *testing.T) {
+	vs := CheckErrorsNamed([]ReportedError{{Informer: "p", Text: `informer "p": watch: etcd unavailable`}, {Informer: "p", Text: "watch: etcd unavailable"}})
+	expectOne(t, vs, ErrorsNamed, `an error of informer "p" does not name it`)
+}
+
+func TestHeapFindsAGrowingHeap(t *testing.T) {
+	expectOne(t, CheckHeap([]uint64{10 << 20, 900 << 20}, 512<<20), HeapBounded, "live heap 900 MiB at sample 1 of 2")
+}
