@@ -176,6 +176,11 @@ type deltaFIFO[K comparable, V any] struct {
 	wmDirty bool   // lastRev moved since the last pop: wake the popper even with no keys
 	closed  bool
 
+	// txnOpen: the last change added said more of its revision txnRev follow (a
+	// transaction arrives); see Pop.
+	txnOpen bool
+	txnRev  string
+
 	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool               // drop free at the next finishBatch
 
@@ -204,7 +209,8 @@ func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], keep keeper, ma
 // Add queues one watch event of type t (Added, Modified or Deleted) with what the store
 // prepared for obj (nil: nothing), kept by the queue's keeper. more says that more
 // changes of revision rev follow (a transaction's): until the last of them, no pop reports
-// rev as reached. It blocks while the queue is full and returns errFIFOClosed once closed.
+// a revision reached, and the transaction is popped whole unless it outgrows a batch (see
+// Pop). It blocks while the queue is full and returns errFIFOClosed once closed.
 func (f *deltaFIFO[K, V]) Add(t EventType, key K, obj V, rev string, more bool, prep any) error {
 	typ := deltaUpdated
 	switch t {
@@ -229,7 +235,15 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	if appended && prep != nil {
 		l.held = f.keep.Keep(l.held, prep, len(l.deltas)-1)
 	}
-	if rev != "" && !more {
+	if more {
+		f.txnOpen, f.txnRev = true, rev
+		return nil
+	}
+	if f.txnOpen {
+		f.txnOpen = false
+		f.cond.Broadcast() // a pop may be waiting for the transaction's end
+	}
+	if rev != "" {
 		f.lastRev = rev
 	}
 	return nil
@@ -240,6 +254,7 @@ func (f *deltaFIFO[K, V]) Bookmark(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastRev = rev
+	f.txnOpen = false
 	f.wmDirty = true
 	f.cond.Broadcast()
 }
@@ -306,6 +321,7 @@ func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
 	f.restored.Store(false)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.txnOpen = false // a list ends any transaction: it holds the whole state at rev
 	if f.firstOpen || (!f.populated && f.canStartFirst()) {
 		// The last page of a first list queued by pages, or a first list in one page.
 		f.firstOpen = false
@@ -449,12 +465,16 @@ func (f *deltaFIFO[K, V]) Resync() error {
 // key at least), waiting for one; Replace and Resync wait until Done. Once b is applied,
 // every change older than rev (or as old, if inclusive) is in the cache; synced: b
 // completes the initial population.
+// While a transaction arrives (BatchedWatch), Pop waits for its last change rather than
+// take every queued key, so that the cache gets it whole; one that outgrows a batch or
+// fills the queue is popped in parts, none of which reports a revision reached.
 func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev string, inclusive, synced bool, err error) {
 	buf := b.items[:0]
 	defer func() { b.items = buf }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
+	for !f.closed && (f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) ||
+		f.awaitingTxnLocked(maxKeys, maxDeltas)) {
 		f.cond.Wait()
 	}
 	if f.closed {
@@ -475,7 +495,7 @@ func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev strin
 			return "", false, false, nil
 		}
 		rev = page.rev
-		if f.head == len(f.queue) {
+		if f.head == len(f.queue) && !f.txnOpen {
 			rev = f.lastRev
 		}
 		f.syncPending = false
@@ -512,9 +532,13 @@ func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev strin
 		f.queue, f.head = f.queue[:m], 0
 	}
 	f.behind.Store(f.head != len(f.queue))
-	if f.head == len(f.queue) {
+	switch {
+	case f.head == len(f.queue) && f.txnOpen:
+		// A part of a transaction larger than a batch: every change older than it is in.
+		rev = f.txnRev
+	case f.head == len(f.queue):
 		rev, inclusive = f.lastRev, true
-	} else {
+	default:
 		// The head key's oldest delta is the oldest change still queued.
 		rev = f.queue[f.head].deltas[0].revision
 	}
@@ -527,6 +551,13 @@ func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev strin
 		f.syncPending = false
 	}
 	return rev, inclusive, synced, nil
+}
+
+// awaitingTxnLocked reports whether Pop waits for the rest of a transaction: one arrives,
+// and what is queued fits in a batch of maxKeys keys and maxDeltas deltas, and the queue.
+func (f *deltaFIFO[K, V]) awaitingTxnLocked(maxKeys, maxDeltas int) bool {
+	return f.txnOpen && len(f.bulks) == 0 && len(f.queue)-f.head < maxKeys && f.pending < maxDeltas &&
+		(f.maxPending == 0 || f.pending < f.maxPending)
 }
 
 // Done marks the popped batch b applied and recycles its delta lists.
@@ -593,6 +624,7 @@ func (f *deltaFIFO[K, V]) MarkRestored(rev string) {
 	defer f.mu.Unlock()
 	f.populated = true
 	f.lastRev = rev
+	f.txnOpen = false
 	f.restored.Store(true)
 }
 

@@ -188,10 +188,12 @@ func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
 }
 
 // txnWatch sends two changes of one revision, the second only once released, and says
-// that the first is followed by more of its revision.
+// that the first is followed by more of its revision. asked is closed when the second is
+// asked for: the first has been queued.
 type txnWatch struct {
 	ctx     context.Context
 	sent    int
+	asked   chan struct{}
 	release chan struct{}
 }
 
@@ -201,6 +203,7 @@ func (w *txnWatch) Next() (informer.Event[*obj], error) {
 	case 1:
 		return informer.Event[*obj]{Type: informer.Added, Object: newObj("a", "g", "1"), Revision: "5"}, nil
 	case 2:
+		close(w.asked)
 		select {
 		case <-w.release:
 			return informer.Event[*obj]{Type: informer.Added, Object: newObj("b", "g", "1"), Revision: "5"}, nil
@@ -216,16 +219,17 @@ func (w *txnWatch) MoreAtRevision() bool { return w.sent == 1 }
 
 func (w *txnWatch) Stop() {}
 
-// A transaction's changes share a revision: with the first of two in the cache, the
-// revision is not reached (WaitForRevision, Snapshot.Revision); with both, it is.
+// A transaction's changes share a revision: with the first of two queued, neither is in
+// the cache and the revision is not reached (WaitForRevision, Snapshot.Revision); with
+// both queued, both are in and it is.
 func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
-	release := make(chan struct{})
+	release, asked := make(chan struct{}), make(chan struct{})
 	lw := informer.ListerWatcherFuncs[*obj]{
 		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
 			return informer.List[*obj]{Revision: "4"}, nil
 		},
 		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
-			return &txnWatch{ctx: ctx, release: release}, nil
+			return &txnWatch{ctx: ctx, asked: asked, release: release}, nil
 		},
 	}
 	ordered := struct {
@@ -237,11 +241,14 @@ func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRecorded(t, inf)
-	waitUntil(t, func() bool { _, ok := inf.Get("a"); return ok })
+	<-asked
 	stopped, stop := context.WithCancel(context.Background())
 	stop()
 	if err := inf.WaitForRevision(stopped, "5"); err == nil || inf.Snapshot().Revision() == "5" {
-		t.Fatalf("revision 5 reached with one of its two changes in the cache (WaitForRevision: %v, snapshot at %q)", err, inf.Snapshot().Revision())
+		t.Fatalf("revision 5 reached with one of its two changes queued (WaitForRevision: %v, snapshot at %q)", err, inf.Snapshot().Revision())
+	}
+	if _, ok := inf.Get("a"); ok {
+		t.Fatal("the first change of revision 5 is in the cache before the second arrived")
 	}
 	close(release)
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -282,4 +289,71 @@ func (numericRevisions) CompareRevisions(a, b string) (int, error) {
 		return 0, err
 	}
 	return cmp.Compare(x, y), nil
+}
+
+// batchWatch sends its events, each but the last said to be followed by more of its
+// revision, then waits for the end of ctx.
+type batchWatch struct {
+	ctx    context.Context
+	events []informer.Event[*obj]
+	sent   int
+}
+
+func (w *batchWatch) Next() (informer.Event[*obj], error) {
+	if w.sent < len(w.events) {
+		w.sent++
+		return w.events[w.sent-1], nil
+	}
+	<-w.ctx.Done()
+	return informer.Event[*obj]{}, w.ctx.Err()
+}
+
+func (w *batchWatch) MoreAtRevision() bool { return w.sent < len(w.events) }
+
+func (w *batchWatch) Stop() {}
+
+// A transaction whose last change the informer leaves out (its Transform fails) is still
+// applied and its revision reached: the change left out ends it.
+func TestInformer_TransactionWithItsLastChangeLeftOut(t *testing.T) {
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+			return informer.List[*obj]{Revision: "4"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			return &batchWatch{ctx: ctx, events: []informer.Event[*obj]{
+				{Type: informer.Added, Object: newObj("a", "g", "1"), Revision: "5"},
+				{Type: informer.Added, Object: newObj("b", "g", "bad"), Revision: "5"},
+			}}, nil
+		},
+	}
+	ordered := struct {
+		informer.ListerWatcher[*obj]
+		informer.RevisionComparer
+	}{lw, numericRevisions{}}
+	reported := make(chan error, 10)
+	inf, err := informer.New[string, *obj](ordered, informer.Options[string, *obj]{
+		Key:          objKeyErr,
+		ErrorHandler: func(err error) { reported <- err },
+		Transform: func(o *obj) (*obj, error) {
+			if o.Val == "bad" {
+				return nil, errors.New("cannot transform")
+			}
+			return o, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRecorded(t, inf)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := inf.WaitForRevision(ctx, "5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inf.Get("a"); !ok || inf.Len() != 1 || inf.Snapshot().Revision() != "5" {
+		t.Fatalf("cache %v at %q; want a alone at 5", informer.ReadKeys(inf), inf.Snapshot().Revision())
+	}
+	if err := <-reported; !strings.Contains(err.Error(), "cannot transform") {
+		t.Fatalf("reported %v", err)
+	}
 }
