@@ -32,8 +32,11 @@ type delta[V any] struct {
 	// unchanged: a Replaced delta of a list at the revision the cached object was listed
 	// at (the retry of a first list whose pages were applied): a resync, not an update.
 	unchanged bool
-	object    V
-	revision  string
+	// repeated: a Replaced delta of a key its list held already (lists have identities:
+	// two lists at one revision are two lists).
+	repeated bool
+	object   V
+	revision string
 	// prepared: the store prepared the object as it was queued (see Add); the queue's
 	// keeper keeps what it prepared.
 	prepared bool
@@ -42,13 +45,15 @@ type delta[V any] struct {
 // The store reads a popped delta through these methods, never its fields: whether it is an
 // Added event, deletes its key, is a tombstone (its object the last state known), is of
 // the first list, re-delivers an unchanged object (a resync, or a relisted object at the
-// revision it was listed at), comes from a list, was prepared; its object and revision.
+// revision it was listed at), comes from a list, repeats a key of its list, was prepared;
+// its object and revision.
 func (d *delta[V]) Added() bool      { return d.typ == deltaAdded }
 func (d *delta[V]) Deleted() bool    { return d.typ == deltaDeleted }
 func (d *delta[V]) Unknown() bool    { return d.finalStateUnknown }
 func (d *delta[V]) Initial() bool    { return d.initial }
 func (d *delta[V]) Resync() bool     { return d.typ == deltaSync || d.unchanged }
 func (d *delta[V]) Relisted() bool   { return d.typ == deltaReplaced }
+func (d *delta[V]) Repeated() bool   { return d.repeated }
 func (d *delta[V]) Prepared() bool   { return d.prepared }
 func (d *delta[V]) Object() V        { return d.object }
 func (d *delta[V]) Revision() string { return d.revision }
@@ -347,8 +352,9 @@ func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
 	f.abortedRev = ""
 	listed := make(map[K]struct{}, len(keys))
 	for i, k := range keys {
+		n := len(listed)
 		listed[k] = struct{}{}
-		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial, unchanged: unchanged})
+		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial, unchanged: unchanged, repeated: len(listed) == n})
 	}
 	// Keys only queued: client-go forgets those, so a key added and then gone during a
 	// disconnect would never be deleted.

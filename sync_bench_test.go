@@ -292,10 +292,11 @@ func (numericRevisions) CompareRevisions(a, b string) (int, error) {
 }
 
 // batchWatch sends its events, each but the last said to be followed by more of its
-// revision, then waits for the end of ctx.
+// revision, then ends with end, or (end nil) waits for the end of ctx.
 type batchWatch struct {
 	ctx    context.Context
 	events []informer.Event[*obj]
+	end    error
 	sent   int
 }
 
@@ -303,6 +304,9 @@ func (w *batchWatch) Next() (informer.Event[*obj], error) {
 	if w.sent < len(w.events) {
 		w.sent++
 		return w.events[w.sent-1], nil
+	}
+	if w.end != nil {
+		return informer.Event[*obj]{}, w.end
 	}
 	<-w.ctx.Done()
 	return informer.Event[*obj]{}, w.ctx.Err()
@@ -355,5 +359,65 @@ func TestInformer_TransactionWithItsLastChangeLeftOut(t *testing.T) {
 	}
 	if err := <-reported; !strings.Contains(err.Error(), "cannot transform") {
 		t.Fatalf("reported %v", err)
+	}
+}
+
+// Two relists in a row at one revision, while a Block handler keeps the writer behind:
+// both lists' objects for a key are applied in one batch, and neither list holds a key
+// twice, so no duplicate is counted or reported.
+func TestInformer_TwoRelistsAtOneRevisionAreNoDuplicate(t *testing.T) {
+	var lists atomic.Int32
+	stalled, relisted := make(chan struct{}), make(chan struct{})
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, _ informer.ListOptions) (informer.List[*obj], error) {
+			if lists.Add(1) == 1 {
+				return informer.List[*obj]{Items: []*obj{newObj("a", "g", "1"), newObj("b", "g", "1"), newObj("c", "g", "1")}, Revision: "1"}, nil
+			}
+			select {
+			case <-stalled:
+			case <-ctx.Done():
+				return informer.List[*obj]{}, ctx.Err()
+			}
+			return informer.List[*obj]{Items: []*obj{newObj("a", "g", "2"), newObj("b", "g", "1")}, Revision: "3"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			expired := fmt.Errorf("too old: %w", informer.ErrExpired)
+			switch lists.Load() {
+			case 1: // a change, then the watch expires: list again
+				return &batchWatch{ctx: ctx, events: []informer.Event[*obj]{{Type: informer.Added, Object: newObj("d", "g", "1"), Revision: "2"}}, end: expired}, nil
+			case 2: // the watch expires at once: list again, at the same revision
+				return nil, expired
+			}
+			close(relisted)
+			return informer.ChanWatch[*obj](ctx, nil, nil), nil
+		},
+	}
+	reported := make(chan error, 10)
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "relists", Backoff: fastBackoff, ErrorHandler: func(err error) { reported <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents().Hold()
+	if _, err := inf.AddHandler(ev, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	t.Cleanup(func() { ev.Release(); cancel(); <-done })
+	// The handler holds the first list's first add and the writer, having applied the
+	// watch's change, waits for room: both relists are queued behind it.
+	waitUntil(t, func() bool { _, ok := inf.Get("d"); return ok })
+	close(stalled)
+	<-relisted
+	ev.Release()
+	ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add d=1", "update a=1→2", "resync a=2", "resync b=1", "resync b=1", "delete?c=1", "delete?d=1")
+	if d := inf.Stats().Duplicates; d != 0 {
+		t.Errorf("Stats.Duplicates %d, want 0", d)
+	}
+	select {
+	case err := <-reported:
+		t.Fatalf("reported %v", err)
+	default:
 	}
 }
