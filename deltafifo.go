@@ -471,6 +471,7 @@ func (f *deltaFIFO[K, V]) Resync() error {
 // key at least), waiting for one; Replace and Resync wait until Done. Once b is applied,
 // every change older than rev (or as old, if inclusive) is in the cache; synced: b
 // completes the initial population.
+//
 // While a transaction arrives (BatchedWatch), Pop waits for its last change rather than
 // take every queued key, so that the cache gets it whole; one that outgrows a batch or
 // fills the queue is popped in parts, none of which reports a revision reached.
