@@ -110,7 +110,7 @@ func TestTransactionsAreReadAndSavedWhole(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(35, 1))
 	var last int64
-	for round := range 120 {
+	for round := range 60 {
 		put(t, c, "/outside", fmt.Sprint(round))
 		n := 2 + rng.IntN(7) // 2 to 8 keys
 		ops := make([]clientv3.Op, 0, n)
