@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -240,7 +241,11 @@ func TestApply_LargeBatchEqualsKeyByKey(t *testing.T) {
 // 15 % deletes). The changes are queued and popped outside the timer; ns/op is per change.
 func BenchmarkWriteBatch(b *testing.B) {
 	type obj struct{ key, ns, app string }
-	inf, err := New[string, *obj](ListerWatcherFuncs[*obj]{}, Options[string, *obj]{
+	idle := ListerWatcherFuncs[*obj]{ // never run: the benchmark drives the queue and store
+		ListFunc:  func(context.Context, ListOptions) (List[*obj], error) { return List[*obj]{}, nil },
+		WatchFunc: func(ctx context.Context, _ WatchOptions) (Watch[*obj], error) { return ChanWatch[*obj](ctx, nil, nil), nil },
+	}
+	inf, err := New[string, *obj](idle, Options[string, *obj]{
 		Key: func(o *obj) (string, error) { return o.key, nil },
 		Indexers: Indexers[*obj]{
 			"namespace": IndexBy(func(o *obj) (string, error) { return o.ns, nil }),

@@ -32,8 +32,11 @@ type delta[V any] struct {
 	// unchanged: a Replaced delta of a list at the revision the cached object was listed
 	// at (the retry of a first list whose pages were applied): a resync, not an update.
 	unchanged bool
-	object    V
-	revision  string
+	// repeated: a Replaced delta of a key its list held already (lists have identities:
+	// two lists at one revision are two lists).
+	repeated bool
+	object   V
+	revision string
 	// prepared: the store prepared the object as it was queued (see Add); the queue's
 	// keeper keeps what it prepared.
 	prepared bool
@@ -42,13 +45,15 @@ type delta[V any] struct {
 // The store reads a popped delta through these methods, never its fields: whether it is an
 // Added event, deletes its key, is a tombstone (its object the last state known), is of
 // the first list, re-delivers an unchanged object (a resync, or a relisted object at the
-// revision it was listed at), comes from a list, was prepared; its object and revision.
+// revision it was listed at), comes from a list, repeats a key of its list, was prepared;
+// its object and revision.
 func (d *delta[V]) Added() bool      { return d.typ == deltaAdded }
 func (d *delta[V]) Deleted() bool    { return d.typ == deltaDeleted }
 func (d *delta[V]) Unknown() bool    { return d.finalStateUnknown }
 func (d *delta[V]) Initial() bool    { return d.initial }
 func (d *delta[V]) Resync() bool     { return d.typ == deltaSync || d.unchanged }
 func (d *delta[V]) Relisted() bool   { return d.typ == deltaReplaced }
+func (d *delta[V]) Repeated() bool   { return d.repeated }
 func (d *delta[V]) Prepared() bool   { return d.prepared }
 func (d *delta[V]) Object() V        { return d.object }
 func (d *delta[V]) Revision() string { return d.revision }
@@ -176,6 +181,11 @@ type deltaFIFO[K comparable, V any] struct {
 	wmDirty bool   // lastRev moved since the last pop: wake the popper even with no keys
 	closed  bool
 
+	// txnOpen: the last change added said more of its revision txnRev follow (a
+	// transaction arrives); see Pop.
+	txnOpen bool
+	txnRev  string
+
 	free       []*deltaList[K, V] // recycled lists; bounded by the most keys ever pending
 	shrinkFree bool               // drop free at the next finishBatch
 
@@ -204,7 +214,8 @@ func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], keep keeper, ma
 // Add queues one watch event of type t (Added, Modified or Deleted) with what the store
 // prepared for obj (nil: nothing), kept by the queue's keeper. more says that more
 // changes of revision rev follow (a transaction's): until the last of them, no pop reports
-// rev as reached. It blocks while the queue is full and returns errFIFOClosed once closed.
+// a revision reached, and the transaction is popped whole unless it outgrows a batch (see
+// Pop). It blocks while the queue is full and returns errFIFOClosed once closed.
 func (f *deltaFIFO[K, V]) Add(t EventType, key K, obj V, rev string, more bool, prep any) error {
 	typ := deltaUpdated
 	switch t {
@@ -229,7 +240,15 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	if appended && prep != nil {
 		l.held = f.keep.Keep(l.held, prep, len(l.deltas)-1)
 	}
-	if rev != "" && !more {
+	if more {
+		f.txnOpen, f.txnRev = true, rev
+		return nil
+	}
+	if f.txnOpen {
+		f.txnOpen = false
+		f.cond.Broadcast() // a pop may be waiting for the transaction's end
+	}
+	if rev != "" {
 		f.lastRev = rev
 	}
 	return nil
@@ -240,6 +259,7 @@ func (f *deltaFIFO[K, V]) Bookmark(rev string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastRev = rev
+	f.txnOpen = false
 	f.wmDirty = true
 	f.cond.Broadcast()
 }
@@ -306,6 +326,7 @@ func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
 	f.restored.Store(false)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.txnOpen = false // a list ends any transaction: it holds the whole state at rev
 	if f.firstOpen || (!f.populated && f.canStartFirst()) {
 		// The last page of a first list queued by pages, or a first list in one page.
 		f.firstOpen = false
@@ -331,8 +352,9 @@ func (f *deltaFIFO[K, V]) Replace(keys []K, objs []V, rev string) error {
 	f.abortedRev = ""
 	listed := make(map[K]struct{}, len(keys))
 	for i, k := range keys {
+		n := len(listed)
 		listed[k] = struct{}{}
-		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial, unchanged: unchanged})
+		f.queueLocked(k, delta[V]{typ: deltaReplaced, object: objs[i], revision: rev, initial: initial, unchanged: unchanged, repeated: len(listed) == n})
 	}
 	// Keys only queued: client-go forgets those, so a key added and then gone during a
 	// disconnect would never be deleted.
@@ -449,12 +471,17 @@ func (f *deltaFIFO[K, V]) Resync() error {
 // key at least), waiting for one; Replace and Resync wait until Done. Once b is applied,
 // every change older than rev (or as old, if inclusive) is in the cache; synced: b
 // completes the initial population.
+//
+// While a transaction arrives (BatchedWatch), Pop waits for its last change rather than
+// take every queued key, so that the cache gets it whole; one that outgrows a batch or
+// fills the queue is popped in parts, none of which reports a revision reached.
 func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev string, inclusive, synced bool, err error) {
 	buf := b.items[:0]
 	defer func() { b.items = buf }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) && !f.closed {
+	for !f.closed && (f.head == len(f.queue) && len(f.bulks) == 0 && !f.wmDirty && !(f.syncPending && f.initialCount == 0) ||
+		f.awaitingTxnLocked(maxKeys, maxDeltas)) {
 		f.cond.Wait()
 	}
 	if f.closed {
@@ -475,7 +502,7 @@ func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev strin
 			return "", false, false, nil
 		}
 		rev = page.rev
-		if f.head == len(f.queue) {
+		if f.head == len(f.queue) && !f.txnOpen {
 			rev = f.lastRev
 		}
 		f.syncPending = false
@@ -512,9 +539,13 @@ func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev strin
 		f.queue, f.head = f.queue[:m], 0
 	}
 	f.behind.Store(f.head != len(f.queue))
-	if f.head == len(f.queue) {
+	switch {
+	case f.head == len(f.queue) && f.txnOpen:
+		// A part of a transaction larger than a batch: every change older than it is in.
+		rev = f.txnRev
+	case f.head == len(f.queue):
 		rev, inclusive = f.lastRev, true
-	} else {
+	default:
 		// The head key's oldest delta is the oldest change still queued.
 		rev = f.queue[f.head].deltas[0].revision
 	}
@@ -527,6 +558,13 @@ func (f *deltaFIFO[K, V]) Pop(b *batch[K, V], maxKeys, maxDeltas int) (rev strin
 		f.syncPending = false
 	}
 	return rev, inclusive, synced, nil
+}
+
+// awaitingTxnLocked reports whether Pop waits for the rest of a transaction: one arrives,
+// and what is queued fits in a batch of maxKeys keys and maxDeltas deltas, and the queue.
+func (f *deltaFIFO[K, V]) awaitingTxnLocked(maxKeys, maxDeltas int) bool {
+	return f.txnOpen && len(f.bulks) == 0 && len(f.queue)-f.head < maxKeys && f.pending < maxDeltas &&
+		(f.maxPending == 0 || f.pending < f.maxPending)
 }
 
 // Done marks the popped batch b applied and recycles its delta lists.
@@ -593,6 +631,7 @@ func (f *deltaFIFO[K, V]) MarkRestored(rev string) {
 	defer f.mu.Unlock()
 	f.populated = true
 	f.lastRev = rev
+	f.txnOpen = false
 	f.restored.Store(true)
 }
 

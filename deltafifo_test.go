@@ -460,3 +460,82 @@ func (f *deltaFIFO[K, V]) popBatch(buf []popped[K, V], maxKeys, maxDeltas int) (
 
 // finishBatch is Done for entries popBatch returned.
 func (f *deltaFIFO[K, V]) finishBatch(items []popped[K, V]) { f.Done(&batch[K, V]{items: items}) }
+
+// A transaction's changes are popped whole: while the last change added says more of its
+// revision follow, a pop that would drain the queue waits for them, and then reports the
+// transaction's revision as reached.
+func TestDeltaFIFO_TransactionPoppedWhole(t *testing.T) {
+	f := newDeltaFIFO[string, string](nil, nil, 0, false)
+	f.add(deltaAdded, "x", "x1", "4")
+	if _, wm, _ := popAll(t, f); wm != (watermark{rev: "4", inclusive: true}) {
+		t.Fatalf("watermark %+v", wm)
+	}
+	if err := f.Add(Added, "a", "a1", "5", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		got []string
+		wm  watermark
+	}
+	popped := make(chan result)
+	go func() {
+		got, wm, _ := popAll(t, f)
+		popped <- result{got, wm}
+	}()
+	select {
+	case r := <-popped:
+		t.Fatalf("popped %q at %+v while the transaction at revision 5 was still arriving", r.got, r.wm)
+	case <-time.After(20 * time.Millisecond): // only bounds the negative check
+	}
+	if err := f.Add(Added, "b", "b1", "5", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-popped
+	equal(t, r.got, []string{"a:Added(a1)", "b:Added(b1)"})
+	if r.wm != (watermark{rev: "5", inclusive: true}) {
+		t.Fatalf("watermark %+v, want 5 reached", r.wm)
+	}
+}
+
+// A transaction larger than a batch (or than MaxPending) is popped in parts, none of
+// which reports a revision as reached: the last change taken said more follow.
+func TestDeltaFIFO_TransactionLargerThanABatch(t *testing.T) {
+	f := newDeltaFIFO[string, string](nil, nil, 0, false)
+	f.add(deltaAdded, "x", "x1", "4")
+	popAll(t, f)
+	f.Add(Added, "a", "a1", "5", true, nil)
+	f.Add(Added, "b", "b1", "5", true, nil)
+	for _, key := range []string{"a", "b"} {
+		batch, wm, _, err := f.popBatch(nil, 1, math.MaxInt)
+		if err != nil || len(batch) != 1 || batch[0].key != key || wm.inclusive {
+			t.Fatalf("popped %d keys, err %v, at %+v; want %s alone and no revision reached", len(batch), err, wm, key)
+		}
+		f.finishBatch(batch)
+	}
+	f.Add(Added, "c", "c1", "5", false, nil)
+	if got, wm, _ := popAll(t, f); len(got) != 1 || wm != (watermark{rev: "5", inclusive: true}) {
+		t.Fatalf("popped %q at %+v, want c and 5 reached", got, wm)
+	}
+
+	bounded := newDeltaFIFO[string, string](nil, nil, 2, false)
+	bounded.Add(Added, "a", "a1", "5", true, nil)
+	bounded.Add(Added, "b", "b1", "5", true, nil) // the queue is full: a pop must not wait
+	if got, wm, _ := popAll(t, bounded); len(got) != 2 || wm.inclusive {
+		t.Fatalf("full queue: popped %q at %+v; want a and b, no revision reached", got, wm)
+	}
+}
+
+// A bookmark or a list ends a transaction the queue was told more of would follow.
+func TestDeltaFIFO_TransactionEndedByBookmarkOrList(t *testing.T) {
+	f := newDeltaFIFO[string, string](nil, nil, 0, false)
+	f.Add(Added, "a", "a1", "5", true, nil)
+	f.Bookmark("5")
+	if got, wm, _ := popAll(t, f); len(got) != 1 || wm != (watermark{rev: "5", inclusive: true}) {
+		t.Fatalf("after a bookmark: popped %q at %+v", got, wm)
+	}
+	f.Add(Added, "b", "b1", "6", true, nil)
+	f.Replace([]string{"c"}, []string{"c1"}, "9")
+	if got, wm, _ := popAll(t, f); len(got) != 2 || wm != (watermark{rev: "9", inclusive: true}) {
+		t.Fatalf("after a list: popped %q at %+v", got, wm)
+	}
+}

@@ -79,7 +79,9 @@
 // IndexValues, Snapshot) reads one consistent state of the cache, as of the end of some
 // batch; the iterators walk that state and copy nothing (collect them with slices.Collect
 // or maps.Collect for a slice or a map). After WaitForRevision(rev) returns, every read
-// reflects every change up to rev.
+// reflects every change up to rev. The changes of one transaction of a source whose watch
+// says so (BatchedWatch: source/etcd, source/http) are written in one batch, so no read
+// sees part of one, unless it is larger than a batch (Options.MaxBatch).
 //
 // What synced means: Informer.Synced is closed (and Stats.Synced true) once the initial
 // list is in the cache; Registration.Synced is closed once that handler has been called

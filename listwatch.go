@@ -31,8 +31,8 @@ import (
 //     it could not decode) to the informer's ReportError.
 //   - SourceIdentifier: the source says which collection and history it serves, so that a
 //     warm restart restores a saved cache only into the same one.
-//   - BatchedWatch (on a Watch, not the source): several changes at one revision are
-//     counted as reached only once the last of them is in the cache.
+//   - BatchedWatch (on a Watch, not the source): several changes at one revision (a
+//     transaction) reach the cache in one write, and their revision is reached only then.
 type ListerWatcher[V any] interface {
 	// List returns one page of the collection. The first page is requested with an empty
 	// ListOptions.Continue; every later page with the Continue token of the page before, and
@@ -112,13 +112,20 @@ type Watch[V any] interface {
 // BatchedWatch is implemented by a Watch whose source changes several objects at one
 // revision (an etcd transaction; a batch of a source/http Server over an ordered
 // upstream) and whose Next returns such changes one by one from what it has received
-// whole. Until the last change of a revision is in the cache, the informer does not count
-// that revision as reached (WaitForRevision and Snapshot.Revision), so that a reader never
-// sees half of a transaction under its revision. A Watch that does not implement it has
+// whole. The informer holds such changes back until the last of them has arrived and
+// writes them to its cache together, so that no read (an Informer's read methods, a
+// Snapshot), no WaitForRevision and no state a Persister saves holds part of them. A
+// transaction larger than a batch (Options.MaxBatch keys) or than Options.MaxPending
+// changes is written in parts; until its last part is in, the cache's state is not exact,
+// so no revision is reached and nothing is saved, but a read may see the parts written
+// (under the revision last reached). A Watch that does not implement BatchedWatch has
 // every event taken as the last of its revision.
 type BatchedWatch interface {
 	// MoreAtRevision reports whether the event Next returned last is followed by more
-	// events of the same revision that Next will return next without waiting.
+	// events of the same revision (the source's own revision, not a label derived from
+	// it), which Next will return next without waiting; or, for a transaction the stream
+	// cannot deliver whole, ends the stream with an error that makes the informer list
+	// again.
 	MoreAtRevision() bool
 }
 

@@ -14,8 +14,8 @@ import (
 // The informer calls Load once, at the start of Run, and Save from one goroutine at a time:
 // every Interval while it runs, and once more after it stopped. It only saves a state that
 // is exactly the source's state at the state's revision (no change queued and not yet
-// applied, none applied beyond it), so a saved cache is never newer or older than one
-// revision.
+// applied, none applied beyond it, no part of a transaction: see BatchedWatch), so a saved
+// cache is never newer or older than one revision.
 type Persister[K comparable, V any] interface {
 	// Load reads the saved state described by desc, calls add with each of its objects,
 	// and returns the revision the state reflects. It returns an error that matches

@@ -487,17 +487,23 @@ func (r *reflector[V]) handleWatch(ctx context.Context, w Watch[V]) error {
 			}
 			r.cfg.stats.Event(ev.Type)
 			r.src.Received(ev.Revision)
+			more := batched != nil && batched.MoreAtRevision()
 			obj, ok := r.pages.Transformed(ev.Object)
-			if !ok {
-				break
-			}
-			ev.Object = obj
-			if err := r.sink.Event(ev, batched != nil && batched.MoreAtRevision()); err != nil {
+			if ok {
+				ev.Object = obj
+				err := r.sink.Event(ev, more)
 				if errors.Is(err, ErrStopped) { // the queue closed
 					return nil
 				}
-				// An object the informer cannot take is reported, not fatal.
-				r.cfg.report(err)
+				if ok = err == nil; !ok {
+					// An object the informer cannot take is reported, not fatal.
+					r.cfg.report(err)
+				}
+			}
+			if !ok && !more && ev.Revision != "" {
+				// The last change of its revision was left out: the revision is reached
+				// all the same (a transaction the queue holds open ends here).
+				r.sink.Bookmark(ev.Revision)
 			}
 		case Bookmark:
 			r.cfg.stats.Bookmark()

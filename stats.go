@@ -77,7 +77,8 @@ type Stats struct {
 	// Applied counts the changes (deltas) applied to the cache, resyncs included.
 	Applied uint64
 	// Duplicates counts objects the source sent for a key the informer already had: a key
-	// listed more than once in one list (each list reports its first such key once, as an
+	// listed more than once in one list (two lists are two, even at one revision and
+	// applied in one batch; each list reports its first such key once, as an
 	// ErrBadInput, counted in SourceErrors too), and an Added event for a cached key. Each
 	// is applied as an update: the last state wins.
 	Duplicates uint64

@@ -169,8 +169,8 @@ func (s *store[K, V]) Apply(b *batch[K, V], rev string, notes []notification[K, 
 func (s *store[K, V]) applyList(w *writeBatch[K, V], b *batch[K, V], i int, out []notification[K, V]) {
 	key, ds := b.Key(i), b.Deltas(i)
 	h, _ := b.Held(i).(*queuedHint[V])
-	for j := 1; j < len(ds); j++ {
-		if ds[j].Relisted() && ds[j-1].Relisted() && ds[j].Revision() == ds[j-1].Revision() {
+	for j := range ds {
+		if ds[j].Repeated() {
 			w.duplicate(key, "the list at revision "+ds[j].Revision()) // one list holds key twice
 		}
 	}

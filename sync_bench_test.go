@@ -188,10 +188,12 @@ func TestInformer_FirstListFailingAfterAPage(t *testing.T) {
 }
 
 // txnWatch sends two changes of one revision, the second only once released, and says
-// that the first is followed by more of its revision.
+// that the first is followed by more of its revision. asked is closed when the second is
+// asked for: the first has been queued.
 type txnWatch struct {
 	ctx     context.Context
 	sent    int
+	asked   chan struct{}
 	release chan struct{}
 }
 
@@ -201,6 +203,7 @@ func (w *txnWatch) Next() (informer.Event[*obj], error) {
 	case 1:
 		return informer.Event[*obj]{Type: informer.Added, Object: newObj("a", "g", "1"), Revision: "5"}, nil
 	case 2:
+		close(w.asked)
 		select {
 		case <-w.release:
 			return informer.Event[*obj]{Type: informer.Added, Object: newObj("b", "g", "1"), Revision: "5"}, nil
@@ -216,16 +219,17 @@ func (w *txnWatch) MoreAtRevision() bool { return w.sent == 1 }
 
 func (w *txnWatch) Stop() {}
 
-// A transaction's changes share a revision: with the first of two in the cache, the
-// revision is not reached (WaitForRevision, Snapshot.Revision); with both, it is.
+// A transaction's changes share a revision: with the first of two queued, neither is in
+// the cache and the revision is not reached (WaitForRevision, Snapshot.Revision); with
+// both queued, both are in and it is.
 func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
-	release := make(chan struct{})
+	release, asked := make(chan struct{}), make(chan struct{})
 	lw := informer.ListerWatcherFuncs[*obj]{
 		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
 			return informer.List[*obj]{Revision: "4"}, nil
 		},
 		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
-			return &txnWatch{ctx: ctx, release: release}, nil
+			return &txnWatch{ctx: ctx, asked: asked, release: release}, nil
 		},
 	}
 	ordered := struct {
@@ -237,11 +241,14 @@ func TestInformer_TransactionRevisionReachedWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRecorded(t, inf)
-	waitUntil(t, func() bool { _, ok := inf.Get("a"); return ok })
+	<-asked
 	stopped, stop := context.WithCancel(context.Background())
 	stop()
 	if err := inf.WaitForRevision(stopped, "5"); err == nil || inf.Snapshot().Revision() == "5" {
-		t.Fatalf("revision 5 reached with one of its two changes in the cache (WaitForRevision: %v, snapshot at %q)", err, inf.Snapshot().Revision())
+		t.Fatalf("revision 5 reached with one of its two changes queued (WaitForRevision: %v, snapshot at %q)", err, inf.Snapshot().Revision())
+	}
+	if _, ok := inf.Get("a"); ok {
+		t.Fatal("the first change of revision 5 is in the cache before the second arrived")
 	}
 	close(release)
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -282,4 +289,135 @@ func (numericRevisions) CompareRevisions(a, b string) (int, error) {
 		return 0, err
 	}
 	return cmp.Compare(x, y), nil
+}
+
+// batchWatch sends its events, each but the last said to be followed by more of its
+// revision, then ends with end, or (end nil) waits for the end of ctx.
+type batchWatch struct {
+	ctx    context.Context
+	events []informer.Event[*obj]
+	end    error
+	sent   int
+}
+
+func (w *batchWatch) Next() (informer.Event[*obj], error) {
+	if w.sent < len(w.events) {
+		w.sent++
+		return w.events[w.sent-1], nil
+	}
+	if w.end != nil {
+		return informer.Event[*obj]{}, w.end
+	}
+	<-w.ctx.Done()
+	return informer.Event[*obj]{}, w.ctx.Err()
+}
+
+func (w *batchWatch) MoreAtRevision() bool { return w.sent < len(w.events) }
+
+func (w *batchWatch) Stop() {}
+
+// A transaction whose last change the informer leaves out (its Transform fails) is still
+// applied and its revision reached: the change left out ends it.
+func TestInformer_TransactionWithItsLastChangeLeftOut(t *testing.T) {
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+			return informer.List[*obj]{Revision: "4"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			return &batchWatch{ctx: ctx, events: []informer.Event[*obj]{
+				{Type: informer.Added, Object: newObj("a", "g", "1"), Revision: "5"},
+				{Type: informer.Added, Object: newObj("b", "g", "bad"), Revision: "5"},
+			}}, nil
+		},
+	}
+	ordered := struct {
+		informer.ListerWatcher[*obj]
+		informer.RevisionComparer
+	}{lw, numericRevisions{}}
+	reported := make(chan error, 10)
+	inf, err := informer.New[string, *obj](ordered, informer.Options[string, *obj]{
+		Key:          objKeyErr,
+		ErrorHandler: func(err error) { reported <- err },
+		Transform: func(o *obj) (*obj, error) {
+			if o.Val == "bad" {
+				return nil, errors.New("cannot transform")
+			}
+			return o, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRecorded(t, inf)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := inf.WaitForRevision(ctx, "5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inf.Get("a"); !ok || inf.Len() != 1 || inf.Snapshot().Revision() != "5" {
+		t.Fatalf("cache %v at %q; want a alone at 5", informer.ReadKeys(inf), inf.Snapshot().Revision())
+	}
+	if err := <-reported; !strings.Contains(err.Error(), "cannot transform") {
+		t.Fatalf("reported %v", err)
+	}
+}
+
+// Two relists in a row at one revision, while a Block handler keeps the writer behind:
+// both lists' objects for a key are applied in one batch, and neither list holds a key
+// twice, so no duplicate is counted or reported.
+func TestInformer_TwoRelistsAtOneRevisionAreNoDuplicate(t *testing.T) {
+	var lists atomic.Int32
+	stalled, relisted := make(chan struct{}), make(chan struct{})
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, _ informer.ListOptions) (informer.List[*obj], error) {
+			if lists.Add(1) == 1 {
+				return informer.List[*obj]{Items: []*obj{newObj("a", "g", "1"), newObj("b", "g", "1"), newObj("c", "g", "1")}, Revision: "1"}, nil
+			}
+			select {
+			case <-stalled:
+			case <-ctx.Done():
+				return informer.List[*obj]{}, ctx.Err()
+			}
+			return informer.List[*obj]{Items: []*obj{newObj("a", "g", "2"), newObj("b", "g", "1")}, Revision: "3"}, nil
+		},
+		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[*obj], error) {
+			expired := fmt.Errorf("too old: %w", informer.ErrExpired)
+			switch lists.Load() {
+			case 1: // a change, then the watch expires: list again
+				return &batchWatch{ctx: ctx, events: []informer.Event[*obj]{{Type: informer.Added, Object: newObj("d", "g", "1"), Revision: "2"}}, end: expired}, nil
+			case 2: // the watch expires at once: list again, at the same revision
+				return nil, expired
+			}
+			close(relisted)
+			return informer.ChanWatch[*obj](ctx, nil, nil), nil
+		},
+	}
+	reported := make(chan error, 10)
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "relists", Backoff: fastBackoff, ErrorHandler: func(err error) { reported <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents().Hold()
+	if _, err := inf.AddHandler(ev, informer.HandlerOptions{Policy: informer.Block, QueueLength: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	t.Cleanup(func() { ev.Release(); cancel(); <-done })
+	// The handler holds the first list's first add and the writer, having applied the
+	// watch's change, waits for room: both relists are queued behind it.
+	waitUntil(t, func() bool { _, ok := inf.Get("d"); return ok })
+	close(stalled)
+	<-relisted
+	ev.Release()
+	ev.Expect(t, "add*a=1", "add*b=1", "add*c=1", "add d=1", "update a=1→2", "resync a=2", "resync b=1", "resync b=1", "delete?c=1", "delete?d=1")
+	if d := inf.Stats().Duplicates; d != 0 {
+		t.Errorf("Stats.Duplicates %d, want 0", d)
+	}
+	select {
+	case err := <-reported:
+		t.Fatalf("reported %v", err)
+	default:
+	}
 }

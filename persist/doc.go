@@ -12,9 +12,11 @@
 //
 //   - A snapshot is one revision: it is written only when the cache is exactly the source's
 //     state at the cache's revision (nothing queued and not yet applied, nothing applied
-//     beyond it), from an immutable informer.Snapshot, so it is never newer or older than
-//     the revision it records (TestSavedStateIsOneRevision checks every save under a
-//     stream of writes against the source's history).
+//     beyond it, no transaction in part: see informer.BatchedWatch), from an immutable
+//     informer.Snapshot, so it is never newer or older than the revision it records
+//     (TestSavedStateIsOneRevision checks every save under a stream of writes against the
+//     source's history; TestTransactionsAreReadAndSavedWhole in source/etcd every save
+//     under multi-key etcd transactions against etcd's state at the saved revision).
 //   - Never a torn file: Save writes a temporary file, fsyncs it, renames it over the
 //     snapshot and fsyncs the directory; a process killed at any byte of the write, or
 //     between the steps, leaves either the previous snapshot or the new one, whole

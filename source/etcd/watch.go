@@ -26,10 +26,11 @@ var errWatchStopped = errors.New("etcd: watch stopped")
 // is set, and returns once etcd has accepted it.
 //
 // Each etcd event becomes one informer event whose Revision is the event's ModRevision.
-// The events of one etcd transaction share a revision R; all but the last of them are
-// reported with revision R − 1, so that a revision means "every change up to here has been
-// delivered" only once the whole transaction has been, and Informer.WaitForRevision(R)
-// cannot return half-way through a transaction. Progress notifications become Bookmark
+// The events of one etcd transaction share its revision R, and the watch is an
+// informer.BatchedWatch: MoreAtRevision reports, after each of them but the last, that
+// more of R follow, so that the informer applies the transaction whole, and
+// Informer.WaitForRevision(R), a Snapshot at R and a snapshot persisted at R never hold
+// part of it. Progress notifications become Bookmark
 // events if opts.AllowBookmarks is set and are dropped otherwise; when the last events of
 // a transaction were skipped because they did not decode, a Bookmark at its revision
 // stands in for them (again only if bookmarks are allowed).
@@ -104,7 +105,6 @@ type watch[V any] struct {
 	ctx       context.Context // the etcd watch's: parent, require-leader, cancelled by Stop
 	cancel    context.CancelFunc
 	ch        clientv3.WatchChan
-	lastRev   string // the revision of the event Next returned last
 	timer     *time.Timer
 	timeout   <-chan time.Time
 	bookmarks bool
@@ -115,6 +115,9 @@ type watch[V any] struct {
 	revs []int64
 	next int
 	err  error // once set, returned by every Next after buf is drained
+	// incomplete: the revision of a transaction the stream ends inside (0: none); each
+	// of its events is followed by more of it, which never come.
+	incomplete int64
 
 	// the revision string of the last revision formatted
 	revNum int64
@@ -134,7 +137,6 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 			ev := w.buf[w.next]
 			w.buf[w.next] = informer.Event[V]{}
 			w.next++
-			w.lastRev = ev.Revision
 			return ev, nil
 		}
 		if w.err != nil {
@@ -155,11 +157,15 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 	}
 }
 
-// MoreAtRevision implements informer.BatchedWatch: the next buffered event has the
+// MoreAtRevision implements informer.BatchedWatch: the next buffered event has the etcd
 // revision of the one Next returned last (a transaction's changes, which etcd sends in
-// one response).
+// one response), or that one is of a transaction the stream ends inside.
 func (w *watch[V]) MoreAtRevision() bool {
-	return w.next > 0 && w.next < len(w.buf) && w.buf[w.next].Revision == w.lastRev
+	if w.next == 0 || w.next > len(w.revs) {
+		return false
+	}
+	rev := w.revs[w.next-1]
+	return (w.next < len(w.revs) && w.revs[w.next] == rev) || rev == w.incomplete
 }
 
 // fail ends the stream with err and releases the etcd watch.
@@ -246,14 +252,12 @@ func (w *watch[V]) push(ev informer.Event[V], rev int64) {
 	w.revs = append(w.revs, rev)
 }
 
-// finishRevisions sets the buffered events' revision strings: each event's etcd revision,
-// less one for an event followed by another of the same revision (same transaction) and
-// for an event of the revision incomplete, a transaction that is not delivered whole.
+// finishRevisions sets the buffered events' revision strings, each event's etcd revision,
+// and records incomplete, the revision of a transaction that is not delivered whole (0:
+// none).
 func (w *watch[V]) finishRevisions(incomplete int64) {
+	w.incomplete = incomplete
 	for i, rev := range w.revs {
-		if (i+1 < len(w.revs) && w.revs[i+1] == rev) || rev == incomplete {
-			rev--
-		}
 		if rev != w.revNum || w.revStr == "" {
 			w.revNum, w.revStr = rev, FormatRevision(rev)
 		}

@@ -135,9 +135,30 @@ func readEvents(w informer.Watch[*item]) ([]string, error) {
 	}
 }
 
-// The events of one transaction share its revision R: all but the last are reported at
-// R − 1, so that R is reached only when the whole transaction has been delivered. When the
-// last events of a response do not decode, a bookmark stands in for them.
+// readBatched is readEvents with " more" after each event the watch said is followed by
+// more of its revision (informer.BatchedWatch).
+func readBatched(w informer.Watch[*item]) ([]string, error) {
+	var out []string
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			return out, err
+		}
+		s := ev.Type.String()
+		if ev.Type != informer.Bookmark {
+			s += " " + ev.Object.Key + "=" + ev.Object.Value
+		}
+		s += "@" + ev.Revision
+		if w.(informer.BatchedWatch).MoreAtRevision() {
+			s += " more"
+		}
+		out = append(out, s)
+	}
+}
+
+// The events of one transaction carry its revision R, and each but the last says more of
+// R follow, so that R is reached only when the whole transaction has been delivered. When
+// the last events of a response do not decode, a bookmark stands in for them.
 func TestWatchTransactionRevisions(t *testing.T) {
 	_, c := startWithClient(t)
 	const p = "/tx/"
@@ -154,14 +175,14 @@ func TestWatchTransactionRevisions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := readEvents(w)
+		got, err := readBatched(w)
 		w.Stop()
 		if err != io.EOF {
 			t.Fatalf("watch ended with %v", err)
 		}
 		want := []string{
-			fmt.Sprintf("Modified /tx/a=1@%d", r1-1),
-			fmt.Sprintf("Added /tx/b=1@%d", r1-1),
+			fmt.Sprintf("Modified /tx/a=1@%d more", r1),
+			fmt.Sprintf("Added /tx/b=1@%d more", r1),
 			fmt.Sprintf("Deleted /tx/z=0@%d", r1),
 			fmt.Sprintf("Added /tx/c=1@%d", r2),
 			// e, which does not decode, is skipped: d is the last event of r3 delivered.
@@ -225,6 +246,37 @@ func TestDeleteWithoutPreviousValue(t *testing.T) {
 	}
 	if strict.DecodeErrors() != 1 {
 		t.Errorf("DecodeErrors() = %d", strict.DecodeErrors())
+	}
+}
+
+// A transaction whose delete cannot be decoded is not delivered whole: the changes before
+// it say that more of their revision follow, so that the informer never reaches it, and
+// the watch ends expired.
+func TestWatchIncompleteTransactionSaysMore(t *testing.T) {
+	_, c := startWithClient(t)
+	const p = "/part/"
+	start := put(t, c, p+"k", "1")
+	rev := txn(t, c, clientv3.OpPut(p+"a", "1"), clientv3.OpDelete(p+"k"))
+	if _, err := c.Compact(context.Background(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	strict, err := etcd.New(c, p, func(key, value []byte) (*item, error) {
+		if value == nil {
+			return nil, errors.New("no value")
+		}
+		return decodeItem(key, value)
+	}, etcd.Options{OnDecodeError: func(error) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := strict.Watch(context.Background(), informer.WatchOptions{Revision: etcd.FormatRevision(start)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readBatched(w)
+	w.Stop()
+	if want := []string{fmt.Sprintf("Added /part/a=1@%d more", rev)}; !slices.Equal(got, want) || !errors.Is(err, informer.ErrExpired) {
+		t.Fatalf("got %q, %v; want %q and ErrExpired", got, err, want)
 	}
 }
 
