@@ -144,7 +144,7 @@ func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg refle
 	r.compare, _ = lw.(RevisionComparer)
 	r.backoff = newBackoff(cfg.backoff, cfg.clock)
 	r.src = newSourceState(cfg.clock, cfg.logger, cfg.report, r.backoff.Step)
-	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.logger, cfg.stats, r.src.Fail, sink)
+	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.clock, cfg.logger, cfg.stats, r.src.Fail, sink)
 	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
 		r.noStream = true
 	}
@@ -278,9 +278,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		return r.opErr("list", err)
 	}
 	r.cfg.stats.ListHeld(len(items))
-	if d := r.cfg.clock.Since(start); d > 10*time.Second {
-		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
-	}
+	r.pages.Listed(len(items))
 	r.src.Recovered() // before the replace, so that a caller who sees the sync sees it too
 	if r.expired {
 		// The source served a list after an expiry: it compacted, it did not fail.
@@ -302,7 +300,10 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	r.cfg.stats.ListBegan(start)
 	defer r.cfg.stats.ListEnded()
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
+	r.pages.Began()
+	answered := r.pages.AwaitAnswer("streaming list")
 	w, err := r.callWatch(ctx, opts)
+	answered()
 	r.cfg.stats.Listed()
 	if err != nil {
 		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
@@ -342,7 +343,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		switch {
 		case ev.Type == Added:
 			items = append(items, ev.Object)
-			r.cfg.stats.ListReceived(len(items))
+			r.pages.Received(1, 0, false)
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
 			if err := r.pages.CheckRevision(ev.Revision, ""); err != nil {
 				return fail(err)
@@ -350,6 +351,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			items = r.pages.Keep(items, "streaming list", -1)
 			r.cfg.stats.ListTook(r.cfg.clock.Since(start))
 			r.cfg.stats.ListHeld(len(items))
+			r.pages.Listed(len(items))
 			r.src.Recovered()
 			r.src.Received(ev.Revision)
 			r.cfg.stats.ListEnded()
