@@ -11,6 +11,9 @@ import (
 // them. Every counter counts from the informer's creation. It is a copy: changing it
 // changes nothing in the informer.
 type Stats struct {
+	// Started reports whether Run has been called. An informer nobody runs never syncs:
+	// WaitForCacheSync and the controller package say so after a second.
+	Started bool
 	// Synced reports whether the initial list is in the cache (Informer.Synced is closed).
 	// Handlers may still be delivering it: see each Handlers entry's Synced.
 	//
