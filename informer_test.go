@@ -573,11 +573,12 @@ func TestReflector_StreamingList(t *testing.T) {
 }
 
 // A watch that ends within a second with nothing received is an error and leads to
-// a relist.
+// a relist; its Warn names it (kind="watch: very short").
 func TestReflector_VeryShortWatchRelists(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
-	f := start(t, src, informer.Options[string, *obj]{})
+	logs := &testkit.LogBuffer{}
+	f := start(t, src, informer.Options[string, *obj]{Logger: logs.Logger(slog.LevelWarn)})
 	src.WaitForWatches(context.Background(), 1)
 	src.DropWatches(nil)
 	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
@@ -588,6 +589,9 @@ func TestReflector_VeryShortWatchRelists(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("errors %v", reported)
+	}
+	if out := logs.String(); !strings.Contains(out, `kind="watch: very short"`) {
+		t.Fatalf("no Warn of kind \"watch: very short\":\n%s", out)
 	}
 }
 

@@ -110,14 +110,23 @@ type reflector[V any] struct {
 
 var (
 	// errVeryShortWatch: a watch ended within a second with no event; the source is
-	// probably failing fast, so the reflector relists after a backoff.
-	errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
+	// probably failing fast, so the reflector relists after a backoff. Its log kind is
+	// "watch: very short".
+	errVeryShortWatch error = kindError{kind: "very short", msg: "very short watch: the watch ended within a second and delivered nothing; listing again after the backoff (see SOURCES.md)"}
 	// errRelistPromptly ends a pass whose watch expired after progress: relist after a
 	// small jitter, not a backoff.
 	errRelistPromptly = errors.New("relist promptly")
 	// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
 	errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
 )
+
+// kindError is an error with a class of its own in the log's kind (see failureKind).
+type kindError struct{ kind, msg string }
+
+func (e kindError) Error() string { return e.msg }
+
+// FailureKind is the error's class in the log's kind, after the operation.
+func (e kindError) FailureKind() string { return e.kind }
 
 // newReflector returns the reflector of lw into sink, configured by opts (with New's
 // defaults applied).
