@@ -39,7 +39,7 @@ e2e: e2e-servers
 ## go build ./... and go vet ./... per module with GOWORK=off, the repository's own modules
 ## served from a file-based module proxy built from the working tree (tools/modcheck).
 modules:
-	cd tools && GOWORK=off $(GO) test -count=1 ./... && GOWORK=off GODEBUG=goindex=0 $(GO) run ./modcheck check
+	cd tools && GOWORK=off $(GO) test -race -trimpath -count=1 ./... && GOWORK=off GODEBUG=goindex=0 $(GO) run -race -trimpath ./modcheck check
 
 ## pin: require the repository's modules from one another at the pseudo-version of HEAD
 ## (v0.0.0-<commit time>-<12 hex>) in every go.mod, and point go.work's replacements at it.
