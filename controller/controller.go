@@ -388,7 +388,7 @@ func (c *Controller[K]) waitForSync(ctx context.Context) (bool, error) {
 func (c *Controller[K]) neverStarted() []string {
 	var idle []string
 	for _, w := range c.watches {
-		if w.started != nil && !w.started() && !closed(w.synced()) && !slices.Contains(idle, w.name) {
+		if w.NeverStarted() && !slices.Contains(idle, w.name) {
 			idle = append(idle, w.name)
 		}
 	}
@@ -401,7 +401,7 @@ func (c *Controller[K]) syncError() *CacheSyncError {
 	for _, w := range c.watches {
 		var why string
 		switch {
-		case !closed(w.synced()) && w.started != nil && !w.started():
+		case w.NeverStarted():
 			why = fmt.Sprintf("informer %s was never started: add it to the manager, or call its Run (or Factory.Start)", w.name)
 		case !closed(w.synced()):
 			why = fmt.Sprintf("informer %s has not synced", w.name)

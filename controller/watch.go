@@ -126,6 +126,11 @@ type watch struct {
 	reg     *informer.Registration
 }
 
+// NeverStarted reports whether the informer has not synced and its Run was never called.
+func (w *watch) NeverStarted() bool {
+	return w.started != nil && !w.started() && !closed(w.synced())
+}
+
 // closed reports whether ch is closed, without waiting.
 func closed(ch <-chan struct{}) bool {
 	select {
