@@ -70,6 +70,12 @@
 //     handler that fell behind may receive a delete whose object is newer than the last
 //     update it was given (the updates in between were merged away).
 //   - On a resync a handler receives OnUpdate(obj, obj) with the same object twice.
+//   - On a relist (after an expired watch, a failure, a restart without Options.Persist)
+//     every object the list brings that the cache already holds reaches every handler as an
+//     update, OnUpdate(old, new), even when it has not changed: then old and new are equal
+//     (an unchanged object the source decoded again is a copy, not the same pointer). Set
+//     Options.Revision and an unchanged object counts as a resync instead: it reaches only
+//     the handlers due for one, as OnUpdate(obj, obj).
 //   - A handler that panics is recovered: the panic is reported to the error handler, that
 //     one notification is skipped, and delivery goes on. Other handlers are unaffected.
 //   - Objects are shared between the cache, every reader and every handler. Never modify

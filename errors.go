@@ -167,7 +167,10 @@ func failureKind(err error) string {
 	if errors.As(err, &oe) {
 		op = oe.op
 	}
+	var k interface{ FailureKind() string }
 	switch {
+	case errors.As(err, &k):
+		return op + ": " + k.FailureKind()
 	case errors.Is(err, ErrExpired):
 		return op + ": expired"
 	case errors.Is(err, ErrRetryable):

@@ -131,13 +131,29 @@ type Syncer interface {
 // last error its source reported, so that a caller can say why:
 //
 //	informer: not synced: "payments" (last error 2s ago: informer "payments": list: …): context deadline exceeded
+//
+// An informer whose Run has not been called a second after the wait began will never
+// sync: WaitForCacheSync returns at once, naming it:
+//
+//	informer: never started: "payments": add it to the manager, or call its Run (or Factory.Start)
 func WaitForCacheSync(ctx context.Context, syncers ...Syncer) error {
+	grace := time.NewTimer(NeverStartedAfter)
+	defer grace.Stop()
 	var missing []Syncer
 	for _, s := range syncers {
 		select {
 		case <-s.Synced():
 			continue
 		case <-ctx.Done():
+		case <-grace.C:
+			if idle := neverStarted(syncers); len(idle) > 0 {
+				return &notSyncedError{missing: idle}
+			}
+			select {
+			case <-s.Synced():
+				continue
+			case <-ctx.Done():
+			}
 		}
 		select {
 		case <-s.Synced():
@@ -151,16 +167,37 @@ func WaitForCacheSync(ctx context.Context, syncers ...Syncer) error {
 	return &notSyncedError{missing: missing, ctxErr: ctx.Err()}
 }
 
+// NeverStartedAfter is how long WaitForCacheSync, and a controller waiting for its
+// informers, give an informer to be started before they say that it never was.
+const NeverStartedAfter = time.Second
+
+// neverStarted returns the syncers that are informers nobody has run.
+func neverStarted(syncers []Syncer) []Syncer {
+	var idle []Syncer
+	for _, s := range syncers {
+		if st, ok := s.(interface{ Stats() Stats }); ok {
+			if stats := st.Stats(); !stats.Started && !stats.Synced {
+				idle = append(idle, s)
+			}
+		}
+	}
+	return idle
+}
+
 // notSyncedError is WaitForCacheSync's error.
 type notSyncedError struct {
 	missing []Syncer
-	ctxErr  error
+	ctxErr  error // nil: the missing ones were never started
 }
 
 // Error names each one that did not sync, with its last error.
 func (e *notSyncedError) Error() string {
 	var b strings.Builder
-	b.WriteString("informer: not synced:")
+	if e.ctxErr == nil {
+		b.WriteString("informer: never started:")
+	} else {
+		b.WriteString("informer: not synced:")
+	}
 	for i, s := range e.missing {
 		if i > 0 {
 			b.WriteString(",")
@@ -174,13 +211,20 @@ func (e *notSyncedError) Error() string {
 			fmt.Fprintf(&b, " (last error %v ago: %v)", time.Since(at).Round(time.Millisecond), err)
 		}
 	}
-	fmt.Fprintf(&b, ": %v", e.ctxErr)
+	if e.ctxErr == nil {
+		b.WriteString(": add it to the manager, or call its Run (or Factory.Start)")
+	} else {
+		fmt.Fprintf(&b, ": %v", e.ctxErr)
+	}
 	return b.String()
 }
 
 // Unwrap returns ctx's error and the last source error of each one that did not sync.
 func (e *notSyncedError) Unwrap() []error {
-	errs := []error{e.ctxErr}
+	var errs []error
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
+	}
 	for _, s := range e.missing {
 		if _, err := lastError(s); err != nil {
 			errs = append(errs, err)

@@ -442,6 +442,7 @@ func (inf *Informer[K, V]) AddIndexers(indexers Indexers[V]) error {
 // list; poll it at a metrics scrape's pace, not per event.
 func (inf *Informer[K, V]) Stats() Stats {
 	s := inf.stats.Snapshot()
+	s.Started = inf.started.Load()
 	s.Synced = inf.write.HasSynced()
 	s.Restored = inf.fifo.Restored()
 	s.ReceivedRevision = inf.refl.LastSyncRevision()

@@ -573,11 +573,12 @@ func TestReflector_StreamingList(t *testing.T) {
 }
 
 // A watch that ends within a second with nothing received is an error and leads to
-// a relist.
+// a relist; its Warn names it (kind="watch: very short").
 func TestReflector_VeryShortWatchRelists(t *testing.T) {
 	src := newSource(memory.Options{})
 	src.Put(newObj("a", "g", "1"))
-	f := start(t, src, informer.Options[string, *obj]{})
+	logs := &testkit.LogBuffer{}
+	f := start(t, src, informer.Options[string, *obj]{Logger: logs.Logger(slog.LevelWarn)})
 	src.WaitForWatches(context.Background(), 1)
 	src.DropWatches(nil)
 	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
@@ -588,6 +589,9 @@ func TestReflector_VeryShortWatchRelists(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("errors %v", reported)
+	}
+	if out := logs.String(); !strings.Contains(out, `kind="watch: very short"`) {
+		t.Fatalf("no Warn of kind \"watch: very short\":\n%s", out)
 	}
 }
 
@@ -1217,5 +1221,32 @@ func TestInformer_ReportErrorCountsByClass(t *testing.T) {
 	}
 	if st.DecodeErrors != 1 || st.SourceErrors != 1 || st.OtherErrors != 0 {
 		t.Fatalf("decode %d source %d other %d, want 1 1 0", st.DecodeErrors, st.SourceErrors, st.OtherErrors)
+	}
+}
+
+// WaitForCacheSync over an informer nobody runs returns within a second or so
+// (NeverStartedAfter), naming it and saying what to do, instead of waiting for its
+// context; an informer that runs is waited for as before.
+func TestWaitForCacheSync_NeverStartedSaidWithinASecond(t *testing.T) {
+	idle, err := informer.New[string, *obj](newSource(memory.Options{}), informer.Options[string, *obj]{Name: "idle", Key: objKeyErr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := startWith(t, informer.Options[string, *obj]{Name: "running"}, newObj("a", "", "1"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	err = informer.WaitForCacheSync(ctx, f.inf, idle)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("returned after %v, want about %v", took, informer.NeverStartedAfter)
+	}
+	if want := `informer: never started: "idle": add it to the manager, or call its Run (or Factory.Start)`; err == nil || err.Error() != want {
+		t.Fatalf("WaitForCacheSync: %v, want %q", err, want)
+	}
+	if st := idle.Stats(); st.Started {
+		t.Errorf("Stats.Started of an informer never run: true")
+	}
+	if st := f.inf.Stats(); !st.Started {
+		t.Errorf("Stats.Started of a running informer: false")
 	}
 }

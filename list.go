@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/informer-go/informer/clock"
 )
 
 // listCounts are the counters a lister moves (the informer's Stats).
 type listCounts interface {
 	ConsistentList()
 	Expired()
+	ListReceived(n int)
 }
 
 // lister reads one list of the source, page by page: the reflector's list calls, with
@@ -31,11 +35,33 @@ type lister[V any] struct {
 	nilable   bool              // V is a pointer, interface, map, channel or function type
 	oneWord   bool              // V is a pointer, map, channel or function type: one word, nil or not
 	transform func(V) (V, bool) // nil: none; false means the object failed and was reported
+	clock     clock.Clock
+
+	// The list in progress, for the log; the reflector's goroutine only.
+	progress listProgress
+	synced   bool // a list has succeeded: the next ones are relists
 }
 
+// listProgress is how far the list in progress has come: the objects and bytes it has
+// received, in how many pages, since when, and when the log last said so.
+type listProgress struct {
+	start, logged time.Time
+	objects       int
+	bytes         int64 // 0 when the source does not say (List.Bytes)
+	pages         int   // 0 for a streaming list
+}
+
+// How a list tells how it is doing: a line at Info at most every progressEvery while it
+// runs, and a Warn when the source has not answered one of its requests within
+// answerWarning (the source is probably unreachable; the request may still succeed).
+const progressEvery = 10 * time.Second
+
+// answerWarning is a variable for the tests of the warning.
+var answerWarning = 5 * time.Second
+
 // newLister returns the lister of lw; pageSize is Options.PageSize (see pageSizeOf).
-func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, logger *slog.Logger, stats listCounts, fail func(error), sink reflectorSink[V]) *lister[V] {
-	l := &lister[V]{lw: lw, name: name, pageSize: pageSizeOf(lw, pageSize), timeout: timeout, logger: logger, stats: stats, fail: fail, sink: sink}
+func newLister[V any](lw ListerWatcher[V], name string, pageSize int64, timeout time.Duration, clk clock.Clock, logger *slog.Logger, stats listCounts, fail func(error), sink reflectorSink[V]) *lister[V] {
+	l := &lister[V]{lw: lw, name: name, pageSize: pageSizeOf(lw, pageSize), timeout: timeout, clock: clk, logger: logger, stats: stats, fail: fail, sink: sink}
 	l.compare, _ = lw.(RevisionComparer)
 	switch reflect.TypeFor[V]().Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
@@ -101,11 +127,15 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
 	// the last power of two is a cycle (a repeat is a cycle of length 1).
 	saved, power, steps := "", 1, 0
+	ls.Began()
+	answered := ls.AwaitAnswer("list") // the first page: is the source there at all?
+	defer answered()
 	for page := 0; ; page++ {
 		if page == MaxListPages {
 			return nil, "", fmt.Errorf("%w: the list did not end after %d pages (MaxListPages)", ErrBadInput, MaxListPages)
 		}
 		l, err := ls.callList(ctx, opts)
+		answered()
 		dog.Moved()
 		if err != nil && parent.Err() == nil && context.Cause(ctx) == errPageTimeout {
 			err = fmt.Errorf("%w: a list page did not return within %v (Options.ProgressTimeout): %v", ErrNoProgress, ls.timeout, err)
@@ -124,6 +154,7 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 		} else if l.Revision != rev {
 			return nil, "", fmt.Errorf("%w: page %d of a list reports revision %q, the first page %q", ErrBadInput, page, l.Revision, rev)
 		}
+		ls.Received(len(l.Items), l.Bytes, true)
 		l.Items = ls.Keep(l.Items, "list", page)
 		if l.Continue != "" {
 			ls.sink.ListPage(l.Items)
@@ -144,6 +175,101 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 		}
 		opts.Continue = l.Continue
 	}
+}
+
+// Began starts the progress of a list attempt: nothing received yet.
+func (ls *lister[V]) Began() {
+	now := ls.clock.Now()
+	ls.progress = listProgress{start: now, logged: now}
+	ls.stats.ListReceived(0)
+}
+
+// Received counts n objects of the list in progress, size bytes of them (0 when not
+// known), in a page (page) or as a streaming list's events, and logs at Info how far the
+// list has come when the last line is progressEvery old.
+func (ls *lister[V]) Received(n int, size int64, page bool) {
+	p := &ls.progress
+	p.objects += n
+	p.bytes += size
+	if page {
+		p.pages++
+	}
+	ls.stats.ListReceived(p.objects)
+	if now := ls.clock.Now(); now.Sub(p.logged) >= progressEvery {
+		p.logged = now
+		msg := "listed " + count(p.objects) + " objects" + bytesOf(p.bytes) + " in " + now.Sub(p.start).Round(time.Second).String()
+		if p.pages > 0 {
+			msg += ", page " + count(p.pages)
+		}
+		ls.logger.Info(msg, "objects", p.objects, "bytes", p.bytes, "pages", p.pages)
+	}
+}
+
+// Listed logs the end of a list that succeeded with n objects: how many, how big, how
+// long and how fast. It logs at Info for the informer's first list and for a list that
+// logged its progress, else at Debug.
+func (ls *lister[V]) Listed(n int) {
+	p := &ls.progress
+	took := ls.clock.Since(p.start)
+	level := slog.LevelDebug
+	if !ls.synced || p.logged != p.start || took >= progressEvery {
+		level = slog.LevelInfo
+	}
+	ls.synced = true
+	rate := ""
+	if took > 0 {
+		rate = ", " + count(int(float64(n)/took.Seconds())) + " objects/s"
+	}
+	msg := "listed " + count(n) + " objects" + bytesOf(p.bytes) + " in " + took.Round(time.Millisecond).String()
+	if p.pages > 1 {
+		msg += ", " + count(p.pages) + " pages"
+	}
+	ls.logger.Log(context.Background(), level, msg+rate, "objects", n, "bytes", p.bytes, "pages", p.pages, "duration", took)
+}
+
+// AwaitAnswer logs at Warn, once, if the source has not answered the request op within
+// answerWarning: a source that cannot be reached often takes far longer to say so. The
+// returned function says that the answer came; it may be called more than once. Like the
+// watchdog of Options.ProgressTimeout it runs on the real clock: a timer of the
+// informer's clock would be one more for tests that count them, on every list.
+func (ls *lister[V]) AwaitAnswer(op string) (answered func()) {
+	t := time.AfterFunc(answerWarning, func() {
+		ls.logger.Warn("the source has not answered a "+op+" request in "+answerWarning.String()+"; still waiting: check that it is reachable",
+			"op", op, "waited", answerWarning)
+	})
+	return func() { t.Stop() }
+}
+
+// count writes n with thousands separators: 1,000,000.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// bytesOf is " (1.2 GB)" for b bytes, "" for 0 (not known).
+func bytesOf(b int64) string {
+	const unit = 1000
+	if b <= 0 {
+		return ""
+	}
+	if b < unit {
+		return " (" + strconv.FormatInt(b, 10) + " B)"
+	}
+	f, units := float64(b)/unit, "kMGTPE"
+	for f >= unit && len(units) > 1 {
+		f, units = f/unit, units[1:]
+	}
+	return fmt.Sprintf(" (%.1f %cB)", f, units[0])
 }
 
 // CheckRevision checks a list's revision when revisions are ordered: present, well

@@ -78,6 +78,9 @@ type List[V any] struct {
 	Revision string
 	// Continue is the token for the next page; empty on the last page.
 	Continue string
+	// Bytes is the size of the page as the source received it, when it knows it (0 when
+	// not): the informer's log says how many bytes a long list has read so far.
+	Bytes int64
 }
 
 // WatchOptions configures a watch.

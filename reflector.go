@@ -110,14 +110,23 @@ type reflector[V any] struct {
 
 var (
 	// errVeryShortWatch: a watch ended within a second with no event; the source is
-	// probably failing fast, so the reflector relists after a backoff.
-	errVeryShortWatch = errors.New("very short watch: the watch ended within a second and delivered nothing")
+	// probably failing fast, so the reflector relists after a backoff. Its log kind is
+	// "watch: very short".
+	errVeryShortWatch error = kindError{kind: "very short", msg: "very short watch: the watch ended within a second and delivered nothing; listing again after the backoff (see SOURCES.md)"}
 	// errRelistPromptly ends a pass whose watch expired after progress: relist after a
 	// small jitter, not a backoff.
 	errRelistPromptly = errors.New("relist promptly")
 	// errNoWatch is what a Watch that returned neither a watch nor an error becomes.
 	errNoWatch = fmt.Errorf("%w: Watch returned neither a watch nor an error", ErrBadInput)
 )
+
+// kindError is an error with a class of its own in the log's kind (see failureKind).
+type kindError struct{ kind, msg string }
+
+func (e kindError) Error() string { return e.msg }
+
+// FailureKind is the error's class in the log's kind, after the operation.
+func (e kindError) FailureKind() string { return e.kind }
 
 // newReflector returns the reflector of lw into sink, configured by opts (with New's
 // defaults applied).
@@ -144,7 +153,7 @@ func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg refle
 	r.compare, _ = lw.(RevisionComparer)
 	r.backoff = newBackoff(cfg.backoff, cfg.clock)
 	r.src = newSourceState(cfg.clock, cfg.logger, cfg.report, r.backoff.Step)
-	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.logger, cfg.stats, r.src.Fail, sink)
+	r.pages = newLister(lw, cfg.name, cfg.pageSize, cfg.progressTimeout, cfg.clock, cfg.logger, cfg.stats, r.src.Fail, sink)
 	if s, ok := lw.(StreamingLister); !ok || !s.StreamingList() {
 		r.noStream = true
 	}
@@ -278,9 +287,7 @@ func (r *reflector[V]) list(ctx context.Context) error {
 		return r.opErr("list", err)
 	}
 	r.cfg.stats.ListHeld(len(items))
-	if d := r.cfg.clock.Since(start); d > 10*time.Second {
-		r.cfg.logger.Info("slow list", "duration", d, "items", len(items))
-	}
+	r.pages.Listed(len(items))
 	r.src.Recovered() // before the replace, so that a caller who sees the sync sees it too
 	if r.expired {
 		// The source served a list after an expiry: it compacted, it did not fail.
@@ -302,7 +309,10 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 	r.cfg.stats.ListBegan(start)
 	defer r.cfg.stats.ListEnded()
 	opts := WatchOptions{SendInitialEvents: true, AllowBookmarks: true, Timeout: r.watchTimeout()}
+	r.pages.Began()
+	answered := r.pages.AwaitAnswer("streaming list")
 	w, err := r.callWatch(ctx, opts)
+	answered()
 	r.cfg.stats.Listed()
 	if err != nil {
 		r.cfg.stats.ListTook(r.cfg.clock.Since(start))
@@ -342,6 +352,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		switch {
 		case ev.Type == Added:
 			items = append(items, ev.Object)
+			r.pages.Received(1, 0, false)
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
 			if err := r.pages.CheckRevision(ev.Revision, ""); err != nil {
 				return fail(err)
@@ -349,6 +360,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 			items = r.pages.Keep(items, "streaming list", -1)
 			r.cfg.stats.ListTook(r.cfg.clock.Since(start))
 			r.cfg.stats.ListHeld(len(items))
+			r.pages.Listed(len(items))
 			r.src.Recovered()
 			r.src.Received(ev.Revision)
 			r.cfg.stats.ListEnded()

@@ -743,21 +743,21 @@ func FuzzListPages(f *testing.F) {
 				want = append(want, lastWins[k])
 			}
 			if got := ReadList(inf); !slices.Equal(got, want) {
-				t.Fatalf("pages %q: cache %q after the list, want the last occurrence of each key %q", pages, got, want)
+				t.Fatalf("pages %+v: cache %q after the list, want the last occurrence of each key %q", pages, got, want)
 			}
 		}
 		close(release)
 		for {
 			last, errs := h.state()
 			if len(errs) > 0 {
-				t.Fatalf("pages %q: handler: %s", pages, strings.Join(errs, "; "))
+				t.Fatalf("pages %+v: handler: %s", pages, strings.Join(errs, "; "))
 			}
 			got := ReadList(inf)
 			if slices.Equal(got, valid) && slices.Equal(slices.Sorted(maps.Values(last)), valid) {
 				break
 			}
 			if ctx.Err() != nil {
-				t.Fatalf("pages %q: no convergence to the valid list: cache %q, handler %v", pages, got, last)
+				t.Fatalf("pages %+v: no convergence to the valid list: cache %q, handler %v", pages, got, last)
 			}
 			time.Sleep(100 * time.Microsecond) // polling: nothing signals "handler caught up"
 		}

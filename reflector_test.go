@@ -853,3 +853,93 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// While a paged list is in progress, Stats.ListObjects counts the objects its pages have
+// brought so far; once the list is applied it is 0 again.
+func TestReflector_StatsCountListInProgress(t *testing.T) {
+	secondPage := make(chan struct{})
+	release := make(chan struct{})
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			if opts.Continue == "" {
+				return informer.List[*obj]{Items: []*obj{newObj("a", "", "1"), newObj("b", "", "1"), newObj("c", "", "1")}, Revision: "5", Continue: "page-2"}, nil
+			}
+			close(secondPage)
+			<-release
+			return informer.List[*obj]{Items: []*obj{newObj("d", "", "1")}, Revision: "5"}, nil
+		},
+		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+			return newChanWatch(ctx, make(chan watchResult)), nil
+		},
+	}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "counted", PageSize: 3, Backoff: fastBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := inf.Stats(); st.ListObjects != 0 {
+		t.Fatalf("before any list: ListObjects %d, want 0", st.ListObjects)
+	}
+	ctx := informertest.Run(t, inf)
+	<-secondPage
+	if st := inf.Stats(); st.ListObjects != 3 || st.ListStarted.IsZero() {
+		t.Fatalf("during the list, after a page of 3: ListObjects %d (want 3), ListStarted %v", st.ListObjects, st.ListStarted)
+	}
+	close(release)
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	if st := inf.Stats(); st.ListObjects != 0 || st.Objects != 4 {
+		t.Fatalf("after the list: ListObjects %d (want 0), Objects %d (want 4)", st.ListObjects, st.Objects)
+	}
+}
+
+// A long list says how far it has come, at Info, at most every 10 s of the informer's
+// clock, then once at the end with the count, the size and the rate.
+func TestReflector_LongListLogsProgress(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			page := 0
+			if opts.Continue != "" {
+				page, _ = strconv.Atoi(opts.Continue)
+			}
+			fc.Step(3 * time.Second) // every page takes 3 s
+			l := informer.List[*obj]{Revision: "5", Bytes: 150_000}
+			for i := range 100 {
+				l.Items = append(l.Items, newObj(fmt.Sprintf("o%d-%d", page, i), "", "1"))
+			}
+			if page < 9 {
+				l.Continue = strconv.Itoa(page + 1)
+			}
+			return l, nil
+		},
+		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+			return newChanWatch(ctx, make(chan watchResult)), nil
+		},
+	}
+	logs := &testkit.LogBuffer{}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
+		Key: objKeyErr, Name: "big", PageSize: 100, Clock: fc, Logger: logs.Logger(slog.LevelInfo), Backoff: fastBackoff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := informertest.Run(t, inf)
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for line := range strings.Lines(logs.String()) {
+		if _, msg, ok := strings.Cut(line, ` msg="listed `); ok {
+			got = append(got, "listed "+msg[:strings.IndexByte(msg, '"')])
+		}
+	}
+	want := []string{
+		"listed 400 objects (600.0 kB) in 12s, page 4",
+		"listed 800 objects (1.2 MB) in 24s, page 8",
+		"listed 1,000 objects (1.5 MB) in 30s, 10 pages, 33 objects/s",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("progress lines:\n%s\nwant:\n%s\nlog:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), logs.String())
+	}
+}

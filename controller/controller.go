@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/workqueue"
 )
@@ -350,14 +352,25 @@ func (c *Controller[K]) waitForSync(ctx context.Context) (bool, error) {
 	}
 	t := c.clk.NewTimer(c.syncTimeout)
 	defer t.Stop()
+	// On the real clock: one more timer of the controller's clock would change what tests
+	// that count its timers see.
+	grace := time.NewTimer(informer.NeverStartedAfter)
+	defer grace.Stop()
 	for _, w := range c.watches {
 		for _, ch := range [...]<-chan struct{}{w.synced(), w.reg.Synced()} {
+		wait:
 			select {
 			case <-ch:
 			case <-ctx.Done():
 				return false, nil
 			case <-c.stop:
 				return false, nil
+			case <-grace.C:
+				if idle := c.neverStarted(); len(idle) > 0 {
+					c.log.Error("informers never started: they will never sync; add them to the manager, or call their Run (or Factory.Start)",
+						"informers", idle, "cache_sync_timeout", c.syncTimeout)
+				}
+				goto wait
 			case <-t.C():
 				if err := c.syncError(); len(err.Informers) > 0 {
 					c.log.Error("caches did not sync", "err", err)
@@ -371,12 +384,25 @@ func (c *Controller[K]) waitForSync(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// neverStarted names the watched informers whose Run has not been called.
+func (c *Controller[K]) neverStarted() []string {
+	var idle []string
+	for _, w := range c.watches {
+		if w.NeverStarted() && !slices.Contains(idle, w.name) {
+			idle = append(idle, w.name)
+		}
+	}
+	return idle
+}
+
 func (c *Controller[K]) syncError() *CacheSyncError {
 	e := &CacheSyncError{Controller: c.name, Timeout: c.syncTimeout}
 	seen := make(map[string]bool)
 	for _, w := range c.watches {
 		var why string
 		switch {
+		case w.NeverStarted():
+			why = fmt.Sprintf("informer %s was never started: add it to the manager, or call its Run (or Factory.Start)", w.name)
 		case !closed(w.synced()):
 			why = fmt.Sprintf("informer %s has not synced", w.name)
 		case !closed(w.reg.Synced()):

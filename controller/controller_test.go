@@ -1109,3 +1109,39 @@ func TestForDefaultsToTheInformersKey(t *testing.T) {
 		t.Fatalf("reconciled %s, want the informer's key k/a", got)
 	}
 }
+
+// TestNeverStartedInformerSaidWithinASecond: a controller over an informer nobody runs
+// says so within a second (informer.NeverStartedAfter), naming it and what to do, and the
+// CacheSyncError at the timeout says the same.
+func TestNeverStartedInformerSaidWithinASecond(t *testing.T) {
+	idle, err := informer.New[string, *obj](newSource(), informer.Options[string, *obj]{Name: "idle", Key: objKeyErr, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	clk := clock.NewFake(time.Unix(0, 0))
+	c, err := New(ReconcilerFunc[string](func(context.Context, string) (Result, error) { return Result{}, nil }),
+		Options[string]{Name: "ctl", Clock: clk, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, idle, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	s := start(t, c)
+	const want = "informers never started: they will never sync; add them to the manager, or call their Run (or Factory.Start)"
+	testkit.Until(t, "the controller to say the informer was never started", 10*time.Millisecond, func() bool { return strings.Contains(logs.String(), want) })
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("said after %v, want about %v", took, informer.NeverStartedAfter)
+	}
+	if out := logs.String(); !strings.Contains(out, "informers=[idle]") {
+		t.Errorf("the log does not name the informer: %s", out)
+	}
+	clk.WaitForWaiters(1, nil) // the sync timeout
+	clk.Step(DefaultCacheSyncTimeout)
+	err = s.returned(t, "Start to time out")
+	if want := "controller ctl: caches not synced after 2m0s: informer idle was never started: add it to the manager, or call its Run (or Factory.Start)"; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}

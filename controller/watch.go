@@ -107,6 +107,9 @@ func addWatch[K comparable, V any](c *Controller[K], inf Notifier[V], h *handler
 		remove: func(reg *informer.Registration) { inf.RemoveHandler(reg) },
 		synced: inf.Synced,
 	}
+	if st, ok := inf.(interface{ Stats() informer.Stats }); ok {
+		w.started = func() bool { return st.Stats().Started }
+	}
 	return c.addWatch(w)
 }
 
@@ -117,7 +120,15 @@ type watch struct {
 	add    func(handlerName string) (*informer.Registration, error)
 	remove func(*informer.Registration)
 	synced func() <-chan struct{}
-	reg    *informer.Registration
+	// started reports whether the informer's Run has been called; nil when the informer
+	// does not say (it has no Stats).
+	started func() bool
+	reg     *informer.Registration
+}
+
+// NeverStarted reports whether the informer has not synced and its Run was never called.
+func (w *watch) NeverStarted() bool {
+	return w.started != nil && !w.started() && !closed(w.synced())
 }
 
 // closed reports whether ch is closed, without waiting.

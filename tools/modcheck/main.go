@@ -21,7 +21,8 @@
 //	GOWORK=off GOPROXY=file://<proxy>,<go env GOPROXY> GONOSUMDB=github.com/informer-go
 //	GOFLAGS=-mod=mod GOTOOLCHAIN=local
 //
-// the commands go mod tidy -diff, go build ./... and go vet ./..., runs every
+// the commands go mod tidy -diff, go build ./... and go vet ./... (with make test's
+// -race -trimpath, to share its build cache: see buildFlags), runs every
 // module even when one fails, prints a summary and exits 1 naming the failing
 // modules. It also fails on a replace directive to a local directory, on
 // requirements of the repository's modules at anything but the one pin, on a go.work
@@ -34,16 +35,21 @@
 // is the working tree, so their hashes change with every edit. tidy -diff
 // ignores those lines, and tidy removes them.
 //
-// Because the working tree is served under a fixed version, modcheck removes
-// the repository's modules (and nothing else) from the module cache before it
-// serves them, so a later run never builds against an earlier run's files.
+// Nothing outside the checkout changes. modcheck works under <repo>/.cache/modcheck:
+// the copies of the modules, the proxy, and a module cache of its own (GOMODCACHE),
+// kept from one run to the next. The user's module cache is only read, as a proxy
+// (file://<GOMODCACHE>/cache/download) before the network one, so that what the user
+// has downloaded is not downloaded again. Because the working tree is served under a
+// fixed version, modcheck removes the repository's modules (and nothing else) from its
+// own module cache before it serves them, so a later run never builds against an
+// earlier run's files.
+//
+// Every command is timed, and a command that runs long says so every 30 seconds.
 package main
 
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,13 +83,12 @@ func main() {
 		fatal(err)
 	}
 	if os.Args[1] != "pin" {
-		// Runs share the module cache, where the repository's modules are purged and
-		// served afresh: one run at a time per module cache.
-		out, err := exec.Command("go", "env", "GOMODCACHE").Output()
-		if err != nil {
-			fatal(fmt.Errorf("go env GOMODCACHE: %w", err))
+		// Runs of one checkout share its module cache, where the repository's modules
+		// are purged and served afresh: one run at a time per checkout.
+		if err := os.MkdirAll(buildDir(root), 0o755); err != nil {
+			fatal(err)
 		}
-		unlock, err := lock(filepath.Join(os.TempDir(), "informer-modcheck-"+shortHash(strings.TrimSpace(string(out)))+".lock"))
+		unlock, err := lock(filepath.Join(buildDir(root), "lock"))
 		if err != nil {
 			fatal(err)
 		}
@@ -108,11 +113,9 @@ func main() {
 	}
 }
 
-// shortHash names a directory or file after s.
-func shortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:6])
-}
+// buildDir is modcheck's directory in the checkout (ignored by git): the copies of the
+// modules, the proxy and modcheck's own module cache.
+func buildDir(root string) string { return filepath.Join(root, ".cache", "modcheck") }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "modcheck:", err)
@@ -412,18 +415,10 @@ func (f zipFile) Path() string                 { return f.rel }
 func (f zipFile) Lstat() (fs.FileInfo, error)  { return os.Lstat(f.abs) }
 func (f zipFile) Open() (io.ReadCloser, error) { return os.Open(f.abs) }
 
-// purgeCache removes the repository's own modules from the module cache (they
-// are served from the working tree under a fixed version, so a cached copy
-// may be stale). Nothing else in the cache is touched.
-func purgeCache() error {
-	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMODCACHE: %w", err)
-	}
-	cache := strings.TrimSpace(string(out))
-	if cache == "" {
-		return errors.New("go env GOMODCACHE is empty")
-	}
+// purgeCache removes the repository's own modules from modcheck's module cache (they
+// are served from the working tree under a fixed version, so a cached copy may be
+// stale). Nothing else in the cache is touched.
+func purgeCache(cache string) error {
 	owner := path.Dir(ownPrefix) // github.com/informer-go
 	for _, d := range []string{
 		filepath.Join(cache, filepath.FromSlash(owner)),
@@ -469,26 +464,35 @@ func copyModule(root, dst string, m *mod) error {
 	return nil
 }
 
-// env is the environment of a user's build: no workspace, the repository's
-// modules from the local proxy, everything else from the usual one.
-func env(proxyDir string) ([]string, error) {
-	out, err := exec.Command("go", "env", "GOPROXY", "GOFLAGS").Output()
+// env is the environment of a user's build: no workspace, modcheck's own module cache,
+// the repository's modules from the local proxy, everything else from the user's module
+// cache (read only) or else the usual proxy.
+func env(proxyDir, modCache string) ([]string, error) {
+	out, err := exec.Command("go", "env", "GOPROXY", "GOFLAGS", "GOMODCACHE").Output()
 	if err != nil {
 		return nil, fmt.Errorf("go env: %w", err)
 	}
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	upstream, flags := lines[0], ""
-	if len(lines) > 1 {
-		flags = lines[1]
+	for len(lines) < 3 {
+		lines = append(lines, "")
 	}
+	upstream, flags, userCache := lines[0], lines[1], lines[2]
 	if upstream == "" || upstream == "off" {
 		upstream = "https://proxy.golang.org,direct"
 	}
+	proxies := "file://" + filepath.ToSlash(proxyDir)
+	if userCache != "" {
+		if _, err := os.Stat(filepath.Join(userCache, "cache", "download")); err == nil {
+			proxies += ",file://" + filepath.ToSlash(filepath.Join(userCache, "cache", "download"))
+		}
+	}
 	return append(os.Environ(),
 		"GOWORK=off",
-		"GOPROXY=file://"+filepath.ToSlash(proxyDir)+","+upstream,
+		"GOMODCACHE="+modCache,
+		"GOPROXY="+proxies+","+upstream,
 		"GONOSUMDB="+path.Dir(ownPrefix),
-		"GOFLAGS="+strings.TrimSpace(flags+" -mod=mod"),
+		// -modcacherw: modcheck's module cache can be removed with rm -rf.
+		"GOFLAGS="+strings.TrimSpace(flags+" -mod=mod -modcacherw"),
 		"GOTOOLCHAIN=local",
 	), nil
 }
@@ -518,9 +522,10 @@ func setup(root string) (mods []*mod, environ []string, tmp string, err error) {
 	if err := checkWork(root, v, mods); err != nil {
 		return nil, nil, "", err
 	}
-	// One fixed directory per repository: the build cache keys packages by their
+	// One fixed directory per checkout: the build cache keys packages by their
 	// directory, so the copies of the modules build from the cache when unchanged.
-	tmp = filepath.Join(os.TempDir(), "informer-modcheck-"+shortHash(root))
+	tmp = filepath.Join(buildDir(root), "work")
+	modCache := filepath.Join(buildDir(root), "gomodcache")
 	if err := os.RemoveAll(tmp); err != nil {
 		return nil, nil, "", err
 	}
@@ -534,17 +539,53 @@ func setup(root string) (mods []*mod, environ []string, tmp string, err error) {
 			os.RemoveAll(tmp)
 			return nil, nil, "", err
 		}
-		if err := purgeCache(); err != nil {
+		if err := purgeCache(modCache); err != nil {
 			os.RemoveAll(tmp)
 			return nil, nil, "", err
 		}
 	}
-	environ, err = env(proxyDir)
+	environ, err = env(proxyDir, modCache)
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, nil, "", err
 	}
 	return mods, environ, tmp, nil
+}
+
+// heartbeat is how often a command that runs long says it still runs.
+const heartbeat = 30 * time.Second
+
+// timed runs cmd, printing a line every heartbeat while it runs (what runs, where, for
+// how long), and returns its combined output and how long it took.
+func timed(cmd *exec.Cmd, where string) ([]byte, time.Duration, error) {
+	start := time.Now()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Printf("     … %s in %s: still running, %.0fs\n", strings.Join(cmd.Args, " "), where, time.Since(start).Seconds())
+			}
+		}
+	}()
+	out, err := cmd.CombinedOutput()
+	return out, time.Since(start), err
+}
+
+// buildFlags are those of every build and vet: make test's (go test -race -trimpath), so
+// that the packages compiled here are in the build cache for the tests, and the other
+// way round. Without -trimpath the build cache keys a package by its directory, which
+// differs between modcheck's module cache and the user's.
+var buildFlags = []string{"-race", "-trimpath"}
+
+// elsewhere are the modules that check leaves to another target, and why.
+var elsewhere = map[string]string{
+	"source/kubernetes/e2e/tools": "it only builds the e2e servers; `make e2e` builds it with -mod=readonly, which fails on a go.mod or go.sum out of date",
 }
 
 // step is one command of a module's check.
@@ -573,8 +614,8 @@ func check(root string, only []string) error {
 	}
 	steps := []step{
 		{args: []string{"mod", "tidy", "-diff"}, filter: tidyDiff},
-		{args: []string{"build", "-o", os.DevNull, "./..."}},
-		{args: []string{"vet", "./..."}},
+		{args: append(append([]string{"build"}, buildFlags...), "-o", os.DevNull, "./...")},
+		{args: append(append([]string{"vet"}, buildFlags...), "./...")},
 	}
 	type result struct {
 		dir    string
@@ -585,6 +626,10 @@ func check(root string, only []string) error {
 	for _, m := range mods {
 		t0 := time.Now()
 		fmt.Printf("== %s (%s)\n", m.dir, m.path)
+		if why, ok := elsewhere[m.dir]; ok {
+			fmt.Printf("skip: %s\n", why)
+			continue
+		}
 		work := filepath.Join(tmp, "mods", filepath.FromSlash(m.path))
 		if err := copyModule(root, work, m); err != nil {
 			return err
@@ -602,24 +647,25 @@ func check(root string, only []string) error {
 			cmd := exec.Command("go", s.args...)
 			cmd.Dir = work
 			cmd.Env = environ
-			out, err := cmd.CombinedOutput()
+			out, took, err := timed(cmd, m.dir)
 			failed, shown := err != nil, out
 			if err != nil && s.filter != nil {
 				failed, shown = s.filter(out)
 			}
 			if failed {
-				fmt.Printf("FAIL go %s\n%s", strings.Join(s.args, " "), indent(shown))
+				fmt.Printf("FAIL go %s (%.1fs)\n%s", strings.Join(s.args, " "), took.Seconds(), indent(shown))
 				r.failed = append(r.failed, "go "+strings.Join(s.args, " "))
 			} else {
-				fmt.Printf("ok   go %s\n", strings.Join(s.args, " "))
+				fmt.Printf("ok   go %s (%.1fs)\n", strings.Join(s.args, " "), took.Seconds())
 			}
 		}
 		if len(bytes.TrimSpace(pkgs)) > 0 {
+			t1 := time.Now()
 			if msg := goDirective(work, environ, m); msg != "" {
-				fmt.Printf("FAIL go directive\n%s", indent([]byte(msg)))
+				fmt.Printf("FAIL go directive (%.1fs)\n%s", time.Since(t1).Seconds(), indent([]byte(msg)))
 				r.failed = append(r.failed, "go directive")
 			} else {
-				fmt.Printf("ok   go directive %s\n", m.file.Go.Version)
+				fmt.Printf("ok   go directive %s (%.1fs)\n", m.file.Go.Version, time.Since(t1).Seconds())
 			}
 		}
 		r.took = time.Since(t0)
@@ -839,7 +885,7 @@ func goDirective(work string, environ []string, m *mod) string {
 	if gover.Compare("go"+declared, "go"+floor) <= 0 {
 		return ""
 	}
-	for _, args := range [][]string{{"mod", "edit", "-go=" + floor}, {"build", "-o", os.DevNull, "./..."}, {"vet", "./..."}} {
+	for _, args := range [][]string{{"mod", "edit", "-go=" + floor}, append(append([]string{"build"}, buildFlags...), "-o", os.DevNull, "./..."), append(append([]string{"vet"}, buildFlags...), "./...")} {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = work
 		cmd.Env = environ
@@ -899,17 +945,18 @@ func copiedOut(root, tmp, dir, pinned string, environ []string) string {
 		{"mod", "init", "example.com/" + path.Base(dir)},
 		{"get", ownPrefix + "@" + pinned},
 		{"mod", "tidy"},
-		{"build", "-o", os.DevNull, "./..."},
-		{"vet", "./..."},
+		append(append([]string{"build"}, buildFlags...), "-o", os.DevNull, "./..."),
+		append(append([]string{"vet"}, buildFlags...), "./..."),
 	} {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = work
 		cmd.Env = environ
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Printf("FAIL go %s\n%s", strings.Join(args, " "), indent(out))
+		out, took, err := timed(cmd, dir)
+		if err != nil {
+			fmt.Printf("FAIL go %s (%.1fs)\n%s", strings.Join(args, " "), took.Seconds(), indent(out))
 			return "go " + strings.Join(args, " ")
 		}
-		fmt.Printf("ok   go %s\n", strings.Join(args, " "))
+		fmt.Printf("ok   go %s (%.1fs)\n", strings.Join(args, " "), took.Seconds())
 	}
 	return ""
 }

@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 // TestTidyDiff checks which outputs of go mod tidy -diff count as a failure: only the
 // go.sum lines of the repository's own modules are ignored.
@@ -38,5 +43,55 @@ diff current/go.sum tidy/go.sum
 				t.Fatalf("tidyDiff failed = %v, want %v", fail, tc.fail)
 			}
 		})
+	}
+}
+
+// TestUserModuleCacheUntouched checks that modcheck leaves the user's module cache alone:
+// a copy of the repository's own modules there (fetched for another project) is still
+// there after the setup that serves the working tree in their place, and the checks run
+// with a module cache of their own inside the checkout, reading the user's only as a proxy.
+func TestUserModuleCacheUntouched(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := t.TempDir()
+	t.Setenv("GOMODCACHE", user)
+	kept := []string{
+		filepath.Join(user, "github.com", "informer-go", "informer@v0.0.0-20260101000000-000000000000", "go.mod"),
+		filepath.Join(user, "cache", "download", "github.com", "informer-go", "informer", "@v", "list"),
+	}
+	for _, f := range kept {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("the user's\n"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, environ, tmp, err := setup(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	for _, f := range kept {
+		if data, err := os.ReadFile(f); err != nil || string(data) != "the user's\n" {
+			t.Errorf("%s: %q, %v: modcheck changed the user's module cache", f, data, err)
+		}
+	}
+	want := map[string]string{
+		"GOMODCACHE": filepath.Join(buildDir(root), "gomodcache"),
+		"GOPROXY":    "file://" + filepath.ToSlash(filepath.Join(buildDir(root), "work", "proxy")) + ",file://" + filepath.ToSlash(filepath.Join(user, "cache", "download")) + ",",
+	}
+	got := map[string]string{}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v // the last one wins, as for exec
+	}
+	if got["GOMODCACHE"] != want["GOMODCACHE"] {
+		t.Errorf("GOMODCACHE=%s, want modcheck's own %s", got["GOMODCACHE"], want["GOMODCACHE"])
+	}
+	if !strings.HasPrefix(got["GOPROXY"], want["GOPROXY"]) {
+		t.Errorf("GOPROXY=%s, want it to start with %s (the working tree, then the user's cache read as a proxy)", got["GOPROXY"], want["GOPROXY"])
 	}
 }
