@@ -2,12 +2,15 @@ package persist
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
@@ -61,7 +64,7 @@ func JSON[V any]() Codec[V] {
 }
 
 // Options configures a File. The zero value is valid: Binary for a plain V and JSON for
-// any other, a save every minute, schema "".
+// a V that JSON stores exactly, a save every minute, schema "".
 type Options[V any] struct {
 	// Schema is your version of what the objects mean: bump it when the key function, the
 	// Transform or the object type changes in a way an old snapshot must not be loaded
@@ -69,8 +72,19 @@ type Options[V any] struct {
 	Schema string
 	// Codec encodes the objects; default Binary when V is plain (see Binary), JSON
 	// otherwise. Binary decodes several times faster: a warm start of plain objects
-	// costs a fraction of a cold list (see README.md).
+	// costs a fraction of a cold list (see README.md). When V is not plain and JSON
+	// cannot give every value of V back as it was (an unexported field, an interface, a
+	// float, which may be NaN or ±Inf), New refuses V unless AllowLossyJSON is set: give
+	// V a codec of its own.
 	Codec Codec[V]
+	// AllowLossyJSON lets the default codec be JSON for a V that JSON cannot store
+	// exactly, accepting what it loses: unexported fields come back empty, interfaces
+	// hold float64 for their numbers and maps for their structs, and a save of a value
+	// holding NaN or ±Inf fails, naming the object, so that no snapshot is written while
+	// one is cached. Default false: New refuses such a V.
+	AllowLossyJSON bool
+	// Logger receives the codec New chose and why (once); default slog.Default().
+	Logger *slog.Logger
 	// Interval is how often a running informer saves its cache (when it changed); 0 means
 	// one minute, negative means only when the informer stops. A save reads an immutable
 	// snapshot and never blocks the informer; it costs one encode per object and one
@@ -88,6 +102,10 @@ type Options[V any] struct {
 type File[K comparable, V any] struct {
 	dir  string
 	opts Options[V]
+	// shape and shapeText are the objects' shape as the codec writes them, recorded in
+	// each snapshot (nil and "" for a codec that has none).
+	shape     *shape
+	shapeText string
 }
 
 var _ informer.Persister[string, int] = (*File[string, int])(nil)
@@ -100,16 +118,30 @@ func New[K comparable, V any](dir string, opts Options[V]) (*File[K, V], error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("persist: New: %w", err)
 	}
+	logger := cmp.Or(opts.Logger, slog.Default())
 	if opts.Codec == nil {
-		opts.Codec = defaultCodec[V]()
+		c, why, err := defaultCodec[V](opts.AllowLossyJSON)
+		if err != nil {
+			return nil, fmt.Errorf("persist: New: %w", err)
+		}
+		opts.Codec = c
+		level := slog.LevelInfo // JSON: several times slower to load, and why matters
+		if c.Name() == binaryName {
+			level = slog.LevelDebug
+		}
+		logger.Log(context.Background(), level, "persist: snapshot codec chosen", "type", reflect.TypeFor[V]().String(), "codec", c.Name(), "why", why)
+	}
+	f := &File[K, V]{dir: dir, opts: opts}
+	if s, ok := opts.Codec.(interface{ typeShape() (*shape, string) }); ok {
+		f.shape, f.shapeText = s.typeShape()
 	}
 	switch {
 	case opts.Interval == 0:
-		opts.Interval = time.Minute
+		f.opts.Interval = time.Minute
 	case opts.Interval < 0:
-		opts.Interval = 0
+		f.opts.Interval = 0
 	}
-	return &File[K, V]{dir: dir, opts: opts}, nil
+	return f, nil
 }
 
 // Errors of Load. Each is wrapped with the file's path and what was found.
@@ -119,7 +151,7 @@ var (
 	ErrCorrupt = errors.New("snapshot corrupt")
 	// ErrIncompatible means the snapshot is whole but was written for another
 	// configuration: another Schema, codec, informer name, object type, source or index
-	// set.
+	// set, or an object type that changed shape in a way Binary cannot read exactly.
 	ErrIncompatible = errors.New("snapshot written by another configuration")
 )
 
@@ -178,6 +210,16 @@ func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 		return fmt.Errorf("%w: schema %q, want %q (bump Options.Schema only when old snapshots must be refused)", ErrIncompatible, h.schema, f.opts.Schema)
 	case h.codec != f.opts.Codec.Name():
 		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, f.opts.Codec.Name())
+	case f.shape != nil && h.shape == "":
+		return fmt.Errorf("%w: written by an earlier version of this package, which did not record the shape of %s: a snapshot of a type that changed shape since cannot be told from one that did not, so it is not read (the informer lists instead; the next snapshot records the shape)", ErrIncompatible, desc.Type)
+	case f.shape != nil && h.shape != f.shapeText:
+		old, err := decodeShape(h.shape)
+		if err != nil {
+			return fmt.Errorf("%w: malformed type shape in the header: %v", ErrCorrupt, err)
+		}
+		if diff := readsExactly(old, f.shape); diff != "" {
+			return fmt.Errorf("%w: %s changed shape since the snapshot was saved: %s; Binary cannot read the snapshot into the new shape exactly, so it is not used (the informer lists instead)", ErrIncompatible, desc.Type, diff)
+		}
 	case h.informer != desc.Informer:
 		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, desc.Informer)
 	case h.typ != desc.Type:
@@ -216,6 +258,7 @@ func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, sta
 		indexes:  desc.Indexes,
 		revision: state.Revision(),
 		count:    uint64(state.Len()),
+		shape:    f.shapeText,
 	}
 	return writeFile(ctx, f.Path(desc), h, func(yield func(any, V) bool) {
 		for k, v := range state.All() {
