@@ -73,10 +73,12 @@ func defaultCodec[V any](allowLossy bool) (Codec[V], string, error) {
 	}
 	loss := jsonLoss(t, map[reflect.Type]bool{})
 	switch {
+	case allowLossy && loss != nil:
+		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON loses data (%v), as Options.AllowLossyJSON allows", notPlain, loss), nil
+	case allowLossy:
+		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON stores strings that are not valid UTF-8 with U+FFFD, as Options.AllowLossyJSON allows", notPlain), nil
 	case loss == nil:
 		return strictJSON[V](), fmt.Sprintf("Binary cannot store the type (%v)", notPlain), nil
-	case allowLossy:
-		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON loses data (%v), as Options.AllowLossyJSON allows", notPlain, loss), nil
 	}
 	return nil, "", fmt.Errorf("objects of type %v cannot be saved exactly: Binary cannot store them (%v) and JSON would not give them back as they were (%v); give Options.Codec a codec of your own for the type, or set Options.AllowLossyJSON to accept the loss", t, notPlain, loss)
 }

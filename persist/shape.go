@@ -127,8 +127,8 @@ func readsExactly(old, now *shape) string {
 		seen[[2]int{o, n}] = true
 		ot, nt := old.Types[o], now.Types[n]
 		differ := func(what string) string {
-			if path == "" {
-				return "the object: " + what
+			if path == "" || path[0] == '[' {
+				return "the object" + path + ": " + what
 			}
 			return "field " + path + ": " + what
 		}
@@ -214,14 +214,17 @@ func intBits(kind string) int {
 
 func abs(n int) int { return max(n, -n) }
 
-// describe returns type i as Go spells it, down to depth levels of elements.
+// describe returns type i as Go spells it: its kind for a boolean, number or string, its
+// name for another named type, its elements down to depth levels otherwise.
 func (s *shape) describe(i, depth int) string {
 	t := s.Types[i]
-	if t.Kind == "struct" {
+	switch {
+	case t.Kind == "struct":
 		return cmp.Or(t.Name, "struct{…}")
-	}
-	if depth == 0 {
-		return cmp.Or(t.Name, "…")
+	case t.Name != "" && (t.Kind == "ptr" || t.Kind == "slice" || t.Kind == "bytes" || t.Kind == "array" || t.Kind == "map"):
+		return t.Name
+	case depth == 0:
+		return "…"
 	}
 	switch t.Kind {
 	case "ptr":

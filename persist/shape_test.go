@@ -276,3 +276,58 @@ func TestLoadPreviousFormat(t *testing.T) {
 		t.Fatalf("Binary snapshot of format 2: %v, %v; want ErrIncompatible saying the shape is not recorded", got, err)
 	}
 }
+
+type (
+	wideInt     struct{ N int64 }
+	narrowInt   struct{ N int32 }
+	twoFields   struct{ A, B string }
+	oneField    struct{ A string }
+	array3      struct{ A [3]int }
+	array4      struct{ A [4]int }
+	byteSlice   struct{ B []byte }
+	uint16Slice struct{ B []uint16 }
+	pointerInt  struct{ P *int }
+	plainInt    struct{ P int }
+	float32s    struct{ F float32 }
+	float64s    struct{ F float64 }
+	treeA       struct {
+		Kids map[string]*treeA
+		V    int
+	}
+	treeB struct {
+		Kids map[string]*treeB
+		V    uint
+	}
+	selfSlice  []selfSlice
+	selfSlice2 []selfSlice2
+)
+
+// Each shape change Binary cannot read is found, and named; recursive types end.
+func TestReadsExactly(t *testing.T) {
+	for _, tc := range []struct {
+		old, now reflect.Type
+		diff     string
+	}{
+		{reflect.TypeFor[wideInt](), reflect.TypeFor[narrowInt](), "field narrowInt.N: was int64, now int32, narrower"},
+		{reflect.TypeFor[oneField](), reflect.TypeFor[twoFields](), "field twoFields.B: not in the snapshot (a field added)"},
+		{reflect.TypeFor[twoFields](), reflect.TypeFor[oneField](), "field oneField.B: in the snapshot, no longer in the type (a field removed)"},
+		{reflect.TypeFor[array3](), reflect.TypeFor[array4](), "field array4.A: was [3]int, now [4]int"},
+		{reflect.TypeFor[byteSlice](), reflect.TypeFor[uint16Slice](), "field uint16Slice.B: was []byte, now []uint16"},
+		{reflect.TypeFor[pointerInt](), reflect.TypeFor[plainInt](), "field plainInt.P: was *int, now int"},
+		{reflect.TypeFor[float32s](), reflect.TypeFor[float64s](), "field float64s.F: was float32, now float64"},
+		{reflect.TypeFor[treeA](), reflect.TypeFor[treeB](), "field treeB.V: was int, now uint"},
+		{reflect.TypeFor[*treeA](), reflect.TypeFor[treeA](), "the object: was *treeA, now treeA"},
+		{reflect.TypeFor[int](), reflect.TypeFor[uint](), "the object: was int, now uint"},
+		{reflect.TypeFor[selfSlice](), reflect.TypeFor[selfSlice2](), ""},
+		{reflect.TypeFor[selfSlice](), reflect.TypeFor[[]int](), "the object[]: was selfSlice, now int"},
+	} {
+		old, now := shapeOf(tc.old), shapeOf(tc.now)
+		decoded, err := decodeShape(old.encode())
+		if err != nil {
+			t.Fatalf("%v: %v", tc.old, err)
+		}
+		if got := readsExactly(decoded, now); got != tc.diff {
+			t.Errorf("%v to %v: %q, want %q", tc.old, tc.now, got, tc.diff)
+		}
+	}
+}
