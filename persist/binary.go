@@ -23,7 +23,11 @@ import (
 // an error naming what is not plain otherwise. Fields tagged json:"-" are not stored, as
 // with JSON. Map keys are written in order, so equal objects encode to equal bytes.
 //
-// The default codec of Options is Binary when V is plain, JSON otherwise.
+// Fields are written by position: each snapshot records V's shape (kinds and stored
+// field names in order, recursively), and a snapshot is read only into a V of a shape
+// Binary reads exactly (see the package documentation). The shape is computed once, here.
+//
+// The default codec of Options is Binary when V is plain, JSON when JSON stores V exactly.
 func Binary[V any]() (Codec[V], error) {
 	t := reflect.TypeFor[V]()
 	if err := plainType(t, map[reflect.Type]bool{}); err != nil {

@@ -194,3 +194,31 @@ func TestReplacedInvalidUTF8(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEncodeJSON encodes an object of about 1 KiB with JSON and with the default
+// JSON codec, which also looks for the escape of invalid UTF-8 in the output.
+func BenchmarkEncodeJSON(b *testing.B) {
+	obj := named{Name: "obj", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Note: strings.Repeat("0123456789abcdef", 60)}
+	for name, c := range map[string]Codec[named]{"json": JSON[named](), "default": strictJSON[named]()} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Encode(obj); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNew is the cost of New for a plain type, the shape computed once per File,
+// never per object.
+func BenchmarkNew(b *testing.B) {
+	dir := b.TempDir()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := New[string, *rich](dir, Options[*rich]{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

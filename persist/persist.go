@@ -49,8 +49,10 @@ func (c CodecFuncs[V]) Encode(obj V) ([]byte, error) { return c.EncodeFunc(obj) 
 func (c CodecFuncs[V]) Decode(data []byte) (V, error) { return c.DecodeFunc(data) }
 
 // JSON returns a codec named "json": encoding/json's Marshal and Unmarshal. It stores
-// what encoding/json sees (exported fields, custom MarshalJSON methods). It is the default
-// for the types Binary does not serve.
+// what encoding/json sees (exported fields, custom MarshalJSON methods), as JSON does: a
+// string that is not valid UTF-8 comes back with U+FFFD, an interface's numbers as
+// float64, and a NaN or ±Inf fails the save. A File's default codec for the types Binary
+// does not serve encodes as JSON does, refusing those losses (see Options.Codec).
 func JSON[V any]() Codec[V] {
 	return CodecFuncs[V]{
 		CodecName:  "json",
