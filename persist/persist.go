@@ -212,6 +212,14 @@ func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 		return fmt.Errorf("%w: schema %q, want %q (bump Options.Schema only when old snapshots must be refused)", ErrIncompatible, h.schema, f.opts.Schema)
 	case h.codec != f.opts.Codec.Name():
 		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, f.opts.Codec.Name())
+	case h.informer != desc.Informer:
+		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, desc.Informer)
+	case h.typ != desc.Type:
+		return fmt.Errorf("%w: objects of type %s, want %s (give each informer its own Options.Name or FileName)", ErrIncompatible, h.typ, desc.Type)
+	case h.source != desc.Source:
+		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, desc.Source)
+	case !equalStrings(h.indexes, desc.Indexes):
+		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
 	case f.shape != nil && h.shape == "":
 		return fmt.Errorf("%w: written by an earlier version of this package, which did not record the shape of %s: a snapshot of a type that changed shape since cannot be told from one that did not, so it is not read (the informer lists instead; the next snapshot records the shape)", ErrIncompatible, desc.Type)
 	case f.shape != nil && h.shape != f.shapeText:
@@ -222,14 +230,6 @@ func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 		if diff := readsExactly(old, f.shape); diff != "" {
 			return fmt.Errorf("%w: %s changed shape since the snapshot was saved: %s; Binary cannot read the snapshot into the new shape exactly, so it is not used (the informer lists instead)", ErrIncompatible, desc.Type, diff)
 		}
-	case h.informer != desc.Informer:
-		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, desc.Informer)
-	case h.typ != desc.Type:
-		return fmt.Errorf("%w: objects of type %s, want %s (give each informer its own Options.Name or FileName)", ErrIncompatible, h.typ, desc.Type)
-	case h.source != desc.Source:
-		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, desc.Source)
-	case !equalStrings(h.indexes, desc.Indexes):
-		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
 	}
 	return nil
 }
