@@ -40,7 +40,7 @@ func jsonLoss(t reflect.Type, seen map[reflect.Type]bool) error {
 		return jsonLoss(t.Elem(), seen)
 	case reflect.Map:
 		switch k := t.Key(); {
-		case k.Kind() == reflect.String, intBits(k.Kind().String()) != 0,
+		case k.Kind() == reflect.String, k.Kind() >= reflect.Int && k.Kind() <= reflect.Uintptr,
 			k.Implements(textMarshaler) || reflect.PointerTo(k).Implements(textMarshaler):
 		default:
 			return fmt.Errorf("%v: JSON cannot store map keys of type %v", t, k)

@@ -220,16 +220,8 @@ func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, desc.Source)
 	case !equalStrings(h.indexes, desc.Indexes):
 		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
-	case f.shape != nil && h.shape == "":
-		return fmt.Errorf("%w: written by an earlier version of this package, which did not record the shape of %s: a snapshot of a type that changed shape since cannot be told from one that did not, so it is not read (the informer lists instead; the next snapshot records the shape)", ErrIncompatible, desc.Type)
 	case f.shape != nil && h.shape != f.shapeText:
-		old, err := decodeShape(h.shape)
-		if err != nil {
-			return fmt.Errorf("%w: malformed type shape in the header: %v", ErrCorrupt, err)
-		}
-		if diff := readsExactly(old, f.shape); diff != "" {
-			return fmt.Errorf("%w: %s changed shape since the snapshot was saved: %s; Binary cannot read the snapshot into the new shape exactly, so it is not used (the informer lists instead)", ErrIncompatible, desc.Type, diff)
-		}
+		return f.shape.refuse(h.shape, desc.Type)
 	}
 	return nil
 }

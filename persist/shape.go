@@ -111,6 +111,23 @@ func decodeShape(text string) (*shape, error) {
 	return s, nil
 }
 
+// refuse returns why a snapshot whose header records the shape recorded (text, "" for a
+// snapshot of the previous format) is not read into a value of shape s, or nil when
+// Binary reads it exactly. typ names the object type.
+func (s *shape) refuse(recorded, typ string) error {
+	if recorded == "" {
+		return fmt.Errorf("%w: written by an earlier version of this package, which did not record the shape of %s: a snapshot of a type that changed shape since cannot be told from one that did not, so it is not read (the informer lists instead; the next snapshot records the shape)", ErrIncompatible, typ)
+	}
+	old, err := decodeShape(recorded)
+	if err != nil {
+		return fmt.Errorf("%w: malformed type shape in the header: %v", ErrCorrupt, err)
+	}
+	if diff := readsExactly(old, s); diff != "" {
+		return fmt.Errorf("%w: %s changed shape since the snapshot was saved: %s; Binary cannot read the snapshot into the new shape exactly, so it is not used (the informer lists instead)", ErrIncompatible, typ, diff)
+	}
+	return nil
+}
+
 // readsExactly returns "" when Binary reads what it wrote from a value of shape old into
 // a value of shape now, every value to the field it came from and unchanged, and the
 // first difference otherwise ("field Config.Port: was int, now uint"). Besides equal
