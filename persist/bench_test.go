@@ -167,6 +167,47 @@ func benchLoad(b *testing.B, codec persist.Codec[*item]) {
 	b.ReportMetric(float64(st.Size())/float64(n), "file-bytes/object")
 }
 
+// BenchmarkSave writes a snapshot of the benchmark's objects with the default codec
+// (Binary, the item being plain; the header records its shape, computed once in New) and
+// JSON: the cost of a periodic save.
+func BenchmarkSave(b *testing.B) {
+	b.Run("default", func(b *testing.B) { benchSave(b, nil) })
+	b.Run("json", func(b *testing.B) { benchSave(b, persist.JSON[*item]()) })
+}
+
+func benchSave(b *testing.B, codec persist.Codec[*item]) {
+	n := benchObjects(b)
+	src := benchSource(n)
+	inf, err := informer.New(src, benchOpts(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	if err := inf.WaitForRevision(ctx, strconv.FormatInt(src.Revision(), 10)); err != nil {
+		b.Fatal(err)
+	}
+	state := inf.Snapshot()
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	f, err := persist.New[string, *item](b.TempDir(), persist.Options[*item]{Interval: -1, Codec: codec})
+	if err != nil {
+		b.Fatal(err)
+	}
+	desc := informer.PersistedCache{Informer: "informer", Type: "*github.com/informer-go/informer/persist_test.item"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := f.Save(context.Background(), desc, state); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "objects/s")
+}
+
 // BenchmarkListMemory lists the benchmark's objects from source/memory in pages of 500,
 // as the informer does: no network and no decoding, the cheapest list there is.
 func BenchmarkListMemory(b *testing.B) {

@@ -23,36 +23,68 @@ import (
 // an error naming what is not plain otherwise. Fields tagged json:"-" are not stored, as
 // with JSON. Map keys are written in order, so equal objects encode to equal bytes.
 //
-// The default codec of Options is Binary when V is plain, JSON otherwise.
+// Fields are written by position: each snapshot records V's shape (kinds and stored
+// field names in order, recursively), and a snapshot is read only into a V of a shape
+// Binary reads exactly (see the package documentation). The shape is computed once, here.
+//
+// The default codec of Options is Binary when V is plain, JSON when JSON stores V exactly.
 func Binary[V any]() (Codec[V], error) {
 	t := reflect.TypeFor[V]()
 	if err := plainType(t, map[reflect.Type]bool{}); err != nil {
 		return nil, fmt.Errorf("persist: Binary[%v]: %w", t, err)
 	}
-	p := planFor(t)
-	return CodecFuncs[V]{
-		CodecName: "binary-1",
-		EncodeFunc: func(obj V) ([]byte, error) {
-			return p.enc(nil, reflect.ValueOf(&obj).Elem()), nil
-		},
-		DecodeFunc: func(data []byte) (V, error) {
-			var obj V
-			r := &reader{b: data}
-			p.dec(r, reflect.ValueOf(&obj).Elem())
-			if r.err == nil && len(r.b) != 0 {
-				r.err = fmt.Errorf("%d bytes after the object", len(r.b))
-			}
-			return obj, r.err
-		},
-	}, nil
+	s := shapeOf(t)
+	return binaryCodec[V]{p: planFor(t), shape: s, shapeText: s.encode()}, nil
 }
 
-// defaultCodec is Binary when V is plain, JSON otherwise.
-func defaultCodec[V any]() Codec[V] {
-	if c, err := Binary[V](); err == nil {
-		return c
+// binaryName is Binary's codec name.
+const binaryName = "binary-1"
+
+// binaryCodec is Binary's codec: a plan and the shape it writes, recorded in the header.
+type binaryCodec[V any] struct {
+	p         *plan
+	shape     *shape
+	shapeText string
+}
+
+func (binaryCodec[V]) Name() string { return binaryName }
+
+func (c binaryCodec[V]) Encode(obj V) ([]byte, error) {
+	return c.p.enc(nil, reflect.ValueOf(&obj).Elem()), nil
+}
+
+func (c binaryCodec[V]) Decode(data []byte) (V, error) {
+	var obj V
+	r := &reader{b: data}
+	c.p.dec(r, reflect.ValueOf(&obj).Elem())
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes after the object", len(r.b))
 	}
-	return JSON[V]()
+	return obj, r.err
+}
+
+// typeShape returns the shape Binary writes, recorded in each snapshot's header.
+func (c binaryCodec[V]) typeShape() (*shape, string) { return c.shape, c.shapeText }
+
+// defaultCodec returns Binary when V is plain, JSON when JSON gives every value of V back
+// as it was (or allowLossy), and why it chose it; an error when neither serves V.
+func defaultCodec[V any](allowLossy bool) (Codec[V], string, error) {
+	t := reflect.TypeFor[V]()
+	notPlain := plainType(t, map[reflect.Type]bool{})
+	if notPlain == nil {
+		c, err := Binary[V]()
+		return c, "the type is plain", err
+	}
+	loss := jsonLoss(t, map[reflect.Type]bool{})
+	switch {
+	case allowLossy && loss != nil:
+		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON loses data (%v), as Options.AllowLossyJSON allows", notPlain, loss), nil
+	case allowLossy:
+		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON stores strings that are not valid UTF-8 with U+FFFD, as Options.AllowLossyJSON allows", notPlain), nil
+	case loss == nil:
+		return strictJSON[V](), fmt.Sprintf("Binary cannot store the type (%v)", notPlain), nil
+	}
+	return nil, "", fmt.Errorf("objects of type %v cannot be saved exactly: Binary cannot store them (%v) and JSON would not give them back as they were (%v); give Options.Codec a codec of your own for the type, or set Options.AllowLossyJSON to accept the loss", t, notPlain, loss)
 }
 
 var (

@@ -137,10 +137,10 @@ func TestBinaryRefusesTypesOfTheirOwnEncoding(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if c := defaultCodec[*withTime](); c.Name() != "json" {
+	if c, _, _ := defaultCodec[*withTime](false); c.Name() != "json" {
 		t.Errorf("default codec of a type with a time.Time: %s, want json", c.Name())
 	}
-	if c := defaultCodec[*rich](); c.Name() != "binary-1" {
+	if c, _, _ := defaultCodec[*rich](false); c.Name() != "binary-1" {
 		t.Errorf("default codec of a plain type: %s, want binary-1", c.Name())
 	}
 }

@@ -34,6 +34,30 @@
 //     written with any of them different is refused with ErrIncompatible and the informer
 //     starts cold (TestWarmRestartRefusesIncompatible, TestWarmRestartRefusesOtherType,
 //     TestWarmRestartRefusesOtherSource).
+//   - Never read into another shape: Binary writes fields by position, so the header also
+//     records the object type's shape as Binary writes it (the kinds and the stored
+//     fields' names in order, recursively). A new build whose type changed shape reads
+//     the snapshot only if Binary reads it exactly: json tags, type names and json:"-"
+//     fields changed, integers made wider of the same signedness (int32 to int64, uint8
+//     to uint). Any other change (a field renamed, moved, added or removed, a kind
+//     changed, int to uint, float32 to float64, also inside nested structs, maps and
+//     slices) is refused with ErrIncompatible naming the first difference ("field
+//     Config.Port: was int, now uint"), and the informer lists (TestShapeChangeRefused,
+//     TestShapeChangeRestored, TestReadsExactly). A Binary snapshot written before the
+//     shape was recorded is refused once the same way; snapshots of other codecs are read
+//     (TestLoadPreviousFormat). The shape of a codec of your own is yours to version: bump
+//     Options.Schema or the codec's name when its encoding changes.
+//   - No silent loss: New logs the codec it chose, once, with why Binary could not serve
+//     the type. The default codec falls back to JSON only for a type JSON gives back as it
+//     was; New refuses a type with an unexported field, an interface (its numbers come
+//     back as float64), a float (NaN and ±Inf fail every save) or a kind JSON refuses,
+//     saying to give Options.Codec a codec of your own, unless Options.AllowLossyJSON
+//     accepts the loss (TestNewRefusesTypesJSONLoses, TestCodecChoiceLogged). A
+//     time.Time is accepted: JSON keeps its instant and offset, not its Location's name
+//     nor its monotonic reading. With the default JSON codec a string that is not valid
+//     UTF-8 fails the save rather than come back with U+FFFD; a save that fails for a
+//     value names the object's key and why, and the previous snapshot stays
+//     (TestSaveFailureNamesObject).
 //   - A warm start tells handlers of each restored object once, as an initial add, then
 //     only of what changed while the process was down; if the saved revision expired,
 //     the informer lists and delivers only the differences: updates for changed objects,

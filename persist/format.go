@@ -25,18 +25,23 @@ import (
 //	header                schema, codec, informer, object type, source identity (each
 //	                      a uvarint length and bytes),
 //	                      the number of index names and each name (likewise),
-//	                      revision (likewise), object count (uvarint)
+//	                      revision (likewise), object count (uvarint),
+//	                      the objects' shape as the codec writes it (a uvarint length
+//	                      and JSON, see shape.go; empty for a codec that has none)
 //	records               count times: a uvarint length and the codec's bytes
 //	trailer      8 bytes  "INFSEND\x00"
 //	checksum     uint32   CRC-32C of every byte before it
 //
 // The first 20 bytes keep this layout in every format version, so the header's checksum
 // is checked before any of its fields, the format version included: a damaged header is
-// refused as corrupt, never as written by another configuration. Records are read in one
+// refused as corrupt, never as written by another configuration. Format 2, without the
+// shape, is still read: a snapshot of it is refused if its codec records a shape now
+// (see File.check). Records are read in one
 // sequential pass with a reused buffer and covered by the checksum at the end.
 
 const (
-	formatVersion = 2
+	formatVersion = 3
+	noShapeFormat = 2  // the previous format: no shape in the header
 	fixedSize     = 20 // magic, format, header size, header sum
 	maxHeader     = 1 << 20
 	tempSuffix    = ".tmp-"
@@ -56,6 +61,7 @@ type header struct {
 	indexes                 []string
 	revision                string
 	count                   uint64
+	shape                   string // the codec's shape of the objects (shape.encode), or ""
 }
 
 func (h *header) encode() []byte {
@@ -72,10 +78,12 @@ func (h *header) encode() []byte {
 	}
 	str(h.revision)
 	b = binary.AppendUvarint(b, h.count)
+	str(h.shape)
 	return b
 }
 
-func decodeHeader(b []byte) (*header, error) {
+// decodeHeader decodes a header of the given format version.
+func decodeHeader(b []byte, version uint32) (*header, error) {
 	bad := fmt.Errorf("%w: malformed header", ErrCorrupt)
 	num := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -125,7 +133,15 @@ func decodeHeader(b []byte) (*header, error) {
 	if h.revision, ok = str(); !ok {
 		return nil, bad
 	}
-	if h.count, ok = num(); !ok || len(b) != 0 {
+	if h.count, ok = num(); !ok {
+		return nil, bad
+	}
+	if version > noShapeFormat {
+		if h.shape, ok = str(); !ok {
+			return nil, bad
+		}
+	}
+	if len(b) != 0 {
 		return nil, bad
 	}
 	return h, nil
@@ -304,10 +320,11 @@ func readFile[V any](ctx context.Context, path string, codec Codec[V], check fun
 	if want, got := binary.LittleEndian.Uint32(fixed[16:]), headerSum(fixed[:16], hb); want != got {
 		return nil, corrupt("header checksum mismatch: the file says %08x, its header gives %08x", want, got)
 	}
-	if v := binary.LittleEndian.Uint32(fixed[8:]); v != formatVersion {
-		return nil, fmt.Errorf("persist: %s: %w: file format %d, this version reads %d", path, ErrIncompatible, v, formatVersion)
+	v := binary.LittleEndian.Uint32(fixed[8:])
+	if v != formatVersion && v != noShapeFormat {
+		return nil, fmt.Errorf("persist: %s: %w: file format %d, this version reads %d and %d", path, ErrIncompatible, v, noShapeFormat, formatVersion)
 	}
-	h, err := decodeHeader(hb)
+	h, err := decodeHeader(hb, v)
 	if err != nil {
 		return nil, corrupt("%v", err)
 	}

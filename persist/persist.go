@@ -2,12 +2,15 @@ package persist
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
@@ -46,8 +49,10 @@ func (c CodecFuncs[V]) Encode(obj V) ([]byte, error) { return c.EncodeFunc(obj) 
 func (c CodecFuncs[V]) Decode(data []byte) (V, error) { return c.DecodeFunc(data) }
 
 // JSON returns a codec named "json": encoding/json's Marshal and Unmarshal. It stores
-// what encoding/json sees (exported fields, custom MarshalJSON methods). It is the default
-// for the types Binary does not serve.
+// what encoding/json sees (exported fields, custom MarshalJSON methods), as JSON does: a
+// string that is not valid UTF-8 comes back with U+FFFD, an interface's numbers as
+// float64, and a NaN or ±Inf fails the save. A File's default codec for the types Binary
+// does not serve encodes as JSON does, refusing those losses (see Options.Codec).
 func JSON[V any]() Codec[V] {
 	return CodecFuncs[V]{
 		CodecName:  "json",
@@ -61,7 +66,7 @@ func JSON[V any]() Codec[V] {
 }
 
 // Options configures a File. The zero value is valid: Binary for a plain V and JSON for
-// any other, a save every minute, schema "".
+// a V that JSON stores exactly, a save every minute, schema "".
 type Options[V any] struct {
 	// Schema is your version of what the objects mean: bump it when the key function, the
 	// Transform or the object type changes in a way an old snapshot must not be loaded
@@ -69,8 +74,19 @@ type Options[V any] struct {
 	Schema string
 	// Codec encodes the objects; default Binary when V is plain (see Binary), JSON
 	// otherwise. Binary decodes several times faster: a warm start of plain objects
-	// costs a fraction of a cold list (see README.md).
+	// costs a fraction of a cold list (see README.md). When V is not plain and JSON
+	// cannot give every value of V back as it was (an unexported field, an interface, a
+	// float, which may be NaN or ±Inf), New refuses V unless AllowLossyJSON is set: give
+	// V a codec of its own.
 	Codec Codec[V]
+	// AllowLossyJSON lets the default codec be JSON for a V that JSON cannot store
+	// exactly, accepting what it loses: unexported fields come back empty, interfaces
+	// hold float64 for their numbers and maps for their structs, and a save of a value
+	// holding NaN or ±Inf fails, naming the object, so that no snapshot is written while
+	// one is cached. Default false: New refuses such a V.
+	AllowLossyJSON bool
+	// Logger receives the codec New chose and why (once); default slog.Default().
+	Logger *slog.Logger
 	// Interval is how often a running informer saves its cache (when it changed); 0 means
 	// one minute, negative means only when the informer stops. A save reads an immutable
 	// snapshot and never blocks the informer; it costs one encode per object and one
@@ -88,6 +104,10 @@ type Options[V any] struct {
 type File[K comparable, V any] struct {
 	dir  string
 	opts Options[V]
+	// shape and shapeText are the objects' shape as the codec writes them, recorded in
+	// each snapshot (nil and "" for a codec that has none).
+	shape     *shape
+	shapeText string
 }
 
 var _ informer.Persister[string, int] = (*File[string, int])(nil)
@@ -100,16 +120,30 @@ func New[K comparable, V any](dir string, opts Options[V]) (*File[K, V], error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("persist: New: %w", err)
 	}
+	logger := cmp.Or(opts.Logger, slog.Default())
 	if opts.Codec == nil {
-		opts.Codec = defaultCodec[V]()
+		c, why, err := defaultCodec[V](opts.AllowLossyJSON)
+		if err != nil {
+			return nil, fmt.Errorf("persist: New: %w", err)
+		}
+		opts.Codec = c
+		level := slog.LevelInfo // JSON: several times slower to load, and why matters
+		if c.Name() == binaryName {
+			level = slog.LevelDebug
+		}
+		logger.Log(context.Background(), level, "persist: snapshot codec chosen", "type", reflect.TypeFor[V]().String(), "codec", c.Name(), "why", why)
+	}
+	f := &File[K, V]{dir: dir, opts: opts}
+	if s, ok := opts.Codec.(interface{ typeShape() (*shape, string) }); ok {
+		f.shape, f.shapeText = s.typeShape()
 	}
 	switch {
 	case opts.Interval == 0:
-		opts.Interval = time.Minute
+		f.opts.Interval = time.Minute
 	case opts.Interval < 0:
-		opts.Interval = 0
+		f.opts.Interval = 0
 	}
-	return &File[K, V]{dir: dir, opts: opts}, nil
+	return f, nil
 }
 
 // Errors of Load. Each is wrapped with the file's path and what was found.
@@ -119,7 +153,7 @@ var (
 	ErrCorrupt = errors.New("snapshot corrupt")
 	// ErrIncompatible means the snapshot is whole but was written for another
 	// configuration: another Schema, codec, informer name, object type, source or index
-	// set.
+	// set, or an object type that changed shape in a way Binary cannot read exactly.
 	ErrIncompatible = errors.New("snapshot written by another configuration")
 )
 
@@ -186,6 +220,8 @@ func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, desc.Source)
 	case !equalStrings(h.indexes, desc.Indexes):
 		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
+	case f.shape != nil && h.shape != f.shapeText:
+		return f.shape.refuse(h.shape, desc.Type)
 	}
 	return nil
 }
@@ -216,6 +252,7 @@ func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, sta
 		indexes:  desc.Indexes,
 		revision: state.Revision(),
 		count:    uint64(state.Len()),
+		shape:    f.shapeText,
 	}
 	return writeFile(ctx, f.Path(desc), h, func(yield func(any, V) bool) {
 		for k, v := range state.All() {
