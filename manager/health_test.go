@@ -20,7 +20,7 @@ import (
 func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 	slow := newToggle()
 	slow.failing.Store(true)
-	m := manager.New(manager.Options{Logger: discard()})
+	m := newManager(t, manager.Options{Logger: discard()})
 	m.AddInformer(newInformer(t, "configs", memory.New(thingKey, memory.Options{})))
 	m.AddInformer(newInformer(t, "payments", slow))
 	h := m.Handler()
@@ -57,7 +57,7 @@ func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 func TestReadyzFollowsAFailingSource(t *testing.T) {
 	src := newToggle()
 	src.Put(&thing{Name: "a"})
-	m := manager.New(manager.Options{SourceErrorThreshold: 200 * time.Millisecond, Logger: discard()})
+	m := newManager(t, manager.Options{SourceErrorThreshold: 200 * time.Millisecond, Logger: discard()})
 	m.AddInformer(newInformer(t, "configs", src))
 	h := m.Handler()
 	start(t, m)
@@ -80,7 +80,7 @@ func TestReadyzFollowsAFailingSource(t *testing.T) {
 func TestHealthzNamesTheStuckHandler(t *testing.T) {
 	src := memory.New(thingKey, memory.Options{})
 	inf := newInformer(t, "configs", src)
-	m := manager.New(manager.Options{Logger: discard()})
+	m := newManager(t, manager.Options{Logger: discard()})
 	m.AddInformer(inf)
 	dog := m.Watchdog("configs handler", 50*time.Millisecond)
 	release, entered := make(chan struct{}), make(chan struct{}, 10)
@@ -113,7 +113,7 @@ func TestHealthzNamesTheStuckHandler(t *testing.T) {
 // verbose page shows the role and the term.
 func TestHealthzFailsWhenLeadingWithoutRenewal(t *testing.T) {
 	el := newFakeElector()
-	m := manager.New(manager.Options{Elector: el, Logger: discard()})
+	m := newManager(t, manager.Options{Elector: el, Logger: discard()})
 	led := make(chan struct{})
 	m.AddLeader("reconciler", manager.RunnableFunc(func(ctx context.Context) error { close(led); <-ctx.Done(); return nil }))
 	start(t, m)
@@ -134,7 +134,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_total", Help: "A test counter."})
 	reg.MustRegister(c)
 	c.Inc()
-	m := manager.New(manager.Options{Metrics: reg, Logger: discard()})
+	m := newManager(t, manager.Options{Metrics: reg, Logger: discard()})
 	if code, body := probe(m.Handler(), "/metrics"); code != 200 || !strings.Contains(body, "test_total 1") {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
@@ -143,7 +143,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // The health server of Options.HealthAddr serves while the manager runs and stops with it.
 func TestHealthServer(t *testing.T) {
 	addr := testkit.StableAddr(t)
-	m := manager.New(manager.Options{HealthAddr: addr, Logger: discard()})
+	m := newManager(t, manager.Options{HealthAddr: addr, Logger: discard()})
 	s := start(t, m)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func() (int, error) {
@@ -168,3 +168,30 @@ type handlerFuncs struct{ add func(*thing) }
 func (h handlerFuncs) OnAdd(o *thing, _ bool)    { h.add(o) }
 func (h handlerFuncs) OnUpdate(_, _ *thing)      {}
 func (h handlerFuncs) OnDelete(_ *thing, _ bool) {}
+
+// revisionCounter counts the revisions its handler is told of.
+type revisionCounter struct {
+	handlerFuncs
+	revs chan string
+}
+
+func (r revisionCounter) OnRevision(rev string) { r.revs <- rev }
+
+// TrackHandler keeps the handler's OnRevision: the tracked handler is told the revision its
+// notifications add up to, as the handler alone would be.
+func TestTrackHandlerKeepsOnRevision(t *testing.T) {
+	src := memory.New(thingKey, memory.Options{})
+	src.Put(&thing{Name: "a"})
+	inf := newInformer(t, "configs", src)
+	m := newManager(t, manager.Options{Logger: discard()})
+	m.AddInformer(inf)
+	h := revisionCounter{handlerFuncs{add: func(*thing) {}}, make(chan string, 100)}
+	if _, err := inf.AddHandler(manager.TrackHandler[*thing](m.Watchdog("configs handler", time.Second), h), informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, m)
+	rev := recv(t, h.revs, "OnRevision after the initial list")
+	if rev == "" {
+		t.Fatal("OnRevision with an empty revision")
+	}
+}

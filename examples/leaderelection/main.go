@@ -118,7 +118,10 @@ func run() error {
 		return err
 	}
 
-	m := manager.New(manager.Options{Elector: el, HealthAddr: *healthAddr, Metrics: reg, Logger: log})
+	m, err := manager.New(manager.Options{Elector: el, HealthAddr: *healthAddr, Metrics: reg, Logger: log})
+	if err != nil {
+		return err
+	}
 	if err := m.AddInformer(desired); err != nil {
 		return err
 	}

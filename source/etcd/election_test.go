@@ -61,12 +61,15 @@ func startReplica(t *testing.T, name, endpoint string, data *clientv3.Client, tt
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.m = manager.New(manager.Options{
+	r.m, err = manager.New(manager.Options{
 		Elector:       r.el,
 		CampaignRetry: 50 * time.Millisecond,
 		OnLeaderStuck: func(names []string) { t.Errorf("%s: leader-only runnables stuck: %v", name, names) },
 		Logger:        slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.m.AddLeader("writer", manager.RunnableFunc(func(ctx context.Context) error {
 		term, _ := manager.TermFrom(ctx)
 		r.terms <- term
