@@ -140,3 +140,14 @@ func contains(t *testing.T, s string, subs ...string) {
 		}
 	}
 }
+
+// Every replica knows who leads, and learns of a new leader when the old one stops.
+func TestElectionObservesTheLeader(t *testing.T) {
+	srv, data := startWithClient(t)
+	a := startReplica(t, "a", srv.Endpoint(), data, 2*time.Second)
+	leaderOf(t, []*candidate{a})
+	b := startReplica(t, "b", srv.Endpoint(), data, 2*time.Second)
+	eventually(t, "both replicas to see a lead", func() bool { return a.m.Leader() == "a" && b.m.Leader() == "a" })
+	a.stop(t)
+	eventually(t, "b to see itself lead", func() bool { return b.m.Leader() == "b" })
+}
