@@ -109,9 +109,6 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	m.leader.Store(&leaderState{l})
 	m.electOnce.Do(func() { close(m.elected) })
 	m.setElectionDoing(fmt.Sprintf("leading term %d", l.Term().Value))
-	allDone := make(chan struct{})
-	go func() { t.wg.Wait(); close(allDone) }()
-
 	select {
 	case <-l.Lost():
 		lost = true
@@ -119,8 +116,10 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	case <-ctx.Done():
 	}
 	m.mu.Lock()
-	rs.term = nil
+	rs.term = nil // no runnable joins the term from now on: wait for those it has
 	m.mu.Unlock()
+	allDone := make(chan struct{})
+	go func() { t.wg.Wait(); close(allDone) }()
 	cancel()
 	m.leader.Store(nil) // no longer leading, whether or not the runnables have returned
 	m.setElectionDoing(fmt.Sprintf("stopping the leader-only runnables of term %d", l.Term().Value))
