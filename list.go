@@ -14,6 +14,7 @@ import (
 type listCounts interface {
 	ConsistentList()
 	Expired()
+	ListReceived(n int)
 }
 
 // lister reads one list of the source, page by page: the reflector's list calls, with
@@ -101,6 +102,7 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 	// Brent's cycle detection over the continue tokens: a token equal to the one saved at
 	// the last power of two is a cycle (a repeat is a cycle of length 1).
 	saved, power, steps := "", 1, 0
+	received := 0
 	for page := 0; ; page++ {
 		if page == MaxListPages {
 			return nil, "", fmt.Errorf("%w: the list did not end after %d pages (MaxListPages)", ErrBadInput, MaxListPages)
@@ -124,6 +126,8 @@ func (ls *lister[V]) listPages(ctx context.Context, opts ListOptions, limit int6
 		} else if l.Revision != rev {
 			return nil, "", fmt.Errorf("%w: page %d of a list reports revision %q, the first page %q", ErrBadInput, page, l.Revision, rev)
 		}
+		received += len(l.Items)
+		ls.stats.ListReceived(received)
 		l.Items = ls.Keep(l.Items, "list", page)
 		if l.Continue != "" {
 			ls.sink.ListPage(l.Items)

@@ -354,6 +354,7 @@ func (r *reflector[V]) streamList(ctx context.Context) (Watch[V], error) {
 		switch {
 		case ev.Type == Added:
 			items = append(items, ev.Object)
+			r.cfg.stats.ListReceived(len(items))
 		case ev.Type == Bookmark && ev.EndOfInitialEvents:
 			if err := r.pages.CheckRevision(ev.Revision, ""); err != nil {
 				return fail(err)

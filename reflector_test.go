@@ -853,3 +853,42 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// While a paged list is in progress, Stats.ListObjects counts the objects its pages have
+// brought so far; once the list is applied it is 0 again.
+func TestReflector_StatsCountListInProgress(t *testing.T) {
+	secondPage := make(chan struct{})
+	release := make(chan struct{})
+	lw := informer.ListerWatcherFuncs[*obj]{
+		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
+			if opts.Continue == "" {
+				return informer.List[*obj]{Items: []*obj{newObj("a", "", "1"), newObj("b", "", "1"), newObj("c", "", "1")}, Revision: "5", Continue: "page-2"}, nil
+			}
+			close(secondPage)
+			<-release
+			return informer.List[*obj]{Items: []*obj{newObj("d", "", "1")}, Revision: "5"}, nil
+		},
+		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
+			return newChanWatch(ctx, make(chan watchResult)), nil
+		},
+	}
+	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "counted", PageSize: 3, Backoff: fastBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := inf.Stats(); st.ListObjects != 0 {
+		t.Fatalf("before any list: ListObjects %d, want 0", st.ListObjects)
+	}
+	ctx := informertest.Run(t, inf)
+	<-secondPage
+	if st := inf.Stats(); st.ListObjects != 3 || st.ListStarted.IsZero() {
+		t.Fatalf("during the list, after a page of 3: ListObjects %d (want 3), ListStarted %v", st.ListObjects, st.ListStarted)
+	}
+	close(release)
+	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	if st := inf.Stats(); st.ListObjects != 0 || st.Objects != 4 {
+		t.Fatalf("after the list: ListObjects %d (want 0), Objects %d (want 4)", st.ListObjects, st.Objects)
+	}
+}

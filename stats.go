@@ -85,6 +85,10 @@ type Stats struct {
 	// informer's clock; zero when no list is in progress. A list that stays in progress
 	// with LastError nil is a source that has not answered yet (see ProgressTimeout).
 	ListStarted time.Time
+	// ListObjects is the number of objects the list in progress has received so far: the
+	// items of the pages read, or a streaming list's initial events. It is 0 when no list
+	// is in progress, and starts again from 0 when a list is retried.
+	ListObjects int64
 
 	// ListDuration is the distribution of list attempts' durations in seconds, failed ones
 	// and streaming lists included.
@@ -117,6 +121,7 @@ type counters struct {
 	Applied              atomic.Uint64
 	Duplicates           atomic.Uint64
 	ListStarted          atomic.Int64 // UnixNano on the informer's clock; 0: no list in progress
+	ListObjects          atomic.Int64 // objects the list in progress has received
 
 	ListDuration  *histogram.Histogram
 	ListItems     *histogram.Histogram
@@ -136,6 +141,7 @@ func (s *counters) Snapshot() Stats {
 		Applied:       s.Applied.Load(),
 		Duplicates:    s.Duplicates.Load(),
 		ListStarted:   unixNano(s.ListStarted.Load()),
+		ListObjects:   s.ListObjects.Load(),
 		ListDuration:  Histogram(s.ListDuration.Snapshot()),
 		ListItems:     Histogram(s.ListItems.Snapshot()),
 		WatchDuration: Histogram(s.WatchDuration.Snapshot()),
@@ -196,7 +202,13 @@ func newCounters() *counters {
 func (s *counters) ListBegan(t time.Time) { s.ListStarted.Store(t.UnixNano()) }
 
 // ListEnded records that no list is in progress.
-func (s *counters) ListEnded() { s.ListStarted.Store(0) }
+func (s *counters) ListEnded() {
+	s.ListStarted.Store(0)
+	s.ListObjects.Store(0)
+}
+
+// ListReceived records that the list in progress has received n objects so far.
+func (s *counters) ListReceived(n int) { s.ListObjects.Store(int64(n)) }
 
 // Listed counts a list attempt.
 func (s *counters) Listed() { s.Lists.Add(1) }
