@@ -16,7 +16,8 @@ import (
 )
 
 // /readyz fails before Start (the informers it will check have not started), names the
-// informer that has not synced while the other passes, and passes once both have.
+// informer that has not synced, with its source's last error, while the other passes, and
+// passes once both have.
 func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 	slow := newToggle()
 	slow.failing.Store(true)
@@ -35,11 +36,16 @@ func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 		_, body := probe(h, "/readyz")
 		return strings.Contains(body, `[+]informer "configs" ok`)
 	})
-	code, body := probe(h, "/readyz")
+	var code int
+	var body string
+	eventually(t, "the unsynced informer's line to give its last error", func() bool { // a source down at start
+		code, body = probe(h, "/readyz")
+		return strings.Contains(body, "test source down")
+	})
 	if code != 503 {
 		t.Fatalf("/readyz with payments unsynced: %d %s", code, body)
 	}
-	contains(t, "/readyz", body, `[-]informer "payments" failed: not synced`, "[-]manager failed: caches syncing", "readyz check failed")
+	contains(t, "/readyz", body, `[-]informer "payments" failed: not synced`, "; last error at ", "[-]manager failed: caches syncing", "readyz check failed")
 	if code, body := probe(h, "/healthz"); code != 200 {
 		t.Fatalf("/healthz while syncing: %d %s", code, body)
 	}

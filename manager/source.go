@@ -187,9 +187,8 @@ func lastErr(s informer.Stats) string {
 	return fmt.Sprintf("; last error at %s: %v", s.LastErrorAt.UTC().Format(timeFormat), s.LastError)
 }
 
-// listedSoFar returns the objects the list in flight has received so far, when the
-// informer counts them.
-func listedSoFar(s informer.Stats) (int64, bool) { return 0, false }
+// listedSoFar returns the objects the list in flight has received so far.
+func listedSoFar(s informer.Stats) (int64, bool) { return s.ListObjects, !s.ListStarted.IsZero() }
 
 // cacheNote is what /readyz?verbose adds to a ready cache's line: a restored snapshot its
 // source has not confirmed yet, when the informer tells (it does not yet: this is where
