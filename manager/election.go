@@ -22,7 +22,13 @@ type Elector interface {
 // acknowledged within RenewDeadline, renewals are sent every RetryPeriod, and the store
 // keeps the lease TTL after the last acknowledged renewal was sent.
 type Timing struct {
-	TTL, RenewDeadline, RetryPeriod time.Duration
+	// TTL is how long the store keeps the lease after the last acknowledged renewal
+	// was sent (a Lease's LeaseDuration).
+	TTL time.Duration
+	// RenewDeadline is how long a term survives without an acknowledged renewal.
+	RenewDeadline time.Duration
+	// RetryPeriod is the pause between renewals.
+	RetryPeriod time.Duration
 }
 
 // TimedElector is an Elector that tells its Timing; both electors of this repository are.
@@ -30,6 +36,7 @@ type Timing struct {
 // the time a lost term leaves, TTL − RenewDeadline.
 type TimedElector interface {
 	Elector
+	// Timing returns the elector's timing; it never changes.
 	Timing() Timing
 }
 
@@ -39,6 +46,7 @@ type TimedElector interface {
 // The manager logs each change, passes it to Options.OnNewLeader and shows it in
 // /readyz?verbose.
 type LeaderObserver interface {
+	// ObserveLeader calls fn at each change of leader until ctx is done.
 	ObserveLeader(ctx context.Context, fn func(identity string))
 }
 
