@@ -242,8 +242,10 @@ func TestApply_LargeBatchEqualsKeyByKey(t *testing.T) {
 func BenchmarkWriteBatch(b *testing.B) {
 	type obj struct{ key, ns, app string }
 	idle := ListerWatcherFuncs[*obj]{ // never run: the benchmark drives the queue and store
-		ListFunc:  func(context.Context, ListOptions) (List[*obj], error) { return List[*obj]{}, nil },
-		WatchFunc: func(ctx context.Context, _ WatchOptions) (Watch[*obj], error) { return ChanWatch[*obj](ctx, nil, nil), nil },
+		ListFunc: func(context.Context, ListOptions) (List[*obj], error) { return List[*obj]{}, nil },
+		WatchFunc: func(ctx context.Context, _ WatchOptions) (Watch[*obj], error) {
+			return ChanWatch[*obj](ctx, nil, nil), nil
+		},
 	}
 	inf, err := New[string, *obj](idle, Options[string, *obj]{
 		Key: func(o *obj) (string, error) { return o.key, nil },

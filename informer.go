@@ -262,6 +262,15 @@ func checkFuncs[V any](lw ListerWatcher[V]) error {
 // Name returns the informer's name.
 func (inf *Informer[K, V]) Name() string { return inf.opts.Name }
 
+// RequestProgress asks the informer's source for progress if it is a ProgressRequester;
+// the bookmark that follows counts in Stats.Bookmarks and moves Stats.ReceivedRevision. It
+// returns an error wrapping ErrNotSupported for a source that cannot be asked, and the
+// source's error otherwise. The manager package's readiness calls it while a source is
+// quiet.
+func (inf *Informer[K, V]) RequestProgress(ctx context.Context) error {
+	return inf.refl.RequestProgress(ctx)
+}
+
 // Run lists and watches the source and delivers notifications until ctx is done; then it
 // stops every goroutine it started, handlers included, and returns. It waits at most
 // Options.StopTimeout for handler calls in progress: a handler that does not return is

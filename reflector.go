@@ -128,6 +128,18 @@ func (e kindError) Error() string { return e.msg }
 // FailureKind is the error's class in the log's kind, after the operation.
 func (e kindError) FailureKind() string { return e.kind }
 
+// RequestProgress asks the source for progress (Informer.RequestProgress).
+func (r *reflector[V]) RequestProgress(ctx context.Context) error {
+	p, ok := r.lw.(ProgressRequester)
+	if !ok {
+		return fmt.Errorf("informer %q: requesting progress: %w", r.cfg.name, ErrNotSupported)
+	}
+	if err := p.RequestProgress(ctx); err != nil {
+		return fmt.Errorf("informer %q: requesting progress: %w", r.cfg.name, err)
+	}
+	return nil
+}
+
 // newReflector returns the reflector of lw into sink, configured by opts (with New's
 // defaults applied).
 func newReflector[K comparable, V any](lw ListerWatcher[V], sink reflectorSink[V], opts Options[K, V], logger *slog.Logger, report func(error), stats *counters) *reflector[V] {

@@ -7,7 +7,9 @@
 // those that did not), the runnables of every replica (Add), and, while this replica
 // leads, the leader-only runnables (AddLeader). When its context is done (SignalContext
 // turns SIGTERM and SIGINT into that) it stops them in reverse order within
-// Options.ShutdownTimeout and names whatever overran it.
+// Options.ShutdownTimeout, the members of a group together, and names whatever overran
+// its part. The caches stop last, within Options.CacheStopTimeout kept for them, even
+// after a runnable overran: their snapshots are saved.
 //
 // # Leadership and fencing
 //
@@ -22,14 +24,16 @@
 // Timing is the second line. When a term is lost (no renewal acknowledged within the
 // renew deadline, below the lease's TTL), the manager cancels the leader-only runnables'
 // context at once; if they have not returned by Options.LeaderStopMargin before the lease
-// may expire, Options.OnLeaderStuck runs from a timer no runnable can block, and by
-// default exits the process. The lease is resigned only after they have returned. Then
-// the manager campaigns again: a demoted replica needs no restart. Followers keep their
-// caches running, so a new leader starts with synced caches.
+// held may expire, Options.OnLeaderStuck runs from a timer no runnable can block, and by
+// default exits the process. New checks the margin against a TimedElector's timing. The
+// lease is resigned only after they have returned. Then the manager campaigns again
+// (Options.OnLoss): a demoted replica needs no restart. Followers keep their caches
+// running, so a new leader starts with synced caches.
 //
 // # Health
 //
-// Handler serves /healthz, /readyz (with ?verbose) and /metrics; see its documentation
-// for each check. Readiness never passes before the caches it checks have synced, and a
-// follower is ready.
+// Handler serves /healthz, /readyz (with ?verbose, ?exclude= and one check by name),
+// /metrics and optionally pprof; see its documentation for each check. Readiness never
+// passes before the caches it checks have synced, fails for a source that shows no
+// progress (Options.SourceProgressBound), and a follower is ready.
 package manager

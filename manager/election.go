@@ -18,6 +18,38 @@ type Elector interface {
 	Campaign(ctx context.Context) (Leadership, error)
 }
 
+// Timing is an Elector's timing, as New checks it: a term ends when no renewal was
+// acknowledged within RenewDeadline, renewals are sent every RetryPeriod, and the store
+// keeps the lease TTL after the last acknowledged renewal was sent.
+type Timing struct {
+	// TTL is how long the store keeps the lease after the last acknowledged renewal
+	// was sent (a Lease's LeaseDuration).
+	TTL time.Duration
+	// RenewDeadline is how long a term survives without an acknowledged renewal.
+	RenewDeadline time.Duration
+	// RetryPeriod is the pause between renewals.
+	RetryPeriod time.Duration
+}
+
+// TimedElector is an Elector that tells its Timing; both electors of this repository are.
+// New checks it (RetryPeriod < RenewDeadline < TTL) and fits Options.LeaderStopMargin in
+// the time a lost term leaves, TTL − RenewDeadline.
+type TimedElector interface {
+	Elector
+	// Timing returns the elector's timing; it never changes.
+	Timing() Timing
+}
+
+// LeaderObserver is an Elector that can tell who leads. ObserveLeader calls fn with the
+// leader's identity (Term.Holder; "" while none leads) now and at each change, until ctx
+// is done; it retries by itself while the store is unreachable and returns only then.
+// The manager logs each change, passes it to Options.OnNewLeader and shows it in
+// /readyz?verbose.
+type LeaderObserver interface {
+	// ObserveLeader calls fn at each change of leader until ctx is done.
+	ObserveLeader(ctx context.Context, fn func(identity string))
+}
+
 // Leadership is one term of leadership, from a successful Campaign until it is lost or
 // resigned. Its methods are safe for concurrent use.
 type Leadership interface {

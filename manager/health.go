@@ -2,10 +2,13 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/pprof"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -13,26 +16,84 @@ import (
 	"github.com/informer-go/informer"
 )
 
+// Checker is a health or readiness check added with AddHealthzCheck or AddReadyzCheck: it
+// returns nil when the check passes and an error saying why not otherwise. It is called
+// on each probe, with the probe's request, and must not block.
+type Checker func(req *http.Request) error
+
+// namedCheck is a Checker added by the user.
+type namedCheck struct {
+	name  string
+	ready bool // a /readyz check; else /healthz
+	check Checker
+}
+
+// AddHealthzCheck adds a check to /healthz under name, as controller-runtime's
+// AddHealthzCheck does: /healthz fails while it fails, /healthz/<name> runs it alone, and
+// ?exclude=<name> leaves it out. It fails on an empty or repeated name or a nil check.
+func (m *Manager) AddHealthzCheck(name string, check Checker) error {
+	return m.addCheck(namedCheck{name: name, check: check})
+}
+
+// AddReadyzCheck adds a check to /readyz under name: /readyz fails while it fails,
+// /readyz/<name> runs it alone, and ?exclude=<name> leaves it out. It fails on an empty
+// or repeated name or a nil check.
+func (m *Manager) AddReadyzCheck(name string, check Checker) error {
+	return m.addCheck(namedCheck{name: name, ready: true, check: check})
+}
+
+func (m *Manager) addCheck(c namedCheck) error {
+	if c.name == "" || c.check == nil {
+		return fmt.Errorf("manager: a check needs a name and a Checker (name %q)", c.name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slices.ContainsFunc(m.checks, func(o namedCheck) bool { return o.name == c.name && o.ready == c.ready }) {
+		return fmt.Errorf("manager: a check named %q was already added", c.name)
+	}
+	m.checks = append(m.checks, c)
+	return nil
+}
+
 // Handler returns the manager's HTTP handler:
 //
 //   - /healthz fails (503) when the manager is not running (not started, or Start returned
 //     after a failure), when a Watchdog has a call in flight longer than its bound (named),
-//     or when this replica leads but no renewal was acknowledged within the renew deadline.
+//     when this replica leads but no renewal was acknowledged within the renew deadline,
+//     or when a check added with AddHealthzCheck fails.
 //   - /readyz fails until the caches have synced and the runnables have started (so it
 //     never passes before the informers it checks exist), when a cache is not synced
-//     (named), when a cache's source has kept failing for Options.SourceErrorThreshold
-//     (named), and while stopping. A follower is ready: readiness says nothing of the role.
-//   - ?verbose lists every check, [+] or [-], then the role and term, as kube-apiserver
-//     does; a failing probe always lists its checks.
-//   - /metrics serves Options.Metrics, if set.
+//     (named, with its last error), when a cache's source has kept failing for
+//     Options.SourceErrorThreshold or shown no progress for Options.SourceProgressBound
+//     (named, with since when), while stopping, and when a check added with
+//     AddReadyzCheck fails. A follower is ready: readiness says nothing of the role.
+//   - ?verbose lists every check, [+] or [-], then the role, the term and the leader, as
+//     kube-apiserver does; a failing probe always lists its checks. ?exclude=<name>
+//     (repeatable) leaves a check out; /healthz/<name> and /readyz/<name> run one check.
+//   - /metrics serves Options.Metrics, if set; /debug/pprof/ serves net/http/pprof if
+//     Options.Pprof is set.
 //
 // Each probe reads atomics and channels only: it never blocks on the manager.
 func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { m.serveProbe(w, r, "healthz", m.healthChecks()) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { m.serveProbe(w, r, "readyz", m.readyChecks()) })
+	for _, probe := range []string{"healthz", "readyz"} {
+		checks := m.healthChecks
+		if probe == "readyz" {
+			checks = m.readyChecks
+		}
+		serve := func(w http.ResponseWriter, r *http.Request) { m.serveProbe(w, r, probe, checks(r)) }
+		mux.HandleFunc("/"+probe, serve)
+		mux.HandleFunc("/"+probe+"/{check...}", serve)
+	}
 	if m.opts.Metrics != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(m.opts.Metrics, promhttp.HandlerOpts{}))
+	}
+	if m.opts.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
 }
@@ -41,16 +102,33 @@ func (m *Manager) Handler() http.Handler {
 type check struct {
 	name string
 	err  error
+	note string // added to a passing line
 }
 
 func (m *Manager) serveProbe(w http.ResponseWriter, r *http.Request, probe string, checks []check) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if one := r.PathValue("check"); one != "" {
+		i := slices.IndexFunc(checks, func(c check) bool { return c.name == one })
+		if i < 0 {
+			http.Error(w, fmt.Sprintf("no %s check named %q", probe, one), http.StatusNotFound)
+			return
+		}
+		checks = checks[i : i+1]
+	}
+	exclude := r.URL.Query()["exclude"]
 	failed := false
 	var b strings.Builder
 	for _, c := range checks {
-		if c.err != nil {
+		switch {
+		case slices.Contains(exclude, c.name):
+			fmt.Fprintf(&b, "[+]%s excluded: ok\n", c.name)
+		case c.err != nil:
 			failed = true
 			fmt.Fprintf(&b, "[-]%s failed: %v\n", c.name, c.err)
-		} else {
+		case c.note != "":
+			fmt.Fprintf(&b, "[+]%s ok (%s)\n", c.name, c.note)
+		default:
 			fmt.Fprintf(&b, "[+]%s ok\n", c.name)
 		}
 	}
@@ -59,8 +137,9 @@ func (m *Manager) serveProbe(w http.ResponseWriter, r *http.Request, probe strin
 		role, term = "leader", t.String()
 	}
 	fmt.Fprintf(&b, "role: %s, term: %s\n", role, term)
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if id := m.Leader(); id != "" {
+		fmt.Fprintf(&b, "leader: %s\n", id)
+	}
 	if failed {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "%s%s check failed\n", b.String(), probe)
@@ -73,8 +152,22 @@ func (m *Manager) serveProbe(w http.ResponseWriter, r *http.Request, probe strin
 	fmt.Fprint(w, "ok")
 }
 
+// userChecks runs the checks added for /readyz (ready) or /healthz.
+func (m *Manager) userChecks(r *http.Request, ready bool) []check {
+	m.mu.Lock()
+	added := slices.Clone(m.checks)
+	m.mu.Unlock()
+	var checks []check
+	for _, c := range added {
+		if c.ready == ready {
+			checks = append(checks, check{name: c.name, err: c.check(r)})
+		}
+	}
+	return checks
+}
+
 // healthChecks are /healthz's checks.
-func (m *Manager) healthChecks() []check {
+func (m *Manager) healthChecks(r *http.Request) []check {
 	checks := []check{{name: "manager", err: m.aliveErr()}}
 	m.mu.Lock()
 	dogs := append([]*Watchdog(nil), m.watchdogs...)
@@ -91,7 +184,7 @@ func (m *Manager) healthChecks() []check {
 		}
 		checks = append(checks, check{name: "leader election", err: err})
 	}
-	return checks
+	return append(checks, m.userChecks(r, false)...)
 }
 
 func (m *Manager) aliveErr() error {
@@ -108,7 +201,7 @@ func (m *Manager) aliveErr() error {
 }
 
 // readyChecks are /readyz's checks.
-func (m *Manager) readyChecks() []check {
+func (m *Manager) readyChecks(r *http.Request) []check {
 	var err error
 	switch m.phase.Load() {
 	case phaseRunning:
@@ -125,30 +218,12 @@ func (m *Manager) readyChecks() []check {
 	m.mu.Unlock()
 	now := time.Now()
 	for _, c := range caches {
-		checks = append(checks, check{name: fmt.Sprintf("informer %q", c.Name()), err: m.cacheErr(c, now)})
+		checks = append(checks, check{name: fmt.Sprintf("informer %q", c.Name()), err: m.cacheErr(c, now), note: cacheNote(c.Stats())})
 	}
 	for i, f := range factories {
 		checks = append(checks, check{name: fmt.Sprintf("factory %d", i), err: factoryErr(f)})
 	}
-	return checks
-}
-
-// cacheErr says why c is not ready, or nil.
-func (m *Manager) cacheErr(c Cache, now time.Time) error {
-	select {
-	case <-c.Synced():
-	default:
-		return fmt.Errorf("not synced")
-	}
-	m.srcMu.Lock()
-	defer m.srcMu.Unlock()
-	since := m.srcHealth[c].observe(c.Stats(), now)
-	if !since.IsZero() && now.Sub(since) >= m.opts.SourceErrorThreshold {
-		s := c.Stats()
-		return fmt.Errorf("source failing for %v, no successful list or watch since (list errors %d, watch errors %d)",
-			now.Sub(since).Round(time.Millisecond), s.ListErrors, s.WatchErrors)
-	}
-	return nil
+	return append(checks, m.userChecks(r, true)...)
 }
 
 // factoryErr asks f, without waiting, whether its started informers have synced.
@@ -158,97 +233,34 @@ func factoryErr(f *informer.Factory) error {
 	return f.WaitForCacheSync(ctx)
 }
 
-// sourceHealth follows a cache's counters from probe to probe: failingSince is the first
-// probe that saw new errors with no success (a list applied, a watch opened) since.
-type sourceHealth struct {
-	errors, successes uint64
-	failingSince      time.Time
-}
-
-func (h *sourceHealth) observe(s informer.Stats, now time.Time) (failingSince time.Time) {
-	errs, oks := s.ListErrors+s.WatchErrors, s.Relists+s.Watches
-	switch {
-	case oks != h.successes:
-		h.failingSince = time.Time{}
-	case errs != h.errors && h.failingSince.IsZero():
-		h.failingSince = now
+// serveHealth listens on Options.HealthAddr and serves Handler until the stop.
+func (m *Manager) serveHealth(rs *runState) error {
+	ln, err := net.Listen("tcp", m.opts.HealthAddr)
+	if err != nil {
+		return fmt.Errorf("manager: health server: %w", err)
 	}
-	h.errors, h.successes = errs, oks
-	return h.failingSince
-}
-
-// Watchdog bounds the time of calls that must not hang, such as an informer handler's:
-// /healthz fails, naming it, while one of its calls has been running longer than its bound.
-// Make one with Manager.Watchdog; wrap a handler with TrackHandler, or call Begin yourself.
-type Watchdog struct {
-	name  string
-	bound time.Duration
-
-	mu     sync.Mutex
-	next   uint64
-	flight map[uint64]time.Time
-}
-
-// Watchdog returns a watchdog named name whose calls may each last up to bound; it is
-// checked by /healthz from then on.
-func (m *Manager) Watchdog(name string, bound time.Duration) *Watchdog {
-	d := &Watchdog{name: name, bound: bound, flight: map[uint64]time.Time{}}
-	m.mu.Lock()
-	m.watchdogs = append(m.watchdogs, d)
-	m.mu.Unlock()
-	return d
-}
-
-// Begin marks a call started; call the returned function when it ends.
-func (d *Watchdog) Begin() (end func()) {
-	d.mu.Lock()
-	id := d.next
-	d.next++
-	d.flight[id] = time.Now()
-	d.mu.Unlock()
-	return func() {
-		d.mu.Lock()
-		delete(d.flight, id)
-		d.mu.Unlock()
-	}
-}
-
-func (d *Watchdog) check(now time.Time) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var oldest time.Time
-	for _, t := range d.flight {
-		if oldest.IsZero() || t.Before(oldest) {
-			oldest = t
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	r := &running{name: "health server", done: make(chan struct{})}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.log.Error("health server stopped", "err", err)
 		}
+	}()
+	r.stop = func() {
+		go func() {
+			defer close(r.done)
+			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, m.stopBy.Load()))
+			defer cancel()
+			if srv.Shutdown(ctx) != nil {
+				srv.Close()
+			}
+			<-served
+		}()
 	}
-	if !oldest.IsZero() && now.Sub(oldest) > d.bound {
-		return fmt.Errorf("a call has been running for %v (bound %v)", now.Sub(oldest).Round(time.Millisecond), d.bound)
-	}
+	rs.mu.Lock()
+	rs.health = append(rs.health, r)
+	rs.mu.Unlock()
 	return nil
-}
-
-// TrackHandler returns h with each of its calls tracked by d.
-func TrackHandler[V any](d *Watchdog, h informer.Handler[V]) informer.Handler[V] {
-	return tracked[V]{d: d, h: h}
-}
-
-type tracked[V any] struct {
-	d *Watchdog
-	h informer.Handler[V]
-}
-
-func (t tracked[V]) OnAdd(obj V, initial bool) {
-	defer t.d.Begin()()
-	t.h.OnAdd(obj, initial)
-}
-
-func (t tracked[V]) OnUpdate(old, new V) {
-	defer t.d.Begin()()
-	t.h.OnUpdate(old, new)
-}
-
-func (t tracked[V]) OnDelete(obj V, finalStateUnknown bool) {
-	defer t.d.Begin()()
-	t.h.OnDelete(obj, finalStateUnknown)
 }

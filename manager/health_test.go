@@ -16,11 +16,12 @@ import (
 )
 
 // /readyz fails before Start (the informers it will check have not started), names the
-// informer that has not synced while the other passes, and passes once both have.
+// informer that has not synced, with its source's last error, while the other passes, and
+// passes once both have.
 func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 	slow := newToggle()
 	slow.failing.Store(true)
-	m := manager.New(manager.Options{Logger: discard()})
+	m := newManager(t, manager.Options{Logger: discard()})
 	m.AddInformer(newInformer(t, "configs", memory.New(thingKey, memory.Options{})))
 	m.AddInformer(newInformer(t, "payments", slow))
 	h := m.Handler()
@@ -35,11 +36,16 @@ func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 		_, body := probe(h, "/readyz")
 		return strings.Contains(body, `[+]informer "configs" ok`)
 	})
-	code, body := probe(h, "/readyz")
+	var code int
+	var body string
+	eventually(t, "the unsynced informer's line to give its last error", func() bool { // a source down at start
+		code, body = probe(h, "/readyz")
+		return strings.Contains(body, "test source down")
+	})
 	if code != 503 {
 		t.Fatalf("/readyz with payments unsynced: %d %s", code, body)
 	}
-	contains(t, "/readyz", body, `[-]informer "payments" failed: not synced`, "[-]manager failed: caches syncing", "readyz check failed")
+	contains(t, "/readyz", body, `[-]informer "payments" failed: not synced`, "; last error at ", "[-]manager failed: caches syncing", "readyz check failed")
 	if code, body := probe(h, "/healthz"); code != 200 {
 		t.Fatalf("/healthz while syncing: %d %s", code, body)
 	}
@@ -57,7 +63,7 @@ func TestReadyzNamesTheUnsyncedInformer(t *testing.T) {
 func TestReadyzFollowsAFailingSource(t *testing.T) {
 	src := newToggle()
 	src.Put(&thing{Name: "a"})
-	m := manager.New(manager.Options{SourceErrorThreshold: 200 * time.Millisecond, Logger: discard()})
+	m := newManager(t, manager.Options{SourceErrorThreshold: 200 * time.Millisecond, Logger: discard()})
 	m.AddInformer(newInformer(t, "configs", src))
 	h := m.Handler()
 	start(t, m)
@@ -80,7 +86,7 @@ func TestReadyzFollowsAFailingSource(t *testing.T) {
 func TestHealthzNamesTheStuckHandler(t *testing.T) {
 	src := memory.New(thingKey, memory.Options{})
 	inf := newInformer(t, "configs", src)
-	m := manager.New(manager.Options{Logger: discard()})
+	m := newManager(t, manager.Options{Logger: discard()})
 	m.AddInformer(inf)
 	dog := m.Watchdog("configs handler", 50*time.Millisecond)
 	release, entered := make(chan struct{}), make(chan struct{}, 10)
@@ -113,7 +119,7 @@ func TestHealthzNamesTheStuckHandler(t *testing.T) {
 // verbose page shows the role and the term.
 func TestHealthzFailsWhenLeadingWithoutRenewal(t *testing.T) {
 	el := newFakeElector()
-	m := manager.New(manager.Options{Elector: el, Logger: discard()})
+	m := newManager(t, manager.Options{Elector: el, Logger: discard()})
 	led := make(chan struct{})
 	m.AddLeader("reconciler", manager.RunnableFunc(func(ctx context.Context) error { close(led); <-ctx.Done(); return nil }))
 	start(t, m)
@@ -134,7 +140,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_total", Help: "A test counter."})
 	reg.MustRegister(c)
 	c.Inc()
-	m := manager.New(manager.Options{Metrics: reg, Logger: discard()})
+	m := newManager(t, manager.Options{Metrics: reg, Logger: discard()})
 	if code, body := probe(m.Handler(), "/metrics"); code != 200 || !strings.Contains(body, "test_total 1") {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
@@ -143,7 +149,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // The health server of Options.HealthAddr serves while the manager runs and stops with it.
 func TestHealthServer(t *testing.T) {
 	addr := testkit.StableAddr(t)
-	m := manager.New(manager.Options{HealthAddr: addr, Logger: discard()})
+	m := newManager(t, manager.Options{HealthAddr: addr, Logger: discard()})
 	s := start(t, m)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func() (int, error) {
@@ -168,3 +174,30 @@ type handlerFuncs struct{ add func(*thing) }
 func (h handlerFuncs) OnAdd(o *thing, _ bool)    { h.add(o) }
 func (h handlerFuncs) OnUpdate(_, _ *thing)      {}
 func (h handlerFuncs) OnDelete(_ *thing, _ bool) {}
+
+// revisionCounter counts the revisions its handler is told of.
+type revisionCounter struct {
+	handlerFuncs
+	revs chan string
+}
+
+func (r revisionCounter) OnRevision(rev string) { r.revs <- rev }
+
+// TrackHandler keeps the handler's OnRevision: the tracked handler is told the revision its
+// notifications add up to, as the handler alone would be.
+func TestTrackHandlerKeepsOnRevision(t *testing.T) {
+	src := memory.New(thingKey, memory.Options{})
+	src.Put(&thing{Name: "a"})
+	inf := newInformer(t, "configs", src)
+	m := newManager(t, manager.Options{Logger: discard()})
+	m.AddInformer(inf)
+	h := revisionCounter{handlerFuncs{add: func(*thing) {}}, make(chan string, 100)}
+	if _, err := inf.AddHandler(manager.TrackHandler[*thing](m.Watchdog("configs handler", time.Second), h), informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, m)
+	rev := recv(t, h.revs, "OnRevision after the initial list")
+	if rev == "" {
+		t.Fatal("OnRevision with an empty revision")
+	}
+}

@@ -9,13 +9,20 @@ import (
 )
 
 // lead campaigns, runs the leader-only runnables for each term won, and campaigns again
-// when a term is lost, until ctx is done.
-func (m *Manager) lead(ctx context.Context, leaders []entry, fail func(error)) error {
+// when a term is lost (Options.OnLoss), until ctx is done.
+func (m *Manager) lead(ctx context.Context, rs *runState) error {
+	if o, ok := m.opts.Elector.(LeaderObserver); ok {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { o.ObserveLeader(ctx, m.observed) })
+	}
 	for {
 		var l Leadership
 		if m.opts.Elector == nil {
 			l = alone{never: make(chan struct{})}
 		} else {
+			m.setElectionDoing("campaigning")
+			m.log.Info("campaigning")
 			var err error
 			l, err = m.opts.Elector.Campaign(ctx)
 			if ctx.Err() != nil {
@@ -37,78 +44,134 @@ func (m *Manager) lead(ctx context.Context, leaders []entry, fail func(error)) e
 			}
 		}
 		m.log.Info("leading", "term", l.Term().String())
-		m.leader.Store(&leaderState{l})
-		lost := m.runTerm(ctx, l, leaders, fail)
+		lost := m.runTerm(ctx, rs, l)
 		if !lost || ctx.Err() != nil {
 			return nil
+		}
+		if m.opts.OnLoss == ExitOnLoss {
+			return fmt.Errorf("%w: term %s", ErrLeadershipLost, l.Term())
 		}
 		m.log.Warn("leadership lost; campaigning again", "term", l.Term().String())
 	}
 }
 
+// observed records the leader the Elector observed.
+func (m *Manager) observed(id string) {
+	if old := m.leaderID.Swap(&id); old != nil && *old == id {
+		return
+	}
+	if id == "" {
+		m.log.Info("no leader")
+	} else {
+		m.log.Info("leader is " + id)
+	}
+	if m.opts.OnNewLeader != nil {
+		m.opts.OnNewLeader(id)
+	}
+}
+
+// termRun is one term's leader-only runnables.
+type termRun struct {
+	m   *Manager
+	rs  *runState
+	ctx context.Context
+	l   Leadership
+	wg  sync.WaitGroup
+}
+
+// start runs e in the term.
+func (t *termRun) start(e entry) {
+	t.m.setLeaderRunning(e.name, true)
+	t.wg.Go(func() {
+		defer t.m.setLeaderRunning(e.name, false)
+		if err := e.r.Start(t.ctx); err != nil && t.ctx.Err() == nil {
+			t.rs.fail(fmt.Errorf("manager: leader-only runnable %q (term %d): %w", e.name, t.l.Term().Value, err))
+		}
+	})
+}
+
 // runTerm runs the leader-only runnables with the term in their context until the term is
-// lost (it returns true) or ctx is done (false). It cancels them at once, and if they have
-// not returned by LeaderStopMargin before the lease may expire it calls OnLeaderStuck from
-// its timer. It resigns only once they have all returned.
-func (m *Manager) runTerm(ctx context.Context, l Leadership, leaders []entry, fail func(error)) (lost bool) {
+// lost (it returns true) or ctx is done (false). It cancels them at once and waits for
+// them; if they have not returned by LeaderStopMargin before the lease may expire it calls
+// OnLeaderStuck from its timer. It resigns only once they have all returned.
+func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost bool) {
 	tctx, cancel := context.WithCancel(WithTerm(context.WithoutCancel(ctx), l.Term()))
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, e := range leaders {
-		m.setLeaderRunning(e.name, true)
-		wg.Go(func() {
-			defer m.setLeaderRunning(e.name, false)
-			if err := e.r.Start(tctx); err != nil && tctx.Err() == nil {
-				fail(fmt.Errorf("manager: leader-only runnable %q (term %d): %w", e.name, l.Term().Value, err))
-			}
-		})
+	t := &termRun{m: m, rs: rs, ctx: tctx, l: l}
+	m.mu.Lock()
+	rs.term = t
+	for _, e := range m.entries {
+		if e.leaderOnly {
+			t.start(e)
+		}
 	}
-	allDone := make(chan struct{})
-	go func() { wg.Wait(); close(allDone) }()
-
+	m.mu.Unlock()
+	m.leader.Store(&leaderState{l})
+	m.electOnce.Do(func() { close(m.elected) })
+	m.setElectionDoing(fmt.Sprintf("leading term %d", l.Term().Value))
 	select {
 	case <-l.Lost():
 		lost = true
 		m.log.Warn("leadership lost: stopping the leader-only runnables", "term", l.Term().String())
 	case <-ctx.Done():
 	}
+	m.mu.Lock()
+	rs.term = nil // no runnable joins the term from now on: wait for those it has
+	m.mu.Unlock()
+	allDone := make(chan struct{})
+	go func() { t.wg.Wait(); close(allDone) }()
 	cancel()
 	m.leader.Store(nil) // no longer leading, whether or not the runnables have returned
+	m.setElectionDoing(fmt.Sprintf("stopping the leader-only runnables of term %d", l.Term().Value))
+	m.awaitLeaders(l, allDone)
+	m.setElectionDoing(fmt.Sprintf("resigning term %d", l.Term().Value))
+	m.resign(l, lost)
+	return lost
+}
 
-	var hard <-chan time.Time
-	if exp := l.Expires(); !exp.IsZero() {
-		deadline := exp.Add(-m.opts.LeaderStopMargin)
-		if floor := time.Now().Add(m.opts.LeaderStopMargin); deadline.Before(floor) {
-			deadline = floor // expired already (a paused process): fencing protects; stop now
+// awaitLeaders waits until allDone is closed. Their hard deadline is LeaderStopMargin
+// before the lease may expire, computed from the lease held: while it is still renewed (a
+// graceful stop) the deadline moves with it, and it stops moving once renewal stops. It
+// is at least LeaderStopMargin from now. Past it, OnLeaderStuck is called, and the wait
+// goes on: never lead again beside them.
+func (m *Manager) awaitLeaders(l Leadership, allDone <-chan struct{}) {
+	floor := time.Now().Add(m.opts.LeaderStopMargin) // a late loss (a paused process): fencing protects
+	deadline := func() time.Time {
+		exp := l.Expires()
+		if exp.IsZero() {
+			return time.Time{}
 		}
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		hard = t.C
+		return later(exp.Add(-m.opts.LeaderStopMargin), floor)
 	}
-	select {
-	case <-allDone:
-	case <-hard:
+	for {
+		d := deadline()
+		if d.IsZero() {
+			<-allDone
+			return
+		}
+		timer := time.NewTimer(time.Until(d))
+		select {
+		case <-allDone:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		if deadline().After(time.Now()) {
+			continue // renewed meanwhile: the term is still held
+		}
 		names := m.leaderRunningNames()
 		m.log.Error("leader-only runnables still running at their hard deadline", "runnables", names, "term", l.Term().String())
 		m.opts.OnLeaderStuck(names)
-		select { // OnLeaderStuck returned (it need not exit): never lead again beside them
-		case <-allDone:
-		case <-ctx.Done():
-			return lost
-		}
-	case <-ctx.Done():
-		if !lost { // shutting down: wait within the shutdown budget, which stopAll enforces
-			select {
-			case <-allDone:
-			case <-hard:
-				names := m.leaderRunningNames()
-				m.opts.OnLeaderStuck(names)
-				return false
-			}
-		}
+		<-allDone // OnLeaderStuck returned (it need not exit)
+		return
 	}
-	m.resign(l, lost)
-	return lost
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // resign resigns l, bounded by the shutdown deadline and 5 s, or 1 s for a lost term (its
@@ -125,12 +188,16 @@ func (m *Manager) resign(l Leadership, lost bool) {
 	defer cancel()
 	if err := l.Resign(ctx); err != nil {
 		m.log.Warn("resigning", "term", l.Term().String(), "err", err)
+		return
+	}
+	if !l.Term().IsZero() {
+		m.log.Info("resigned", "term", l.Term().String())
 	}
 }
 
 func (m *Manager) setLeaderRunning(name string, on bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.leaderMu.Lock()
+	defer m.leaderMu.Unlock()
 	if m.leaderRunning == nil {
 		m.leaderRunning = map[string]int{}
 	}
@@ -143,12 +210,29 @@ func (m *Manager) setLeaderRunning(name string, on bool) {
 
 // leaderRunningNames returns the leader-only runnables running now, sorted.
 func (m *Manager) leaderRunningNames() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.leaderMu.Lock()
+	defer m.leaderMu.Unlock()
 	names := make([]string, 0, len(m.leaderRunning))
 	for n := range m.leaderRunning {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	return names
+}
+
+func (m *Manager) setElectionDoing(what string) {
+	m.leaderMu.Lock()
+	m.electionState = what
+	m.leaderMu.Unlock()
+}
+
+// electionDoing says what the campaign loop is doing, for a stop that overran.
+func (m *Manager) electionDoing() string {
+	names := m.leaderRunningNames()
+	m.leaderMu.Lock()
+	defer m.leaderMu.Unlock()
+	if len(names) > 0 {
+		return fmt.Sprintf("%s; leader-only runnables running: %s", m.electionState, quoted(names))
+	}
+	return m.electionState
 }

@@ -24,6 +24,16 @@ import (
 // campaign loop, a timer.
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m, nil) }
 
+// newManager returns a manager configured by opts.
+func newManager(t *testing.T, opts manager.Options) *manager.Manager {
+	t.Helper()
+	m, err := manager.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // recv waits for a value from ch, failing the test after waitLimit.
@@ -128,11 +138,11 @@ func probe(h http.Handler, path string) (int, string) {
 
 // fakeElector hands out the terms a test pushes, one per Campaign.
 type fakeElector struct {
-	grants    chan *fakeTerm
+	grants    chan manager.Leadership
 	campaigns atomic.Int32
 }
 
-func newFakeElector() *fakeElector { return &fakeElector{grants: make(chan *fakeTerm, 10)} }
+func newFakeElector() *fakeElector { return &fakeElector{grants: make(chan manager.Leadership, 10)} }
 
 func (e *fakeElector) Campaign(ctx context.Context) (manager.Leadership, error) {
 	e.campaigns.Add(1)

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +22,7 @@ const (
 	DefaultCampaignRetry        = time.Second
 	DefaultLeaderStopMargin     = time.Second
 	DefaultSourceErrorThreshold = 30 * time.Second
+	DefaultSourceProgressBound  = 20 * time.Second
 )
 
 // Runnable is anything the manager runs: Start blocks until ctx is done (or its work is
@@ -59,6 +56,18 @@ type Cache interface {
 
 var _ Cache = (*informer.Informer[string, int])(nil)
 
+// LossPolicy is what a manager does when its term is lost.
+type LossPolicy int
+
+const (
+	// CampaignAgain stops the leader-only runnables and campaigns again: a demoted
+	// replica needs no restart. The default.
+	CampaignAgain LossPolicy = iota
+	// ExitOnLoss stops the leader-only runnables and then stops the manager: Start
+	// returns an error wrapping ErrLeadershipLost, as client-go's leader election does.
+	ExitOnLoss
+)
+
 // Options configures a Manager. Every zero value is a documented default.
 type Options struct {
 	// Elector campaigns for leadership; nil means the manager leads alone, at once, with
@@ -69,38 +78,66 @@ type Options struct {
 	CacheSyncTimeout time.Duration
 	// ShutdownTimeout bounds the whole stop, from Start's context done to every runnable
 	// and cache returned; default DefaultShutdownTimeout (30 s). A runnable still running
-	// when it is spent is named in Start's error and abandoned.
+	// when its part is spent is named in Start's error and abandoned.
 	ShutdownTimeout time.Duration
+	// CacheStopTimeout is the part of ShutdownTimeout kept for the caches, which stop
+	// last and save their snapshots: the runnables get ShutdownTimeout less it, and the
+	// caches stop even after a runnable overran its part. Default a third of
+	// ShutdownTimeout; it must be below ShutdownTimeout.
+	CacheStopTimeout time.Duration
 	// CampaignRetry is the pause after a failed campaign; default DefaultCampaignRetry.
 	CampaignRetry time.Duration
 	// LeaderStopMargin is how long before the lease may expire (Leadership.Expires) the
-	// leader-only runnables must have returned once leadership is lost; default
-	// DefaultLeaderStopMargin (1 s). They get at least LeaderStopMargin in any case.
+	// leader-only runnables must have returned once leadership is lost. Default: half of
+	// the elector's TTL − RenewDeadline for a TimedElector, at most DefaultLeaderStopMargin
+	// (1 s); DefaultLeaderStopMargin otherwise. New fails if it is not below TTL −
+	// RenewDeadline. They get at least LeaderStopMargin in any case.
 	LeaderStopMargin time.Duration
 	// OnLeaderStuck is called, from a timer that no runnable can block, when leader-only
 	// runnables have not returned by their hard deadline after leadership was lost; names
 	// are theirs. Default: log at Error level and exit the process with status 1, since a
 	// leader acting past its lease is exactly what must not happen.
 	OnLeaderStuck func(names []string)
+	// OnLoss is what the manager does when a term is lost; default CampaignAgain.
+	OnLoss LossPolicy
+	// OnNewLeader, if set, is called with the leader's identity ("" when none leads) each
+	// time it changes, from one goroutine, when the Elector is a LeaderObserver.
+	OnNewLeader func(identity string)
 	// SourceErrorThreshold is how long a cache's source may keep failing (errors and no
 	// successful list or watch since) before /readyz fails; default
 	// DefaultSourceErrorThreshold (30 s).
 	SourceErrorThreshold time.Duration
+	// SourceProgressBound is how long a synced cache's source may show no progress (no
+	// event, no bookmark, no list) before /readyz fails, naming it and since when. A
+	// source that can be asked for progress (Informer.RequestProgress: etcd) is asked
+	// every quarter of the bound while nothing comes, so a quiet source stays ready and a
+	// cut-off one does not: for such a cache the default is DefaultSourceProgressBound
+	// (20 s). A source that cannot be asked has no bound by default (a quiet source cannot
+	// be told from a stalled one); set one if it sends something at least that often.
+	// Negative: no bound for any cache.
+	SourceProgressBound time.Duration
 	// HealthAddr, if set, is the address (host:port) on which Start serves Handler: it
 	// listens before the caches start and stops after everything else.
 	HealthAddr string
 	// Metrics, if set, is served at /metrics by Handler.
 	Metrics prometheus.Gatherer
+	// Pprof serves net/http/pprof's handlers under /debug/pprof/ on Handler.
+	Pprof bool
 	// Logger receives the manager's logs; default slog.Default().
 	Logger *slog.Logger
 }
 
-// ErrAlreadyStarted is returned by Start and the Add methods once Start has been called.
+// ErrAlreadyStarted is returned by Start once Start has been called, and by AddInformer
+// and AddFactory once the caches have started.
 var ErrAlreadyStarted = errors.New("manager: already started")
 
-// ErrShutdownTimeout is wrapped by Start's error when Options.ShutdownTimeout was spent
-// before every runnable returned.
+// ErrShutdownTimeout is wrapped by Start's error when Options.ShutdownTimeout, or the
+// runnables' part of it, was spent before everything returned.
 var ErrShutdownTimeout = errors.New("manager: shutdown timeout")
+
+// ErrLeadershipLost is wrapped by Start's error when a term was lost and Options.OnLoss
+// is ExitOnLoss.
+var ErrLeadershipLost = errors.New("manager: leadership lost")
 
 // phases of a Manager, for the health checks.
 const (
@@ -121,11 +158,13 @@ type entry struct {
 // Manager runs a service's caches, runnables and leader-only runnables, in order: the
 // health server, then the caches (informers and factories) until they have synced, then
 // the runnables, then — while this replica leads — the leader-only runnables, with the
-// term in their context. It stops them in reverse order within Options.ShutdownTimeout.
-// Followers keep their caches running, so a new leader starts warm; a manager that loses
-// leadership stops its leader-only runnables and campaigns again.
+// term in their context. It stops them in reverse order within Options.ShutdownTimeout,
+// each group's members together, the caches last. Followers keep their caches running, so
+// a new leader starts warm; a manager that loses leadership stops its leader-only
+// runnables and campaigns again (Options.OnLoss).
 //
-// Add everything before Start. Methods are safe for concurrent use.
+// Add caches before Start; runnables may be added at any time. Methods are safe for
+// concurrent use.
 type Manager struct {
 	opts Options
 	log  *slog.Logger
@@ -135,13 +174,21 @@ type Manager struct {
 	factories []*informer.Factory
 	entries   []entry
 	watchdogs []*Watchdog
+	checks    []namedCheck // added by AddHealthzCheck and AddReadyzCheck
 	started   bool
+	run       *runState // the running manager's groups; nil before Start and after the stop
+
+	leaderMu sync.Mutex
 	// leaderRunning counts the leader-only runnables running now, by name.
 	leaderRunning map[string]int
+	electionState string // what the campaign loop is doing, for a stop that overruns
 
-	phase    atomic.Int32
-	leader   atomic.Pointer[leaderState] // nil: not leading
-	failedAt atomic.Pointer[string]      // why Start ended with an error
+	phase     atomic.Int32
+	leader    atomic.Pointer[leaderState] // nil: not leading
+	leaderID  atomic.Pointer[string]      // the observed leader's identity
+	failedAt  atomic.Pointer[string]      // why Start ended with an error
+	elected   chan struct{}               // closed when this replica first leads
+	electOnce sync.Once
 
 	stopBy atomic.Int64 // unix nanos by which the stop must be done; 0 before it begins
 
@@ -152,19 +199,29 @@ type Manager struct {
 // leaderState is the current term as the health checks see it.
 type leaderState struct{ l Leadership }
 
-// New returns a manager configured by opts.
-func New(opts Options) *Manager {
+// New returns a manager configured by opts. It fails on options that cannot work
+// together, saying what to change: an Elector whose timing is inconsistent, a
+// LeaderStopMargin that leaves no time to stop before the lease may expire, a
+// CacheStopTimeout not below ShutdownTimeout.
+func New(opts Options) (*Manager, error) {
 	if opts.CacheSyncTimeout <= 0 {
 		opts.CacheSyncTimeout = DefaultCacheSyncTimeout
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if opts.CacheStopTimeout <= 0 {
+		opts.CacheStopTimeout = opts.ShutdownTimeout / 3
+	}
+	if opts.CacheStopTimeout >= opts.ShutdownTimeout {
+		return nil, fmt.Errorf("manager: CacheStopTimeout %v must be below ShutdownTimeout %v: the runnables stop within the difference",
+			opts.CacheStopTimeout, opts.ShutdownTimeout)
+	}
 	if opts.CampaignRetry <= 0 {
 		opts.CampaignRetry = DefaultCampaignRetry
 	}
-	if opts.LeaderStopMargin <= 0 {
-		opts.LeaderStopMargin = DefaultLeaderStopMargin
+	if err := fitMargin(&opts); err != nil {
+		return nil, err
 	}
 	if opts.SourceErrorThreshold <= 0 {
 		opts.SourceErrorThreshold = DefaultSourceErrorThreshold
@@ -172,18 +229,45 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{opts: opts, log: opts.Logger, srcHealth: map[Cache]*sourceHealth{}}
+	m := &Manager{opts: opts, log: opts.Logger, srcHealth: map[Cache]*sourceHealth{}, elected: make(chan struct{})}
 	if m.opts.OnLeaderStuck == nil {
 		m.opts.OnLeaderStuck = func(names []string) {
 			m.log.Error("leader-only runnables did not stop before the lease could expire: exiting", "runnables", names)
 			os.Exit(1)
 		}
 	}
-	return m
+	return m, nil
+}
+
+// fitMargin checks a TimedElector's timing and sets or checks LeaderStopMargin against it.
+func fitMargin(opts *Options) error {
+	te, ok := opts.Elector.(TimedElector)
+	if !ok {
+		if opts.LeaderStopMargin <= 0 {
+			opts.LeaderStopMargin = DefaultLeaderStopMargin
+		}
+		return nil
+	}
+	t := te.Timing()
+	if !(0 < t.RetryPeriod && t.RetryPeriod < t.RenewDeadline && t.RenewDeadline < t.TTL) {
+		return fmt.Errorf("manager: the elector's timing (RetryPeriod %v, RenewDeadline %v, TTL %v) must have RetryPeriod < RenewDeadline < TTL: change the elector's options",
+			t.RetryPeriod, t.RenewDeadline, t.TTL)
+	}
+	gap := t.TTL - t.RenewDeadline
+	if opts.LeaderStopMargin <= 0 {
+		opts.LeaderStopMargin = min(DefaultLeaderStopMargin, gap/2)
+		return nil
+	}
+	if opts.LeaderStopMargin >= gap {
+		return fmt.Errorf("manager: LeaderStopMargin %v is not below the elector's TTL %v less its RenewDeadline %v (%v): the hard stop of stuck leader-only work would come after the lease may expire; set LeaderStopMargin below %v (%v leaves as much time to stop as to exit), or lower the elector's RenewDeadline",
+			opts.LeaderStopMargin, t.TTL, t.RenewDeadline, gap, gap, gap/2)
+	}
+	return nil
 }
 
 // AddInformer adds a cache: it is started before every runnable and must sync within
-// Options.CacheSyncTimeout. It is stopped after every runnable.
+// Options.CacheSyncTimeout. It is stopped after every runnable. It returns
+// ErrAlreadyStarted once Start has been called.
 func (m *Manager) AddInformer(c Cache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -196,7 +280,8 @@ func (m *Manager) AddInformer(c Cache) error {
 }
 
 // AddFactory adds a factory: its informers registered before Start are started and waited
-// for with the caches; it is shut down with them.
+// for with the caches; it is shut down with them. It returns ErrAlreadyStarted once Start
+// has been called.
 func (m *Manager) AddFactory(f *informer.Factory) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -208,47 +293,44 @@ func (m *Manager) AddFactory(f *informer.Factory) error {
 }
 
 // Add adds a runnable that runs on every replica, leader or not, once the caches have
-// synced. name identifies it in logs, errors and health checks.
+// synced. name identifies it in logs, errors and health checks. Added to a running
+// manager, it starts at once (or once the caches have synced); added to a stopping or
+// stopped one, it does not start, and Add returns ErrAlreadyStarted.
 func (m *Manager) Add(name string, r Runnable) error { return m.add(entry{name: name, r: r}) }
 
 // AddLeader adds a leader-only runnable: it is started at the beginning of each term this
 // replica leads, with the Term in its context (TermFrom), and its context is cancelled
 // when the term ends. Since it may be started once per term, Start must be callable more
 // than once: a *controller.Controller runs once, so add a RunnableFunc that builds the
-// controller and starts it.
+// controller and starts it. Added to a running manager, it starts with the next term,
+// or at once in the current one; added to a stopping or stopped one, it returns
+// ErrAlreadyStarted.
 func (m *Manager) AddLeader(name string, r Runnable) error {
 	return m.add(entry{name: name, r: r, leaderOnly: true})
 }
 
 func (m *Manager) add(e entry) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.started {
-		return ErrAlreadyStarted
-	}
 	if e.r == nil {
 		return fmt.Errorf("manager: %q: nil Runnable", e.name)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started && (m.run == nil || m.run.stopping) {
+		return ErrAlreadyStarted
+	}
 	m.entries = append(m.entries, e)
+	if m.run != nil && m.run.running {
+		m.run.startEntry(e)
+	}
 	return nil
-}
-
-// leaderElection names the campaign loop and the leader-only runnables it runs.
-const leaderElection = "leader election"
-
-// running is one started thing, as the stop sees it.
-type running struct {
-	name string
-	stop func()        // cancels it
-	done chan struct{} // closed when it has returned
 }
 
 // Start runs everything added until ctx is done or a runnable fails, then stops it all in
 // reverse order and returns. It returns nil after a clean stop; the error of the first
 // runnable or cache that failed; an error naming the caches not synced within
-// Options.CacheSyncTimeout; and, joined to those, an error wrapping ErrShutdownTimeout that
-// names what had not returned when Options.ShutdownTimeout was spent. Start may be called
-// once.
+// Options.CacheSyncTimeout; an error wrapping ErrLeadershipLost (Options.OnLoss); and,
+// joined to those, an error wrapping ErrShutdownTimeout that names what had not returned
+// when its part of Options.ShutdownTimeout was spent. Start may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
@@ -256,87 +338,64 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		return ErrAlreadyStarted
 	}
 	m.started = true
-	caches, factories, entries := m.caches, m.factories, m.entries
+	rs := newRunState(m, ctx)
+	m.run = rs
+	caches, factories := m.caches, m.factories
 	m.mu.Unlock()
-
-	base := context.WithoutCancel(ctx)
-	var (
-		stack   []*running
-		failMu  sync.Mutex
-		failure error
-	)
-	runCtx, abort := context.WithCancel(ctx)
-	defer abort()
-	fail := func(err error) {
-		failMu.Lock()
-		if failure == nil {
-			failure = err
-		}
-		failMu.Unlock()
-		abort()
-	}
-	// launch runs fn in its own goroutine on a context only its stop cancels.
-	launch := func(name string, fn func(ctx context.Context) error) {
-		rctx, cancel := context.WithCancel(base)
-		r := &running{name: name, stop: cancel, done: make(chan struct{})}
-		stack = append(stack, r)
-		go func() {
-			defer close(r.done)
-			if err := fn(rctx); err != nil && rctx.Err() == nil {
-				fail(fmt.Errorf("manager: %s: %w", name, err))
-			}
-		}()
-	}
+	defer rs.abort()
 
 	if m.opts.HealthAddr != "" {
-		if err := m.serveHealth(&stack); err != nil {
+		if err := m.serveHealth(rs); err != nil {
+			m.mu.Lock()
+			m.run = nil
+			m.mu.Unlock()
 			return err
 		}
 	}
 	m.phase.Store(phaseSyncing)
 	var syncers []informer.Syncer
 	for _, c := range caches {
-		launch(fmt.Sprintf("informer %q", c.Name()), c.Run)
+		rs.launch(&rs.caches, fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
-		f.Start(base) // before the wait; Shutdown stops what it started
-		launch(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
+		f.Start(rs.base) // before the wait; Shutdown stops what it started
+		rs.launch(&rs.caches, fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
 			<-ctx.Done()
 			return f.Shutdown()
 		})
 	}
-	if err := m.waitForSync(runCtx, syncers, factories); err != nil {
+	if err := m.waitForSync(rs.ctx, syncers, factories); err != nil {
 		if ctx.Err() == nil {
-			fail(err) // the first failure wins: a cache that failed while syncing
+			rs.fail(err) // the first failure wins: a cache that failed while syncing
 		}
 	} else {
 		m.phase.Store(phaseRunning)
-		for _, e := range entries {
-			if !e.leaderOnly {
-				launch(fmt.Sprintf("runnable %q", e.name), e.r.Start)
-			}
+		m.mu.Lock()
+		rs.running = true
+		for _, e := range m.entries {
+			rs.startEntry(e)
 		}
-		var leaders []entry
-		for _, e := range entries {
-			if e.leaderOnly {
-				leaders = append(leaders, e)
-			}
-		}
-		launch(leaderElection, func(lctx context.Context) error { return m.lead(lctx, leaders, fail) })
+		m.mu.Unlock()
+		rs.launch(&rs.election, leaderElection, func(lctx context.Context) error { return m.lead(lctx, rs) })
 	}
 
-	<-runCtx.Done()
+	<-rs.ctx.Done()
 	m.phase.Store(phaseStopping)
-	stopErr := m.stopAll(stack)
+	m.mu.Lock()
+	rs.stopping = true
+	m.mu.Unlock()
+	stopErr := m.stopAll(rs)
 	m.phase.Store(phaseStopped)
-	failMu.Lock()
-	err = failure
-	failMu.Unlock()
+	m.mu.Lock()
+	m.run = nil
+	m.mu.Unlock()
+	err = rs.failure()
 	if err != nil {
 		msg := err.Error()
 		m.failedAt.Store(&msg)
 	}
+	m.log.Info("stopped", "err", errors.Join(err, stopErr))
 	return errors.Join(err, stopErr)
 }
 
@@ -355,87 +414,6 @@ func (m *Manager) waitForSync(ctx context.Context, syncers []informer.Syncer, fa
 	return nil
 }
 
-// stopAll stops the stack in reverse order within Options.ShutdownTimeout and names what
-// had not returned when it was spent.
-func (m *Manager) stopAll(stack []*running) error {
-	deadline := time.Now().Add(m.opts.ShutdownTimeout)
-	m.stopBy.Store(deadline.UnixNano())
-	timer := time.NewTimer(m.opts.ShutdownTimeout)
-	defer timer.Stop()
-	var overran, abandoned []string
-	spent := false
-	for i := len(stack) - 1; i >= 0; i-- {
-		r := stack[i]
-		r.stop()
-		if spent {
-			select {
-			case <-r.done:
-			default:
-				abandoned = append(abandoned, r.name)
-			}
-			continue
-		}
-		select {
-		case <-r.done:
-		case <-timer.C:
-			spent = true
-			name := r.name
-			if name == leaderElection {
-				name = fmt.Sprintf("%s (leader-only runnables running: %s)", name, quoted(m.leaderRunningNames()))
-			}
-			overran = append(overran, name)
-			m.log.Error("shutdown timeout spent waiting for a runnable", "runnable", r.name, "timeout", m.opts.ShutdownTimeout)
-		}
-	}
-	if !spent {
-		return nil
-	}
-	msg := fmt.Sprintf("%s did not return within %v", strings.Join(overran, ", "), m.opts.ShutdownTimeout)
-	if len(abandoned) > 0 {
-		msg += fmt.Sprintf("; not waited for: %s", strings.Join(abandoned, ", "))
-	}
-	return fmt.Errorf("%w: %s", ErrShutdownTimeout, msg)
-}
-
-// quoted renders names as a comma-separated list of quoted strings.
-func quoted(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = strconv.Quote(n)
-	}
-	return strings.Join(q, ", ")
-}
-
-// serveHealth listens on Options.HealthAddr and serves Handler until the stop.
-func (m *Manager) serveHealth(stack *[]*running) error {
-	ln, err := net.Listen("tcp", m.opts.HealthAddr)
-	if err != nil {
-		return fmt.Errorf("manager: health server: %w", err)
-	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	r := &running{name: "health server", done: make(chan struct{})}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("health server stopped", "err", err)
-		}
-	}()
-	r.stop = func() {
-		go func() {
-			defer close(r.done)
-			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, m.stopBy.Load()))
-			defer cancel()
-			if srv.Shutdown(ctx) != nil {
-				srv.Close()
-			}
-			<-served
-		}()
-	}
-	*stack = append(*stack, r)
-	return nil
-}
-
 // Leading reports whether the manager leads now, and the term.
 func (m *Manager) Leading() (Term, bool) {
 	s := m.leader.Load()
@@ -443,4 +421,18 @@ func (m *Manager) Leading() (Term, bool) {
 		return Term{}, false
 	}
 	return s.l.Term(), true
+}
+
+// Elected returns a channel closed when this replica first leads (at once without an
+// Elector), as controller-runtime's Elected does. It is never closed on a replica that
+// never leads.
+func (m *Manager) Elected() <-chan struct{} { return m.elected }
+
+// Leader returns the identity of the replica that leads, as the Elector last observed it
+// ("" when none leads or the Elector is not a LeaderObserver).
+func (m *Manager) Leader() string {
+	if id := m.leaderID.Load(); id != nil {
+		return *id
+	}
+	return ""
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/controller"
 	"github.com/informer-go/informer/manager"
+	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
 	"github.com/informer-go/informer/source/etcd/election"
 )
@@ -59,6 +60,7 @@ func run() error {
 	ttl := flag.Duration("ttl", 15*time.Second, "the election lease's TTL (whole seconds, at least 2s)")
 	healthAddr := flag.String("health-addr", "127.0.0.1:8081", "address of /healthz, /readyz and /metrics")
 	every := flag.Duration("heartbeat", time.Second, "the leader's heartbeat period")
+	snapshots := flag.String("snapshot-dir", "", "if set, the informer saves its cache there when it stops and restores it at start")
 	careless := flag.Bool("careless-heartbeat", false, "write each heartbeat without checking the term's context first, "+
 		"as a reconciler that ignores its context would: a replica resumed after its term ended then writes under its "+
 		"old term, and etcd refuses it")
@@ -83,11 +85,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	desired, err := informer.New(src, informer.Options[string, *Item]{
+	opts := informer.Options[string, *Item]{
 		Name:   "desired",
 		Key:    func(it *Item) (string, error) { return it.Name, nil },
 		Logger: log,
-	})
+	}
+	if *snapshots != "" {
+		if opts.Persist, err = persist.New[string, *Item](*snapshots, persist.Options[*Item]{}); err != nil {
+			return err
+		}
+	}
+	desired, err := informer.New(src, opts)
 	if err != nil {
 		return err
 	}
@@ -118,7 +126,10 @@ func run() error {
 		return err
 	}
 
-	m := manager.New(manager.Options{Elector: el, HealthAddr: *healthAddr, Metrics: reg, Logger: log})
+	m, err := manager.New(manager.Options{Elector: el, HealthAddr: *healthAddr, Metrics: reg, Logger: log})
+	if err != nil {
+		return err
+	}
 	if err := m.AddInformer(desired); err != nil {
 		return err
 	}

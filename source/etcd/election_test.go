@@ -61,12 +61,15 @@ func startReplica(t *testing.T, name, endpoint string, data *clientv3.Client, tt
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.m = manager.New(manager.Options{
+	r.m, err = manager.New(manager.Options{
 		Elector:       r.el,
 		CampaignRetry: 50 * time.Millisecond,
 		OnLeaderStuck: func(names []string) { t.Errorf("%s: leader-only runnables stuck: %v", name, names) },
 		Logger:        slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.m.AddLeader("writer", manager.RunnableFunc(func(ctx context.Context) error {
 		term, _ := manager.TermFrom(ctx)
 		r.terms <- term
@@ -293,6 +296,8 @@ type proc struct {
 	name, health string
 	cmd          *exec.Cmd
 	exited       chan struct{}
+	err          error // cmd.Wait's, once exited is closed
+	stderr       string
 }
 
 // buildExample builds examples/leaderelection into a temporary directory.
@@ -308,10 +313,18 @@ func buildExample(t *testing.T) string {
 }
 
 func (ps *procs) start(name, health string) *proc {
+	ps.t.Helper()
+	return ps.startWith(name, health, ps.endpoints)
+}
+
+// startWith starts a replica that reaches etcd at endpoints, with more flags (a later
+// --ttl or --prefix wins).
+func (ps *procs) startWith(name, health, endpoints string, more ...string) *proc {
 	t := ps.t
 	t.Helper()
-	cmd := exec.Command(ps.bin, "--endpoints", ps.endpoints, "--name", name, "--prefix", "/proc/",
-		"--ttl", processTTL.String(), "--health-addr", health, "--heartbeat", "20ms", "--careless-heartbeat")
+	args := []string{"--endpoints", endpoints, "--name", name, "--prefix", "/proc/",
+		"--ttl", processTTL.String(), "--health-addr", health, "--heartbeat", "20ms", "--careless-heartbeat"}
+	cmd := exec.Command(ps.bin, append(args, more...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +341,7 @@ func (ps *procs) start(name, health string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, health: health, cmd: cmd, exited: make(chan struct{})}
+	p := &proc{name: name, health: health, cmd: cmd, exited: make(chan struct{}), stderr: logf.Name()}
 	go func() {
 		defer close(p.exited)
 		sc := bufio.NewScanner(stdout)
@@ -350,11 +363,29 @@ func (ps *procs) start(name, health string) *proc {
 			}
 		}
 		io.Copy(io.Discard, stdout)
-		cmd.Wait()
+		p.err = cmd.Wait()
 		logf.Close()
 	}()
 	ps.running[name] = p
 	return p
+}
+
+// newProcs returns replicas of bin reaching etcd at endpoints, which t's cleanup stops.
+func newProcs(t *testing.T, bin, endpoints string) *procs {
+	ps := &procs{t: t, bin: bin, endpoints: endpoints, signal: make(chan struct{}, 1), running: map[string]*proc{}}
+	t.Cleanup(func() {
+		for _, p := range ps.running {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+				p.cmd.Process.Kill()
+				<-p.exited
+			}
+		}
+	})
+	return ps
 }
 
 // kill sends sig to p; for SIGKILL it waits until p has exited.
@@ -462,19 +493,7 @@ func TestElectionProcesses(t *testing.T) {
 		eps = append(eps, m.clientURL.Host)
 	}
 	data := newClient(t, eps[0]) // no member stops
-	ps := &procs{t: t, bin: bin, endpoints: strings.Join(eps, ","), signal: make(chan struct{}, 1), running: map[string]*proc{}}
-	t.Cleanup(func() {
-		for _, p := range ps.running {
-			p.cmd.Process.Signal(syscall.SIGCONT)
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(10 * time.Second):
-				p.cmd.Process.Kill()
-				<-p.exited
-			}
-		}
-	})
+	ps := newProcs(t, bin, strings.Join(eps, ","))
 	for i := range 3 {
 		ps.start(fmt.Sprint("p", i), testkit.StableAddr(t))
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -175,6 +174,7 @@ type proxy struct {
 
 	mu    sync.Mutex
 	cut   bool
+	hole  chan struct{} // non-nil while blackholed: closed by Resume
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -224,7 +224,24 @@ func (p *proxy) accept() {
 
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			hole := p.hole
+			p.mu.Unlock()
+			if hole != nil {
+				<-hole // blackholed: hold the bytes, as a partition does, until Resume
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
@@ -243,15 +260,30 @@ func (p *proxy) Cut() {
 	}
 }
 
-// Resume accepts connections again.
+// Blackhole keeps every connection open but passes no byte either way until Resume, as a
+// network partition does: calls in flight neither fail nor complete.
+func (p *proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hole == nil {
+		p.hole = make(chan struct{})
+	}
+}
+
+// Resume accepts connections again and passes the bytes a blackhole held.
 func (p *proxy) Resume() {
 	p.mu.Lock()
 	p.cut = false
+	if p.hole != nil {
+		close(p.hole)
+		p.hole = nil
+	}
 	p.mu.Unlock()
 }
 
 func (p *proxy) close() {
 	p.ln.Close()
+	p.Resume()
 	p.Cut()
 	p.wg.Wait()
 }

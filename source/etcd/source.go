@@ -504,7 +504,11 @@ func ParseRevision(rev string) (int64, error) {
 // revision as soon as it has delivered every event before it, which moves the informer's
 // revision past writes made outside the prefix: call it before Informer.WaitForRevision
 // for such a revision. etcd answers only when every watch of the stream has caught up;
-// call it again if no bookmark arrives. It fails when no watch is open.
+// call it again if no bookmark arrives (etcd does not answer while the watches wait for a
+// revision the cluster has not reached yet). It fails when no watch is open. It returns
+// nil only once etcd has also answered a linearizable read of the prefix's size through
+// the same client, sent after the request: a nil error means etcd answered just now,
+// which the manager package's readiness counts as progress of a quiet source.
 func (s *Source[V]) RequestProgress(ctx context.Context) error {
 	s.mu.Lock()
 	md, open := s.watchMD, s.watches
@@ -513,6 +517,9 @@ func (s *Source[V]) RequestProgress(ctx context.Context) error {
 		return errors.New("etcd: RequestProgress: no watch open")
 	}
 	if err := s.client.RequestProgress(metadata.NewOutgoingContext(ctx, md)); err != nil {
+		return classify(ctx, s.at("request progress"), err)
+	}
+	if _, err := s.client.Get(ctx, s.start, clientv3.WithRange(s.end), clientv3.WithCountOnly()); err != nil {
 		return classify(ctx, s.at("request progress"), err)
 	}
 	return nil

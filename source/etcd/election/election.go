@@ -32,7 +32,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultTTL = 15 * time.Second
+	DefaultTTL         = 15 * time.Second
+	DefaultStopTimeout = time.Second
 )
 
 // Options configures an Elector. Every zero value is a documented default.
@@ -50,8 +51,14 @@ type Options struct {
 	// two thirds of TTL. It must be below TTL: the gap is the time the leader-only
 	// runnables have to stop before another replica may lead.
 	RenewDeadline time.Duration
-	// RetryPeriod is the pause between renewals; default a fifth of RenewDeadline.
+	// RetryPeriod is the pause between renewals; default a fifth of RenewDeadline. It
+	// must be below RenewDeadline.
 	RetryPeriod time.Duration
+	// StopTimeout bounds each call to etcd made on the way out: withdrawing a candidacy
+	// when Campaign's context ends, revoking the lease when a campaign fails or a term is
+	// resigned. Default DefaultStopTimeout (1 s). A stop never waits on etcd longer: what
+	// such a call leaves undone, etcd does itself when the lease expires, TTL later.
+	StopTimeout time.Duration
 	// Logger receives the election's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -61,9 +68,13 @@ type Elector struct {
 	client *clientv3.Client
 	opts   Options
 	log    *slog.Logger
+	wg     sync.WaitGroup // candidacies withdrawn after Campaign returned; Close waits
 }
 
-var _ manager.Elector = (*Elector)(nil)
+var (
+	_ manager.TimedElector   = (*Elector)(nil)
+	_ manager.LeaderObserver = (*Elector)(nil)
+)
 
 // New dials etcd with cfg, for the election alone (a client shared with busy informers or
 // writers can starve renewals), and returns an Elector. It fails on invalid options and
@@ -92,6 +103,12 @@ func New(cfg clientv3.Config, opts Options) (*Elector, error) {
 	if opts.RetryPeriod <= 0 {
 		opts.RetryPeriod = opts.RenewDeadline / 5
 	}
+	if opts.RetryPeriod >= opts.RenewDeadline {
+		return nil, fmt.Errorf("election: RetryPeriod %v must be below RenewDeadline %v, so that a renewal can be retried before the term ends", opts.RetryPeriod, opts.RenewDeadline)
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -102,9 +119,19 @@ func New(cfg clientv3.Config, opts Options) (*Elector, error) {
 	return &Elector{client: c, opts: opts, log: opts.Logger.With("election", opts.Prefix, "identity", opts.Identity)}, nil
 }
 
-// Close closes the Elector's client; a term still held then ends within its renew
-// deadline.
-func (e *Elector) Close() error { return e.client.Close() }
+// Close closes the Elector's client and waits for the calls left in flight after a stop
+// (which the closed client ends); a term still held then ends within its renew deadline.
+func (e *Elector) Close() error {
+	err := e.client.Close()
+	e.wg.Wait()
+	return err
+}
+
+// Timing returns the Elector's TTL, RenewDeadline and RetryPeriod, which manager.New
+// checks its LeaderStopMargin against.
+func (e *Elector) Timing() manager.Timing {
+	return manager.Timing{TTL: e.opts.TTL, RenewDeadline: e.opts.RenewDeadline, RetryPeriod: e.opts.RetryPeriod}
+}
 
 // Campaign grants a lease, keeps it renewed, and waits until this replica's key is the
 // oldest under the prefix. Once elected it reads the key back: a session that expired
@@ -118,9 +145,13 @@ func (e *Elector) Campaign(ctx context.Context) (manager.Leadership, error) {
 	}
 	l := newTerm(e, grant.ID, sent, time.Duration(grant.TTL)*time.Second)
 	ok := false
+	var stopBy time.Time // when ctx ended: the withdrawal and the revocation share StopTimeout
 	defer func() {
 		if !ok {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if stopBy.IsZero() {
+				stopBy = time.Now().Add(e.opts.StopTimeout)
+			}
+			rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), stopBy)
 			defer cancel()
 			l.release(rctx)
 		}
@@ -134,7 +165,7 @@ func (e *Elector) Campaign(ctx context.Context) (manager.Leadership, error) {
 	defer cancel()
 	stop := context.AfterFunc(l.ctx, cancel) // the lease lost while waiting: give up
 	defer stop()
-	if err := el.Campaign(cctx, e.opts.Identity); err != nil {
+	if err := e.campaign(cctx, el, &stopBy); err != nil {
 		if ctx.Err() == nil && l.ctx.Err() != nil {
 			return nil, fmt.Errorf("election %s: lease lost while campaigning: %v", e.opts.Prefix, context.Cause(l.ctx))
 		}
@@ -158,6 +189,31 @@ func (e *Elector) Campaign(ctx context.Context) (manager.Leadership, error) {
 	ok = true
 	e.log.Info("elected", "key", el.Key(), "term", el.Rev())
 	return l, nil
+}
+
+// campaign runs el.Campaign until ctx ends, and then at most StopTimeout more (until
+// stopBy, which it sets): when its
+// context ends, etcd's Campaign withdraws the candidacy with the client's own context,
+// waiting for etcd however long it takes (forever, through a partition). The withdrawal
+// goes on in the background until etcd answers or Close; the lease's revocation or expiry
+// removes the candidacy anyway.
+func (e *Elector) campaign(ctx context.Context, el *concurrency.Election, stopBy *time.Time) error {
+	errc := make(chan error, 1)
+	e.wg.Go(func() { errc <- el.Campaign(ctx, e.opts.Identity) })
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	*stopBy = time.Now().Add(e.opts.StopTimeout)
+	t := time.NewTimer(e.opts.StopTimeout)
+	defer t.Stop()
+	select {
+	case err := <-errc:
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w (etcd did not answer the withdrawal within %v)", ctx.Err(), e.opts.StopTimeout)
+	}
 }
 
 // rpcLeaseNotFound is etcd's error for a lease that expired or was revoked.
@@ -257,7 +313,11 @@ func (l *term) watchKey(rev int64) {
 // Resign deletes the term's key (revoking its lease), so that another replica may lead at
 // once, and stops renewing. It is safe after Lost and more than once; it returns etcd's
 // error if the revocation failed (the lease then expires after its TTL).
-func (l *term) Resign(ctx context.Context) error { return l.release(ctx) }
+func (l *term) Resign(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.e.opts.StopTimeout)
+	defer cancel()
+	return l.release(ctx)
+}
 
 func (l *term) release(ctx context.Context) error {
 	l.once.Do(func() {

@@ -108,10 +108,13 @@ func TestLeaseElectionFailoverAndFencing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.m = manager.New(manager.Options{
+		r.m, err = manager.New(manager.Options{
 			Elector: el, CampaignRetry: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 			OnLeaderStuck: func(names []string) { t.Errorf("%s: stuck: %v", name, names) },
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		r.m.AddLeader("writer", manager.RunnableFunc(func(ctx context.Context) error {
 			tick := time.NewTicker(50 * time.Millisecond) // the writer's pace
 			defer tick.Stop()

@@ -49,7 +49,8 @@ type Options struct {
 	// DefaultRenewDeadline (10 s). It must be below LeaseDuration.
 	RenewDeadline time.Duration
 	// RetryPeriod is the pause between attempts to take or renew the Lease; default
-	// DefaultRetryPeriod (2 s).
+	// DefaultRetryPeriod (2 s), at most a quarter of RenewDeadline. It must be below
+	// RenewDeadline.
 	RetryPeriod time.Duration
 	// Logger receives the election's logs; default slog.Default().
 	Logger *slog.Logger
@@ -63,7 +64,7 @@ type Elector struct {
 	log    *slog.Logger
 }
 
-var _ manager.Elector = (*Elector)(nil)
+var _ manager.TimedElector = (*Elector)(nil)
 
 // New returns an Elector for the Lease opts.Namespace/opts.Name, through client. It fails
 // on invalid options.
@@ -87,6 +88,9 @@ func New(client coordinationclient.LeasesGetter, opts Options) (*Elector, error)
 	if opts.RetryPeriod <= 0 {
 		opts.RetryPeriod = min(DefaultRetryPeriod, opts.RenewDeadline/4)
 	}
+	if opts.RetryPeriod >= opts.RenewDeadline {
+		return nil, fmt.Errorf("election: RetryPeriod %v must be below RenewDeadline %v, so that a renewal can be retried before the term ends", opts.RetryPeriod, opts.RenewDeadline)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -95,6 +99,12 @@ func New(client coordinationclient.LeasesGetter, opts Options) (*Elector, error)
 		opts:   opts,
 		log:    opts.Logger.With("lease", opts.Namespace+"/"+opts.Name, "identity", opts.Identity),
 	}, nil
+}
+
+// Timing returns the Elector's LeaseDuration (as TTL), RenewDeadline and RetryPeriod,
+// which manager.New checks its LeaderStopMargin against.
+func (e *Elector) Timing() manager.Timing {
+	return manager.Timing{TTL: e.opts.LeaseDuration, RenewDeadline: e.opts.RenewDeadline, RetryPeriod: e.opts.RetryPeriod}
 }
 
 // Campaign takes the Lease when it is free, released, or has not changed for
@@ -205,12 +215,14 @@ func (l *term) end(why error) {
 }
 
 // renew updates the Lease's renewTime every RetryPeriod, conditional on its
-// resourceVersion, and ends the term at the renew deadline or when the Lease is no longer
-// this term's.
+// resourceVersion, and ends the term at the renew deadline (checked at the deadline
+// itself, whatever the RetryPeriod) or when the Lease is no longer this term's.
 func (l *term) renew() {
 	opts := l.e.opts
 	for {
-		t := time.NewTimer(opts.RetryPeriod)
+		// The next attempt, or the renew deadline if it comes first: a term whose
+		// renewals fail ends at the deadline, not up to a RetryPeriod after it.
+		t := time.NewTimer(max(0, min(opts.RetryPeriod, time.Until(l.Renewed().Add(opts.RenewDeadline)))))
 		select {
 		case <-l.ctx.Done():
 			t.Stop()

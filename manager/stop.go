@@ -1,0 +1,172 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// leaderElection names the campaign loop and the leader-only runnables it runs.
+const leaderElection = "leader election"
+
+// running is one started thing, as the stop sees it.
+type running struct {
+	name string
+	stop func()        // cancels it
+	done chan struct{} // closed when it has returned
+}
+
+// runState is a running manager: what it started, by group, and its first failure. The
+// groups start in the order of the fields and stop in reverse, the members of a group
+// together.
+type runState struct {
+	m     *Manager
+	base  context.Context // Start's context without its cancellation: each thing's own stop ends it
+	ctx   context.Context // done when Start's context is, or at the first failure
+	abort context.CancelFunc
+
+	mu                                  sync.Mutex
+	health, caches, runnables, election []*running
+	err                                 error
+
+	// Guarded by m.mu.
+	running  bool     // the caches synced: entries start as they are added
+	stopping bool     // the stop began: nothing starts any more
+	term     *termRun // the term in progress, for leader-only runnables added during it
+}
+
+func newRunState(m *Manager, ctx context.Context) *runState {
+	rs := &runState{m: m, base: context.WithoutCancel(ctx)}
+	rs.ctx, rs.abort = context.WithCancel(ctx)
+	return rs
+}
+
+// fail records the first failure and stops the manager.
+func (rs *runState) fail(err error) {
+	rs.mu.Lock()
+	if rs.err == nil {
+		rs.err = err
+	}
+	rs.mu.Unlock()
+	rs.abort()
+}
+
+func (rs *runState) failure() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.err
+}
+
+// launch runs fn in its own goroutine, in group, on a context only its stop cancels.
+func (rs *runState) launch(group *[]*running, name string, fn func(ctx context.Context) error) {
+	rctx, cancel := context.WithCancel(rs.base)
+	r := &running{name: name, stop: cancel, done: make(chan struct{})}
+	rs.mu.Lock()
+	*group = append(*group, r)
+	rs.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		if err := fn(rctx); err != nil && rctx.Err() == nil {
+			rs.fail(fmt.Errorf("manager: %s: %w", name, err))
+		}
+	}()
+}
+
+// startEntry starts e: a runnable at once, a leader-only runnable in the term in progress
+// (the next terms start it from the entries). The caller holds m.mu.
+func (rs *runState) startEntry(e entry) {
+	if !e.leaderOnly {
+		rs.launch(&rs.runnables, fmt.Sprintf("runnable %q", e.name), e.r.Start)
+		return
+	}
+	if rs.term != nil {
+		rs.term.start(e)
+	}
+}
+
+// group returns a copy of a group's members.
+func (rs *runState) group(g *[]*running) []*running {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append([]*running(nil), *g...)
+}
+
+// stopAll stops the groups in reverse order: the leader-only runnables and the runnables
+// within Options.ShutdownTimeout less Options.CacheStopTimeout, then the caches and the
+// health server within the rest. A group that overruns its part is named and abandoned,
+// and the stop goes on, so the caches always stop and save their snapshots.
+func (m *Manager) stopAll(rs *runState) error {
+	end := time.Now().Add(m.opts.ShutdownTimeout)
+	m.stopBy.Store(end.UnixNano())
+	runnablesBy := end.Add(-m.opts.CacheStopTimeout)
+	runnablesPart := fmt.Sprintf("%v (ShutdownTimeout %v less CacheStopTimeout %v)",
+		m.opts.ShutdownTimeout-m.opts.CacheStopTimeout, m.opts.ShutdownTimeout, m.opts.CacheStopTimeout)
+	stages := []struct {
+		members []*running
+		by      time.Time
+		part    string
+	}{
+		{rs.group(&rs.election), runnablesBy, runnablesPart},
+		{rs.group(&rs.runnables), runnablesBy, runnablesPart},
+		{rs.group(&rs.caches), end, fmt.Sprintf("%v (ShutdownTimeout)", m.opts.ShutdownTimeout)},
+		{rs.group(&rs.health), end, fmt.Sprintf("%v (ShutdownTimeout)", m.opts.ShutdownTimeout)},
+	}
+	var overran []string
+	for _, st := range stages {
+		late := stopGroup(st.members, st.by)
+		if len(late) == 0 {
+			continue
+		}
+		for i, name := range late {
+			if name == leaderElection {
+				late[i] = fmt.Sprintf("%s (%s)", name, m.electionDoing())
+			}
+		}
+		msg := fmt.Sprintf("%s did not return within %s", strings.Join(late, ", "), st.part)
+		m.log.Error("shutdown timeout: abandoning what did not return", "runnables", late, "within", st.part)
+		overran = append(overran, msg)
+	}
+	if len(overran) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; abandoned", ErrShutdownTimeout, strings.Join(overran, "; "))
+}
+
+// stopGroup stops every member at once and waits for them until by; it returns the names
+// of those that had not returned then.
+func stopGroup(members []*running, by time.Time) (late []string) {
+	for _, r := range members {
+		r.stop()
+	}
+	timer := time.NewTimer(time.Until(by))
+	defer timer.Stop()
+	spent := false
+	for _, r := range members {
+		if !spent {
+			select {
+			case <-r.done:
+				continue
+			case <-timer.C:
+				spent = true
+			}
+		}
+		select {
+		case <-r.done:
+		default:
+			late = append(late, r.name)
+		}
+	}
+	return late
+}
+
+// quoted renders names as a comma-separated list of quoted strings.
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
