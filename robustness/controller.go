@@ -39,9 +39,13 @@ func startControllers(n int, endpoints []string, writer clientv3.KV, cache infor
 			return nil, err
 		}
 		c.elect = append(c.elect, e)
-		m := manager.New(manager.Options{Elector: e, Logger: quiet, ShutdownTimeout: 10 * time.Second,
+		m, err := manager.New(manager.Options{Elector: e, Logger: quiet, ShutdownTimeout: 10 * time.Second,
 			CampaignRetry: 100 * time.Millisecond,
 			OnLeaderStuck: func([]string) {}}) // the loop returns on its context; never exit the test process
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
 		reconcile := func(ctx context.Context) error {
 			tick := time.NewTicker(20 * time.Millisecond)
 			defer tick.Stop()

@@ -156,7 +156,10 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 	if err != nil {
 		return err
 	}
-	m := manager.New(manager.Options{Logger: slog.New(slog.DiscardHandler)})
+	m, err := manager.New(manager.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
 	if err := m.AddInformer(inf); err != nil {
 		return err
 	}
