@@ -15,7 +15,7 @@ import (
 // past the write timeout is counted, reported and reset; a client that went away is not
 // news.
 func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err error) {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) && !sw.expired() {
 		return
 	}
 	c.stats.Evicted.Add(1)
@@ -68,10 +68,11 @@ type streamWriter struct {
 	tcp     *net.TCPConn // under conn; nil if none
 	armed   bool         // a write deadline was set
 
-	mu      sync.Mutex  // guards the progress watch against end
-	timer   *time.Timer // checks the send queue while a write waits
-	writing bool
-	queued  int // the send queue at the last check
+	mu       sync.Mutex  // guards the progress watch and the deadline against end
+	timer    *time.Timer // checks the send queue while a write waits
+	writing  bool
+	queued   int       // the send queue at the last check
+	deadline time.Time // the write deadline set last; zero: none
 }
 
 // begin caps the connection's send buffer and arms its reset, when the connection is
@@ -92,7 +93,9 @@ func (sw *streamWriter) begin(sendBuffer int) {
 
 func (sw *streamWriter) write(b []byte, flush bool) error {
 	if sw.timeout > 0 {
-		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+		sw.mu.Lock()
+		sw.setDeadline(time.Now().Add(sw.timeout))
+		sw.mu.Unlock()
 		sw.armed = true
 		sw.watchProgress(true)
 		defer sw.watchProgress(false)
@@ -140,7 +143,7 @@ func (sw *streamWriter) checkProgress() {
 		return // no way to see progress: the write deadline decides
 	}
 	if sw.queued >= 0 && q != sw.queued {
-		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+		sw.setDeadline(time.Now().Add(sw.timeout))
 	}
 	sw.queued = q
 	sw.timer.Reset(sw.timeout / 4)
@@ -150,11 +153,31 @@ func (sw *streamWriter) checkProgress() {
 // the connection may serve other requests or close gracefully.
 func (sw *streamWriter) end() {
 	if sw.armed {
-		_ = sw.rc.SetWriteDeadline(time.Time{})
+		sw.mu.Lock()
+		sw.setDeadline(time.Time{})
+		sw.mu.Unlock()
 	}
 	if sw.tcp != nil {
 		_ = sw.tcp.SetLinger(-1)
 	}
+}
+
+// setDeadline sets the write deadline of the response, under sw.mu: through the
+// ResponseWriter or, when it cannot set one (a middleware's writer that only flushes),
+// on the connection itself when ConnContext has recorded it.
+func (sw *streamWriter) setDeadline(t time.Time) {
+	sw.deadline = t
+	if err := sw.rc.SetWriteDeadline(t); err != nil && sw.conn != nil {
+		_ = sw.conn.SetWriteDeadline(t)
+	}
+}
+
+// expired reports whether the write deadline has passed: a write that failed then failed
+// for it, whatever error a middleware's writer made of it.
+func (sw *streamWriter) expired() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return !sw.deadline.IsZero() && !time.Now().Before(sw.deadline)
 }
 
 // abort closes the connection of a stalled client. net/http has already closed it when a
