@@ -587,12 +587,14 @@ func (c *Client[V]) request(at int, q url.Values, accept string) *OutgoingReques
 
 // failover moves the next requests from target at to the next one, in order, wrapping
 // around, after a failure that another replica may not have: a refused or broken
-// connection, a timeout, a 5xx answer. A Client with one URL stays where it is.
-func (c *Client[V]) failover(at int, err error) {
+// connection, a timeout, a 5xx answer. A Client with one URL stays where it is. It
+// reports whether the next requests go to another URL than at.
+func (c *Client[V]) failover(at int, err error) bool {
 	if len(c.targets) < 2 || !errors.Is(err, informer.ErrRetryable) || errors.Is(err, informer.ErrTooManyRequests) {
-		return
+		return false
 	}
 	c.current.CompareAndSwap(int32(at), int32((at+1)%len(c.targets)))
+	return int(c.current.Load()) != at
 }
 
 // SourceID implements informer.SourceIdentifier: the URL given to NewClient (without
@@ -655,10 +657,22 @@ func (c *Client[V]) do(ctx context.Context, r *OutgoingRequest) (*http.Response,
 		return nil, err
 	}
 	resp, err := c.send(ctx, r)
-	if err != nil {
-		c.failover(r.target, err)
+	if err != nil && c.failover(r.target, err) {
+		// The delay holds back requests to the URL that asked for it (noted by send); the
+		// next URL is tried at once.
+		err = withoutRetryAfter(err)
 	}
 	return resp, err
+}
+
+// withoutRetryAfter returns err without the delay withRetryAfter put around it, if any.
+func withoutRetryAfter(err error) error {
+	if _, ok := informer.RetryAfterOf(err); ok {
+		if inner := errors.Unwrap(err); inner != nil {
+			return inner
+		}
+	}
+	return err
 }
 
 // send sends a request; see do.

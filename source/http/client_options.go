@@ -182,7 +182,9 @@ type ClientOptions[V any] struct {
 	// next URL, in order, wrapping around; it stays on a URL while it answers. The
 	// informer then watches again from its revision at the next replica, without a
 	// relist when the revision is within that replica's history. A Retry-After delay
-	// holds back requests to the URL that gave it only. Nil: one URL.
+	// holds back requests to the URL that gave it only: a failure that moves the Client
+	// on (a replica shutting down answers 503 with one) is retried at the next URL at
+	// once. Nil: one URL.
 	FailoverURLs []string
 }
 
