@@ -121,7 +121,9 @@ type ClientOptions[V any] struct {
 	// MaxFrameSize bounds one watch frame in bytes; 0 means DefaultMaxFrameSize (16 MiB). A
 	// longer frame ends the watch with an error that matches informer.ErrBadInput.
 	MaxFrameSize int
-	// MaxListBytes bounds a list response body in bytes, counted after any decompression;
+	// MaxListBytes bounds a list response body in bytes, counted after any decompression
+	// (a gzip body the transport leaves compressed, because a hook asked for it with
+	// Accept-Encoding, is decompressed by the Client and counted as decompressed);
 	// 0 means DefaultMaxListBytes (256 MiB). A longer body fails the List with an error
 	// that matches informer.ErrBadInput; ask for pages (informer.Options.PageSize) to stay
 	// under it.
