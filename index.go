@@ -6,6 +6,7 @@ import (
 	"iter"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 
 	"github.com/informer-go/informer/internal/btree"
@@ -35,6 +36,12 @@ func IndexBy[V any](fn ValueFunc[V]) Index[V] { return Index[V]{one: fn} }
 
 // IndexByValues declares a multi-valued index: fn returns zero or more values per object.
 func IndexByValues[V any](fn IndexFunc[V]) Index[V] { return Index[V]{many: fn} }
+
+// Values returns obj's values in the index, as the cache files obj under them: the one
+// value of IndexBy, or IndexByValues' values as its function returned them. A panic of
+// the index function is returned as an error. It lets code outside the cache (a
+// fanout.Server's filters) index objects exactly as the informer does.
+func (ix Index[V]) Values(obj V) ([]string, error) { return ix.values(nil, obj) }
 
 // values calls the index function with panics turned into errors, appending to dst.
 func (ix Index[V]) values(dst []string, obj V) (out []string, err error) {
@@ -80,6 +87,21 @@ func (set *indexSet[V]) Compute(vals []string, ends []int32, obj V) ([]string, [
 		ends = append(ends, int32(len(vals)-start))
 	}
 	return vals, ends, nil
+}
+
+// Lookup returns the index of that name, or an error matching ErrUnknownIndex that names
+// the indexes there are.
+func (set *indexSet[V]) Lookup(name string) (Index[V], error) {
+	if set != nil {
+		if i := slices.Index(set.names, name); i >= 0 {
+			return set.fns[i], nil
+		}
+	}
+	has := "none"
+	if set != nil && len(set.names) > 0 {
+		has = strings.Join(set.names, ", ")
+	}
+	return Index[V]{}, fmt.Errorf("%w: %q (the informer's indexes: %s)", ErrUnknownIndex, name, has)
 }
 
 // Indexers names the indexes of a store.

@@ -205,9 +205,7 @@ func (c *core[V]) watchStale(sw *streamWriter, stale func() bool) *staleWatch {
 		}
 		if stale() {
 			sc.cut.Store(true)
-			sw.mu.Lock()
-			sw.setDeadline(time.Now())
-			sw.mu.Unlock()
+			sw.cutNow()
 		}
 		sc.timer.Reset(staleCheck) // a write may have moved the deadline on since
 	})

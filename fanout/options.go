@@ -153,7 +153,7 @@ type ServeStats struct {
 	Denied        uint64 // requests refused by Authorize (401, 403)
 	EncodeErrors  uint64 // objects that could not be encoded
 	TooLarge      uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
-	IndexErrors   uint64 // objects a filter index function failed or panicked on (Server: the object leaves that index's filters)
+	IndexErrors   uint64 // objects a filter's index function failed or panicked on in the Server though the informer had indexed them (a function that is not pure): the object leaves that index's filters
 }
 
 // counters are the counters behind ServeStats, updated atomically.

@@ -92,12 +92,13 @@ type ServerOptions[V any] struct {
 	// Clock times bookmarks, watch timeouts and the interval of the Warn lines of failures
 	// with no ErrorHandler; nil means clock.Real{}.
 	Clock clock.Clock
-	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
-	// computed by the server once per change; see httpsource.Filter and the package documentation.
-	// They must be pure functions of what Encode serves. One that fails or panics is
-	// reported, counted (Stats.IndexErrors), and the object leaves that index's filters
-	// until a change indexes it. Nil means none: a filtered request is answered 400.
-	Filters map[string]informer.IndexFunc[V]
+	// Filters names the informer's indexes (informer.Options.Indexers, or AddIndexers
+	// before NewServer) a client may filter by (Filter: index=<name>&value=<v>); see
+	// httpsource.Filter and the package documentation. The server indexes each change
+	// with the informer's own index function (informer.Index.Values), so its filters and
+	// the informer's ByIndex agree while the functions are pure. A name the informer has
+	// no index of fails NewServer. Nil means none: a filtered request is answered 400.
+	Filters []string
 	// CatchUpWait is how long a request for a revision the server has not reached yet
 	// waits for it (a client that comes from a replica further ahead; see Server) before
 	// it is answered 410, so that the client lists again rather than retry for good a
@@ -241,7 +242,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 		byID:      make(map[uint64]*pin[K]),
 		byClient:  make(map[string][]*pin[K]),
 	}
-	if err := s.serveFilters(opts, lim.bookmarks); err != nil {
+	if err := s.serveFilters(inf, opts, lim.bookmarks); err != nil {
 		return nil, err
 	}
 	s.serveLog(tag, lim.bookmarks, opts)

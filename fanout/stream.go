@@ -172,6 +172,13 @@ func (sw *streamWriter) setDeadline(t time.Time) {
 	}
 }
 
+// cutNow makes the write in progress, and any later one, fail at once.
+func (sw *streamWriter) cutNow() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.setDeadline(time.Now())
+}
+
 // expired reports whether the write deadline has passed: a write that failed then failed
 // for it, whatever error a middleware's writer made of it.
 func (sw *streamWriter) expired() bool {
