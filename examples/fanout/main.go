@@ -95,7 +95,10 @@ func run(out io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	defer func() {
-		// The Server's Shutdown ends its watches; then the http.Server's.
+		// The informers stop first, so that the mirror does not see the Server go; then
+		// the Server's Shutdown ends its watches, and the http.Server's its connections.
+		stop()
+		running.Wait()
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
