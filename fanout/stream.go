@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,11 +69,12 @@ type streamWriter struct {
 	tcp     *net.TCPConn // under conn; nil if none
 	armed   bool         // a write deadline was set
 
-	mu       sync.Mutex  // guards the progress watch and the deadline against end
-	timer    *time.Timer // checks the send queue while a write waits
-	writing  bool
-	queued   int       // the send queue at the last check
-	deadline time.Time // the write deadline set last; zero: none
+	deadline atomic.Int64 // the write deadline set last, in Unix nanoseconds; 0: none
+
+	mu      sync.Mutex  // guards the progress watch against end
+	timer   *time.Timer // checks the send queue while a write waits
+	writing bool
+	queued  int // the send queue at the last check
 }
 
 // begin caps the connection's send buffer and arms its reset, when the connection is
@@ -93,9 +95,7 @@ func (sw *streamWriter) begin(sendBuffer int) {
 
 func (sw *streamWriter) write(b []byte, flush bool) error {
 	if sw.timeout > 0 {
-		sw.mu.Lock()
 		sw.setDeadline(time.Now().Add(sw.timeout))
-		sw.mu.Unlock()
 		sw.armed = true
 		sw.watchProgress(true)
 		defer sw.watchProgress(false)
@@ -153,38 +153,35 @@ func (sw *streamWriter) checkProgress() {
 // the connection may serve other requests or close gracefully.
 func (sw *streamWriter) end() {
 	if sw.armed {
-		sw.mu.Lock()
 		sw.setDeadline(time.Time{})
-		sw.mu.Unlock()
 	}
 	if sw.tcp != nil {
 		_ = sw.tcp.SetLinger(-1)
 	}
 }
 
-// setDeadline sets the write deadline of the response, under sw.mu: through the
+// setDeadline sets the write deadline of the response: through the
 // ResponseWriter or, when it cannot set one (a middleware's writer that only flushes),
 // on the connection itself when ConnContext has recorded it.
 func (sw *streamWriter) setDeadline(t time.Time) {
-	sw.deadline = t
+	var at int64
+	if !t.IsZero() {
+		at = t.UnixNano()
+	}
+	sw.deadline.Store(at)
 	if err := sw.rc.SetWriteDeadline(t); err != nil && sw.conn != nil {
 		_ = sw.conn.SetWriteDeadline(t)
 	}
 }
 
 // cutNow makes the write in progress, and any later one, fail at once.
-func (sw *streamWriter) cutNow() {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	sw.setDeadline(time.Now())
-}
+func (sw *streamWriter) cutNow() { sw.setDeadline(time.Now()) }
 
 // expired reports whether the write deadline has passed: a write that failed then failed
 // for it, whatever error a middleware's writer made of it.
 func (sw *streamWriter) expired() bool {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	return !sw.deadline.IsZero() && !time.Now().Before(sw.deadline)
+	at := sw.deadline.Load()
+	return at != 0 && time.Now().UnixNano() >= at
 }
 
 // abort closes the connection of a stalled client. net/http has already closed it when a
