@@ -12,7 +12,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/btree"
 	"github.com/informer-go/informer/internal/wire"
-	"github.com/informer-go/informer/source/memory"
+	"github.com/informer-go/informer/internal/eventlog"
 )
 
 // mirror is the informer handler that copies changes into the server's log and its
@@ -21,7 +21,7 @@ import (
 // then logs them as one batch: the tree and the log are always exactly the upstream's
 // state at a revision.
 type mirror[K cmp.Ordered, V any] struct {
-	src          *memory.Source[K, *record[K]]
+	src          *eventlog.Log[K, *record[K]]
 	key          informer.KeyFunc[K, V]
 	encode       func(V) ([]byte, error)
 	head         *atomic.Int64 // the log revision of the newest change
@@ -135,7 +135,7 @@ func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
 		return r, ok
 	}
 	m.tree.Set(o.r.key, o.r)
-	r := m.src.Put(o.r)
+	r := m.src.Put(o.r.key, o.r)
 	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
 	return r, true
 }
@@ -191,7 +191,7 @@ func (m *mirror[K, V]) put(obj V) {
 		return
 	}
 	r := &record[K]{key: k, json: b}
-	rev := m.src.Put(r)
+	rev := m.src.Put(r.key, r)
 	m.tree.Set(k, r)
 	m.logged(rev, int64(len(b)))
 	m.filters.put(rev, r, vals, m.src.CompactedRevision())
@@ -275,18 +275,26 @@ func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
 	return m.tree.Clone(), m.head.Load()
 }
 
-// boundedWatches starts a watch with initial events (a streaming list) under the
-// mirror's lock, so that its initial state is one the log has a revision for, never one
-// in the middle of a batch being logged.
-type boundedWatches[K cmp.Ordered] struct {
-	*memory.Source[K, *record[K]]
-	mu *sync.Mutex
+// serverLog is the server's log as its core reads it: its watches; lists are the
+// Server's own snapshots (core.list). With mu set (the mirror's lock: an ordered
+// upstream) a watch with initial events (a streaming list) opens under it, so that its
+// initial state is one the log has a revision for, never one in the middle of a batch
+// being logged.
+type serverLog[K cmp.Ordered] struct {
+	*eventlog.Log[K, *record[K]]
+	mu *sync.Mutex // nil: no batches
 }
 
-func (b boundedWatches[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
-	if opts.SendInitialEvents {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+// List is not used: a Server lists its snapshots.
+func (l serverLog[K]) List(context.Context, informer.ListOptions) (informer.List[*record[K]], error) {
+	return informer.List[*record[K]]{}, errors.New("fanout: the server's log is listed through its snapshots")
+}
+
+// Watch opens a watch of the log.
+func (l serverLog[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	if opts.SendInitialEvents && l.mu != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
 	}
-	return b.Source.Watch(ctx, opts)
+	return l.Log.Watch(ctx, opts)
 }

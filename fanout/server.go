@@ -16,7 +16,7 @@ import (
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
 	"github.com/informer-go/informer/internal/wire"
-	"github.com/informer-go/informer/source/memory"
+	"github.com/informer-go/informer/internal/eventlog"
 )
 
 // Defaults of ServerOptions.
@@ -182,7 +182,7 @@ type ServerOptions[V any] struct {
 // state the server served for the object.
 type Server[K cmp.Ordered, V any] struct {
 	core       core[*record[K]]
-	src        *memory.Source[K, *record[K]]
+	src        *eventlog.Log[K, *record[K]]
 	inf        *informer.Informer[K, V]
 	reg        *informer.Registration
 	revs       *offsetRevisions   // own numbering: the informer's source is not ordered
@@ -218,12 +218,12 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	s := &Server[K, V]{
 		inf: inf,
-		src: memory.New(func(r *record[K]) K { return r.key }, memory.Options{
+		src: eventlog.New[K, *record[K]](eventlog.Options{
+			Name:             "fanout: server log",
 			Clock:            opts.Clock,
 			BookmarkInterval: lim.bookmarks,
 			StreamingList:    true,
 			HistoryLimit:     lim.history,
-			KeepRequests:     -1, // the log serves for good: no record of its calls
 		}),
 		synced: make(chan struct{}),
 	}
@@ -316,9 +316,9 @@ func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts Server
 		rev := s.mirror.head.Load() // the watch's state is at this revision or before
 		return s.staleAt(rev), s.onWire(rev)
 	}
-	s.core.lw = s.src
+	s.core.lw = serverLog[K]{Log: s.src}
 	if s.up != nil {
-		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
+		s.core.lw = serverLog[K]{Log: s.src, mu: &s.mirror.mu}
 	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
 	s.core.bookmarks = bookmarks
