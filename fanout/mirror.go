@@ -11,8 +11,8 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/btree"
-	"github.com/informer-go/informer/internal/wire"
 	"github.com/informer-go/informer/internal/eventlog"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // mirror is the informer handler that copies changes into the server's log and its

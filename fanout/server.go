@@ -15,8 +15,8 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
-	"github.com/informer-go/informer/internal/wire"
 	"github.com/informer-go/informer/internal/eventlog"
+	"github.com/informer-go/informer/internal/wire"
 )
 
 // Defaults of ServerOptions.
@@ -112,8 +112,8 @@ type ServerOptions[V any] struct {
 // processes can mirror one source through one upstream watch: the fan-out tier.
 //
 // It registers a handler on the informer that copies every change, encoded once, into an
-// in-memory revisioned log (source/memory) with a bounded history, and serves from that
-// log: lists are consistent, paginated snapshots with continue tokens; watches resume from
+// in-memory revisioned log (the one source/memory is built on) with a bounded history,
+// and serves from that log: lists are consistent, paginated snapshots with continue tokens; watches resume from
 // any revision within the history. Every watcher reads the one shared log. An HTTP/1.1
 // watch is taken over from net/http once its header is sent (its connection hijacked,
 // net/http's goroutines and buffers gone): an idle watcher costs one goroutine and a
