@@ -334,7 +334,7 @@ func (h *filterHub[K, V]) broadcastProgress() {
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
 			fv.waiters.WakeIf(func(w *filterWatch[K, V]) bool {
-				if w.bookmarkEvery <= 0 {
+				if !w.bookmarks {
 					return false
 				}
 				w.progress = true
