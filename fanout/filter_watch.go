@@ -114,10 +114,6 @@ func (w *filterWatch[K, V]) NextLocked() (ev informer.Event[*record[K]], err err
 	if w.err != nil {
 		return ev, w.err, true
 	}
-	if err := w.loop.Ended(); err != nil {
-		w.EndLocked(err)
-		return ev, w.err, true
-	}
 	w.initialMore = false
 	if w.initial != nil && w.next < w.fv.dropped {
 		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
@@ -185,6 +181,9 @@ func (w *filterWatch[K, V]) IdleLocked() informer.Event[*record[K]] {
 	return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}
 }
 
+// Waiter implements wakeup.Watch.
+func (w *filterWatch[K, V]) Waiter() *wakeup.Waiter { return w.loop.Waiter() }
+
 // EndLocked implements eventlog.Stream: it ends the stream with err (the first end wins)
 // and releases the watch.
 func (w *filterWatch[K, V]) EndLocked(err error) {
@@ -199,12 +198,5 @@ func (w *filterWatch[K, V]) EndLocked(err error) {
 	w.loop.StopLocked()
 }
 
-// Waiter implements wakeup.Watch.
-func (w *filterWatch[K, V]) Waiter() *wakeup.Waiter { return w.loop.Waiter() }
-
 // Stop implements informer.Watch; it is idempotent.
-func (w *filterWatch[K, V]) Stop() {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
-	w.EndLocked(errFilterWatchStopped)
-}
+func (w *filterWatch[K, V]) Stop() { w.loop.Stop(w, errFilterWatchStopped) }

@@ -21,7 +21,8 @@ var ErrWatchStopped = errors.New("watch stopped")
 // Its methods are called with the lock held.
 type Stream[V any] interface {
 	// NextLocked returns the next event, or the error that ended the stream, if there is
-	// one (ok), without blocking.
+	// one (ok), without blocking. A stream whose context is done or whose timeout passed
+	// is ended (EndLocked) before it is called.
 	NextLocked() (ev informer.Event[V], err error, ok bool)
 	// WaitLocked has the stream woken (its Loop's Wake signalled) once NextLocked may
 	// have something; it is not called for a stream that ended.
@@ -66,9 +67,20 @@ func NewLoop(mu sync.Locker, ctx context.Context, clk clock.Clock, timeout, book
 // Waiter returns the loop's wake-up, for a wakeup.List.
 func (l *Loop) Waiter() *wakeup.Waiter { return &l.wake }
 
-// Ended returns the error that ends a stream now, without blocking: ctx.Err() once ctx is
-// done, io.EOF once the timeout passed, else nil. NextLocked calls it first.
-func (l *Loop) Ended() error {
+// nextLocked ends s if its context is done (ctx.Err()) or its timeout passed (io.EOF),
+// then returns s.NextLocked().
+func nextLocked[V any](l *Loop, s Stream[V]) (informer.Event[V], error, bool) {
+	if !l.ended {
+		if err := l.endedNow(); err != nil {
+			s.EndLocked(err)
+		}
+	}
+	return s.NextLocked()
+}
+
+// endedNow returns the error that ends a stream now, without blocking: ctx.Err() once
+// ctx is done, io.EOF once the timeout passed, else nil.
+func (l *Loop) endedNow() error {
 	select {
 	case <-l.done:
 		return l.ctx.Err()
@@ -95,12 +107,19 @@ func (l *Loop) StopLocked() {
 	l.wake.Signal()
 }
 
+// Stop ends s with err under the loop's lock (s's EndLocked): a Watch's Stop.
+func (l *Loop) Stop(s interface{ EndLocked(error) }, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.EndLocked(err)
+}
+
 // Next returns the next event of s, blocking until there is one or the stream ends. It
 // is called by one goroutine at a time.
 func Next[V any](l *Loop, s Stream[V]) (informer.Event[V], error) {
 	for {
 		l.mu.Lock()
-		ev, err, ok := s.NextLocked()
+		ev, err, ok := nextLocked(l, s)
 		if !ok {
 			s.WaitLocked()
 		}
@@ -117,7 +136,7 @@ func Next[V any](l *Loop, s Stream[V]) (informer.Event[V], error) {
 			l.mu.Unlock()
 		case <-l.bookmarkC:
 			l.mu.Lock()
-			ev, err, ok := s.NextLocked()
+			ev, err, ok := nextLocked(l, s)
 			if !ok { // idle: every event up to the newest revision is delivered
 				ev, err = s.IdleLocked(), nil
 			}
@@ -226,10 +245,6 @@ func (w *watch[K, V]) NextLocked() (ev informer.Event[V], err error, ok bool) {
 	if w.err != nil {
 		return ev, w.err, true
 	}
-	if err := w.loop.Ended(); err != nil {
-		w.EndLocked(err)
-		return ev, w.err, true
-	}
 	w.initialMore = false
 	if len(w.initial) > 0 && w.pos < l.compacted {
 		// The changes after the initial state have left the history: the watch could not
@@ -300,8 +315,4 @@ func (w *watch[K, V]) Waiter() *wakeup.Waiter { return w.loop.Waiter() }
 
 // Stop implements informer.Watch: it ends the stream with ErrWatchStopped (unless it had
 // already ended). Safe to call more than once, from any goroutine.
-func (w *watch[K, V]) Stop() {
-	w.l.mu.Lock()
-	defer w.l.mu.Unlock()
-	w.EndLocked(ErrWatchStopped)
-}
+func (w *watch[K, V]) Stop() { w.loop.Stop(w, ErrWatchStopped) }
