@@ -146,7 +146,8 @@
 //	deltafifo.go   the delta queue: deltas per key, relists with tombstones, batches
 //	writer.go      the writer: batch → store → notifications → processor; watermarks
 //	store.go       the store and its writes: apply a batch, load, publish snapshots
-//	index.go       index functions, buckets, each index's writes; dense trees
+//	indexer.go     the typed index API a user writes: IndexFunc, ValueFunc, Index, IndexBy, Indexers
+//	index.go       the indexes: buckets, each index's writes; dense trees
 //	hints.go       index values prepared as events are queued, carried by the queue
 //	snapshot.go    Reader and Snapshot, the immutable reads
 //	keyorder.go    key order and the trees' shared kit (order, nodes, epochs)
