@@ -34,9 +34,12 @@ import (
 
 // Config is a setting of one team, served as JSON.
 type Config struct {
-	Name  string `json:"name"` // the key
-	Team  string `json:"team"` // indexed
-	Value int    `json:"value"`
+	// Name is the key.
+	Name string `json:"name"`
+	// Team is indexed, and served as a filter.
+	Team string `json:"team"`
+	// Value is the setting's value.
+	Value int `json:"value"`
 }
 
 func key(c *Config) (string, error) { return c.Name, nil }

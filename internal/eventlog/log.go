@@ -176,9 +176,13 @@ func (l *Log[K, V]) CompactedRevision() int64 {
 
 // State is the log's state as View shows it: valid only during the call.
 type State[K cmp.Ordered, V any] struct {
-	Tree      *btree.Tree[K, V] // the objects; Clone it to keep it
-	Rev       int64
-	RevStr    string
+	// Tree holds the objects by key; Clone it to keep it past the call.
+	Tree *btree.Tree[K, V]
+	// Rev is the current revision.
+	Rev int64
+	// RevStr is Rev in decimal, shared with the log's events.
+	RevStr string
+	// Compacted is the revision of the last compaction.
 	Compacted int64
 }
 
