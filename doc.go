@@ -132,6 +132,10 @@
 // the batch's notifications) and hands those to the processor, which queues them to each
 // handler's listener under its policy.
 //
+// That is the package's rule for its own files: stages meet through methods — exported
+// names on unexported stage types, such as store.Apply or fifo.Pop — and no file reads
+// the unexported fields of a type another file declares (doc_lint_test.go checks it).
+//
 // # How the pieces fit
 //
 // One line per file, in the order changes flow:
