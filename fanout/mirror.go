@@ -3,7 +3,6 @@ package fanout
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -273,28 +272,4 @@ func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tree.Clone(), m.head.Load()
-}
-
-// serverLog is the server's log as its core reads it: its watches; lists are the
-// Server's own snapshots (core.list). With mu set (the mirror's lock: an ordered
-// upstream) a watch with initial events (a streaming list) opens under it, so that its
-// initial state is one the log has a revision for, never one in the middle of a batch
-// being logged.
-type serverLog[K cmp.Ordered] struct {
-	*eventlog.Log[K, *record[K]]
-	mu *sync.Mutex // nil: no batches
-}
-
-// List is not used: a Server lists its snapshots.
-func (l serverLog[K]) List(context.Context, informer.ListOptions) (informer.List[*record[K]], error) {
-	return informer.List[*record[K]]{}, errors.New("fanout: the server's log is listed through its snapshots")
-}
-
-// Watch opens a watch of the log.
-func (l serverLog[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
-	if opts.SendInitialEvents && l.mu != nil {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-	}
-	return l.Log.Watch(ctx, opts)
 }

@@ -403,3 +403,27 @@ func (s *Server[K, V]) Synced() <-chan struct{} {
 	s.syncedOnce.Do(func() { go s.waitSynced() })
 	return s.synced
 }
+
+// serverLog is the server's log as its core reads it: its watches; lists are the
+// Server's own snapshots (core.list). With mu set (the mirror's lock: an ordered
+// upstream) a watch with initial events (a streaming list) opens under it, so that its
+// initial state is one the log has a revision for, never one in the middle of a batch
+// being logged.
+type serverLog[K cmp.Ordered] struct {
+	*eventlog.Log[K, *record[K]]
+	mu *sync.Mutex // nil: no batches
+}
+
+// List is not used: a Server lists its snapshots.
+func (l serverLog[K]) List(context.Context, informer.ListOptions) (informer.List[*record[K]], error) {
+	return informer.List[*record[K]]{}, errors.New("fanout: the server's log is listed through its snapshots")
+}
+
+// Watch opens a watch of the log.
+func (l serverLog[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	if opts.SendInitialEvents && l.mu != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+	}
+	return l.Log.Watch(ctx, opts)
+}
