@@ -106,7 +106,14 @@ func (sw *streamWriter) write(b []byte, flush bool) error {
 		}
 	}
 	if flush {
-		return sw.rc.Flush()
+		if err := sw.rc.Flush(); err != nil {
+			return err
+		}
+		// A writer that only flushes (http.Flusher) drops the error of a write that timed
+		// out; net/http has cancelled the request's context by then.
+		if sw.expired() && sw.r.Context().Err() != nil {
+			return fmt.Errorf("flush: %w", os.ErrDeadlineExceeded)
+		}
 	}
 	return nil
 }
