@@ -140,6 +140,10 @@
 // the batch's notifications) and hands those to the processor, which queues them to each
 // handler's listener under its policy.
 //
+// That is the package's rule for its own files: stages meet through methods — exported
+// names on unexported stage types, such as store.Apply or fifo.Pop — and no file reads
+// the unexported fields of a type another file declares (doc_lint_test.go checks it).
+//
 // # How the pieces fit
 //
 // One line per file, in the order changes flow:
@@ -154,7 +158,8 @@
 //	deltafifo.go   the delta queue: deltas per key, relists with tombstones, batches
 //	writer.go      the writer: batch → store → notifications → processor; watermarks
 //	store.go       the store and its writes: apply a batch, load, publish snapshots
-//	index.go       index functions, buckets, each index's writes; dense trees
+//	indexer.go     the typed index API a user writes: IndexFunc, ValueFunc, Index, IndexBy, Indexers
+//	index.go       the indexes: buckets, each index's writes; dense trees
 //	hints.go       index values prepared as events are queued, carried by the queue
 //	snapshot.go    Reader and Snapshot, the immutable reads
 //	keyorder.go    key order and the trees' shared kit (order, nodes, epochs)

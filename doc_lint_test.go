@@ -250,3 +250,72 @@ func TestExamplesSelfContained(t *testing.T) {
 		t.Errorf("examples import packages their users cannot:\n\t%s", strings.Join(bad, "\n\t"))
 	}
 }
+
+// The root's stages meet through methods: no root file reads or writes an unexported
+// field of a struct type that another root file declares (the rule stated in doc.go). A
+// selector x.f with f unexported is a crossing when f is a field declared only in other
+// files of the package and never in the file itself, nor a method or function name of the
+// package. It reads syntax only, so a field that shares its name with one the file
+// declares goes unseen; it never reports a field the file declares.
+func TestStagesMeetThroughMethods(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := pkgs["informer"]
+	if pkg == nil {
+		t.Fatal("no package informer in the working directory")
+	}
+	fieldsOf := map[string]map[string]bool{} // file → unexported field names it declares
+	funcs := map[string]bool{}               // unexported method and function names
+	for name, f := range pkg.Files {
+		fields := map[string]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.StructType:
+				for _, fl := range n.Fields.List {
+					for _, id := range fl.Names {
+						if !id.IsExported() {
+							fields[id.Name] = true
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				funcs[n.Name.Name] = true
+			case *ast.InterfaceType:
+				for _, m := range n.Methods.List {
+					for _, id := range m.Names {
+						funcs[id.Name] = true
+					}
+				}
+			}
+			return true
+		})
+		fieldsOf[name] = fields
+	}
+	var crossings []string
+	for name, f := range pkg.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok || sel.Sel.IsExported() || fieldsOf[name][sel.Sel.Name] || funcs[sel.Sel.Name] {
+				return true
+			}
+			var in []string
+			for other, fields := range fieldsOf {
+				if other != name && fields[sel.Sel.Name] {
+					in = append(in, other)
+				}
+			}
+			if len(in) > 0 {
+				slices.Sort(in)
+				crossings = append(crossings, fmt.Sprintf("%s: .%s, a field declared in %s", fset.Position(sel.Sel.Pos()), sel.Sel.Name, strings.Join(in, " or ")))
+			}
+			return true
+		})
+	}
+	slices.Sort(crossings)
+	if len(crossings) > 0 {
+		t.Errorf("%d reads of another file's struct fields; reach the stage through a method (see doc.go):\n\t%s", len(crossings), strings.Join(crossings, "\n\t"))
+	}
+}

@@ -19,7 +19,7 @@ type storeHint[V any] struct {
 // every index function succeeded. On a failure h holds nothing valid: the writer computes
 // the values again and reports the error with the object's key.
 func (s *store[K, V]) Prepare(h *storeHint[V], obj V) bool {
-	set := s.functions()
+	set := s.Functions()
 	clear(h.vals)
 	var oe *ObjectError
 	h.vals, h.ends, oe = set.Compute(h.vals[:0], h.ends[:0], obj)
@@ -42,7 +42,7 @@ func (s *store[K, V]) Prepared(h storeHint[V]) (vals []string, ends []int32, ok 
 
 // current reports whether h holds values computed with the store's index functions.
 func (s *store[K, V]) current(h storeHint[V]) bool {
-	return h.set != nil && h.set == s.functions()
+	return h.set != nil && h.set == s.Functions()
 }
 
 // queuedHint is the hint a key's delta list keeps while queued: the values of its newest
@@ -130,7 +130,7 @@ func (s *store[K, V]) Keeper() *hintChunks[V] { return &hintChunks[V]{} }
 // with the current index functions, and h holds the hint of its last delta unless that is
 // a delete: then no write of ds can fail.
 func (s *store[K, V]) AllPrepared(ds []delta[V], h *queuedHint[V]) bool {
-	if h == nil || h.mixed || h.set != s.functions() {
+	if h == nil || h.mixed || h.set != s.Functions() {
 		return false
 	}
 	for j := range ds {
@@ -141,6 +141,3 @@ func (s *store[K, V]) AllPrepared(ds []delta[V], h *queuedHint[V]) bool {
 	last := len(ds) - 1
 	return ds[last].Deleted() || h.of == last+1
 }
-
-// functions returns the store's current index functions, which hints are computed with.
-func (s *store[K, V]) functions() *indexSet[V] { return s.indexes.Functions() }

@@ -1,64 +1,18 @@
 package informer
 
 import (
-	"errors"
 	"fmt"
 	"iter"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 
 	"github.com/informer-go/informer/internal/btree"
 )
 
-// This file is the cache's indexes: the index functions, and each index's tree of buckets
-// that the store writes and snapshots read.
-
-// IndexFunc returns the values under which an object is indexed: zero, one or several
-// (a multi-valued index, such as the users named in an annotation). An error is an error
-// for that object: it is reported and the object is not stored.
-type IndexFunc[V any] func(obj V) ([]string, error)
-
-// ValueFunc returns the single value under which an object is indexed (its namespace, the
-// value of one label). A single-valued index allocates nothing per object.
-type ValueFunc[V any] func(obj V) (string, error)
-
-// Index declares one index. Build it with IndexBy (one value per object) or IndexByValues
-// (any number of values per object).
-type Index[V any] struct {
-	one  ValueFunc[V]
-	many IndexFunc[V]
-}
-
-// IndexBy declares a single-valued index: fn returns the one value of an object.
-func IndexBy[V any](fn ValueFunc[V]) Index[V] { return Index[V]{one: fn} }
-
-// IndexByValues declares a multi-valued index: fn returns zero or more values per object.
-func IndexByValues[V any](fn IndexFunc[V]) Index[V] { return Index[V]{many: fn} }
-
-// values calls the index function with panics turned into errors, appending to dst.
-func (ix Index[V]) values(dst []string, obj V) (out []string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = dst, fmt.Errorf("index function panicked: %v", r)
-		}
-	}()
-	switch {
-	case ix.one != nil:
-		v, err := ix.one(obj)
-		if err != nil {
-			return dst, err
-		}
-		return append(dst, v), nil
-	case ix.many != nil:
-		vs, err := ix.many(obj)
-		if err != nil {
-			return dst, err
-		}
-		return append(dst, vs...), nil
-	}
-	return dst, errors.New("index declared without a function")
-}
+// This file is the cache's indexes: each index's tree of buckets that the store writes
+// and snapshots read. The index API users write is in indexer.go.
 
 // indexSet is the store's index functions in order, replaced (never changed) when indexes
 // are added: values computed with one set are valid for the store while it is current.
@@ -74,7 +28,7 @@ func (set *indexSet[V]) Compute(vals []string, ends []int32, obj V) ([]string, [
 	start := len(vals)
 	for i, fn := range set.fns {
 		var err error
-		if vals, err = fn.values(vals, obj); err != nil {
+		if vals, err = fn.AppendValues(vals, obj); err != nil {
 			return vals, ends, &ObjectError{Op: "index " + set.names[i], Err: err}
 		}
 		ends = append(ends, int32(len(vals)-start))
@@ -82,8 +36,20 @@ func (set *indexSet[V]) Compute(vals []string, ends []int32, obj V) ([]string, [
 	return vals, ends, nil
 }
 
-// Indexers names the indexes of a store.
-type Indexers[V any] map[string]Index[V]
+// Lookup returns the index of that name, or an error matching ErrUnknownIndex that names
+// the indexes there are.
+func (set *indexSet[V]) Lookup(name string) (Index[V], error) {
+	if set != nil {
+		if i := slices.Index(set.names, name); i >= 0 {
+			return set.fns[i], nil
+		}
+	}
+	has := "none"
+	if set != nil && len(set.names) > 0 {
+		has = strings.Join(set.names, ", ")
+	}
+	return Index[V]{}, fmt.Errorf("%w: %q (the informer's indexes: %s)", ErrUnknownIndex, name, has)
+}
 
 type entry[K comparable, V any] struct {
 	key K
@@ -256,7 +222,7 @@ func (ix *storeIndex[K, V]) writable(value string, t *bucketTree[K, V]) *btree.T
 // gives a value whose bucket does not hold key (it is not a pure function of the object),
 // it scans the index instead, rather than leave entries behind.
 func (ix *storeIndex[K, V]) unindex(key K, old V, keep []string) (kept []string) {
-	oldVals, err := ix.fn.values(ix.scratch[:0], old)
+	oldVals, err := ix.fn.AppendValues(ix.scratch[:0], old)
 	ix.scratch = oldVals[:0]
 	if err != nil {
 		ix.purge(key, keep)
@@ -285,7 +251,7 @@ func (ix *storeIndex[K, V]) unindex(key K, old V, keep []string) (kept []string)
 // newVals, where it was not before: from the bucket of old's value, or, if the index
 // function is not a pure function of the object, wherever it is.
 func (ix *storeIndex[K, V]) unindexOne(key K, old V, newVals []string) {
-	oldVals, err := ix.fn.values(ix.scratch[:0], old)
+	oldVals, err := ix.fn.AppendValues(ix.scratch[:0], old)
 	ix.scratch = oldVals[:0]
 	if err != nil || len(oldVals) != 1 || slices.Contains(newVals, oldVals[0]) || !ix.Remove(oldVals[0], key) {
 		ix.purge(key, newVals)
@@ -329,7 +295,7 @@ func (ix *storeIndex[K, V]) Compact(buf []entry[K, V]) []entry[K, V] {
 
 // newStoreIndex returns an empty index named name of fn over the trees of kit.
 func newStoreIndex[K comparable, V any](name string, fn Index[V], kit *treeKit[K, V]) (*storeIndex[K, V], error) {
-	if fn.one == nil && fn.many == nil {
+	if fn.IsZero() {
 		return nil, fmt.Errorf("informer: index %q has no function", name)
 	}
 	return &storeIndex[K, V]{kit: kit, name: name, fn: fn, buckets: newBuckets[K, V](), trees: map[string]*bucketTree[K, V]{}}, nil
@@ -344,7 +310,7 @@ func (ix *storeIndex[K, V]) Build(items *btree.Tree[K, V]) error {
 	var err error
 	items.Ascend(func(k K, obj V) bool {
 		var vals []string
-		vals, err = ix.fn.values(ix.scratch[:0], obj)
+		vals, err = ix.fn.AppendValues(ix.scratch[:0], obj)
 		if err != nil {
 			err = &ObjectError{Op: "index " + ix.name, Key: k, Err: err}
 			return false
@@ -364,7 +330,7 @@ func (ix *storeIndex[K, V]) Build(items *btree.Tree[K, V]) error {
 // Update indexes obj, stored under key, under newVals, its values in this index; existed
 // says that key held prev before, whose entries are moved.
 func (ix *storeIndex[K, V]) Update(key K, prev, obj V, existed bool, newVals []string) {
-	if existed && ix.fn.one != nil {
+	if existed && ix.fn.SingleValued() {
 		// A single-valued index holds the key under exactly one value: if that is the
 		// new value, replacing the entry is the whole update, and the old object's
 		// value need not be computed.
@@ -393,7 +359,7 @@ func (ix *storeIndex[K, V]) Update(key K, prev, obj V, existed bool, newVals []s
 // is in exactly one bucket, and that of the event's object is where it is found unless
 // the object changed since it was stored.
 func (ix *storeIndex[K, V]) Drop(key K, prev V, vals []string) {
-	if vals != nil && ix.fn.one != nil && len(vals) == 1 && ix.Remove(vals[0], key) {
+	if vals != nil && ix.fn.SingleValued() && len(vals) == 1 && ix.Remove(vals[0], key) {
 		return
 	}
 	ix.unindex(key, prev, nil)

@@ -144,6 +144,31 @@ func TestIndexer_QueriesAndErrors(t *testing.T) {
 	}
 }
 
+// An index is found by name, and its Values index an object as the cache does; an
+// unknown name is ErrUnknownIndex naming the indexes there are.
+func TestIndexer_IndexByName(t *testing.T) {
+	s := newPodStore(t)
+	ix, err := s.Index("byUser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vals, err := ix.Values(&pod{users: "ernie,bert"}); err != nil || !slices.Equal(vals, []string{"ernie", "bert"}) {
+		t.Errorf("byUser values %v, %v", vals, err)
+	}
+	ns, _ := s.Index("ns")
+	if vals, err := ns.Values(&pod{ns: "a"}); err != nil || !slices.Equal(vals, []string{"a"}) {
+		t.Errorf("ns values %v, %v", vals, err)
+	}
+	panicky := IndexBy(func(*pod) (string, error) { panic("boom") })
+	if _, err := panicky.Values(&pod{}); err == nil || err.Error() != "index function panicked: boom" {
+		t.Errorf("a panicking index function: %v", err)
+	}
+	_, err = s.Index("owner")
+	if !errors.Is(err, ErrUnknownIndex) || err.Error() != `informer: no such index: "owner" (the informer's indexes: byUser, ns)` {
+		t.Errorf("an unknown index: %v", err)
+	}
+}
+
 // A failing or panicking index function is an error for that object;
 // the store is unchanged and nothing panics.
 func TestIndexer_IndexErrorSkipsObject(t *testing.T) {

@@ -443,6 +443,11 @@ func (inf *Informer[K, V]) AddIndexers(indexers Indexers[V]) error {
 	return inf.store.AddIndexers(indexers)
 }
 
+// Index returns the index of that name (Options.Indexers, AddIndexers), whose Values
+// index an object as the cache does; an unknown name is an error matching ErrUnknownIndex
+// that names the informer's indexes.
+func (inf *Informer[K, V]) Index(name string) (Index[V], error) { return inf.store.Index(name) }
+
 // Stats returns the informer's state and counters as they are now: whether it has synced,
 // the revision it received last, its last error, its handlers, and what it has done since
 // it was created. Each field is read atomically, but not all at one instant: a change in

@@ -191,7 +191,6 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 		opts.QueueLength = DefaultQueueLength
 	}
 	l := &listener[K, V]{
-		reg:      &Registration{},
 		handler:  h,
 		opts:     opts,
 		onPanic:  onPanic,
@@ -199,7 +198,7 @@ func newListener[K comparable, V any](h Handler[V], opts HandlerOptions, clk int
 		done:     make(chan struct{}),
 		syncedCh: make(chan struct{}),
 	}
-	l.reg.l = l
+	l.reg = newRegistration(l)
 	l.revs, _ = h.(RevisionHandler)
 	if opts.MeasureLatency {
 		l.latency = histogram.New(histogram.DurationBuckets...)

@@ -121,6 +121,9 @@ type Registration struct {
 	l listenerControl
 }
 
+// newRegistration returns the registration of the handler l runs.
+func newRegistration(l listenerControl) *Registration { return &Registration{l: l} }
+
 type listenerControl interface {
 	syncedChan() <-chan struct{}
 	stats() HandlerStats

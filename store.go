@@ -70,6 +70,12 @@ func (s *store[K, V]) AddIndexers(indexers Indexers[V]) error {
 	return nil
 }
 
+// Index returns the index of that name: see Informer.Index.
+func (s *store[K, V]) Index(name string) (Index[V], error) { return s.indexes.Functions().Lookup(name) }
+
+// Functions returns the store's current index functions, which hints are computed with.
+func (s *store[K, V]) Functions() *indexSet[V] { return s.indexes.Functions() }
+
 // EachKnown calls fn for every cached object in key order; the delta queue reads the
 // cache through it for relists and resyncs, with no batch in flight.
 func (s *store[K, V]) EachKnown(fn func(K, V)) {

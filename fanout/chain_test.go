@@ -506,21 +506,27 @@ func teamOf(o *wiretest.Obj) string {
 	return team
 }
 
-// filterOptions serves the filter indexes "team" and "initial" (the name's first letter).
-// The team index function fails for the value "fail" and panics for "panic".
-func filterOptions() ServerOptions[*wiretest.Obj] {
-	return ServerOptions[*wiretest.Obj]{Filters: map[string]informer.IndexFunc[*wiretest.Obj]{
-		"team": func(o *wiretest.Obj) ([]string, error) {
+// testIndexes are the indexes of every test upstream informer: "team" and "initial" (the
+// name's first letter). The team index function fails for the value "fail" and panics
+// for "panic": the informer refuses such an object.
+func testIndexes() informer.Indexers[*wiretest.Obj] {
+	return informer.Indexers[*wiretest.Obj]{
+		"team": informer.IndexBy(func(o *wiretest.Obj) (string, error) {
 			switch o.Val {
 			case "fail":
-				return nil, errors.New("no team")
+				return "", errors.New("no team")
 			case "panic":
 				panic("team of a panic")
 			}
-			return []string{teamOf(o)}, nil
-		},
-		"initial": func(o *wiretest.Obj) ([]string, error) { return []string{o.Name[:1]}, nil },
-	}}
+			return teamOf(o), nil
+		}),
+		"initial": informer.IndexBy(func(o *wiretest.Obj) (string, error) { return o.Name[:1], nil }),
+	}
+}
+
+// filterOptions serves the upstream informer's indexes "team" and "initial" as filters.
+func filterOptions() ServerOptions[*wiretest.Obj] {
+	return ServerOptions[*wiretest.Obj]{Filters: []string{"team", "initial"}}
 }
 
 // serveFiltered serves a new upstream with filterOptions and a history of historyLimit
@@ -725,11 +731,12 @@ func TestFilter_BadRequests(t *testing.T) {
 		t.Errorf("NewClient with a value and no index: %v", err)
 	}
 	for _, tc := range []struct {
-		filters map[string]informer.IndexFunc[*wiretest.Obj]
+		filters []string
 		want    string
 	}{
-		{map[string]informer.IndexFunc[*wiretest.Obj]{"": func(*wiretest.Obj) ([]string, error) { return nil, nil }}, "fanout: NewServer: ServerOptions.Filters has an index with an empty name"},
-		{map[string]informer.IndexFunc[*wiretest.Obj]{"team": nil}, `fanout: NewServer: ServerOptions.Filters["team"] is nil`},
+		{[]string{""}, "fanout: NewServer: ServerOptions.Filters has an empty name: name one of the informer's indexes"},
+		{[]string{"team", "team"}, `fanout: NewServer: ServerOptions.Filters names "team" twice`},
+		{[]string{"owner"}, `fanout: NewServer: ServerOptions.Filters of informer "upstream": informer: no such index: "owner" (the informer's indexes: initial, team): declare it in informer.Options.Indexers`},
 	} {
 		if _, err := NewServer(up.Inf, ServerOptions[*wiretest.Obj]{Filters: tc.filters}); err == nil || err.Error() != tc.want {
 			t.Errorf("NewServer: %v, want %s", err, tc.want)
@@ -737,48 +744,51 @@ func TestFilter_BadRequests(t *testing.T) {
 	}
 }
 
-func TestFilter_IndexFunctionFailureLeavesTheFilter(t *testing.T) {
+// An object the informer's index function fails or panics on is refused by the informer
+// (reported to its error handler): it keeps its last state there, and so in the server's
+// filters, and its filtered watchers see nothing of the refused change.
+func TestFilter_ObjectTheInformerCannotIndexKeepsItsState(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
-	var mu sync.Mutex
-	var reported []string
-	opts := filterOptions()
-	opts.ErrorHandler = func(err error) {
-		mu.Lock()
-		reported = append(reported, err.Error())
-		mu.Unlock()
-	}
-	srv, ts := serve(t, up, opts)
+	srv, ts := serve(t, up, filterOptions())
 	st := openBounded(t, fmt.Sprintf("%s?watch=1&index=team&value=payments&resourceVersion=%s", ts.URL, rev(srv, 0)))
+	refused := func(put func()) {
+		t.Helper()
+		n := len(up.Rec.Errors())
+		put()
+		wiretest.Eventually(t, "the informer to refuse the object", func() bool { return len(up.Rec.Errors()) > n })
+	}
 	step(t, srv, 1, func() { wiretest.Put(up.src, "a", "payments:1") })
-	step(t, srv, 2, func() { wiretest.Put(up.src, "a", "fail") })
-	step(t, srv, 3, func() { wiretest.Put(up.src, "b", "payments:1") })
-	step(t, srv, 4, func() { wiretest.Put(up.src, "b", "panic") })
-	step(t, srv, 5, func() { wiretest.Put(up.src, "a", "payments:2") })
+	refused(func() { wiretest.Put(up.src, "a", "fail") })
+	step(t, srv, 2, func() { wiretest.Put(up.src, "b", "payments:1") })
+	refused(func() { wiretest.Put(up.src, "b", "panic") })
+	step(t, srv, 3, func() { wiretest.Put(up.src, "a", "payments:2") })
 	frame := func(typ string, n int64, name, val string) string {
 		return fmt.Sprintf(`{"type":%q,"resourceVersion":%q,"object":{"name":%q,"val":%q}}`, typ, rev(srv, n), name, val)
 	}
 	want := []string{
-		frame("ADDED", 1, "a", "payments:1"), frame("DELETED", 2, "a", "payments:1"),
-		frame("ADDED", 3, "b", "payments:1"), frame("DELETED", 4, "b", "payments:1"),
-		frame("ADDED", 5, "a", "payments:2"),
+		frame("ADDED", 1, "a", "payments:1"), frame("ADDED", 2, "b", "payments:1"), frame("MODIFIED", 3, "a", "payments:2"),
 	}
 	for _, w := range want {
 		if got := st.Line(t); got != w {
 			t.Errorf("got %s, want %s", got, w)
 		}
 	}
-	if n := srv.Stats().IndexErrors; n != 2 {
-		t.Errorf("IndexErrors = %d, want 2", n)
+	if n := srv.Stats().IndexErrors; n != 0 {
+		t.Errorf("IndexErrors = %d, want 0: the informer refused the objects", n)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	wantErrs := []string{
-		`fanout: server for informer "upstream": filter index "team" of object a: no team (the object leaves the filters of that index until a change indexes it; fix the index function)`,
-		`fanout: server for informer "upstream": filter index "team" of object b: index function panicked: team of a panic (the object leaves the filters of that index until a change indexes it; fix the index function)`,
+	got := teamKeys(srv, "payments")
+	if want := []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("payments holds %v, want %v", got, want)
 	}
-	if !slices.Equal(reported, wantErrs) {
-		t.Errorf("reported %q, want %q", reported, wantErrs)
+}
+
+// teamKeys returns the keys the server's filter index team holds under value.
+func teamKeys(srv *Server[string, *wiretest.Obj], value string) []string {
+	var keys []string
+	if tree, _ := srv.snapshot(valueFilter{Index: "team", Value: value}); tree != nil {
+		tree.Ascend(func(k string, _ *record[string]) bool { keys = append(keys, k); return true })
 	}
+	return keys
 }
 
 // TestFilteredClient_CacheIsTheMatchingSubset runs a random, bounded writer against the
@@ -1007,7 +1017,7 @@ func TestFilteredWatch_BookmarksAndTimeout(t *testing.T) {
 // after the events it could still deliver.
 func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 	src := memory.New(wiretest.ObjName, memory.Options{})
-	inf, err := informer.New[string, *wiretest.Obj](unordered{src}, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
+	inf, err := informer.New[string, *wiretest.Obj](unordered{src}, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey, Indexers: testIndexes()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,14 +33,14 @@
 //
 // # Filtered lists and watches
 //
-// A Server configured with filter indexes (ServerOptions.Filters: a name and an
-// informer.IndexFunc, usually the same functions as the informer's Indexers, which a
-// Server cannot read) serves the objects under one value of one index to a client that
-// asks with index=<name>&value=<value> (httpsource.ClientOptions' Filter), as a
-// kube-apiserver serves a label selector: the list holds only those objects, and the
-// watch sends only their changes, with an object that moves into the value sent as ADDED
-// and one that moves out (or whose index function fails) as DELETED, carrying the last
-// state the value served. A filtered client's cache is therefore exactly the matching
+// A Server configured with filter indexes (ServerOptions.Filters: the names of indexes of
+// the informer it serves, whose functions it calls through informer.Index) serves the
+// objects under one value of one index to a client that asks with
+// index=<name>&value=<value> (httpsource.ClientOptions' Filter), as a kube-apiserver
+// serves a label selector: the list holds only those objects, and the watch sends only
+// their changes, with an object that moves into the value sent as ADDED and one that
+// moves out as DELETED, carrying the last state the value served. A filtered client's
+// cache is therefore exactly the matching
 // subset, and its revisions are the server's: it resumes from any of them, gets bookmarks
 // at the server's newest revision while its value is idle (within 250 ms of a change
 // elsewhere, so that its WaitForRevision of a write to another value returns soon), and

@@ -199,15 +199,18 @@ func ExampleServer_hardened() {
 // A Server with a filter index serves each team its own objects: a mirror that asks for
 // team=payments holds exactly the payments objects and follows only their changes.
 func ExampleServer_filtered() {
-	team := func(c *Config) ([]string, error) {
+	team := func(c *Config) (string, error) {
 		t, _, _ := strings.Cut(c.Name, "/") // "payments/timeout" is on team payments
-		return []string{t}, nil
+		return t, nil
 	}
 	src := memory.New(func(c *Config) string { return c.Name }, memory.Options{})
 	src.Put(&Config{Name: "payments/timeout", Value: 30})
 	src.Put(&Config{Name: "payments/retries", Value: 3})
 	src.Put(&Config{Name: "search/timeout", Value: 10})
-	upstream, err := informer.New(src, informer.Options[string, *Config]{Key: configKey})
+	upstream, err := informer.New(src, informer.Options[string, *Config]{
+		Key:      configKey,
+		Indexers: informer.Indexers[*Config]{"team": informer.IndexBy(team)},
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -219,7 +222,7 @@ func ExampleServer_filtered() {
 	}
 	start(upstream)
 	srv, err := fanout.NewServer(upstream, fanout.ServerOptions[*Config]{
-		Filters: map[string]informer.IndexFunc[*Config]{"team": team},
+		Filters: []string{"team"}, // the informer's index, served as a filter
 	})
 	if err != nil {
 		panic(err)

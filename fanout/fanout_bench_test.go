@@ -90,7 +90,7 @@ func BenchmarkFilterDispatch(b *testing.B) {
 	for _, others := range []int{0, 1000, 10000} {
 		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
 			src := memory.New(wiretest.ObjName, memory.Options{})
-			inf, err := informer.New(src, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
+			inf, err := informer.New(src, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey, Indexers: testIndexes()})
 			if err != nil {
 				b.Fatal(err)
 			}

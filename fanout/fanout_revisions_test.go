@@ -44,7 +44,8 @@ func startUpstream(t testing.TB, src *memory.Source[string, *wiretest.Obj], name
 	if !ordered {
 		lw = unordered{src}
 	}
-	return &upstream{Mirror: wiretest.NewMirror(t, lw, name, nil), src: src}
+	withIndexes := func(o *informer.Options[string, *wiretest.Obj]) { o.Indexers = testIndexes() }
+	return &upstream{Mirror: wiretest.NewMirror(t, lw, name, withIndexes), src: src}
 }
 
 // startServer serves u's informer on a loopback server; kill stops both at once, as a

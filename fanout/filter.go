@@ -75,7 +75,7 @@ func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
 	if slices.Contains(known, f.Index) {
 		return nil
 	}
-	msg := fmt.Sprintf("unknown filter index %q: this server has none (a Server serves the indexes of its ServerOptions.Filters)", f.Index)
+	msg := fmt.Sprintf("unknown filter index %q: this server has none (a Server serves the informer indexes its ServerOptions.Filters names)", f.Index)
 	if len(known) > 0 {
 		msg = fmt.Sprintf("unknown filter index %q: this server's filter indexes are %s", f.Index, strings.Join(known, ", "))
 	}
@@ -98,9 +98,10 @@ func caughtUp[V any](w informer.Watch[V]) bool {
 	return ok && fw.caughtUp()
 }
 
-// serveFilters sets up the Server's filter indexes (ServerOptions.Filters). It runs
-// before the Server's handler is added, so the indexes see every change.
-func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Duration) error {
+// serveFilters sets up the Server's filter indexes (ServerOptions.Filters), the indexes
+// of inf of those names. It runs before the Server's handler is added, so the indexes see
+// every change.
+func (s *Server[K, V]) serveFilters(inf *informer.Informer[K, V], opts ServerOptions[V], bookmarks time.Duration) error {
 	if len(opts.Filters) == 0 {
 		return nil
 	}
@@ -111,20 +112,22 @@ func (s *Server[K, V]) serveFilters(opts ServerOptions[V], bookmarks time.Durati
 		stats:     &s.core.stats,
 		revStr:    "0",
 	}
-	for name, fn := range opts.Filters {
+	h.indexNames = slices.Clone(opts.Filters)
+	slices.Sort(h.indexNames)
+	for i, name := range h.indexNames {
 		switch {
 		case name == "":
-			return errors.New("fanout: NewServer: ServerOptions.Filters has an index with an empty name")
-		case fn == nil:
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters[%q] is nil", name)
+			return errors.New("fanout: NewServer: ServerOptions.Filters has an empty name: name one of the informer's indexes")
+		case i > 0 && name == h.indexNames[i-1]:
+			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters names %q twice", name)
 		case len(name) > maxFilterValue:
 			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
 		}
-		h.indexNames = append(h.indexNames, name)
-	}
-	slices.Sort(h.indexNames)
-	for _, name := range h.indexNames {
-		h.fns = append(h.fns, opts.Filters[name])
+		ix, err := inf.Index(name)
+		if err != nil {
+			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters of informer %q: %w: declare it in informer.Options.Indexers", inf.Name(), err)
+		}
+		h.fns = append(h.fns, ix)
 		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
 	}
 	if h.clock == nil {
@@ -154,8 +157,8 @@ func (s *Server[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int6
 // The histories hold the events after the server's compacted revision, as its log does:
 // an event leaves them when its revision is compacted from the log.
 type filterHub[K cmp.Ordered, V any] struct {
-	indexNames []string // sorted
-	fns        []informer.IndexFunc[V]
+	indexNames []string            // sorted
+	fns        []informer.Index[V] // the informer's, by indexNames
 	clock      clock.Clock
 	bookmarks  time.Duration // 0: none
 	report     func(kind string, err error)
@@ -225,7 +228,7 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 	}
 	vals := make([][]string, len(h.fns))
 	for i, fn := range h.fns {
-		vs, err := callIndex(fn, obj)
+		vs, err := fn.Values(obj)
 		if err != nil {
 			h.stats.IndexErrors.Add(1)
 			h.report(kindFilterIndex, fmt.Errorf("filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it; fix the index function)", h.indexNames[i], k, err))
@@ -239,16 +242,6 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 		vals[i] = vs
 	}
 	return vals
-}
-
-// callIndex calls an index function with a panic turned into an error.
-func callIndex[V any](fn informer.IndexFunc[V], obj V) (vs []string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			vs, err = nil, fmt.Errorf("index function panicked: %v", r)
-		}
-	}()
-	return fn(obj)
 }
 
 // put indexes the object r of the change at rev under vals (from values); the mirror's
@@ -341,7 +334,7 @@ func (h *filterHub[K, V]) broadcastProgress() {
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
 			fv.waiters.WakeIf(func(w *filterWatch[K, V]) bool {
-				if w.bookmarkEvery <= 0 {
+				if !w.bookmarks {
 					return false
 				}
 				w.progress = true

@@ -5,20 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/informer-go/informer"
-	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/eventlog"
 	"github.com/informer-go/informer/internal/wakeup"
 )
 
 // watch opens a watch of f's value. It behaves as the log's watches do (see
-// memory.Source.Watch), on the value's filtered stream: from opts.Revision (an error
+// eventlog.Log.Watch), with their blocking loop (eventlog.Loop), on the value's filtered stream: from opts.Revision (an error
 // matching informer.ErrExpired if its events are compacted, or if it is newer than the
 // newest), or with SendInitialEvents the value's bucket as ADDED events, then the
 // EndOfInitialEvents bookmark, then the changes; bookmarks at the newest revision when
@@ -46,13 +45,16 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informe
 	}
 	fv := h.value(i, f.Value)
 	fv.watches++
+	var bookmarks time.Duration
+	if opts.AllowBookmarks {
+		bookmarks = h.bookmarks
+	}
 	w := &filterWatch[K, V]{
-		h:      h,
-		done:   ctx.Done(),
-		ctx:    ctx,
-		wake:   wakeup.NewWaiter(),
-		fv:     fv,
-		filter: f,
+		h:         h,
+		loop:      eventlog.NewLoop(&h.mu, ctx, h.clock, opts.Timeout, bookmarks),
+		bookmarks: bookmarks > 0,
+		fv:        fv,
+		filter:    f,
 	}
 	end := fv.dropped + int64(len(fv.history))
 	switch {
@@ -66,35 +68,19 @@ func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informe
 	default:
 		w.next = end
 	}
-	if opts.Timeout > 0 {
-		w.timeout = h.clock.NewTimer(opts.Timeout)
-		w.timeoutC = w.timeout.C()
-	}
-	if h.bookmarks > 0 && opts.AllowBookmarks {
-		w.bookmark = h.clock.NewTimer(h.bookmarks)
-		w.bookmarkC = w.bookmark.C()
-		w.bookmarkEvery = h.bookmarks
-	}
 	return w, nil
 }
 
 // errFilterWatchStopped ends a filtered watch that was stopped.
 var errFilterWatchStopped = errors.New("fanout: filtered watch stopped")
 
-// filterWatch is one watch of a filter value's stream. Next is called by one goroutine;
-// Stop may be called from any.
+// filterWatch is one watch of a filter value's stream, an eventlog.Stream read under the
+// hub's lock. Next is called by one goroutine; Stop may be called from any.
 type filterWatch[K cmp.Ordered, V any] struct {
-	h      *filterHub[K, V]
-	ctx    context.Context
-	done   <-chan struct{}
-	wake   wakeup.Waiter // on fv.waiters while blocked in Next
-	filter valueFilter
-
-	timeout       clock.Timer
-	timeoutC      <-chan time.Time
-	bookmark      clock.Timer
-	bookmarkC     <-chan time.Time
-	bookmarkEvery time.Duration
+	h         *filterHub[K, V]
+	loop      eventlog.Loop // its wake-up is on fv.waiters while blocked in Next
+	bookmarks bool          // the watch asked for bookmarks
+	filter    valueFilter
 
 	more        bool // events were pending after the last one Next returned (Next's goroutine only)
 	initialMore bool // the event Next returned last is an initial one with more to come (Next's goroutine only)
@@ -119,53 +105,18 @@ func (w *filterWatch[K, V]) MoreAtRevision() bool { return w.initialMore }
 
 // Next implements informer.Watch.
 func (w *filterWatch[K, V]) Next() (informer.Event[*record[K]], error) {
-	for {
-		w.h.mu.Lock()
-		ev, err, ok := w.nextLocked()
-		if !ok && w.err == nil {
-			w.fv.waiters.Add(w)
-		}
-		w.h.mu.Unlock()
-		if ok {
-			return ev, err
-		}
-		select {
-		case <-w.wake.C():
-		case <-w.done:
-		case <-w.timeoutC:
-			w.h.mu.Lock()
-			w.endLocked(io.EOF)
-			w.h.mu.Unlock()
-		case <-w.bookmarkC:
-			w.h.mu.Lock()
-			ev, err, ok := w.nextLocked()
-			if !ok { // idle: every event up to the newest revision is delivered
-				ev, err = informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}, nil
-				w.more = false
-			}
-			if w.err == nil {
-				w.bookmark.Reset(w.bookmarkEvery)
-			}
-			w.h.mu.Unlock()
-			return ev, err
-		}
-	}
+	return eventlog.Next[*record[K]](&w.loop, w)
 }
 
-// nextLocked returns the next event or error if there is one (ok), without blocking.
-func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err error, ok bool) {
+// NextLocked implements eventlog.Stream: the next event or error if there is one (ok),
+// without blocking.
+func (w *filterWatch[K, V]) NextLocked() (ev informer.Event[*record[K]], err error, ok bool) {
 	if w.err != nil {
 		return ev, w.err, true
 	}
-	select {
-	case <-w.done:
-		w.endLocked(w.ctx.Err())
-		return ev, w.err, true
-	default:
-	}
 	w.initialMore = false
 	if w.initial != nil && w.next < w.fv.dropped {
-		w.endLocked(fmt.Errorf("fanout: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if w.initial != nil {
@@ -181,7 +132,7 @@ func (w *filterWatch[K, V]) nextLocked() (ev informer.Event[*record[K]], err err
 	fv := w.fv
 	i := w.next - fv.dropped
 	if i < 0 {
-		w.endLocked(fmt.Errorf("fanout: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if i < int64(len(fv.history)) {
@@ -220,31 +171,32 @@ func (w *filterWatch[K, V]) nextInitial() *record[K] {
 	return next
 }
 
-// endLocked ends the stream with err (the first end wins) and releases the watch.
-func (w *filterWatch[K, V]) endLocked(err error) {
+// WaitLocked implements eventlog.Stream: the value's changes wake the watch.
+func (w *filterWatch[K, V]) WaitLocked() { w.fv.waiters.Add(w) }
+
+// IdleLocked implements eventlog.Stream: every event up to the newest revision is
+// delivered.
+func (w *filterWatch[K, V]) IdleLocked() informer.Event[*record[K]] {
+	w.more = false
+	return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}
+}
+
+// Waiter implements wakeup.Watch.
+func (w *filterWatch[K, V]) Waiter() *wakeup.Waiter { return w.loop.Waiter() }
+
+// EndLocked implements eventlog.Stream: it ends the stream with err (the first end wins)
+// and releases the watch.
+func (w *filterWatch[K, V]) EndLocked(err error) {
 	if w.err != nil {
 		return
 	}
 	w.err = err
 	w.initial, w.endOfInitial = nil, false
-	if w.timeout != nil {
-		w.timeout.Stop()
-	}
-	if w.bookmark != nil {
-		w.bookmark.Stop()
-	}
 	w.fv.waiters.Remove(w)
 	w.fv.watches--
 	w.h.gc(w.fv)
-	w.wake.Signal()
+	w.loop.StopLocked()
 }
-
-// Waiter implements wakeup.Watch.
-func (w *filterWatch[K, V]) Waiter() *wakeup.Waiter { return &w.wake }
 
 // Stop implements informer.Watch; it is idempotent.
-func (w *filterWatch[K, V]) Stop() {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
-	w.endLocked(errFilterWatchStopped)
-}
+func (w *filterWatch[K, V]) Stop() { w.loop.Stop(w, errFilterWatchStopped) }

@@ -205,7 +205,7 @@ func (c *core[V]) watchStale(sw *streamWriter, stale func() bool) *staleWatch {
 		}
 		if stale() {
 			sc.cut.Store(true)
-			_ = sw.rc.SetWriteDeadline(time.Now())
+			sw.cutNow()
 		}
 		sc.timer.Reset(staleCheck) // a write may have moved the deadline on since
 	})

@@ -3,7 +3,6 @@ package fanout
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,8 +10,8 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/eventlog"
 	"github.com/informer-go/informer/internal/wire"
-	"github.com/informer-go/informer/source/memory"
 )
 
 // mirror is the informer handler that copies changes into the server's log and its
@@ -21,7 +20,7 @@ import (
 // then logs them as one batch: the tree and the log are always exactly the upstream's
 // state at a revision.
 type mirror[K cmp.Ordered, V any] struct {
-	src          *memory.Source[K, *record[K]]
+	src          *eventlog.Log[K, *record[K]]
 	key          informer.KeyFunc[K, V]
 	encode       func(V) ([]byte, error)
 	head         *atomic.Int64 // the log revision of the newest change
@@ -135,7 +134,7 @@ func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
 		return r, ok
 	}
 	m.tree.Set(o.r.key, o.r)
-	r := m.src.Put(o.r)
+	r := m.src.Put(o.r.key, o.r)
 	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
 	return r, true
 }
@@ -191,7 +190,7 @@ func (m *mirror[K, V]) put(obj V) {
 		return
 	}
 	r := &record[K]{key: k, json: b}
-	rev := m.src.Put(r)
+	rev := m.src.Put(r.key, r)
 	m.tree.Set(k, r)
 	m.logged(rev, int64(len(b)))
 	m.filters.put(rev, r, vals, m.src.CompactedRevision())
@@ -273,20 +272,4 @@ func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tree.Clone(), m.head.Load()
-}
-
-// boundedWatches starts a watch with initial events (a streaming list) under the
-// mirror's lock, so that its initial state is one the log has a revision for, never one
-// in the middle of a batch being logged.
-type boundedWatches[K cmp.Ordered] struct {
-	*memory.Source[K, *record[K]]
-	mu *sync.Mutex
-}
-
-func (b boundedWatches[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
-	if opts.SendInitialEvents {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-	}
-	return b.Source.Watch(ctx, opts)
 }

@@ -86,8 +86,11 @@ type ServeOptions struct {
 	// (with ConnContext), so that the kernel drops its unsent data at once — counted in
 	// Stats.Evicted and reported to ErrorHandler. A watcher that falls further behind
 	// than the history is sent an ERROR event (410) and disconnected, however fast it
-	// reads. 0 means DefaultWriteTimeout; negative means no timeout, which lets a stalled
-	// client hold its goroutine until it goes away.
+	// reads. Behind middleware whose ResponseWriter cannot set a write deadline (one that
+	// only flushes), the deadline is set on the connection ConnContext recorded: install
+	// ConnContext, or such a stalled client is never cut. 0 means DefaultWriteTimeout;
+	// negative means no timeout, which lets a stalled client hold its goroutine until it
+	// goes away.
 	WriteTimeout time.Duration
 	// SendBuffer caps the kernel send buffer (SO_SNDBUF) of a connection when it serves a
 	// watch or a list, so that a stalled client holds little kernel memory and a slow one
@@ -153,7 +156,7 @@ type ServeStats struct {
 	Denied        uint64 // requests refused by Authorize (401, 403)
 	EncodeErrors  uint64 // objects that could not be encoded
 	TooLarge      uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
-	IndexErrors   uint64 // objects a filter index function failed or panicked on (Server: the object leaves that index's filters)
+	IndexErrors   uint64 // objects a filter's index function failed or panicked on in the Server though the informer had indexed them (a function that is not pure): the object leaves that index's filters
 }
 
 // counters are the counters behind ServeStats, updated atomically.

@@ -15,8 +15,8 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/eventlog"
 	"github.com/informer-go/informer/internal/wire"
-	"github.com/informer-go/informer/source/memory"
 )
 
 // Defaults of ServerOptions.
@@ -92,12 +92,13 @@ type ServerOptions[V any] struct {
 	// Clock times bookmarks, watch timeouts and the interval of the Warn lines of failures
 	// with no ErrorHandler; nil means clock.Real{}.
 	Clock clock.Clock
-	// Filters are the indexes a client may filter by (Filter: index=<name>&value=<v>),
-	// computed by the server once per change; see httpsource.Filter and the package documentation.
-	// They must be pure functions of what Encode serves. One that fails or panics is
-	// reported, counted (Stats.IndexErrors), and the object leaves that index's filters
-	// until a change indexes it. Nil means none: a filtered request is answered 400.
-	Filters map[string]informer.IndexFunc[V]
+	// Filters names the informer's indexes (informer.Options.Indexers, or AddIndexers
+	// before NewServer) a client may filter by (Filter: index=<name>&value=<v>); see
+	// httpsource.Filter and the package documentation. The server indexes each change
+	// with the informer's own index function (informer.Index.Values), so its filters and
+	// the informer's ByIndex agree while the functions are pure. A name the informer has
+	// no index of fails NewServer. Nil means none: a filtered request is answered 400.
+	Filters []string
 	// CatchUpWait is how long a request for a revision the server has not reached yet
 	// waits for it (a client that comes from a replica further ahead; see Server) before
 	// it is answered 410, so that the client lists again rather than retry for good a
@@ -111,8 +112,8 @@ type ServerOptions[V any] struct {
 // processes can mirror one source through one upstream watch: the fan-out tier.
 //
 // It registers a handler on the informer that copies every change, encoded once, into an
-// in-memory revisioned log (source/memory) with a bounded history, and serves from that
-// log: lists are consistent, paginated snapshots with continue tokens; watches resume from
+// in-memory revisioned log (the one source/memory is built on) with a bounded history,
+// and serves from that log: lists are consistent, paginated snapshots with continue tokens; watches resume from
 // any revision within the history. Every watcher reads the one shared log. An HTTP/1.1
 // watch is taken over from net/http once its header is sent (its connection hijacked,
 // net/http's goroutines and buffers gone): an idle watcher costs one goroutine and a
@@ -181,7 +182,7 @@ type ServerOptions[V any] struct {
 // state the server served for the object.
 type Server[K cmp.Ordered, V any] struct {
 	core       core[*record[K]]
-	src        *memory.Source[K, *record[K]]
+	src        *eventlog.Log[K, *record[K]]
 	inf        *informer.Informer[K, V]
 	reg        *informer.Registration
 	revs       *offsetRevisions   // own numbering: the informer's source is not ordered
@@ -217,12 +218,12 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	s := &Server[K, V]{
 		inf: inf,
-		src: memory.New(func(r *record[K]) K { return r.key }, memory.Options{
+		src: eventlog.New[K, *record[K]](eventlog.Options{
+			Name:             "fanout: server log",
 			Clock:            opts.Clock,
 			BookmarkInterval: lim.bookmarks,
 			StreamingList:    true,
 			HistoryLimit:     lim.history,
-			KeepRequests:     -1, // the log serves for good: no record of its calls
 		}),
 		synced: make(chan struct{}),
 	}
@@ -241,7 +242,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 		byID:      make(map[uint64]*pin[K]),
 		byClient:  make(map[string][]*pin[K]),
 	}
-	if err := s.serveFilters(opts, lim.bookmarks); err != nil {
+	if err := s.serveFilters(inf, opts, lim.bookmarks); err != nil {
 		return nil, err
 	}
 	s.serveLog(tag, lim.bookmarks, opts)
@@ -315,9 +316,9 @@ func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts Server
 		rev := s.mirror.head.Load() // the watch's state is at this revision or before
 		return s.staleAt(rev), s.onWire(rev)
 	}
-	s.core.lw = s.src
+	s.core.lw = serverLog[K]{Log: s.src}
 	if s.up != nil {
-		s.core.lw = boundedWatches[K]{Source: s.src, mu: &s.mirror.mu}
+		s.core.lw = serverLog[K]{Log: s.src, mu: &s.mirror.mu}
 	}
 	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
 	s.core.bookmarks = bookmarks
@@ -401,4 +402,28 @@ func (s *Server[K, V]) HasSynced() bool {
 func (s *Server[K, V]) Synced() <-chan struct{} {
 	s.syncedOnce.Do(func() { go s.waitSynced() })
 	return s.synced
+}
+
+// serverLog is the server's log as its core reads it: its watches; lists are the
+// Server's own snapshots (core.list). With mu set (the mirror's lock: an ordered
+// upstream) a watch with initial events (a streaming list) opens under it, so that its
+// initial state is one the log has a revision for, never one in the middle of a batch
+// being logged.
+type serverLog[K cmp.Ordered] struct {
+	*eventlog.Log[K, *record[K]]
+	mu *sync.Mutex // nil: no batches
+}
+
+// List is not used: a Server lists its snapshots.
+func (l serverLog[K]) List(context.Context, informer.ListOptions) (informer.List[*record[K]], error) {
+	return informer.List[*record[K]]{}, errors.New("fanout: the server's log is listed through its snapshots")
+}
+
+// Watch opens a watch of the log.
+func (l serverLog[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	if opts.SendInitialEvents && l.mu != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+	}
+	return l.Log.Watch(ctx, opts)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,7 +16,7 @@ import (
 // past the write timeout is counted, reported and reset; a client that went away is not
 // news.
 func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err error) {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) && !sw.expired() {
 		return
 	}
 	c.stats.Evicted.Add(1)
@@ -68,6 +69,8 @@ type streamWriter struct {
 	tcp     *net.TCPConn // under conn; nil if none
 	armed   bool         // a write deadline was set
 
+	deadline atomic.Int64 // the write deadline set last, in Unix nanoseconds; 0: none
+
 	mu      sync.Mutex  // guards the progress watch against end
 	timer   *time.Timer // checks the send queue while a write waits
 	writing bool
@@ -92,7 +95,7 @@ func (sw *streamWriter) begin(sendBuffer int) {
 
 func (sw *streamWriter) write(b []byte, flush bool) error {
 	if sw.timeout > 0 {
-		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+		sw.setDeadline(time.Now().Add(sw.timeout))
 		sw.armed = true
 		sw.watchProgress(true)
 		defer sw.watchProgress(false)
@@ -103,7 +106,14 @@ func (sw *streamWriter) write(b []byte, flush bool) error {
 		}
 	}
 	if flush {
-		return sw.rc.Flush()
+		if err := sw.rc.Flush(); err != nil {
+			return err
+		}
+		// A writer that only flushes (http.Flusher) drops the error of a write that timed
+		// out; net/http has cancelled the request's context by then.
+		if sw.expired() && sw.r.Context().Err() != nil {
+			return fmt.Errorf("flush: %w", os.ErrDeadlineExceeded)
+		}
 	}
 	return nil
 }
@@ -140,7 +150,7 @@ func (sw *streamWriter) checkProgress() {
 		return // no way to see progress: the write deadline decides
 	}
 	if sw.queued >= 0 && q != sw.queued {
-		_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+		sw.setDeadline(time.Now().Add(sw.timeout))
 	}
 	sw.queued = q
 	sw.timer.Reset(sw.timeout / 4)
@@ -150,11 +160,35 @@ func (sw *streamWriter) checkProgress() {
 // the connection may serve other requests or close gracefully.
 func (sw *streamWriter) end() {
 	if sw.armed {
-		_ = sw.rc.SetWriteDeadline(time.Time{})
+		sw.setDeadline(time.Time{})
 	}
 	if sw.tcp != nil {
 		_ = sw.tcp.SetLinger(-1)
 	}
+}
+
+// setDeadline sets the write deadline of the response: through the
+// ResponseWriter or, when it cannot set one (a middleware's writer that only flushes),
+// on the connection itself when ConnContext has recorded it.
+func (sw *streamWriter) setDeadline(t time.Time) {
+	var at int64
+	if !t.IsZero() {
+		at = t.UnixNano()
+	}
+	sw.deadline.Store(at)
+	if err := sw.rc.SetWriteDeadline(t); err != nil && sw.conn != nil {
+		_ = sw.conn.SetWriteDeadline(t)
+	}
+}
+
+// cutNow makes the write in progress, and any later one, fail at once.
+func (sw *streamWriter) cutNow() { sw.setDeadline(time.Now()) }
+
+// expired reports whether the write deadline has passed: a write that failed then failed
+// for it, whatever error a middleware's writer made of it.
+func (sw *streamWriter) expired() bool {
+	at := sw.deadline.Load()
+	return at != 0 && time.Now().UnixNano() >= at
 }
 
 // abort closes the connection of a stalled client. net/http has already closed it when a

@@ -18,7 +18,8 @@ import (
 // (the connection's reader and writer, the response's buffer) and its background reader
 // ends, and the watch goes on in a goroutine of its own whose stack holds the watch loop
 // alone, writing the same chunked body net/http would (one chunk per write, the last
-// chunk when the watch ends), then closing the connection. A chunk goes out in one
+// chunk when the watch ends), then closing the connection, which its response announces
+// (Connection: close) so that no request is pipelined or sent behind it. A chunk goes out in one
 // system call: a writev on TCP, one Write (one record) of a copy over TLS. A client's
 // going away is noticed without a goroutine per watcher (watchHangup). HTTP/2 watches,
 // and writers that do not implement http.Hijacker themselves (middleware that wraps

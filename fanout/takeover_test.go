@@ -224,3 +224,30 @@ func BenchmarkTakenOverWatchTLS(b *testing.B) {
 	b.ReportMetric(float64(wc.bytes.Load()-bytes)/n, "wire-B/delivery")
 	b.ReportMetric(float64(wc.writes.Load()-writes)/n, "writes/delivery")
 }
+
+// A taken-over watch's connection is closed when the watch ends, so its response says
+// so (Connection: close): a client does not pipeline or reuse it, and a request sent
+// behind the watch is known to be unanswered rather than lost.
+func TestServerTakenOverWatchSaysConnectionClose(t *testing.T) {
+	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a")
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A watch and, pipelined behind it, a list.
+	if _, err := fmt.Fprintf(conn, "GET /?watch=1&timeoutSeconds=1&resourceVersion=%s HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", rev(srv, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Close {
+		t.Errorf("the taken-over watch's response has Connection %q, want close: its connection is closed after it", resp.Header.Get("Connection"))
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Errorf("the watch ended with %v, want a clean end at its timeout", err)
+	}
+}

@@ -52,6 +52,11 @@ func (c *core[V]) serveWatch(w http.ResponseWriter, r *http.Request, req request
 		t.finish(c.writeTimeout)
 		c.requests.Done()
 	}
+	if t != nil {
+		// A taken-over watch's connection is closed after it: say so, so that a client
+		// neither pipelines a request behind the watch nor reuses the connection.
+		w.Header().Set("Connection", "close")
+	}
 	if err := c.startWatch(ww, req); err != nil {
 		c.writeFailed(ww.r, ww, "watcher", err)
 		finish()

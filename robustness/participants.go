@@ -265,7 +265,7 @@ func (p *participant) serve() error {
 		return nil
 	}
 	srv, err := fanout.NewServer(p.inf, fanout.ServerOptions[*Item]{
-		Filters: map[string]informer.IndexFunc[*Item]{indexName: func(it *Item) ([]string, error) { return []string{IndexOf(it.Value)}, nil }},
+		Filters: []string{indexName}, // the informer's own index
 	})
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ type fanItem struct {
 func fanKey(it *fanItem) (string, error) { return it.Key, nil }
 
 // fanParity is the replicas' filter index: "even" or "odd" by the key's last digit.
-func fanParity(it *fanItem) ([]string, error) { return []string{parityOf(it.Key)}, nil }
+func fanParity(it *fanItem) (string, error) { return parityOf(it.Key), nil }
 
 func parityOf(key string) string {
 	if (key[len(key)-1]-'0')%2 == 0 {
@@ -175,13 +175,14 @@ func (r *replica) start() {
 	}
 	inf, err := informer.New(src, informer.Options[string, *fanItem]{
 		Key: fanKey, Name: "replica " + r.addr, ErrorHandler: func(error) {}, Logger: quiet,
-		Backoff: informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Indexers: informer.Indexers[*fanItem]{"parity": informer.IndexBy(fanParity)},
+		Backoff:  informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := fanout.NewServer(inf, fanout.ServerOptions[*fanItem]{
-		Filters: map[string]informer.IndexFunc[*fanItem]{"parity": fanParity},
+		Filters: []string{"parity"},
 	})
 	if err != nil {
 		t.Fatal(err)

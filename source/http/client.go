@@ -2,6 +2,7 @@ package httpsource
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -403,21 +404,29 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	return informer.List[V]{Items: items, Revision: raw.Revision, Continue: raw.Continue}, nil
 }
 
-// readList reads a list body of at most maxListBytes bytes.
+// readList reads a list body of at most maxListBytes bytes, counted as decoded: a body
+// the transport left compressed (a hook asked for gzip itself) is decompressed here.
 func (c *Client[V]) readList(resp *http.Response) ([]byte, error) {
 	tooLong := func() error {
 		return badInput("%s %s: the list response is longer than %d bytes (ClientOptions.MaxListBytes): ask for smaller pages or raise the limit",
 			resp.Request.Method, redact(resp.Request.URL), c.maxListBytes)
 	}
-	if resp.ContentLength > c.maxListBytes && !resp.Uncompressed {
+	body, compressed, err := decodedBody(resp)
+	if err != nil {
+		return nil, err
+	}
+	if compressed {
+		defer body.Close()
+	}
+	if resp.ContentLength > c.maxListBytes && !resp.Uncompressed && !compressed {
 		return nil, tooLong()
 	}
 	size := 512
-	if resp.ContentLength > 0 && !resp.Uncompressed {
+	if resp.ContentLength > 0 && !resp.Uncompressed && !compressed {
 		size = int(resp.ContentLength) + bytes.MinRead // ReadFrom wants MinRead free to see EOF
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))
-	n, err := buf.ReadFrom(io.LimitReader(resp.Body, c.maxListBytes+1))
+	n, err := buf.ReadFrom(io.LimitReader(body, c.maxListBytes+1))
 	if err != nil {
 		return nil, err
 	}
@@ -425,6 +434,25 @@ func (c *Client[V]) readList(resp *http.Response) ([]byte, error) {
 		return nil, tooLong()
 	}
 	return buf.Bytes(), nil
+}
+
+// decodedBody returns the body of resp as decoded bytes: the body itself, or, when it is
+// still gzip-encoded (the transport decompresses only what it asked to be compressed), a
+// reader that decompresses it (compressed is then true, and the reader must be closed).
+// An encoding the Client cannot decode is an error for the request.
+func decodedBody(resp *http.Response) (body io.ReadCloser, compressed bool, err error) {
+	enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	switch {
+	case resp.Uncompressed, enc == "", enc == "identity":
+		return resp.Body, false, nil
+	case enc == "gzip", enc == "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, false, badInput("%s %s: the gzip-encoded response does not decompress: %v", resp.Request.Method, redact(resp.Request.URL), err)
+		}
+		return zr, true, nil
+	}
+	return nil, false, badInput("%s %s: the response has Content-Encoding %q, which the Client cannot decode: ask for gzip or none (Accept-Encoding)", resp.Request.Method, redact(resp.Request.URL), enc)
 }
 
 // splitList splits a list body with DecodeList or the codec.
@@ -587,12 +615,14 @@ func (c *Client[V]) request(at int, q url.Values, accept string) *OutgoingReques
 
 // failover moves the next requests from target at to the next one, in order, wrapping
 // around, after a failure that another replica may not have: a refused or broken
-// connection, a timeout, a 5xx answer. A Client with one URL stays where it is.
-func (c *Client[V]) failover(at int, err error) {
+// connection, a timeout, a 5xx answer. A Client with one URL stays where it is. It
+// reports whether the next requests go to another URL than at.
+func (c *Client[V]) failover(at int, err error) bool {
 	if len(c.targets) < 2 || !errors.Is(err, informer.ErrRetryable) || errors.Is(err, informer.ErrTooManyRequests) {
-		return
+		return false
 	}
 	c.current.CompareAndSwap(int32(at), int32((at+1)%len(c.targets)))
+	return int(c.current.Load()) != at
 }
 
 // SourceID implements informer.SourceIdentifier: the URL given to NewClient (without
@@ -655,10 +685,22 @@ func (c *Client[V]) do(ctx context.Context, r *OutgoingRequest) (*http.Response,
 		return nil, err
 	}
 	resp, err := c.send(ctx, r)
-	if err != nil {
-		c.failover(r.target, err)
+	if err != nil && c.failover(r.target, err) {
+		// The delay holds back requests to the URL that asked for it (noted by send); the
+		// next URL is tried at once.
+		err = withoutRetryAfter(err)
 	}
 	return resp, err
+}
+
+// withoutRetryAfter returns err without the delay withRetryAfter put around it, if any.
+func withoutRetryAfter(err error) error {
+	if _, ok := informer.RetryAfterOf(err); ok {
+		if inner := errors.Unwrap(err); inner != nil {
+			return inner
+		}
+	}
+	return err
 }
 
 // send sends a request; see do.

@@ -15,7 +15,7 @@ import (
 // cache is exactly the matching subset. On the wire it is the query parameters
 // index=<Index>&value=<Value>. The zero Filter asks for everything.
 type Filter struct {
-	// Index names the filter index: a key of the Server's ServerOptions.Filters. An index
+	// Index names the filter index: one of the Server's ServerOptions.Filters. An index
 	// the Server does not have is answered 400, naming the ones it has.
 	Index string
 	// Value is the value asked for; it may be empty (the objects indexed under "").

@@ -1,6 +1,8 @@
 package httpsource
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -420,5 +422,51 @@ func TestClientClassify(t *testing.T) {
 	_, err = plain.List(context.Background(), informer.ListOptions{Limit: 1, Continue: storeToken("40", "a")})
 	if err == nil || errors.Is(err, informer.ErrExpired) || errors.Is(err, informer.ErrRetryable) {
 		t.Errorf("without Classify: %v", err)
+	}
+}
+
+// A list the transport leaves compressed (a hook asked for gzip itself, so Go's transport
+// does not decompress it) is decompressed by the Client, and MaxListBytes bounds what is
+// decompressed, not what came over the wire: a small gzip body that expands past it is
+// refused before it is split. An encoding the Client cannot decode is refused by name.
+func TestClientListBoundCountsDecompressedBytes(t *testing.T) {
+	const limit = 64 << 10
+	body := func(n int) string { // a valid list of n bytes
+		return listBody("1", o("a", strings.Repeat("x", n-len(listBody("1", o("a", ""))))))
+	}
+	askGzip := func(r *http.Request) error { r.Header.Set("Accept-Encoding", "gzip"); return nil }
+	for _, tc := range []struct {
+		name     string
+		size     int
+		encoding string
+		want     string // "": the list is read
+	}{
+		{"at the limit", limit, "gzip", ""},
+		{"over the limit", 100 * limit, "gzip", "longer than 65536 bytes (ClientOptions.MaxListBytes)"},
+		{"unknown encoding", limit, "br", `Content-Encoding "br"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			_, _ = io.WriteString(zw, body(tc.size))
+			_ = zw.Close()
+			if tc.size > limit && gz.Len() > limit/4 {
+				t.Fatalf("the compressed body is %d bytes, want far under the limit", gz.Len())
+			}
+			ts := wiretest.ServeFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Encoding", tc.encoding)
+				_, _ = w.Write(gz.Bytes())
+			})
+			c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{MaxListBytes: limit, PrepareRequest: askGzip})
+			l, err := c.List(context.Background(), informer.ListOptions{})
+			if tc.want == "" {
+				if err != nil || len(l.Items) != 1 {
+					t.Fatalf("%d items, %v; want the one item", len(l.Items), err)
+				}
+				return
+			}
+			wantError(t, err, tc.want, informer.ErrBadInput)
+		})
 	}
 }

@@ -121,7 +121,9 @@ type ClientOptions[V any] struct {
 	// MaxFrameSize bounds one watch frame in bytes; 0 means DefaultMaxFrameSize (16 MiB). A
 	// longer frame ends the watch with an error that matches informer.ErrBadInput.
 	MaxFrameSize int
-	// MaxListBytes bounds a list response body in bytes, counted after any decompression;
+	// MaxListBytes bounds a list response body in bytes, counted after any decompression
+	// (a gzip body the transport leaves compressed, because a hook asked for it with
+	// Accept-Encoding, is decompressed by the Client and counted as decompressed);
 	// 0 means DefaultMaxListBytes (256 MiB). A longer body fails the List with an error
 	// that matches informer.ErrBadInput; ask for pages (informer.Options.PageSize) to stay
 	// under it.
@@ -182,7 +184,9 @@ type ClientOptions[V any] struct {
 	// next URL, in order, wrapping around; it stays on a URL while it answers. The
 	// informer then watches again from its revision at the next replica, without a
 	// relist when the revision is within that replica's history. A Retry-After delay
-	// holds back requests to the URL that gave it only. Nil: one URL.
+	// holds back requests to the URL that gave it only: a failure that moves the Client
+	// on (a replica shutting down answers 503 with one) is retried at the next URL at
+	// once. Nil: one URL.
 	FailoverURLs []string
 }
 

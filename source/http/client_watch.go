@@ -87,8 +87,9 @@ func (w *watch[V]) Next() (informer.Event[V], error) {
 			w.held = w.held[:0]
 			w.err = err
 			w.close()
-			if isRetryableBreak(err) {
-				w.c.failover(w.target, err)
+			if isRetryableBreak(err) && w.c.failover(w.target, err) {
+				err = withoutRetryAfter(err) // the next URL is tried at once
+				w.err = err
 			}
 			return ev, err
 		}

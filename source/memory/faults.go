@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/informer-go/informer"
@@ -84,43 +83,17 @@ func (s *Source[K, V]) SetDelay(d time.Duration) {
 // returns err, or io.EOF if err is nil, and whatever it had not delivered yet is
 // abandoned, as when a server closes a connection. The consumer is expected to watch
 // again from the last revision it received. Dropped watches no longer count as open.
-func (s *Source[K, V]) DropWatches(err error) {
-	if err == nil {
-		err = io.EOF
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watches {
-		w.endLocked(err)
-	}
-}
+func (s *Source[K, V]) DropWatches(err error) { s.log.DropWatches(err) }
 
 // Inject sends ev, exactly as given, to every open watch, without changing the state or the
 // revision. Each watch delivers it after the log events it had not yet delivered when
 // Inject was called. Use it to test how a consumer handles bad input: an event with an
 // old revision, an unknown EventType, a malformed revision.
-func (s *Source[K, V]) Inject(ev informer.Event[V]) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watches {
-		w.extra = append(w.extra, extra[V]{after: s.rev, ev: ev})
-	}
-	s.wakeLocked()
-}
+func (s *Source[K, V]) Inject(ev informer.Event[V]) { s.log.Inject(ev) }
 
 // Bookmark sends a Bookmark at the current revision to every open watch that allows
 // bookmarks (WatchOptions.AllowBookmarks), after the log events it had not yet delivered.
-func (s *Source[K, V]) Bookmark() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ev := informer.Event[V]{Type: informer.Bookmark, Revision: s.revStr}
-	for w := range s.watches {
-		if w.allowBookmarks {
-			w.extra = append(w.extra, extra[V]{after: s.rev, ev: ev})
-		}
-	}
-	s.wakeLocked()
-}
+func (s *Source[K, V]) Bookmark() { s.log.Bookmark() }
 
 // Requests returns every List and Watch call made so far (the newest
 // Options.KeepRequests of them, if set), in the order they were made, including those
@@ -138,30 +111,13 @@ func (s *Source[K, V]) Requests() []Request {
 // OpenWatches returns the number of open watches: those returned by Watch that have not
 // been stopped or dropped and whose Next has not returned an error. A watch whose context
 // was cancelled or whose timeout passed counts until its Next (or Stop) notices.
-func (s *Source[K, V]) OpenWatches() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.watches)
-}
+func (s *Source[K, V]) OpenWatches() int { return s.log.OpenWatches() }
 
 // WaitForWatches blocks until at least n watches are open (see OpenWatches) and returns
 // nil, or returns ctx.Err() once ctx is done. It waits on a channel that each new watch
 // closes, without polling, so tests use it instead of sleeping.
 func (s *Source[K, V]) WaitForWatches(ctx context.Context, n int) error {
-	for {
-		s.mu.Lock()
-		if len(s.watches) >= n {
-			s.mu.Unlock()
-			return nil
-		}
-		added := s.watchAdded
-		s.mu.Unlock()
-		select {
-		case <-added:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.log.WaitForWatches(ctx, n)
 }
 
 // enter is the common start of List and Watch: it records the call, takes an injected

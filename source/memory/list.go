@@ -13,6 +13,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/btree"
+	"github.com/informer-go/informer/internal/eventlog"
 )
 
 // maxPins bounds the snapshots kept for paged lists that were started and never finished.
@@ -58,27 +59,38 @@ func (s *Source[K, V]) List(ctx context.Context, opts informer.ListOptions) (inf
 		}
 	} else if opts.Revision != "" {
 		var err error
-		if atLeast, err = parseRevision(opts.Revision); err != nil {
+		if atLeast, err = s.log.ParseRevision(opts.Revision); err != nil {
 			return informer.List[V]{}, err
 		}
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	tree, rev, revStr := s.tree, s.rev, s.revStr
+	var page informer.List[V]
+	var err error
+	s.log.View(func(st eventlog.State[K, V]) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		page, err = s.listLocked(st, opts, tok, atLeast)
+	})
+	return page, err
+}
+
+// listLocked serves a page of the state st; the log's lock and s.mu are held.
+func (s *Source[K, V]) listLocked(st eventlog.State[K, V], opts informer.ListOptions, tok token[K], atLeast int64) (informer.List[V], error) {
+	s.dropPinsLocked(st.Compacted)
+	tree, rev, revStr := st.Tree, st.Rev, st.RevStr
 	if opts.Continue != "" {
 		p := s.pins[tok.list]
 		switch {
 		case p != nil && p.rev != tok.rev:
 			return informer.List[V]{}, fmt.Errorf("memory: malformed continue token %q: revision does not match the list", opts.Continue)
-		case p == nil && tok.rev < s.compacted:
-			return informer.List[V]{}, fmt.Errorf("memory: continue token: %w", compactedError(tok.rev, s.compacted))
+		case p == nil && tok.rev < st.Compacted:
+			return informer.List[V]{}, fmt.Errorf("memory: continue token: %w", s.log.CompactedError(tok.rev, st.Compacted))
 		case p == nil:
 			return informer.List[V]{}, fmt.Errorf("memory: continue token of a finished or evicted list at revision %d: %w", tok.rev, informer.ErrExpired)
 		}
 		tree, rev, revStr = p.tree, p.rev, p.revStr
-	} else if atLeast > s.rev {
-		return informer.List[V]{}, tooLarge(atLeast, s.rev)
+	} else if atLeast > st.Rev {
+		return informer.List[V]{}, s.log.TooLarge(atLeast, st.Rev)
 	}
 
 	limit := opts.Limit
@@ -108,7 +120,7 @@ func (s *Source[K, V]) List(ctx context.Context, opts informer.ListOptions) (inf
 	case more && opts.Continue == "":
 		s.lastPin++
 		tok.list = s.lastPin
-		s.pins[tok.list] = &pin[K, V]{rev: rev, revStr: revStr, tree: s.tree.Clone()}
+		s.pins[tok.list] = &pin[K, V]{rev: rev, revStr: revStr, tree: st.Tree.Clone()}
 		s.evictPinsLocked()
 		fallthrough
 	case more:
@@ -117,6 +129,15 @@ func (s *Source[K, V]) List(ctx context.Context, opts informer.ListOptions) (inf
 		delete(s.pins, tok.list) // the last page: the snapshot is no longer needed
 	}
 	return page, nil
+}
+
+// dropPinsLocked drops the snapshots whose revision a compaction has passed.
+func (s *Source[K, V]) dropPinsLocked(compacted int64) {
+	for id, p := range s.pins {
+		if p.rev < compacted {
+			delete(s.pins, id)
+		}
+	}
 }
 
 // evictPinsLocked drops the oldest snapshots beyond maxPins.
@@ -182,7 +203,7 @@ func decodeToken[K cmp.Ordered](s string) (token[K], error) {
 	if !ok1 || !ok2 {
 		return bad()
 	}
-	if t.rev, err = parseRevision(revPart); err != nil {
+	if t.rev, err = eventlog.ParseRevision("memory", revPart); err != nil {
 		return bad()
 	}
 	if t.list, err = strconv.ParseUint(listPart, 10, 64); err != nil || t.list == 0 {

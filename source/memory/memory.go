@@ -16,7 +16,8 @@
 // watch's Next costs one mutex acquisition and no allocation. Watches
 // need no goroutine: Next waits on the watch's own wake-up channel, its context and its
 // timers. Memory grows with the history kept: compact it, or set Options.HistoryLimit, in
-// long-running uses.
+// long-running uses. The log is an internal package the fan-out Server's log shares;
+// this package adds fault injection and the request log on top.
 //
 // Fault injectors (FailNext, DropWatches, SetDelay, Inject, Bookmark) and a request log
 // (Requests, OpenWatches, WaitForWatches) let tests drive and check the reconnect logic of
@@ -26,18 +27,14 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
-	"github.com/informer-go/informer/internal/btree"
-	"github.com/informer-go/informer/internal/wakeup"
+	"github.com/informer-go/informer/internal/eventlog"
 )
 
 // Options configures a Source. The zero value is a valid configuration: the wall clock, no
@@ -61,8 +58,8 @@ type Options struct {
 	HistoryLimit int
 	// KeepRequests bounds the log of List and Watch calls that Requests returns: when
 	// positive, only the newest KeepRequests calls are kept; negative keeps none, for a
-	// Source that serves for good (a fan-out Server's log), whose log would otherwise grow
-	// by one entry per call. Zero keeps every call.
+	// Source that serves for good, whose log would otherwise grow by one entry per call.
+	// Zero keeps every call.
 	KeepRequests int
 }
 
@@ -78,22 +75,11 @@ type Source[K cmp.Ordered, V any] struct {
 	clock clock.Clock
 	opts  Options
 	id    string // SourceID
+	log   *eventlog.Log[K, V]
 
-	mu        sync.Mutex
-	tree      *btree.Tree[K, V]
-	rev       int64
-	revStr    string
-	revs      revStrings
-	compacted int64       // every event at or before this revision is gone
-	log       eventLog[V] // the events of revisions compacted+1 … rev
-
-	pins    map[uint64]*pin[K, V] // snapshots of paged lists, by list id
-	lastPin uint64
-
-	watches    map[*watch[K, V]]struct{} // open watches
-	waiters    wakeup.List[*watch[K, V]] // watches blocked in Next
-	watchAdded chan struct{}             // closed and replaced when a watch opens
-
+	mu       sync.Mutex            // guards what follows; taken inside the log's lock (List)
+	pins     map[uint64]*pin[K, V] // snapshots of paged lists, by list id
+	lastPin  uint64
 	requests []Request
 	fails    []failRule
 	delay    time.Duration
@@ -114,15 +100,15 @@ func New[K cmp.Ordered, V any](key func(V) K, opts Options) *Source[K, V] {
 		c = clock.Real{}
 	}
 	return &Source[K, V]{
-		key:        key,
-		clock:      c,
-		opts:       opts,
-		id:         fmt.Sprintf("memory/%016x", rand.Uint64()),
-		tree:       btree.New[K, V](32, btree.Natural[K](), nil),
-		revStr:     "0",
-		pins:       make(map[uint64]*pin[K, V]),
-		watches:    make(map[*watch[K, V]]struct{}),
-		watchAdded: make(chan struct{}),
+		key:   key,
+		clock: c,
+		opts:  opts,
+		id:    fmt.Sprintf("memory/%016x", rand.Uint64()),
+		log: eventlog.New[K, V](eventlog.Options{
+			Name: "memory", Clock: c, BookmarkInterval: opts.BookmarkInterval,
+			StreamingList: opts.StreamingList, HistoryLimit: opts.HistoryLimit,
+		}),
+		pins: make(map[uint64]*pin[K, V]),
 	}
 }
 
@@ -133,76 +119,26 @@ func (s *Source[K, V]) SourceID(context.Context) (string, error) { return s.id, 
 // Put adds obj (an Added event) or replaces the object with the same key (a Modified
 // event) and returns the new revision. It costs one B-tree insert, O(log n), and one
 // append to the log; open watches are woken, none is waited for.
-func (s *Source[K, V]) Put(obj V) int64 {
-	k := s.key(obj)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	typ := informer.Added
-	if _, replaced := s.tree.Set(k, obj); replaced {
-		typ = informer.Modified
-	}
-	return s.appendLocked(typ, obj)
-}
+func (s *Source[K, V]) Put(obj V) int64 { return s.log.Put(s.key(obj), obj) }
 
 // Delete removes the object with key k and logs a Deleted event that carries its last
 // state. It returns the new revision and true, or the current revision and false if there
 // was no such object (nothing is logged then).
-func (s *Source[K, V]) Delete(k K) (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, ok := s.tree.Delete(k)
-	if !ok {
-		return s.rev, false
-	}
-	return s.appendLocked(informer.Deleted, old), true
-}
-
-// appendLocked logs one change at the next revision and wakes the blocked watches.
-func (s *Source[K, V]) appendLocked(typ informer.EventType, obj V) int64 {
-	s.rev++
-	s.revStr = s.revs.get(s.rev)
-	s.log.add(s.rev, informer.Event[V]{Type: typ, Object: obj, Revision: s.revStr})
-	if limit := int64(s.opts.HistoryLimit); limit > 0 && s.rev-s.compacted > limit {
-		s.compactLocked(s.rev - limit)
-	}
-	s.wakeLocked()
-	return s.rev
-}
+func (s *Source[K, V]) Delete(k K) (int64, bool) { return s.log.Delete(k) }
 
 // Get returns the object with key k and whether there is one. It costs O(log n).
-func (s *Source[K, V]) Get(k K) (V, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.tree.Get(k)
-}
+func (s *Source[K, V]) Get(k K) (V, bool) { return s.log.Get(k) }
 
 // Items returns the current objects sorted by key, in a new slice that belongs to the
 // caller. The objects themselves are shared with the Source and must not be changed.
-func (s *Source[K, V]) Items() []V {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	items := make([]V, 0, s.tree.Len())
-	s.tree.Ascend(func(_ K, obj V) bool {
-		items = append(items, obj)
-		return true
-	})
-	return items
-}
+func (s *Source[K, V]) Items() []V { return s.log.Items() }
 
 // Len returns the number of objects.
-func (s *Source[K, V]) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.tree.Len()
-}
+func (s *Source[K, V]) Len() int { return s.log.Len() }
 
 // Revision returns the current revision: 0 before the first change, then the revision of
 // the last change.
-func (s *Source[K, V]) Revision() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rev
-}
+func (s *Source[K, V]) Revision() int64 { return s.log.Revision() }
 
 // Compact forgets the history at or before rev, as etcd's compaction does. Afterwards a
 // Watch from a revision older than rev, a watch whose next event was at or before rev, and
@@ -211,41 +147,26 @@ func (s *Source[K, V]) Revision() int64 {
 // current revision; a rev at or before an earlier compaction does nothing. It costs
 // O(events dropped + pinned lists).
 func (s *Source[K, V]) Compact(rev int64) {
+	s.log.Compact(rev)
+	compacted := s.log.CompactedRevision()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.compactLocked(min(rev, s.rev))
-}
-
-func (s *Source[K, V]) compactLocked(rev int64) {
-	if rev <= s.compacted {
-		return
-	}
-	s.log.drop(s.compacted, rev)
-	s.compacted = rev
-	for id, p := range s.pins {
-		if p.rev < rev {
-			delete(s.pins, id)
-		}
-	}
+	s.dropPinsLocked(compacted)
 }
 
 // CompactedRevision returns the revision of the last compaction: history at or before it
 // is gone. It is 0 if nothing was compacted.
-func (s *Source[K, V]) CompactedRevision() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.compacted
-}
+func (s *Source[K, V]) CompactedRevision() int64 { return s.log.CompactedRevision() }
 
 // CompareRevisions implements informer.RevisionComparer: it returns -1, 0 or +1 as a is
 // older than, equal to or newer than b. Revisions are canonical decimal numbers >= 0
 // ("0", "1", "42"); anything else is an error.
 func (s *Source[K, V]) CompareRevisions(a, b string) (int, error) {
-	ra, err := parseRevision(a)
+	ra, err := s.log.ParseRevision(a)
 	if err != nil {
 		return 0, err
 	}
-	rb, err := parseRevision(b)
+	rb, err := s.log.ParseRevision(b)
 	if err != nil {
 		return 0, err
 	}
@@ -254,65 +175,3 @@ func (s *Source[K, V]) CompareRevisions(a, b string) (int, error) {
 
 // StreamingList implements informer.StreamingLister: it reports Options.StreamingList.
 func (s *Source[K, V]) StreamingList() bool { return s.opts.StreamingList }
-
-// errMalformedRevision is wrapped by every error about a revision string that is not one.
-var errMalformedRevision = errors.New("not a revision of a memory source (want a decimal number >= 0)")
-
-// parseRevision parses a canonical, non-negative decimal revision.
-func parseRevision(r string) (int64, error) {
-	if r == "" || r[0] == '+' || r[0] == '-' || (len(r) > 1 && r[0] == '0') {
-		return 0, fmt.Errorf("memory: revision %q: %w", r, errMalformedRevision)
-	}
-	n, err := strconv.ParseInt(r, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("memory: revision %q: %w", r, errMalformedRevision)
-	}
-	return n, nil
-}
-
-// tooLarge is the error for a revision newer than the current one.
-func tooLarge(rev, current int64) error {
-	return fmt.Errorf("memory: too large revision %d: the current revision is %d: %w", rev, current, informer.ErrExpired)
-}
-
-// compactedError is the error for a revision whose history is gone.
-func compactedError(rev, compacted int64) error {
-	return fmt.Errorf("memory: revision %d has been compacted (compacted up to %d): %w", rev, compacted, informer.ErrExpired)
-}
-
-// revChunk is how many revision strings share one allocation.
-const revChunk = 256
-
-// revStrings hands out the decimal strings of consecutive revisions. They are cut from one
-// string per revChunk revisions, so that a Put does not allocate a string of its own; a
-// chunk stays alive while any of its revisions does (a few kilobytes at most).
-type revStrings struct {
-	first int64            // the revision whose string starts chunk
-	chunk string           // the strings of revisions first, first+1, …, concatenated
-	ends  [revChunk]uint16 // ends[i] is where the string of revision first+i ends
-}
-
-func (r *revStrings) get(rev int64) string {
-	i := rev - r.first
-	if r.chunk == "" || i < 0 || i >= revChunk {
-		r.fill(rev)
-		i = 0
-	}
-	var start uint16
-	if i > 0 {
-		start = r.ends[i-1]
-	}
-	return r.chunk[start:r.ends[i]]
-}
-
-func (r *revStrings) fill(first int64) {
-	var buf [20]byte
-	digits := len(strconv.AppendInt(buf[:0], first+revChunk-1, 10))
-	var b strings.Builder
-	b.Grow(revChunk * digits)
-	for i := range int64(revChunk) {
-		b.Write(strconv.AppendInt(buf[:0], first+i, 10))
-		r.ends[i] = uint16(b.Len())
-	}
-	r.first, r.chunk = first, b.String()
-}
