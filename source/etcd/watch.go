@@ -85,6 +85,8 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	}
 
 	w := &watch[V]{src: s, parent: ctx, ctx: wctx, cancel: cancel, ch: ch, bookmarks: opts.AllowBookmarks, after: after}
+	w.hist.see(after)
+	go w.monitor()
 	if opts.Timeout > 0 {
 		w.timer = time.NewTimer(opts.Timeout)
 		w.timeout = w.timer.C
@@ -109,6 +111,7 @@ type watch[V any] struct {
 	timeout   <-chan time.Time
 	bookmarks bool
 	after     int64 // the revision the watch streams changes after
+	hist      history
 
 	// The events of the current etcd response not yet returned, and their etcd revisions.
 	buf  []informer.Event[V]
@@ -173,6 +176,8 @@ func (w *watch[V]) closedErr() error {
 	switch {
 	case w.stopped.Load():
 		return errWatchStopped
+	case w.hist.err.Load() != nil:
+		return *w.hist.err.Load()
 	case w.parent.Err() != nil:
 		return fmt.Errorf("etcd watch: %w", w.parent.Err())
 	}
@@ -191,15 +196,24 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 		w.fail(classify(w.parent, w.src.at("watch"), err))
 		return
 	}
+	if resp.Created && resp.Header.Revision < w.after {
+		w.fail(newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", w.src.at("watch"), w.after, resp.Header.Revision))
+		return
+	}
+	if w.hist.suspect(resp.Header) {
+		if err := w.verify(w.parent); err != nil {
+			w.fail(err)
+			return
+		}
+	}
+	if n := len(resp.Events); n > 0 {
+		w.hist.see(resp.Events[n-1].Kv.ModRevision)
+	}
 	if resp.IsProgressNotify() {
 		if w.bookmarks {
 			w.push(informer.Event[V]{Type: informer.Bookmark}, resp.Header.Revision)
 			w.finishRevisions(0)
 		}
-		return
-	}
-	if resp.Created && resp.Header.Revision < w.after {
-		w.fail(newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", w.src.at("watch"), w.after, resp.Header.Revision))
 		return
 	}
 	if len(resp.Events) == 0 {
