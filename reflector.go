@@ -423,6 +423,9 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 		return false, nil
 	case errors.Is(err, ErrExpired):
 		r.cfg.stats.Expired()
+		if errors.Is(err, ErrOtherHistory) { // unlike a compaction, worth telling
+			r.cfg.report(r.opErr("watch", err))
+		}
 		if r.progressed {
 			r.cfg.logger.Debug("watch revision expired after progress; relisting promptly", "err", err)
 			return false, errRelistPromptly
