@@ -89,24 +89,26 @@ func (w *warm[K, V]) identify(ctx context.Context, d time.Duration) (string, err
 	return s, nil
 }
 
-// waitIdentity asks the source for its identity until it answers or ctx is done, backing
-// off between attempts as the reflector does.
-func (w *warm[K, V]) waitIdentity(ctx context.Context) (string, error) {
-	b := newBackoff(w.opts.Backoff, w.opts.Clock)
-	for {
-		id, err := w.identify(ctx, 30*time.Second)
-		if err == nil || ctx.Err() != nil {
-			return id, err
-		}
-		w.logger.Debug("the source still does not answer", "err", err)
-		t := w.opts.Clock.NewTimer(b.Next())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return "", ctx.Err()
-		case <-t.C():
-		}
+// untilAnswered calls try, then again every Options.Backoff.Initial (800 ms by default)
+// while it fails with an error that does not match ErrExpired (the source does not
+// answer), until ctx is done. It returns try's last error, or ctx's.
+func (w *warm[K, V]) untilAnswered(ctx context.Context, try func() error) error {
+	err := try()
+	period := w.opts.Backoff.Initial
+	if period <= 0 {
+		period = 800 * time.Millisecond
 	}
+	if err != nil && !errors.Is(err, ErrExpired) {
+		every(ctx, w.opts.Clock, period, func() bool {
+			w.logger.Debug("the source still does not answer", "err", err)
+			err = try()
+			return err != nil && !errors.Is(err, ErrExpired)
+		})
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // restore loads the saved state, if the Persister has one it accepts and the source
@@ -143,7 +145,11 @@ func (w *warm[K, V]) Restore(ctx context.Context) {
 			unconfirmed = err == nil
 		} else {
 			w.logger.Warn(fmt.Sprintf("informer %q: the source does not answer; waiting for it before using the saved cache: check that the source runs and that its address is right (Options.ServeUnconfirmed serves the saved cache meanwhile)", w.opts.Name), "err", err)
-			if id, err = w.waitIdentity(ctx); err == nil {
+			err = w.untilAnswered(ctx, func() (err error) {
+				id, err = w.identify(ctx, 30*time.Second)
+				return err
+			})
+			if err == nil {
 				w.logger.Info("the source answers: loading the saved cache")
 			}
 		}
@@ -213,40 +219,32 @@ func (w *warm[K, V]) Confirm(ctx context.Context) error {
 	if !w.unconfirmed.Load() {
 		return nil
 	}
-	b := newBackoff(w.opts.Backoff, w.opts.Clock)
-	for ctx.Err() == nil {
+	err := w.untilAnswered(ctx, func() error {
 		saved := w.sourceID
 		id, err := w.identify(ctx, 30*time.Second)
-		if err == nil && id != saved {
-			w.sourceID = id
-			err = fmt.Errorf("%w: the saved cache is from source %q, the source now says it is %q", ErrOtherHistory, saved, id)
-		} else if err == nil {
-			sn, rev, _ := w.store.Exact()
-			var objs []V
-			for _, obj := range sn.All() {
-				objs = append(objs, obj)
-			}
-			err = w.prove(ctx, rev, objs)
-		}
 		switch {
-		case err == nil:
-			w.unconfirmed.Store(false)
-			w.logger.Info("the source confirmed the restored cache: resuming the watch")
-			return nil
-		case errors.Is(err, ErrExpired):
-			// Unconfirmed stays set until the list replaces the state (Stats.Restored).
-			w.report(fmt.Errorf("informer %q: the restored cache is not the source's state, listing instead: %w", w.opts.Name, err))
+		case err != nil:
 			return err
+		case id != saved:
+			w.sourceID = id
+			return fmt.Errorf("%w: the saved cache is from source %q, the source now says it is %q", ErrOtherHistory, saved, id)
 		}
-		w.logger.Debug("the source still does not answer", "err", err)
-		t := w.opts.Clock.NewTimer(b.Next())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C():
+		sn, rev, _ := w.store.Exact()
+		var objs []V
+		for _, obj := range sn.All() {
+			objs = append(objs, obj)
 		}
+		return w.prove(ctx, rev, objs)
+	})
+	switch {
+	case err == nil:
+		w.unconfirmed.Store(false)
+		w.logger.Info("the source confirmed the restored cache: resuming the watch")
+	case ctx.Err() == nil:
+		// Unconfirmed stays set until the list replaces the state (Stats.Restored).
+		w.report(fmt.Errorf("informer %q: the restored cache is not the source's state, listing instead: %w", w.opts.Name, err))
 	}
-	return ctx.Err()
+	return err
 }
 
 // persistLoop saves the cache every Persister.Interval until ctx is done.
