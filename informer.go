@@ -238,7 +238,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
 	if opts.Persist != nil {
-		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk.Key, inf.refl.ResumeFrom, inf.proc.AbortWaits, inf.write, st)
+		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk.Key, inf.refl.ResumeFrom, inf.proc.AbortWaits, inf.fifo.Restored, inf.write, st)
 		inf.refl.ConfirmWith(inf.warm.Confirm)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
@@ -465,7 +465,7 @@ func (inf *Informer[K, V]) Stats() Stats {
 	s := inf.stats.Snapshot()
 	s.Synced = inf.write.HasSynced()
 	s.Restored = inf.fifo.Restored()
-	s.Unconfirmed = s.Restored && inf.warm != nil && inf.warm.Unconfirmed()
+	s.Unconfirmed = inf.warm != nil && inf.warm.Unconfirmed()
 	s.ReceivedRevision = inf.refl.LastSyncRevision()
 	s.LastErrorAt, s.LastError = inf.refl.LastError()
 	s.Handlers = inf.proc.Handlers()

@@ -21,6 +21,7 @@ type warm[K comparable, V any] struct {
 	key        func(V) (K, error) // the sink's Key
 	resumeFrom func(rev string)   // the reflector's ResumeFrom
 	abortWaits func()             // the processor's AbortWaits
+	restored   func() bool        // the queue's Restored: no list replaced the restored state
 	write      warmWriter[K, V]
 	store      warmStore[K, V]
 
@@ -44,9 +45,10 @@ type warmStore[K comparable, V any] interface {
 }
 
 // newWarm returns the warm restart of an informer: key is its sink's Key, resumeFrom its
-// reflector's ResumeFrom and abortWaits its processor's AbortWaits.
-func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), key func(V) (K, error), resumeFrom func(string), abortWaits func(), write warmWriter[K, V], st warmStore[K, V]) *warm[K, V] {
-	return &warm[K, V]{opts: opts, lw: lw, logger: logger, report: report, key: key, resumeFrom: resumeFrom, abortWaits: abortWaits, write: write, store: st}
+// reflector's ResumeFrom, abortWaits its processor's AbortWaits and restored its queue's
+// Restored.
+func newWarm[K comparable, V any](opts Options[K, V], lw ListerWatcher[V], logger *slog.Logger, report func(error), key func(V) (K, error), resumeFrom func(string), abortWaits func(), restored func() bool, write warmWriter[K, V], st warmStore[K, V]) *warm[K, V] {
+	return &warm[K, V]{opts: opts, lw: lw, logger: logger, report: report, key: key, resumeFrom: resumeFrom, abortWaits: abortWaits, restored: restored, write: write, store: st}
 }
 
 // identityWait bounds the first identity read of a warm start: past it, the informer
@@ -208,8 +210,8 @@ func (w *warm[K, V]) prove(ctx context.Context, rev string, objs []V) error {
 }
 
 // Unconfirmed reports whether the cache holds a restored state the source has not
-// confirmed yet (Options.ServeUnconfirmed).
-func (w *warm[K, V]) Unconfirmed() bool { return w.unconfirmed.Load() }
+// confirmed yet (Options.ServeUnconfirmed), and no list has replaced.
+func (w *warm[K, V]) Unconfirmed() bool { return w.unconfirmed.Load() && w.restored() }
 
 // Confirm checks a state restored unconfirmed, before the reflector resumes the watch:
 // it asks the source, backing off while it does not answer, for its identity and the
@@ -270,7 +272,7 @@ func (w *warm[K, V]) Save(ctx context.Context) {
 		w.logger.Debug("cache not saved: changes are still queued", "revision", sn.Revision())
 		return
 	}
-	if w.unconfirmed.Load() {
+	if w.Unconfirmed() {
 		return // the saved state is the one in the cache; nothing new is confirmed
 	}
 	var err error
