@@ -216,9 +216,10 @@ type ErrorReporting interface {
 // of etcd, the same server process behind a URL, the same Source value in memory. A
 // warm restart (Options.Persist) restores a saved cache only into a source of the same
 // identity; a source that does not implement it is taken to be the one the state was
-// saved from. The informer calls SourceID before it loads a saved state and, if it did
-// not get an answer then, before it saves one; an error there makes it list instead of
-// restoring, and skip that save.
+// saved from. The informer calls SourceID before it loads a saved state (waiting for a
+// source that does not answer, or serving the state unconfirmed: see
+// Options.ServeUnconfirmed) and before each save; a save whose call fails uses the
+// identity the source gave before, or is skipped if it never gave one.
 type SourceIdentifier interface {
 	// SourceID returns the source's identity, an opaque string. It may ask the source
 	// (one round trip) and must return promptly once ctx is done.

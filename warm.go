@@ -275,9 +275,15 @@ func (w *warm[K, V]) Save(ctx context.Context) {
 	if w.Unconfirmed() {
 		return // the saved state is the one in the cache; nothing new is confirmed
 	}
-	var err error
-	if w.sourceID == "" {
-		w.sourceID, err = w.identify(ctx, 30*time.Second)
+	// The identity is read again at each save (a cluster replaced under a running
+	// informer saves under its own); a source that does not answer now keeps the one
+	// it gave before.
+	id, err := w.identify(ctx, identityWait)
+	switch {
+	case err == nil:
+		w.sourceID = id
+	case w.sourceID != "":
+		err = nil
 	}
 	if err == nil {
 		err = w.opts.Persist.Save(ctx, w.describe(), sn)
