@@ -121,7 +121,27 @@ type Options[K comparable, V any] struct {
 	// While running, the informer saves the cache every Persister.Interval, when it
 	// changed and is exactly the source's state at a revision, and once more after Run's
 	// context is done (Run returns after that save). Default nil: no persistence.
+	//
+	// A source that implements HistoryProver is asked, before a loaded state is used,
+	// whether that state is its own at the saved revision (a cluster restored from a
+	// backup keeps its identity, not its history); if not, the informer reports it and
+	// lists. Set Options.Revision to the objects' own revisions for a full proof: without
+	// it only the number of objects is compared.
+	//
+	// A source that does not answer its identity read within 3 seconds at the start is
+	// named at Warn, and the informer waits for it before it uses the saved state, unless
+	// ServeUnconfirmed is set.
 	Persist Persister[K, V]
+	// ServeUnconfirmed makes a warm start whose source does not answer serve the saved
+	// state at once, not yet confirmed by the source: the informer is synced and Restored,
+	// and Stats.Unconfirmed is true, until the source answers; then it checks the
+	// source's identity and the state (HistoryProver) and resumes the watch, or lists and
+	// delivers only the differences. It needs a Persister that can say which source a
+	// state was saved from (package persist's File can). Default false: a program that
+	// acts on its cache (a controller) should not act on a state its source may have left
+	// long ago or never had (a cluster restored from a backup); a program that serves
+	// reads (a gateway, a dashboard) and says how fresh they are may set it.
+	ServeUnconfirmed bool
 }
 
 // Informer keeps a local, indexed copy of a ListerWatcher's collection and tells its
@@ -218,7 +238,8 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
 	if opts.Persist != nil {
-		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk.Key, inf.refl.ResumeFrom, inf.proc.AbortWaits, inf.write, st)
+		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk.Key, inf.refl.ResumeFrom, inf.proc.AbortWaits, inf.fifo.Restored, inf.write, st)
+		inf.refl.ConfirmWith(inf.warm.Confirm)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
 		er.ReportErrorsTo(inf.ReportError)
@@ -459,6 +480,7 @@ func (inf *Informer[K, V]) Stats() Stats {
 	s.Started = inf.started.Load()
 	s.Synced = inf.write.HasSynced()
 	s.Restored = inf.fifo.Restored()
+	s.Unconfirmed = inf.warm != nil && inf.warm.Unconfirmed()
 	s.ReceivedRevision = inf.refl.LastSyncRevision()
 	s.LastErrorAt, s.LastError = inf.refl.LastError()
 	s.Handlers = inf.proc.Handlers()

@@ -31,6 +31,9 @@ import (
 //     it could not decode) to the informer's ReportError.
 //   - SourceIdentifier: the source says which collection and history it serves, so that a
 //     warm restart restores a saved cache only into the same one.
+//   - HistoryProver: the source checks that a saved cache is its own state at the saved
+//     revision, so that a warm restart does not trust a state of another history (a
+//     cluster restored from a backup keeps its identity but not its history).
 //   - BatchedWatch (on a Watch, not the source): several changes at one revision (a
 //     transaction) reach the cache in one write, and their revision is reached only then.
 type ListerWatcher[V any] interface {
@@ -223,13 +226,34 @@ type ErrorReporting interface {
 // of etcd, the same server process behind a URL, the same Source value in memory. A
 // warm restart (Options.Persist) restores a saved cache only into a source of the same
 // identity; a source that does not implement it is taken to be the one the state was
-// saved from. The informer calls SourceID before it loads a saved state and, if it did
-// not get an answer then, before it saves one; an error there makes it list instead of
-// restoring, and skip that save.
+// saved from. The informer calls SourceID before it loads a saved state (waiting for a
+// source that does not answer, or serving the state unconfirmed: see
+// Options.ServeUnconfirmed) and before each save; a save whose call fails uses the
+// identity the source gave before, or is skipped if it never gave one.
 type SourceIdentifier interface {
 	// SourceID returns the source's identity, an opaque string. It may ask the source
 	// (one round trip) and must return promptly once ctx is done.
 	SourceID(ctx context.Context) (string, error)
+}
+
+// HistoryProver is implemented by a source that can check, for much less than a list
+// costs, that a saved state is the state its own history had at a revision. A source keeps
+// its identity (SourceIdentifier) across a restore from a backup, but the restored
+// history after the backup's revision is another one: a saved cache at a revision past
+// the backup's names a state the source never had. At a warm restart (Options.Persist)
+// the informer calls ProveHistory before it trusts a loaded state; on a running watch, a
+// source that sees its history change (a revision going backwards) fails the watch with
+// an error matching ErrOtherHistory, and the informer lists again as after an expiry.
+type HistoryProver interface {
+	// ProveHistory checks that the source held, at rev, exactly one object for each of
+	// revisions, which are the objects' own revisions (Options.Revision) of a saved
+	// state at rev, in no particular order; an entry is "" when the informer has no
+	// Options.Revision, and then only the number of objects is compared. It returns
+	// nil when the state is the source's, an error matching ErrOtherHistory when it is
+	// not, one matching ErrExpired when the source no longer keeps rev (the watch from
+	// rev will expire and the informer relist), and any other error when it could not
+	// ask. It must return promptly once ctx is done.
+	ProveHistory(ctx context.Context, rev string, revisions []string) error
 }
 
 // The error classes a source sorts its errors into. Match them with errors.Is. Their
@@ -259,6 +283,13 @@ var (
 	// a list page that did not return, a watch that sent nothing. The informer ended the
 	// call and tries again. It matches ErrRetryable.
 	ErrNoProgress error = &classError{msg: "no progress from the source", class: ErrRetryable}
+
+	// ErrOtherHistory means the source's revisions no longer belong to the history the
+	// informer followed: a revision went backwards, the source was restored from a
+	// backup or replaced, or a saved state is not the source's state at its revision
+	// (see HistoryProver). It matches ErrExpired: the informer lists again, and handlers
+	// hear only the differences.
+	ErrOtherHistory error = &classError{msg: "another history of the source", class: ErrExpired}
 
 	// ErrNotSupported means the source does not support what was asked (a streaming list).
 	ErrNotSupported = errors.New("not supported by the source")

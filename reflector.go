@@ -98,9 +98,10 @@ type reflector[V any] struct {
 	compare  RevisionComparer // nil when revisions are opaque
 	sink     reflectorSink[V]
 	backoff  *backoff
-	src      *sourceState // the last revision, the last failure
-	pages    *lister[V]   // reads one list
-	noStream bool         // the source said ErrNotSupported to a streaming list
+	src      *sourceState                    // the last revision, the last failure
+	pages    *lister[V]                      // reads one list
+	noStream bool                            // the source said ErrNotSupported to a streaming list
+	confirm  func(ctx context.Context) error // checks a restored state before its watch
 
 	// Used by the reflector's goroutine only.
 	unservable string // a revision the source answered expired to a list at
@@ -446,6 +447,9 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 		return false, nil
 	case errors.Is(err, ErrExpired):
 		r.cfg.stats.Expired()
+		if errors.Is(err, ErrOtherHistory) { // unlike a compaction, worth telling
+			r.cfg.report(r.opErr("watch", err))
+		}
 		if r.progressed {
 			r.cfg.logger.Debug("watch revision expired after progress; relisting promptly", "err", err)
 			return false, errRelistPromptly
@@ -594,8 +598,11 @@ func (r *reflector[V]) stop(w Watch[V]) {
 // resumeWatch is the pass of listAndWatch that resumes a restored state: the resync timer
 // and the watch, without a list.
 func (r *reflector[V]) resumeWatch(ctx context.Context) error {
-	defer r.startResync(ctx)()
 	r.progressed = true // an expired snapshot revision is expected: relist promptly
+	if r.confirm != nil && r.confirm(ctx) != nil {
+		return errRelistPromptly // refused, and reported, by confirm
+	}
+	defer r.startResync(ctx)()
 	return r.watchLoop(ctx, nil)
 }
 
@@ -620,3 +627,7 @@ func (r *reflector[V]) LastError() (time.Time, error) { return r.src.LastError()
 // older than the source's history), the reflector relists promptly, as after an expiry
 // that followed progress: the restored state counts as progress.
 func (r *reflector[V]) ResumeFrom(rev string) { r.src.ResumeFrom(rev) }
+
+// ConfirmWith makes a resumed watch wait for confirm, which checks the restored state
+// (see warm.Confirm); an error makes the reflector list instead.
+func (r *reflector[V]) ConfirmWith(confirm func(ctx context.Context) error) { r.confirm = confirm }

@@ -27,6 +27,12 @@ type Stats struct {
 	// list has replaced: the watch resumed from the saved revision and is bringing it up to
 	// date. It turns false once a list (after an expired revision, say) replaces the state.
 	Restored bool
+	// Unconfirmed reports whether the cache holds a restored state that its source has not
+	// confirmed yet (Options.ServeUnconfirmed): the source did not answer at the start.
+	// A program that serves the cache says so to its readers (a readiness answer, a
+	// header). It turns false once the source has confirmed the state or a list has
+	// replaced it.
+	Unconfirmed bool
 	// ReceivedRevision is the revision of the last list or watch event the informer
 	// received ("" before the first). The cache may not have applied it yet: the revision
 	// the cache reflects is Snapshot().Revision(); to wait for one, WaitForRevision.

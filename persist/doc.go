@@ -70,6 +70,23 @@
 //     examples/configmirror's TestEmbeddedWarmRestart).
 //   - Changes are saved: every Interval while the informer runs, when the cache changed,
 //     and once more when it stops (TestPeriodicSave).
+//   - Never trusted across a restore: a source restored from a backup keeps its
+//     identity but not its history, so a source that implements informer.HistoryProver
+//     (source/etcd) is asked, before a loaded state is used, whether it is its own state
+//     at the saved revision; if not, the informer reports an error matching
+//     informer.ErrOtherHistory and lists (TestWarmRestartRestoredEtcd in source/etcd). A
+//     running informer across such a restore relists the same way, delivering only the
+//     differences (TestRunningInformerAcrossRestore). Restoring etcd with
+//     `etcdutl snapshot restore --bump-revision N --mark-compacted` (etcd's advice when
+//     clients watch) makes every saved and watched revision compacted: warm starts and
+//     running informers relist at once (TestRestoreBumpRevisionRelists).
+//   - A source that does not answer at a warm start is named at Warn within 5 s, with
+//     what to do; the informer waits for it and then uses the saved state, or, with
+//     informer.Options.ServeUnconfirmed, serves the saved state at once marked
+//     informer.Stats.Unconfirmed (File.SavedSource says which source it was saved from)
+//     and confirms or relists when the source answers (TestWarmStartEtcdDown,
+//     TestWarmStartEtcdDownServeUnconfirmed, TestWarmStartEtcdDownRestoredUnconfirmed in
+//     source/etcd).
 //
 // # Costs and format
 //

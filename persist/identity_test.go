@@ -126,3 +126,29 @@ func TestWarmRestartRefusesOtherSource(t *testing.T) {
 		t.Fatalf("reported %v, want one ErrIncompatible about the source", e)
 	}
 }
+
+// SavedSource reads the source identity a snapshot was saved with, without loading it;
+// no snapshot is ErrNoPersistedState.
+func TestSavedSource(t *testing.T) {
+	dir := t.TempDir()
+	key := func(h *host) string { return h.Name }
+	a := memory.New(key, memory.Options{})
+	a.Put(&host{Name: "h", Addr: "a"})
+	id, err := a.SourceID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := persist.New[string, *host](dir, persist.Options[*host]{Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := informer.PersistedCache{Informer: "informer"}
+	if _, err := f.SavedSource(context.Background(), desc); !errors.Is(err, informer.ErrNoPersistedState) {
+		t.Fatalf("SavedSource with no snapshot: %v, want ErrNoPersistedState", err)
+	}
+	_, _, stop := runPersisted(t, a, dir, key)
+	stop()
+	if got, err := f.SavedSource(context.Background(), desc); err != nil || got != id {
+		t.Fatalf("SavedSource = %q, %v; want %q", got, err, id)
+	}
+}

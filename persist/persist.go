@@ -205,6 +205,26 @@ func (f *File[K, V]) Load(ctx context.Context, desc informer.PersistedCache, add
 	return h.revision, nil
 }
 
+// errHeaderRead stops SavedSource's read after the header.
+var errHeaderRead = errors.New("header read")
+
+// SavedSource returns the source identity (informer.PersistedCache.Source) the snapshot
+// for desc was saved with, reading its header only. The informer uses it to serve a saved
+// cache while its source does not answer (informer.Options.ServeUnconfirmed), and checks
+// the identity once the source answers. No file: an error matching
+// informer.ErrNoPersistedState.
+func (f *File[K, V]) SavedSource(ctx context.Context, desc informer.PersistedCache) (string, error) {
+	var source string
+	_, err := readFile(ctx, f.Path(desc), f.opts.Codec, func(h *header) error {
+		source = h.source
+		return errHeaderRead
+	}, func(V) {})
+	if !errors.Is(err, errHeaderRead) {
+		return "", err
+	}
+	return source, nil
+}
+
 // check refuses a header written for another configuration.
 func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 	switch {

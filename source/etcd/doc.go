@@ -54,6 +54,29 @@
 // OnDelete as a tombstone, finalStateUnknown true, with the last state the informer knew.
 // A delete is never dropped.
 //
+// # Restores from a backup
+//
+// An etcd restored from a backup (etcdutl snapshot restore with the cluster's own name,
+// peer URLs and token, etcd's disaster recovery) keeps its cluster ID, so SourceID does
+// not change, but its history after the backup's revision is another one. Two checks
+// keep an informer from trusting the old one:
+//
+//   - At a warm restart, Source.ProveHistory (informer.HistoryProver) reads the prefix at
+//     the saved revision without values and compares the number of keys and their
+//     ModRevisions with the saved state's; if they differ, the informer lists. For the
+//     ModRevisions, decode with NewKV, keep kv.ModRevision in the object and return it
+//     from informer.Options.Revision; without it only the number of keys is compared.
+//   - On a running watch, every response's header and every reconnection of the client
+//     (which resumes the watch without telling) are checked: a cluster behind the
+//     revision the watch has seen, or another cluster ID, ends the watch with an error
+//     that matches informer.ErrOtherHistory (and so informer.ErrExpired); the informer
+//     reports it and relists, and handlers hear only the differences. Each watch holds
+//     one goroutine that waits for the connection's state to change.
+//
+// Restoring with --bump-revision N --mark-compacted (etcd's advice when clients watch)
+// makes every earlier revision compacted: warm starts and running informers relist at
+// once, with no proof needed.
+//
 // # Errors
 //
 // Every error names what failed and, for a request to etcd, the endpoints of the client

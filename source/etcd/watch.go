@@ -9,9 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/informer-go/informer"
@@ -86,6 +88,8 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	}
 
 	w := &watch[V]{src: s, parent: ctx, ctx: wctx, cancel: cancel, ch: ch, bookmarks: opts.AllowBookmarks, after: after}
+	w.hist.see(after)
+	go w.monitor()
 	if opts.Timeout > 0 {
 		w.timer = time.NewTimer(opts.Timeout)
 		w.timeout = w.timer.C
@@ -109,6 +113,7 @@ type watch[V any] struct {
 	timeout   <-chan time.Time
 	bookmarks bool
 	after     int64 // the revision the watch streams changes after
+	hist      history
 
 	// The events of the current etcd response not yet returned, and their etcd revisions.
 	buf  []informer.Event[V]
@@ -179,6 +184,8 @@ func (w *watch[V]) closedErr() error {
 	switch {
 	case w.stopped.Load():
 		return errWatchStopped
+	case w.hist.err.Load() != nil:
+		return *w.hist.err.Load()
 	case w.parent.Err() != nil:
 		return fmt.Errorf("etcd watch: %w", w.parent.Err())
 	}
@@ -197,15 +204,24 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 		w.fail(classify(w.parent, w.src.at("watch"), err))
 		return
 	}
+	if resp.Created && resp.Header.Revision < w.after {
+		w.fail(newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", w.src.at("watch"), w.after, resp.Header.Revision))
+		return
+	}
+	if w.hist.suspect(resp.Header) {
+		if err := w.verify(w.parent); err != nil {
+			w.fail(err)
+			return
+		}
+	}
+	if n := len(resp.Events); n > 0 {
+		w.hist.see(resp.Events[n-1].Kv.ModRevision)
+	}
 	if resp.IsProgressNotify() {
 		if w.bookmarks {
 			w.push(informer.Event[V]{Type: informer.Bookmark}, resp.Header.Revision)
 			w.finishRevisions(0)
 		}
-		return
-	}
-	if resp.Created && resp.Header.Revision < w.after {
-		w.fail(newError(informer.ErrExpired, nil, "etcd %s: revision %d is newer than the cluster's %d (not from this cluster's history)", w.src.at("watch"), w.after, resp.Header.Revision))
 		return
 	}
 	if len(resp.Events) == 0 {
@@ -292,4 +308,79 @@ func (s *Source[V]) decodeDeleted(e *clientv3.Event) (V, error) {
 		s.reportDecodeDeleted(e.Kv.Key, e.Kv.ModRevision, err)
 	}
 	return obj, err
+}
+
+// history is what a watch knows of the cluster's history: the newest revision it has
+// seen and the cluster ID. A response with an older revision or another cluster, or a
+// reconnection of the client, makes it read the cluster's header (linearizable: a member
+// that lags is not taken for another history); a revision behind the one seen, or another
+// cluster ID, ends the watch with informer.ErrOtherHistory.
+type history struct {
+	seen    atomic.Int64
+	cluster atomic.Uint64
+	err     atomic.Pointer[error] // why the watch ended, set by the connection monitor
+}
+
+// suspect reports whether a response header does not fit the history seen so far; it
+// records the header's revision and cluster otherwise.
+func (h *history) suspect(hd *pb.ResponseHeader) bool {
+	if hd == nil || hd.Revision == 0 {
+		return false
+	}
+	if c := h.cluster.Load(); c != 0 && c != hd.ClusterId || hd.Revision < h.seen.Load() {
+		return true
+	}
+	h.cluster.Store(hd.ClusterId)
+	h.see(hd.Revision)
+	return false
+}
+
+// see records a revision the watch has reached.
+func (h *history) see(rev int64) {
+	for {
+		old := h.seen.Load()
+		if rev <= old || h.seen.CompareAndSwap(old, rev) {
+			return
+		}
+	}
+}
+
+// verify reads the cluster's header and returns an error matching
+// informer.ErrOtherHistory if the cluster is behind the history seen or is another
+// cluster; any other error if it could not ask.
+func (w *watch[V]) verify(ctx context.Context) error {
+	hd, err := w.src.header(ctx)
+	if err != nil {
+		return classify(ctx, w.src.at("watch history check"), err)
+	}
+	if c := w.hist.cluster.Load(); c != 0 && c != hd.ClusterId {
+		return newError(informer.ErrOtherHistory, nil, "etcd %s: the cluster ID changed from %x to %x: another cluster answers at these endpoints; relisting", w.src.at("watch"), c, hd.ClusterId)
+	}
+	if seen := w.hist.seen.Load(); hd.Revision < seen {
+		return newError(informer.ErrOtherHistory, nil, "etcd %s: the cluster is at revision %d, behind the %d this watch has seen: it was restored from a backup or replaced; relisting", w.src.at("watch"), hd.Revision, seen)
+	}
+	return nil
+}
+
+// monitor verifies the history each time the client's connection becomes ready again
+// (etcd's client resumes a watch across a reconnection without telling), until the watch
+// ends. A failed check ends the watch with its error.
+func (w *watch[V]) monitor() {
+	conn := w.src.client.ActiveConnection()
+	if conn == nil {
+		return
+	}
+	state := conn.GetState()
+	for conn.WaitForStateChange(w.ctx, state) {
+		// Ready after a change: the connection was lost and made again.
+		if state = conn.GetState(); state != connectivity.Ready {
+			continue
+		}
+		err := w.verify(w.ctx)
+		if errors.Is(err, informer.ErrOtherHistory) {
+			w.hist.err.Store(&err)
+			w.cancel()
+			return
+		}
+	}
 }
