@@ -191,6 +191,10 @@ func lastErr(s informer.Stats) string {
 func listedSoFar(s informer.Stats) (int64, bool) { return s.ListObjects, !s.ListStarted.IsZero() }
 
 // cacheNote is what /readyz?verbose adds to a ready cache's line: a restored snapshot its
-// source has not confirmed yet, when the informer tells (it does not yet: this is where
-// Stats says so).
-func cacheNote(s informer.Stats) string { return "" }
+// source has not confirmed yet (informer.Options.ServeUnconfirmed).
+func cacheNote(s informer.Stats) string {
+	if s.Unconfirmed {
+		return "restored, not yet confirmed by its source"
+	}
+	return ""
+}
