@@ -112,6 +112,19 @@ func (b *batch[K, V]) Page() *firstList[K, V] {
 	}
 	return nil
 }
+
+// Listed reports whether b holds a change of a list: an object of it, or a tombstone of
+// a key it lacked.
+func (b *batch[K, V]) Listed() bool {
+	for i := range b.Len() {
+		for _, d := range b.items[i].list.deltas {
+			if d.Relisted() || d.Unknown() {
+				return true
+			}
+		}
+	}
+	return b.Page() != nil
+}
 func (b *batch[K, V]) pages() int {
 	if len(b.items) == 1 && b.items[0].bulk != nil {
 		return 1

@@ -775,3 +775,41 @@ func expiringWatch(ctx context.Context, release <-chan struct{}) Watch[string] {
 		}
 	}, nil)
 }
+
+// A list of another history (a source restored from a backup) at a revision older than
+// the cache had reached moves WaitForRevision back with the cache: a revision between the
+// two is waited for again, not taken as reached by the history that was left.
+func TestReflector_OtherHistoryListMovesWaitForRevisionBack(t *testing.T) {
+	var lists counter
+	lw := orderedLW{ListerWatcherFuncs: ListerWatcherFuncs[*string]{
+		ListFunc: func(ctx context.Context, opts ListOptions) (List[*string], error) {
+			if lists.next() == 1 {
+				return List[*string]{Items: []*string{ptr("a=1")}, Revision: "10"}, nil
+			}
+			return List[*string]{Items: []*string{ptr("a=restored")}, Revision: "5"}, nil
+		},
+		WatchFunc: func(ctx context.Context, opts WatchOptions) (Watch[*string], error) {
+			if opts.Revision == "20" {
+				return nil, fmt.Errorf("%w: the source went back to revision 5", ErrOtherHistory)
+			}
+			if opts.Revision == "10" {
+				return &sliceWatch{events: []Event[*string]{{Type: Modified, Object: ptr("a=2"), Revision: "20"}},
+					err: fmt.Errorf("%w: the source went back to revision 5", ErrOtherHistory)}, nil
+			}
+			return newIdleWatch(ctx), nil
+		},
+	}}
+	inf, _, _ := runBadSource(t, lw)
+	waitState(t, "the relist of the restored source applied", func() bool {
+		o, ok := inf.Get("a")
+		return ok && *o == "a=restored"
+	})
+	if got := inf.Snapshot().Revision(); got != "5" {
+		t.Fatalf("snapshot revision %q after the relist, want 5", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := inf.WaitForRevision(ctx, "7"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitForRevision(7) on a cache at revision 5 of the new history: %v, want it to wait", err)
+	}
+}

@@ -63,6 +63,11 @@ func (w *writer[K, V]) Run() {
 		w.mu.Lock()
 		notes, applied, objects := w.store.Apply(&b, exact, w.proc.Buffer())
 		w.wrote(applied, objects)
+		if inclusive {
+			// A list behind what the cache had reached (a source of another history,
+			// restored from a backup) takes WaitForRevision back with the cache.
+			w.wm.MoveBack(rev, b.Listed)
+		}
 		w.queue.Done(&b)
 		if synced {
 			// The first list is in. If it was written in an order that left the trees'
@@ -180,7 +185,7 @@ type watermarks struct {
 }
 
 // Advance records that the cache holds every change older than rev (or as old, when
-// inclusive) and wakes Wait callers. It never moves the watermark back.
+// inclusive) and wakes Wait callers. It never moves the watermark back (MoveBack does).
 func (m *watermarks) Advance(rev string, inclusive bool) {
 	if rev == "" {
 		return
@@ -196,6 +201,24 @@ func (m *watermarks) Advance(rev string, inclusive bool) {
 	}
 	m.rev, m.inclusive, m.set = rev, inclusive, true
 	m.wakeLocked()
+}
+
+// MoveBack moves the watermark back to rev, every change of it in, if rev is older and
+// listed reports that the batch that reached it holds a list: the cache went back with the
+// source's history, and a revision between the two has to be waited for again.
+func (m *watermarks) MoveBack(rev string, listed func() bool) {
+	if rev == "" || m.cmp == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.set {
+		return
+	}
+	if c, err := m.cmp.CompareRevisions(rev, m.rev); err != nil || c >= 0 || !listed() {
+		return
+	}
+	m.rev, m.inclusive = rev, true
 }
 
 // Stop makes Wait callers return ErrStopped.
