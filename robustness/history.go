@@ -14,8 +14,11 @@ import (
 
 // Change is one key's change at one etcd revision: a put of Value, or a delete.
 type Change struct {
-	Key     string
-	Value   string
+	// Key is the etcd key the change wrote, with the prefix.
+	Key string
+	// Value is the value a put wrote ("" for a delete).
+	Value string
+	// Deleted is true for a delete, false for a put.
 	Deleted bool
 }
 
@@ -25,15 +28,19 @@ type Change struct {
 // ended. A restore from a backup starts a new epoch whose revisions may repeat those of
 // the one before with other contents: that is what makes a restore dangerous to a cache.
 type Epoch struct {
-	Base    int64
+	// Base is the revision of the epoch's base state.
+	Base int64
+	// Initial is the base state: the prefix's keys and values at Base (empty at the start).
 	Initial map[string]string
-	End     int64
+	// End is the revision etcd was at when the epoch ended.
+	End int64
 	// Shared is the revision up to which this epoch's history is the one before it: the
 	// revision of the backup it was restored from (0 for the first epoch).
 	Shared int64
 	// Revs are the revisions at which the prefix changed, ascending; Changes[i] are the
 	// changes of Revs[i] (several for a transaction or a lease expiry).
-	Revs    []int64
+	Revs []int64
+	// Changes[i] are the changes made at Revs[i].
 	Changes [][]Change
 	// byKey[k] are the revisions at which k changed, ascending, and the values (""
 	// deleted) it took: an index of Revs/Changes for StateAt.
@@ -141,7 +148,9 @@ func (e *Epoch) Slice(from, to int64) string {
 // History is etcd's own record of the prefix during a run: one epoch per stretch between
 // restores, in order.
 type History struct {
+	// Prefix is the etcd key prefix the history records.
 	Prefix string
+	// Epochs are the epochs of the run, in order: one per stretch between restores.
 	Epochs []*Epoch
 }
 

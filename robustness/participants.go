@@ -79,6 +79,7 @@ func (f *savingFile) Load(ctx context.Context, desc informer.PersistedCache, add
 
 // InformerSpec describes one informer of a run.
 type InformerSpec struct {
+	// Name is the informer's name, the Who of its reads and errors.
 	Name string
 	// SlowTransform is how long Transform takes per object (0: no Transform).
 	SlowTransform time.Duration

@@ -10,6 +10,7 @@ import (
 
 // Item is what every informer of the suite mirrors: an etcd key and its value.
 type Item struct {
+	// Key is the etcd key, with the prefix; Value is its value.
 	Key, Value string
 }
 
@@ -23,6 +24,7 @@ type Read struct {
 	Restores int
 	// Label is the revision the state said it reflects.
 	Label int64
+	// State is the state read: key → value.
 	State map[string]string
 	// Index is the state's "last" index as the reader saw it: value → keys, sorted; nil
 	// when the read had no index to check.
@@ -40,9 +42,11 @@ type Read struct {
 
 // Note is one notification a handler received.
 type Note struct {
+	// Handler is the name of the handler that received the notification.
 	Handler string
 	Seq     int    // per handler, from 0
 	Kind    string // "add", "update", "delete", "resync"
+	// Key is the key of the object notified about.
 	Key     string
 	Value   string // the new state; for a delete, the last state given
 	Old     string // for an update, the old state given
@@ -63,9 +67,12 @@ const (
 // Handler records every notification it is given, in order, for the validators; Delay
 // makes it slow.
 type Handler struct {
-	Name   string
+	// Name is the handler's name, recorded in its notes.
+	Name string
+	// Policy is the handler's queue policy.
 	Policy Policy
-	Delay  time.Duration
+	// Delay is how long the handler sleeps on each notification (0: none).
+	Delay time.Duration
 
 	mu    sync.Mutex
 	notes []Note
@@ -131,10 +138,13 @@ func (h *Handler) State() map[string]string {
 
 // Recording is everything the participants of a run saw, for the validators.
 type Recording struct {
-	mu       sync.Mutex
-	Reads    []Read
+	mu sync.Mutex
+	// Reads are the states the participants were seen to hold, in recording order.
+	Reads []Read
+	// Handlers are the recording handlers of the run's informers.
 	Handlers []*Handler
-	Errors   []ReportedError
+	// Errors are the errors the informers' ErrorHandlers received.
+	Errors []ReportedError
 	// Waits are the read-your-writes checks: a read after WaitForRevision returned.
 	Waits []Wait
 	// Writes are the leader-only writes the reconcile loop had accepted, in acceptance order.
@@ -147,14 +157,19 @@ type Recording struct {
 
 // ReportedError is one error an informer's ErrorHandler received.
 type ReportedError struct {
+	// Informer is the name of the informer that reported the error.
 	Informer string
-	Text     string
+	// Text is the error's message.
+	Text string
 }
 
 // Wait is a read taken after WaitForRevision(Rev) returned: its Label must be at least Rev.
 type Wait struct {
-	Who   string
-	Rev   int64
+	// Who is the participant that waited and read.
+	Who string
+	// Rev is the revision WaitForRevision was given.
+	Rev int64
+	// Label is the revision the read's state said it reflects.
 	Label int64
 }
 
@@ -163,9 +178,13 @@ type Wait struct {
 // the restores begun before it was sent and still when it was accepted (a write that a
 // restore overlapped is not recorded: which history took it is unknown).
 type FencedWrite struct {
-	Term  int64
-	Rev   int64
-	Key   string
+	// Term is the writer's leadership term: the election key's create revision.
+	Term int64
+	// Rev is the revision etcd gave the write.
+	Rev int64
+	// Key is the etcd key written.
+	Key string
+	// Epoch is the number of restores begun before the write was sent.
 	Epoch int
 }
 

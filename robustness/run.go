@@ -54,7 +54,8 @@ type Config struct {
 	Duration time.Duration
 	// Failures are the kinds to draw from; Count how many to inject, at random times.
 	Failures []string
-	Count    int
+	// Count is how many failures to inject.
+	Count int
 	// SingleKey makes every change touch one key (no multi-key transaction, one key per
 	// lease): a run that cannot tear a transaction, to tell the other guarantees apart.
 	SingleKey bool
@@ -73,14 +74,20 @@ type Config struct {
 
 // Result is what a run did and found.
 type Result struct {
-	Seed       int64
-	Ops        int
-	OpErrors   int
-	Failures   map[string]int
-	Reads      int            // states validated: reads, saved and restored snapshots
-	ReadKinds  map[string]int // the same by kind
-	Notes      int            // notifications validated
-	Waits      int
+	// Seed is the run's seed (Config.Seed).
+	Seed int64
+	// Ops is the number of traffic operations sent.
+	Ops int
+	// OpErrors is the number of traffic operations that returned an error.
+	OpErrors int
+	// Failures counts the failures injected, by kind.
+	Failures  map[string]int
+	Reads     int            // states validated: reads, saved and restored snapshots
+	ReadKinds map[string]int // the same by kind
+	Notes     int            // notifications validated
+	// Waits is the number of read-your-writes checks validated.
+	Waits int
+	// Violations are the broken guarantees the validators found.
 	Violations []Violation
 	Report     string // the report's path when there were violations
 	Setup      error  // a run that could not be set up or quiesced validates nothing

@@ -10,11 +10,15 @@ import (
 // Violation is a guarantee a run broke: which validator found it, what it found, and the
 // slice of etcd's history it concerns.
 type Violation struct {
+	// Validator is the name of the validator that found the violation.
 	Validator string
-	Message   string
-	Slice     string
+	// Message says what was found.
+	Message string
+	// Slice is the part of etcd's history the violation concerns, as text ("": none).
+	Slice string
 }
 
+// String returns the violation as text: the validator, the message and the slice, if any.
 func (v Violation) String() string {
 	s := v.Validator + ": " + v.Message
 	if v.Slice != "" {
@@ -247,9 +251,11 @@ func (h *History) Final() map[string]string {
 
 // FinalState is a participant's state once the run has quiesced.
 type FinalState struct {
+	// Who is the participant: informer, client or handler name.
 	Who    string
 	Filter string // a filtered client's filter value: it holds the keys whose values index there
-	State  map[string]string
+	// State is the participant's final state: key → value.
+	State map[string]string
 }
 
 // CheckConverged checks that, once the run has quiesced (traffic stopped, failures
@@ -284,9 +290,13 @@ func CheckConverged(h *History, finals []FinalState) []Violation {
 // policy, and whether its informer listed only once (no relist, no restore, no warm
 // start) during the run, so that every state must have reached it.
 type HandlerRun struct {
-	Name      string
-	Policy    Policy
-	Notes     []Note
+	// Name is the handler's name.
+	Name string
+	// Policy is the handler's queue policy.
+	Policy Policy
+	// Notes are the handler's notifications, in order.
+	Notes []Note
+	// ListedOne is true when the handler's informer listed only once during the run.
 	ListedOne bool
 }
 
