@@ -319,7 +319,7 @@ func (inf *Informer[K, V]) Run(ctx context.Context) error {
 	inf.proc.AbortWaits()
 	wg.Wait()
 	if inf.opts.Persist != nil {
-		inf.warm.Save(context.WithoutCancel(ctx)) // the pipeline has stopped: the last state
+		inf.warm.SaveLast(context.WithoutCancel(ctx)) // the pipeline has stopped: the last state
 	}
 
 	// The handlers stop strictly after the pipeline that feeds them.

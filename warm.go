@@ -256,11 +256,18 @@ func (w *warm[K, V]) Loop(ctx context.Context) {
 	}
 }
 
-// save saves the cache if it changed since the last save and is exactly the source's
+// Save saves the cache if it changed since the last save and is exactly the source's
 // state at its revision (no change of a later revision applied, none of an earlier one
-// still queued); otherwise it leaves the saved state as it is. Called from one goroutine
-// at a time.
-func (w *warm[K, V]) Save(ctx context.Context) {
+// still queued); otherwise it leaves the saved state as it is. The source's identity is
+// read again first. Called from one goroutine at a time.
+func (w *warm[K, V]) Save(ctx context.Context) { w.save(ctx, true) }
+
+// SaveLast is Save as the informer stops: under the identity the source gave last, if it
+// gave one, so that a stop never waits for a source that is away (the pipeline has
+// stopped: no change of another history can reach the cache any more).
+func (w *warm[K, V]) SaveLast(ctx context.Context) { w.save(ctx, w.sourceID == "") }
+
+func (w *warm[K, V]) save(ctx context.Context, identify bool) {
 	if !w.write.HasSynced() {
 		return
 	}
@@ -278,12 +285,16 @@ func (w *warm[K, V]) Save(ctx context.Context) {
 	// The identity is read again at each save (a cluster replaced under a running
 	// informer saves under its own); a source that does not answer now keeps the one
 	// it gave before.
-	id, err := w.identify(ctx, identityWait)
-	switch {
-	case err == nil:
-		w.sourceID = id
-	case w.sourceID != "":
-		err = nil
+	var err error
+	if identify {
+		var id string
+		id, err = w.identify(ctx, identityWait)
+		switch {
+		case err == nil:
+			w.sourceID = id
+		case w.sourceID != "":
+			err = nil
+		}
 	}
 	if err == nil {
 		err = w.opts.Persist.Save(ctx, w.describe(), sn)
