@@ -2,26 +2,62 @@
 // source/postgres: Debian's postgresql package (installed with apt-get when absent and the
 // process is root), a cluster in a temporary directory with wal_level=logical, listening
 // on a free loopback port, stopped by Stop or, should the process die first, by a
-// watchdog that notices. The work is done by server.sh beside this file; see its header.
+// watchdog that notices. The work is done by server.sh beside this file (embedded, and run
+// from a copy in the temporary directory); see its header.
 package pgtest
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 )
 
-// Script is the path of server.sh.
-var Script = func() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "server.sh")
-}()
+//go:embed server.sh
+var serverScript []byte
+
+// script returns the path of a copy of server.sh, written once per content under the
+// temporary directory: the source file's own path is not known to a binary built with
+// -trimpath or from the module cache, and the watchdog runs the script again after this
+// process is gone.
+var script = sync.OnceValues(func() (string, error) {
+	sum := sha256.Sum256(serverScript)
+	dir := filepath.Join(os.TempDir(), "informer-pgtest-"+hex.EncodeToString(sum[:8]))
+	path := filepath.Join(dir, "server.sh")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("pgtest: writing server.sh: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "server.sh.*")
+	if err != nil {
+		return "", fmt.Errorf("pgtest: writing server.sh: %w", err)
+	}
+	_, err = tmp.Write(serverScript)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o755)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path) // whole or not at all, for processes racing here
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("pgtest: writing server.sh: %w", err)
+	}
+	return path, nil
+})
 
 // Server is a running PostgreSQL server started by Start.
 type Server struct {
@@ -44,7 +80,11 @@ type Options struct {
 // called. Starting takes a few seconds (a new cluster); installing, on a fresh machine,
 // about ten more.
 func Start(opts Options) (*Server, error) {
-	cmd := exec.Command(Script, "start")
+	sh, err := script()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(sh, "start")
 	cmd.Env = append(os.Environ(), "PGTEST_PARENT_PID="+strconv.Itoa(os.Getpid()))
 	if opts.WalLevel != "" {
 		cmd.Env = append(cmd.Env, "PGTEST_WAL_LEVEL="+opts.WalLevel)
@@ -53,7 +93,7 @@ func Start(opts Options) (*Server, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %s start: %v\n%s", Script, err, stderr.Bytes())
+		return nil, fmt.Errorf("pgtest: %s start: %v\n%s", sh, err, stderr.Bytes())
 	}
 	s := &Server{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -71,7 +111,7 @@ func Start(opts Options) (*Server, error) {
 		}
 	}
 	if s.Dir == "" || s.URL == "" {
-		return nil, fmt.Errorf("pgtest: %s start printed no PGTEST_DIR and PGTEST_URL: %q", Script, out)
+		return nil, fmt.Errorf("pgtest: %s start printed no PGTEST_DIR and PGTEST_URL: %q", sh, out)
 	}
 	return s, nil
 }
@@ -85,11 +125,15 @@ func (s *Server) Restart(mode string) error { return s.run("restart", mode) }
 func (s *Server) Stop() error { return s.run("stop") }
 
 func (s *Server) run(args ...string) error {
-	cmd := exec.Command(Script, args...)
+	sh, err := script()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(sh, args...)
 	cmd.Env = append(os.Environ(), "PGTEST_DIR="+s.Dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pgtest: %s %s: %v\n%s", Script, strings.Join(args, " "), err, out)
+		return fmt.Errorf("pgtest: %s %s: %v\n%s", sh, strings.Join(args, " "), err, out)
 	}
 	return nil
 }
