@@ -176,11 +176,11 @@ func (m *Manager) healthChecks(r *http.Request) []check {
 	for _, d := range dogs {
 		checks = append(checks, check{name: fmt.Sprintf("watchdog %q", d.name), err: d.check(now)})
 	}
-	if s := m.leader.Load(); s != nil && m.opts.Elector != nil {
+	if l := m.leadership(); l != nil && m.opts.Elector != nil {
 		var err error
-		if since := now.Sub(s.l.Renewed()); since > s.l.RenewDeadline() {
+		if since := now.Sub(l.Renewed()); since > l.RenewDeadline() {
 			err = fmt.Errorf("leading term %d but no renewal acknowledged for %v (renew deadline %v)",
-				s.l.Term().Value, since.Round(time.Millisecond), s.l.RenewDeadline())
+				l.Term().Value, since.Round(time.Millisecond), l.RenewDeadline())
 		}
 		checks = append(checks, check{name: "leader election", err: err})
 	}

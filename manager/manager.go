@@ -178,26 +178,16 @@ type Manager struct {
 	started   bool
 	run       *runState // the running manager's groups; nil before Start and after the stop
 
-	leaderMu sync.Mutex
-	// leaderRunning counts the leader-only runnables running now, by name.
-	leaderRunning map[string]int
-	electionState string // what the campaign loop is doing, for a stop that overruns
+	election *electionStatus
 
-	phase     atomic.Int32
-	leader    atomic.Pointer[leaderState] // nil: not leading
-	leaderID  atomic.Pointer[string]      // the observed leader's identity
-	failedAt  atomic.Pointer[string]      // why Start ended with an error
-	elected   chan struct{}               // closed when this replica first leads
-	electOnce sync.Once
+	phase    atomic.Int32
+	failedAt atomic.Pointer[string] // why Start ended with an error
 
 	stopBy atomic.Int64 // unix nanos by which the stop must be done; 0 before it begins
 
 	srcMu     sync.Mutex
 	srcHealth map[Cache]*sourceHealth
 }
-
-// leaderState is the current term as the health checks see it.
-type leaderState struct{ l Leadership }
 
 // New returns a manager configured by opts. It fails on options that cannot work
 // together, saying what to change: an Elector whose timing is inconsistent, a
@@ -229,7 +219,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{opts: opts, log: opts.Logger, srcHealth: map[Cache]*sourceHealth{}, elected: make(chan struct{})}
+	m := &Manager{opts: opts, log: opts.Logger, srcHealth: map[Cache]*sourceHealth{}, election: newElectionStatus()}
 	if m.opts.OnLeaderStuck == nil {
 		m.opts.OnLeaderStuck = func(names []string) {
 			m.log.Error("leader-only runnables did not stop before the lease could expire: exiting", "runnables", names)
@@ -412,27 +402,4 @@ func (m *Manager) waitForSync(ctx context.Context, syncers []informer.Syncer, fa
 		}
 	}
 	return nil
-}
-
-// Leading reports whether the manager leads now, and the term.
-func (m *Manager) Leading() (Term, bool) {
-	s := m.leader.Load()
-	if s == nil {
-		return Term{}, false
-	}
-	return s.l.Term(), true
-}
-
-// Elected returns a channel closed when this replica first leads (at once without an
-// Elector), as controller-runtime's Elected does. It is never closed on a replica that
-// never leads.
-func (m *Manager) Elected() <-chan struct{} { return m.elected }
-
-// Leader returns the identity of the replica that leads, as the Elector last observed it
-// ("" when none leads or the Elector is not a LeaderObserver).
-func (m *Manager) Leader() string {
-	if id := m.leaderID.Load(); id != nil {
-		return *id
-	}
-	return ""
 }

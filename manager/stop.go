@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -160,13 +159,4 @@ func stopGroup(members []*running, by time.Time) (late []string) {
 		}
 	}
 	return late
-}
-
-// quoted renders names as a comma-separated list of quoted strings.
-func quoted(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = strconv.Quote(n)
-	}
-	return strings.Join(q, ", ")
 }
