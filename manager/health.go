@@ -233,14 +233,16 @@ func factoryErr(f *informer.Factory) error {
 	return f.WaitForCacheSync(ctx)
 }
 
-// serveHealth listens on Options.HealthAddr and serves Handler until the stop.
-func (m *Manager) serveHealth(rs *runState) error {
+// serveHealth listens on Options.HealthAddr and serves Handler. stop begins the server's
+// shutdown, bounded by the stop's deadline, and returns at once; done is closed once the
+// server has returned.
+func (m *Manager) serveHealth() (stop func(), done chan struct{}, err error) {
 	ln, err := net.Listen("tcp", m.opts.HealthAddr)
 	if err != nil {
-		return fmt.Errorf("manager: health server: %w", err)
+		return nil, nil, fmt.Errorf("manager: health server: %w", err)
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	r := &running{name: "health server", done: make(chan struct{})}
+	done = make(chan struct{})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -248,9 +250,9 @@ func (m *Manager) serveHealth(rs *runState) error {
 			m.log.Error("health server stopped", "err", err)
 		}
 	}()
-	r.stop = func() {
+	stop = func() {
 		go func() {
-			defer close(r.done)
+			defer close(done)
 			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, m.stopBy.Load()))
 			defer cancel()
 			if srv.Shutdown(ctx) != nil {
@@ -259,8 +261,5 @@ func (m *Manager) serveHealth(rs *runState) error {
 			<-served
 		}()
 	}
-	rs.mu.Lock()
-	rs.health = append(rs.health, r)
-	rs.mu.Unlock()
-	return nil
+	return stop, done, nil
 }

@@ -335,22 +335,24 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	defer rs.abort()
 
 	if m.opts.HealthAddr != "" {
-		if err := m.serveHealth(rs); err != nil {
+		stop, done, err := m.serveHealth()
+		if err != nil {
 			m.mu.Lock()
 			m.run = nil
 			m.mu.Unlock()
 			return err
 		}
+		rs.adoptHealth(stop, done)
 	}
 	m.phase.Store(phaseSyncing)
 	var syncers []informer.Syncer
 	for _, c := range caches {
-		rs.launch(&rs.caches, fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+		rs.launchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
 		f.Start(rs.base) // before the wait; Shutdown stops what it started
-		rs.launch(&rs.caches, fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
+		rs.launchCache(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
 			<-ctx.Done()
 			return f.Shutdown()
 		})
@@ -367,7 +369,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 			rs.startEntry(e)
 		}
 		m.mu.Unlock()
-		rs.launch(&rs.election, leaderElection, func(lctx context.Context) error { return m.lead(lctx, rs) })
+		rs.launchElection(func(lctx context.Context) error { return m.lead(lctx, rs) })
 	}
 
 	<-rs.ctx.Done()

@@ -74,6 +74,24 @@ func (rs *runState) launch(group *[]*running, name string, fn func(ctx context.C
 	}()
 }
 
+// launchCache launches a cache (or a factory's informers) in the caches' group.
+func (rs *runState) launchCache(name string, fn func(ctx context.Context) error) {
+	rs.launch(&rs.caches, name, fn)
+}
+
+// launchElection launches the campaign loop, which runs the leader-only runnables.
+func (rs *runState) launchElection(fn func(ctx context.Context) error) {
+	rs.launch(&rs.election, leaderElection, fn)
+}
+
+// adoptHealth adds the health server to the health group: stop begins its stop and
+// returns at once; done is closed once it has returned.
+func (rs *runState) adoptHealth(stop func(), done chan struct{}) {
+	rs.mu.Lock()
+	rs.health = append(rs.health, &running{name: "health server", stop: stop, done: done})
+	rs.mu.Unlock()
+}
+
 // startEntry starts e: a runnable at once, a leader-only runnable in the term in progress
 // (the next terms start it from the entries). The caller holds m.mu.
 func (rs *runState) startEntry(e entry) {
