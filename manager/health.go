@@ -234,9 +234,9 @@ func factoryErr(f *informer.Factory) error {
 }
 
 // serveHealth listens on Options.HealthAddr and serves Handler. stop begins the server's
-// shutdown, bounded by the stop's deadline, and returns at once; done is closed once the
-// server has returned.
-func (m *Manager) serveHealth() (stop func(), done chan struct{}, err error) {
+// shutdown, bounded by by, and returns at once; done is closed once the server has
+// returned.
+func (m *Manager) serveHealth() (stop func(by time.Time), done chan struct{}, err error) {
 	ln, err := net.Listen("tcp", m.opts.HealthAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("manager: health server: %w", err)
@@ -250,10 +250,10 @@ func (m *Manager) serveHealth() (stop func(), done chan struct{}, err error) {
 			m.log.Error("health server stopped", "err", err)
 		}
 	}()
-	stop = func() {
+	stop = func(by time.Time) {
 		go func() {
 			defer close(done)
-			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, m.stopBy.Load()))
+			ctx, cancel := context.WithDeadline(context.Background(), by)
 			defer cancel()
 			if srv.Shutdown(ctx) != nil {
 				srv.Close()

@@ -83,7 +83,7 @@ func (m *Manager) lead(ctx context.Context, rs *runState) error {
 			l, err = m.opts.Elector.Campaign(ctx)
 			if ctx.Err() != nil {
 				if err == nil && l != nil {
-					m.resign(l, false)
+					m.resign(rs, l, false)
 				}
 				return nil
 			}
@@ -181,7 +181,7 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	m.setElectionDoing(fmt.Sprintf("stopping the leader-only runnables of term %d", l.Term().Value))
 	m.awaitLeaders(l, allDone)
 	m.setElectionDoing(fmt.Sprintf("resigning term %d", l.Term().Value))
-	m.resign(l, lost)
+	m.resign(rs, l, lost)
 	return lost
 }
 
@@ -232,12 +232,12 @@ func later(a, b time.Time) time.Time {
 
 // resign resigns l, bounded by the shutdown deadline and 5 s, or 1 s for a lost term (its
 // lease is most likely gone, or the store unreachable).
-func (m *Manager) resign(l Leadership, lost bool) {
+func (m *Manager) resign(rs *runState, l Leadership, lost bool) {
 	bound := 5 * time.Second
 	if lost {
 		bound = time.Second
 	}
-	if by := m.stopBy.Load(); by != 0 {
+	if by := rs.stopBy.Load(); by != 0 {
 		bound = min(bound, time.Until(time.Unix(0, by)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, 100*time.Millisecond))

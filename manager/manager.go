@@ -183,8 +183,6 @@ type Manager struct {
 	phase    atomic.Int32
 	failedAt atomic.Pointer[string] // why Start ended with an error
 
-	stopBy atomic.Int64 // unix nanos by which the stop must be done; 0 before it begins
-
 	srcMu     sync.Mutex
 	srcHealth map[Cache]*sourceHealth
 }

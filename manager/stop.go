@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,8 @@ type runState struct {
 	mu                                  sync.Mutex
 	health, caches, runnables, election []*running
 	err                                 error
+
+	stopBy atomic.Int64 // unix nanos by which the stop must be done; 0 before it begins
 
 	// Guarded by m.mu.
 	running  bool     // the caches synced: entries start as they are added
@@ -84,11 +87,13 @@ func (rs *runState) launchElection(fn func(ctx context.Context) error) {
 	rs.launch(&rs.election, leaderElection, fn)
 }
 
-// adoptHealth adds the health server to the health group: stop begins its stop and
-// returns at once; done is closed once it has returned.
-func (rs *runState) adoptHealth(stop func(), done chan struct{}) {
+// adoptHealth adds the health server to the health group: stop begins its stop, to be
+// done by the stop's deadline, and returns at once; done is closed once it has returned.
+func (rs *runState) adoptHealth(stop func(by time.Time), done chan struct{}) {
+	r := &running{name: "health server", done: done}
+	r.stop = func() { stop(time.Unix(0, rs.stopBy.Load())) }
 	rs.mu.Lock()
-	rs.health = append(rs.health, &running{name: "health server", stop: stop, done: done})
+	rs.health = append(rs.health, r)
 	rs.mu.Unlock()
 }
 
@@ -117,7 +122,7 @@ func (rs *runState) group(g *[]*running) []*running {
 // and the stop goes on, so the caches always stop and save their snapshots.
 func (m *Manager) stopAll(rs *runState) error {
 	end := time.Now().Add(m.opts.ShutdownTimeout)
-	m.stopBy.Store(end.UnixNano())
+	rs.stopBy.Store(end.UnixNano())
 	runnablesBy := end.Add(-m.opts.CacheStopTimeout)
 	runnablesPart := fmt.Sprintf("%v (ShutdownTimeout %v less CacheStopTimeout %v)",
 		m.opts.ShutdownTimeout-m.opts.CacheStopTimeout, m.opts.ShutdownTimeout, m.opts.CacheStopTimeout)
