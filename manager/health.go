@@ -21,6 +21,15 @@ import (
 // on each probe, with the probe's request, and must not block.
 type Checker func(req *http.Request) error
 
+// phases of a Manager, for the health checks.
+const (
+	phaseNew int32 = iota
+	phaseSyncing
+	phaseRunning
+	phaseStopping
+	phaseStopped
+)
+
 // namedCheck is a Checker added by the user.
 type namedCheck struct {
 	name  string
@@ -169,12 +178,9 @@ func (m *Manager) userChecks(r *http.Request, ready bool) []check {
 // healthChecks are /healthz's checks.
 func (m *Manager) healthChecks(r *http.Request) []check {
 	checks := []check{{name: "manager", err: m.aliveErr()}}
-	m.mu.Lock()
-	dogs := append([]*Watchdog(nil), m.watchdogs...)
-	m.mu.Unlock()
 	now := time.Now()
-	for _, d := range dogs {
-		checks = append(checks, check{name: fmt.Sprintf("watchdog %q", d.name), err: d.check(now)})
+	for name, err := range m.watchdogErrs(now) {
+		checks = append(checks, check{name: fmt.Sprintf("watchdog %q", name), err: err})
 	}
 	if l := m.leadership(); l != nil && m.opts.Elector != nil {
 		var err error
@@ -213,9 +219,7 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 		err = fmt.Errorf("not started")
 	}
 	checks := []check{{name: "manager", err: err}}
-	m.mu.Lock()
-	caches, factories := m.caches, m.factories
-	m.mu.Unlock()
+	caches, factories := m.added()
 	now := time.Now()
 	for _, c := range caches {
 		checks = append(checks, check{name: fmt.Sprintf("informer %q", c.Name()), err: m.cacheErr(c, now), note: cacheNote(c.Stats())})

@@ -139,15 +139,6 @@ var ErrShutdownTimeout = errors.New("manager: shutdown timeout")
 // is ExitOnLoss.
 var ErrLeadershipLost = errors.New("manager: leadership lost")
 
-// phases of a Manager, for the health checks.
-const (
-	phaseNew int32 = iota
-	phaseSyncing
-	phaseRunning
-	phaseStopping
-	phaseStopped
-)
-
 // entry is something added to the manager.
 type entry struct {
 	name       string
@@ -387,6 +378,13 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	}
 	m.log.Info("stopped", "err", errors.Join(err, stopErr))
 	return errors.Join(err, stopErr)
+}
+
+// added returns the caches and factories added so far.
+func (m *Manager) added() ([]Cache, []*informer.Factory) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.caches, m.factories
 }
 
 // waitForSync waits for the caches and factories, bounded by Options.CacheSyncTimeout.
