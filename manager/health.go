@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,6 +30,12 @@ const (
 	phaseStopping
 	phaseStopped
 )
+
+// checkList is the checks added by AddHealthzCheck and AddReadyzCheck.
+type checkList struct {
+	mu   sync.Mutex
+	list []namedCheck
+}
 
 // namedCheck is a Checker added by the user.
 type namedCheck struct {
@@ -55,12 +62,12 @@ func (m *Manager) addCheck(c namedCheck) error {
 	if c.name == "" || c.check == nil {
 		return fmt.Errorf("manager: a check needs a name and a Checker (name %q)", c.name)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if slices.ContainsFunc(m.checks, func(o namedCheck) bool { return o.name == c.name && o.ready == c.ready }) {
+	m.checks.mu.Lock()
+	defer m.checks.mu.Unlock()
+	if slices.ContainsFunc(m.checks.list, func(o namedCheck) bool { return o.name == c.name && o.ready == c.ready }) {
 		return fmt.Errorf("manager: a check named %q was already added", c.name)
 	}
-	m.checks = append(m.checks, c)
+	m.checks.list = append(m.checks.list, c)
 	return nil
 }
 
@@ -163,9 +170,9 @@ func (m *Manager) serveProbe(w http.ResponseWriter, r *http.Request, probe strin
 
 // userChecks runs the checks added for /readyz (ready) or /healthz.
 func (m *Manager) userChecks(r *http.Request, ready bool) []check {
-	m.mu.Lock()
-	added := slices.Clone(m.checks)
-	m.mu.Unlock()
+	m.checks.mu.Lock()
+	added := slices.Clone(m.checks.list)
+	m.checks.mu.Unlock()
 	var checks []check
 	for _, c := range added {
 		if c.ready == ready {

@@ -165,7 +165,6 @@ type Manager struct {
 	factories []*informer.Factory
 	entries   []entry
 	watchdogs []*Watchdog
-	checks    []namedCheck // added by AddHealthzCheck and AddReadyzCheck
 	started   bool
 	run       *runState // the running manager's groups; nil before Start and after the stop
 
@@ -174,8 +173,8 @@ type Manager struct {
 	phase    atomic.Int32
 	failedAt atomic.Pointer[string] // why Start ended with an error
 
-	srcMu     sync.Mutex
-	srcHealth map[Cache]*sourceHealth
+	checks  checkList // added by AddHealthzCheck and AddReadyzCheck
+	sources sources   // the caches' sources, as /readyz follows them
 }
 
 // New returns a manager configured by opts. It fails on options that cannot work
@@ -208,7 +207,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{opts: opts, log: opts.Logger, srcHealth: map[Cache]*sourceHealth{}, election: newElectionStatus()}
+	m := &Manager{opts: opts, log: opts.Logger, election: newElectionStatus()}
 	if m.opts.OnLeaderStuck == nil {
 		m.opts.OnLeaderStuck = func(names []string) {
 			m.log.Error("leader-only runnables did not stop before the lease could expire: exiting", "runnables", names)
@@ -254,7 +253,6 @@ func (m *Manager) AddInformer(c Cache) error {
 		return ErrAlreadyStarted
 	}
 	m.caches = append(m.caches, c)
-	m.srcHealth[c] = &sourceHealth{}
 	return nil
 }
 
