@@ -168,7 +168,7 @@ type Manager struct {
 	started   bool
 	run       *runState // the running manager's groups; nil before Start and after the stop
 
-	election *electionStatus
+	election *electionStatus // the campaign loop's state: the term held, the leader observed
 
 	phase    atomic.Int32
 	failedAt atomic.Pointer[string] // why Start ended with an error
