@@ -115,13 +115,3 @@ func TermFrom(ctx context.Context) (Term, bool) {
 	t, ok := ctx.Value(termKey{}).(Term)
 	return t, ok
 }
-
-// alone is the Leadership of a manager without an Elector: it leads from Start to stop.
-type alone struct{ never chan struct{} }
-
-func (a alone) Term() Term                   { return Term{} }
-func (a alone) Lost() <-chan struct{}        { return a.never }
-func (a alone) Renewed() time.Time           { return time.Time{} }
-func (a alone) RenewDeadline() time.Duration { return 0 }
-func (a alone) Expires() time.Time           { return time.Time{} }
-func (a alone) Resign(context.Context) error { return nil }

@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +21,21 @@ import (
 // returns nil when the check passes and an error saying why not otherwise. It is called
 // on each probe, with the probe's request, and must not block.
 type Checker func(req *http.Request) error
+
+// phases of a Manager, for the health checks.
+const (
+	phaseNew int32 = iota
+	phaseSyncing
+	phaseRunning
+	phaseStopping
+	phaseStopped
+)
+
+// checkList is the checks added by AddHealthzCheck and AddReadyzCheck.
+type checkList struct {
+	mu   sync.Mutex
+	list []namedCheck
+}
 
 // namedCheck is a Checker added by the user.
 type namedCheck struct {
@@ -46,12 +62,12 @@ func (m *Manager) addCheck(c namedCheck) error {
 	if c.name == "" || c.check == nil {
 		return fmt.Errorf("manager: a check needs a name and a Checker (name %q)", c.name)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if slices.ContainsFunc(m.checks, func(o namedCheck) bool { return o.name == c.name && o.ready == c.ready }) {
+	m.checks.mu.Lock()
+	defer m.checks.mu.Unlock()
+	if slices.ContainsFunc(m.checks.list, func(o namedCheck) bool { return o.name == c.name && o.ready == c.ready }) {
 		return fmt.Errorf("manager: a check named %q was already added", c.name)
 	}
-	m.checks = append(m.checks, c)
+	m.checks.list = append(m.checks.list, c)
 	return nil
 }
 
@@ -154,9 +170,9 @@ func (m *Manager) serveProbe(w http.ResponseWriter, r *http.Request, probe strin
 
 // userChecks runs the checks added for /readyz (ready) or /healthz.
 func (m *Manager) userChecks(r *http.Request, ready bool) []check {
-	m.mu.Lock()
-	added := slices.Clone(m.checks)
-	m.mu.Unlock()
+	m.checks.mu.Lock()
+	added := slices.Clone(m.checks.list)
+	m.checks.mu.Unlock()
 	var checks []check
 	for _, c := range added {
 		if c.ready == ready {
@@ -169,18 +185,15 @@ func (m *Manager) userChecks(r *http.Request, ready bool) []check {
 // healthChecks are /healthz's checks.
 func (m *Manager) healthChecks(r *http.Request) []check {
 	checks := []check{{name: "manager", err: m.aliveErr()}}
-	m.mu.Lock()
-	dogs := append([]*Watchdog(nil), m.watchdogs...)
-	m.mu.Unlock()
 	now := time.Now()
-	for _, d := range dogs {
-		checks = append(checks, check{name: fmt.Sprintf("watchdog %q", d.name), err: d.check(now)})
+	for name, err := range m.watchdogErrs(now) {
+		checks = append(checks, check{name: fmt.Sprintf("watchdog %q", name), err: err})
 	}
-	if s := m.leader.Load(); s != nil && m.opts.Elector != nil {
+	if l := m.leadership(); l != nil && m.opts.Elector != nil {
 		var err error
-		if since := now.Sub(s.l.Renewed()); since > s.l.RenewDeadline() {
+		if since := now.Sub(l.Renewed()); since > l.RenewDeadline() {
 			err = fmt.Errorf("leading term %d but no renewal acknowledged for %v (renew deadline %v)",
-				s.l.Term().Value, since.Round(time.Millisecond), s.l.RenewDeadline())
+				l.Term().Value, since.Round(time.Millisecond), l.RenewDeadline())
 		}
 		checks = append(checks, check{name: "leader election", err: err})
 	}
@@ -213,9 +226,7 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 		err = fmt.Errorf("not started")
 	}
 	checks := []check{{name: "manager", err: err}}
-	m.mu.Lock()
-	caches, factories := m.caches, m.factories
-	m.mu.Unlock()
+	caches, factories := m.added()
 	now := time.Now()
 	for _, c := range caches {
 		checks = append(checks, check{name: fmt.Sprintf("informer %q", c.Name()), err: m.cacheErr(c, now), note: cacheNote(c.Stats())})
@@ -233,14 +244,16 @@ func factoryErr(f *informer.Factory) error {
 	return f.WaitForCacheSync(ctx)
 }
 
-// serveHealth listens on Options.HealthAddr and serves Handler until the stop.
-func (m *Manager) serveHealth(rs *runState) error {
+// serveHealth listens on Options.HealthAddr and serves Handler. stop begins the server's
+// shutdown, bounded by by, and returns at once; done is closed once the server has
+// returned.
+func (m *Manager) serveHealth() (stop func(by time.Time), done chan struct{}, err error) {
 	ln, err := net.Listen("tcp", m.opts.HealthAddr)
 	if err != nil {
-		return fmt.Errorf("manager: health server: %w", err)
+		return nil, nil, fmt.Errorf("manager: health server: %w", err)
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	r := &running{name: "health server", done: make(chan struct{})}
+	done = make(chan struct{})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -248,10 +261,10 @@ func (m *Manager) serveHealth(rs *runState) error {
 			m.log.Error("health server stopped", "err", err)
 		}
 	}()
-	r.stop = func() {
+	stop = func(by time.Time) {
 		go func() {
-			defer close(r.done)
-			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, m.stopBy.Load()))
+			defer close(done)
+			ctx, cancel := context.WithDeadline(context.Background(), by)
 			defer cancel()
 			if srv.Shutdown(ctx) != nil {
 				srv.Close()
@@ -259,8 +272,5 @@ func (m *Manager) serveHealth(rs *runState) error {
 			<-served
 		}()
 	}
-	rs.mu.Lock()
-	rs.health = append(rs.health, r)
-	rs.mu.Unlock()
-	return nil
+	return stop, done, nil
 }

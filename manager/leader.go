@@ -4,9 +4,65 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// electionStatus is the campaign loop's state as the rest of the manager reads it: the
+// term held, the leader observed, the leader-only runnables running, and what the loop is
+// doing.
+type electionStatus struct {
+	leader    atomic.Pointer[leaderState] // nil: not leading
+	leaderID  atomic.Pointer[string]      // the observed leader's identity
+	elected   chan struct{}               // closed when this replica first leads
+	electOnce sync.Once
+
+	mu sync.Mutex
+	// running counts the leader-only runnables running now, by name.
+	running map[string]int
+	doing   string // what the campaign loop is doing, for a stop that overruns
+}
+
+func newElectionStatus() *electionStatus {
+	return &electionStatus{elected: make(chan struct{})}
+}
+
+// leaderState is the current term as the health checks see it.
+type leaderState struct{ l Leadership }
+
+// Leading reports whether the manager leads now, and the term.
+func (m *Manager) Leading() (Term, bool) {
+	s := m.election.leader.Load()
+	if s == nil {
+		return Term{}, false
+	}
+	return s.l.Term(), true
+}
+
+// Elected returns a channel closed when this replica first leads (at once without an
+// Elector), as controller-runtime's Elected does. It is never closed on a replica that
+// never leads.
+func (m *Manager) Elected() <-chan struct{} { return m.election.elected }
+
+// Leader returns the identity of the replica that leads, as the Elector last observed it
+// ("" when none leads or the Elector is not a LeaderObserver).
+func (m *Manager) Leader() string {
+	if id := m.election.leaderID.Load(); id != nil {
+		return *id
+	}
+	return ""
+}
+
+// leadership returns the term held, or nil when not leading.
+func (m *Manager) leadership() Leadership {
+	if s := m.election.leader.Load(); s != nil {
+		return s.l
+	}
+	return nil
+}
 
 // lead campaigns, runs the leader-only runnables for each term won, and campaigns again
 // when a term is lost (Options.OnLoss), until ctx is done.
@@ -27,7 +83,7 @@ func (m *Manager) lead(ctx context.Context, rs *runState) error {
 			l, err = m.opts.Elector.Campaign(ctx)
 			if ctx.Err() != nil {
 				if err == nil && l != nil {
-					m.resign(l, false)
+					m.resign(rs, l, false)
 				}
 				return nil
 			}
@@ -57,7 +113,7 @@ func (m *Manager) lead(ctx context.Context, rs *runState) error {
 
 // observed records the leader the Elector observed.
 func (m *Manager) observed(id string) {
-	if old := m.leaderID.Swap(&id); old != nil && *old == id {
+	if old := m.election.leaderID.Swap(&id); old != nil && *old == id {
 		return
 	}
 	if id == "" {
@@ -106,8 +162,8 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 		}
 	}
 	m.mu.Unlock()
-	m.leader.Store(&leaderState{l})
-	m.electOnce.Do(func() { close(m.elected) })
+	m.election.leader.Store(&leaderState{l})
+	m.election.electOnce.Do(func() { close(m.election.elected) })
 	m.setElectionDoing(fmt.Sprintf("leading term %d", l.Term().Value))
 	select {
 	case <-l.Lost():
@@ -121,11 +177,11 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	allDone := make(chan struct{})
 	go func() { t.wg.Wait(); close(allDone) }()
 	cancel()
-	m.leader.Store(nil) // no longer leading, whether or not the runnables have returned
+	m.election.leader.Store(nil) // no longer leading, whether or not the runnables have returned
 	m.setElectionDoing(fmt.Sprintf("stopping the leader-only runnables of term %d", l.Term().Value))
 	m.awaitLeaders(l, allDone)
 	m.setElectionDoing(fmt.Sprintf("resigning term %d", l.Term().Value))
-	m.resign(l, lost)
+	m.resign(rs, l, lost)
 	return lost
 }
 
@@ -176,12 +232,12 @@ func later(a, b time.Time) time.Time {
 
 // resign resigns l, bounded by the shutdown deadline and 5 s, or 1 s for a lost term (its
 // lease is most likely gone, or the store unreachable).
-func (m *Manager) resign(l Leadership, lost bool) {
+func (m *Manager) resign(rs *runState, l Leadership, lost bool) {
 	bound := 5 * time.Second
 	if lost {
 		bound = time.Second
 	}
-	if by := m.stopBy.Load(); by != 0 {
+	if by := rs.stopBy.Load(); by != 0 {
 		bound = min(bound, time.Until(time.Unix(0, by)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, 100*time.Millisecond))
@@ -196,24 +252,24 @@ func (m *Manager) resign(l Leadership, lost bool) {
 }
 
 func (m *Manager) setLeaderRunning(name string, on bool) {
-	m.leaderMu.Lock()
-	defer m.leaderMu.Unlock()
-	if m.leaderRunning == nil {
-		m.leaderRunning = map[string]int{}
+	m.election.mu.Lock()
+	defer m.election.mu.Unlock()
+	if m.election.running == nil {
+		m.election.running = map[string]int{}
 	}
 	if on {
-		m.leaderRunning[name]++
-	} else if m.leaderRunning[name]--; m.leaderRunning[name] <= 0 {
-		delete(m.leaderRunning, name)
+		m.election.running[name]++
+	} else if m.election.running[name]--; m.election.running[name] <= 0 {
+		delete(m.election.running, name)
 	}
 }
 
 // leaderRunningNames returns the leader-only runnables running now, sorted.
 func (m *Manager) leaderRunningNames() []string {
-	m.leaderMu.Lock()
-	defer m.leaderMu.Unlock()
-	names := make([]string, 0, len(m.leaderRunning))
-	for n := range m.leaderRunning {
+	m.election.mu.Lock()
+	defer m.election.mu.Unlock()
+	names := make([]string, 0, len(m.election.running))
+	for n := range m.election.running {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -221,18 +277,37 @@ func (m *Manager) leaderRunningNames() []string {
 }
 
 func (m *Manager) setElectionDoing(what string) {
-	m.leaderMu.Lock()
-	m.electionState = what
-	m.leaderMu.Unlock()
+	m.election.mu.Lock()
+	m.election.doing = what
+	m.election.mu.Unlock()
 }
 
 // electionDoing says what the campaign loop is doing, for a stop that overran.
 func (m *Manager) electionDoing() string {
 	names := m.leaderRunningNames()
-	m.leaderMu.Lock()
-	defer m.leaderMu.Unlock()
+	m.election.mu.Lock()
+	defer m.election.mu.Unlock()
 	if len(names) > 0 {
-		return fmt.Sprintf("%s; leader-only runnables running: %s", m.electionState, quoted(names))
+		return fmt.Sprintf("%s; leader-only runnables running: %s", m.election.doing, quoted(names))
 	}
-	return m.electionState
+	return m.election.doing
 }
+
+// quoted renders names as a comma-separated list of quoted strings.
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// alone is the Leadership of a manager without an Elector: it leads from Start to stop.
+type alone struct{ never chan struct{} }
+
+func (a alone) Term() Term                   { return Term{} }
+func (a alone) Lost() <-chan struct{}        { return a.never }
+func (a alone) Renewed() time.Time           { return time.Time{} }
+func (a alone) RenewDeadline() time.Duration { return 0 }
+func (a alone) Expires() time.Time           { return time.Time{} }
+func (a alone) Resign(context.Context) error { return nil }

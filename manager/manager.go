@@ -139,15 +139,6 @@ var ErrShutdownTimeout = errors.New("manager: shutdown timeout")
 // is ExitOnLoss.
 var ErrLeadershipLost = errors.New("manager: leadership lost")
 
-// phases of a Manager, for the health checks.
-const (
-	phaseNew int32 = iota
-	phaseSyncing
-	phaseRunning
-	phaseStopping
-	phaseStopped
-)
-
 // entry is something added to the manager.
 type entry struct {
 	name       string
@@ -174,30 +165,17 @@ type Manager struct {
 	factories []*informer.Factory
 	entries   []entry
 	watchdogs []*Watchdog
-	checks    []namedCheck // added by AddHealthzCheck and AddReadyzCheck
 	started   bool
 	run       *runState // the running manager's groups; nil before Start and after the stop
 
-	leaderMu sync.Mutex
-	// leaderRunning counts the leader-only runnables running now, by name.
-	leaderRunning map[string]int
-	electionState string // what the campaign loop is doing, for a stop that overruns
+	election *electionStatus // the campaign loop's state: the term held, the leader observed
 
-	phase     atomic.Int32
-	leader    atomic.Pointer[leaderState] // nil: not leading
-	leaderID  atomic.Pointer[string]      // the observed leader's identity
-	failedAt  atomic.Pointer[string]      // why Start ended with an error
-	elected   chan struct{}               // closed when this replica first leads
-	electOnce sync.Once
+	phase    atomic.Int32
+	failedAt atomic.Pointer[string] // why Start ended with an error
 
-	stopBy atomic.Int64 // unix nanos by which the stop must be done; 0 before it begins
-
-	srcMu     sync.Mutex
-	srcHealth map[Cache]*sourceHealth
+	checks  checkList // added by AddHealthzCheck and AddReadyzCheck
+	sources sources   // the caches' sources, as /readyz follows them
 }
-
-// leaderState is the current term as the health checks see it.
-type leaderState struct{ l Leadership }
 
 // New returns a manager configured by opts. It fails on options that cannot work
 // together, saying what to change: an Elector whose timing is inconsistent, a
@@ -229,7 +207,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{opts: opts, log: opts.Logger, srcHealth: map[Cache]*sourceHealth{}, elected: make(chan struct{})}
+	m := &Manager{opts: opts, log: opts.Logger, election: newElectionStatus()}
 	if m.opts.OnLeaderStuck == nil {
 		m.opts.OnLeaderStuck = func(names []string) {
 			m.log.Error("leader-only runnables did not stop before the lease could expire: exiting", "runnables", names)
@@ -275,7 +253,6 @@ func (m *Manager) AddInformer(c Cache) error {
 		return ErrAlreadyStarted
 	}
 	m.caches = append(m.caches, c)
-	m.srcHealth[c] = &sourceHealth{}
 	return nil
 }
 
@@ -345,22 +322,24 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	defer rs.abort()
 
 	if m.opts.HealthAddr != "" {
-		if err := m.serveHealth(rs); err != nil {
+		stop, done, err := m.serveHealth()
+		if err != nil {
 			m.mu.Lock()
 			m.run = nil
 			m.mu.Unlock()
 			return err
 		}
+		rs.adoptHealth(stop, done)
 	}
 	m.phase.Store(phaseSyncing)
 	var syncers []informer.Syncer
 	for _, c := range caches {
-		rs.launch(&rs.caches, fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+		rs.launchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
 		f.Start(rs.base) // before the wait; Shutdown stops what it started
-		rs.launch(&rs.caches, fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
+		rs.launchCache(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
 			<-ctx.Done()
 			return f.Shutdown()
 		})
@@ -377,7 +356,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 			rs.startEntry(e)
 		}
 		m.mu.Unlock()
-		rs.launch(&rs.election, leaderElection, func(lctx context.Context) error { return m.lead(lctx, rs) })
+		rs.launchElection(func(lctx context.Context) error { return m.lead(lctx, rs) })
 	}
 
 	<-rs.ctx.Done()
@@ -399,6 +378,13 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	return errors.Join(err, stopErr)
 }
 
+// added returns the caches and factories added so far.
+func (m *Manager) added() ([]Cache, []*informer.Factory) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.caches, m.factories
+}
+
 // waitForSync waits for the caches and factories, bounded by Options.CacheSyncTimeout.
 func (m *Manager) waitForSync(ctx context.Context, syncers []informer.Syncer, factories []*informer.Factory) error {
 	sctx, cancel := context.WithTimeout(ctx, m.opts.CacheSyncTimeout)
@@ -412,27 +398,4 @@ func (m *Manager) waitForSync(ctx context.Context, syncers []informer.Syncer, fa
 		}
 	}
 	return nil
-}
-
-// Leading reports whether the manager leads now, and the term.
-func (m *Manager) Leading() (Term, bool) {
-	s := m.leader.Load()
-	if s == nil {
-		return Term{}, false
-	}
-	return s.l.Term(), true
-}
-
-// Elected returns a channel closed when this replica first leads (at once without an
-// Elector), as controller-runtime's Elected does. It is never closed on a replica that
-// never leads.
-func (m *Manager) Elected() <-chan struct{} { return m.elected }
-
-// Leader returns the identity of the replica that leads, as the Elector last observed it
-// ("" when none leads or the Elector is not a LeaderObserver).
-func (m *Manager) Leader() string {
-	if id := m.leaderID.Load(); id != nil {
-		return *id
-	}
-	return ""
 }

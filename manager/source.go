@@ -21,7 +21,7 @@ type progressAsker interface {
 // sourceHealth follows a cache's source: failingSince is the first observation that saw
 // new errors with no success (a list applied, a watch opened) since; progressAt the last
 // one that saw progress (an event, a bookmark, a list, a new revision). Guarded by
-// Manager.srcMu.
+// sources.mu.
 type sourceHealth struct {
 	errors, successes uint64
 	failingSince      time.Time
@@ -32,6 +32,25 @@ type sourceHealth struct {
 	askable    bool      // the source answered a progress request without ErrNotSupported
 	asked      time.Time // the last progress request
 	askErr     error     // its error
+}
+
+// sources follows the sources of a manager's caches, by cache.
+type sources struct {
+	mu     sync.Mutex
+	health map[Cache]*sourceHealth
+}
+
+// of returns c's sourceHealth, made on first use. The caller holds s.mu.
+func (s *sources) of(c Cache) *sourceHealth {
+	h := s.health[c]
+	if h == nil {
+		if s.health == nil {
+			s.health = map[Cache]*sourceHealth{}
+		}
+		h = &sourceHealth{}
+		s.health[c] = h
+	}
+	return h
 }
 
 // observe takes the cache's counters at now.
@@ -102,11 +121,11 @@ func (m *Manager) askProgress(ctx context.Context, c Cache, asker progressAsker)
 		case <-tick.C:
 		}
 		now := time.Now()
-		m.srcMu.Lock()
-		h := m.srcHealth[c]
+		m.sources.mu.Lock()
+		h := m.sources.of(c)
 		h.observe(c.Stats(), now)
 		quiet := now.Sub(h.progressAt) >= every
-		m.srcMu.Unlock()
+		m.sources.mu.Unlock()
 		if !quiet {
 			continue
 		}
@@ -116,13 +135,13 @@ func (m *Manager) askProgress(ctx context.Context, c Cache, asker progressAsker)
 		if ctx.Err() != nil {
 			return
 		}
-		m.srcMu.Lock()
+		m.sources.mu.Lock()
 		h.asked, h.askErr = now, err
 		h.askable = h.askable || !errors.Is(err, informer.ErrNotSupported)
 		if err == nil { // the source answered: a quiet source, not a cut-off one
 			h.progressAt = time.Now()
 		}
-		m.srcMu.Unlock()
+		m.sources.mu.Unlock()
 		if errors.Is(err, informer.ErrNotSupported) && m.opts.SourceProgressBound == 0 {
 			return // no bound by default for such a source: nothing to ask
 		}
@@ -132,9 +151,9 @@ func (m *Manager) askProgress(ctx context.Context, c Cache, asker progressAsker)
 // cacheErr says why c is not ready, or nil.
 func (m *Manager) cacheErr(c Cache, now time.Time) error {
 	s := c.Stats()
-	m.srcMu.Lock()
-	defer m.srcMu.Unlock()
-	h := m.srcHealth[c]
+	m.sources.mu.Lock()
+	defer m.sources.mu.Unlock()
+	h := m.sources.of(c)
 	h.observe(s, now)
 	if !s.Synced {
 		return notSyncedErr(s, now)

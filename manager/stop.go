@@ -3,9 +3,9 @@ package manager
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +31,8 @@ type runState struct {
 	mu                                  sync.Mutex
 	health, caches, runnables, election []*running
 	err                                 error
+
+	stopBy atomic.Int64 // unix nanos by which the stop must be done; 0 before it begins
 
 	// Guarded by m.mu.
 	running  bool     // the caches synced: entries start as they are added
@@ -75,6 +77,26 @@ func (rs *runState) launch(group *[]*running, name string, fn func(ctx context.C
 	}()
 }
 
+// launchCache launches a cache (or a factory's informers) in the caches' group.
+func (rs *runState) launchCache(name string, fn func(ctx context.Context) error) {
+	rs.launch(&rs.caches, name, fn)
+}
+
+// launchElection launches the campaign loop, which runs the leader-only runnables.
+func (rs *runState) launchElection(fn func(ctx context.Context) error) {
+	rs.launch(&rs.election, leaderElection, fn)
+}
+
+// adoptHealth adds the health server to the health group: stop begins its stop, to be
+// done by the stop's deadline, and returns at once; done is closed once it has returned.
+func (rs *runState) adoptHealth(stop func(by time.Time), done chan struct{}) {
+	r := &running{name: "health server", done: done}
+	r.stop = func() { stop(time.Unix(0, rs.stopBy.Load())) }
+	rs.mu.Lock()
+	rs.health = append(rs.health, r)
+	rs.mu.Unlock()
+}
+
 // startEntry starts e: a runnable at once, a leader-only runnable in the term in progress
 // (the next terms start it from the entries). The caller holds m.mu.
 func (rs *runState) startEntry(e entry) {
@@ -100,7 +122,7 @@ func (rs *runState) group(g *[]*running) []*running {
 // and the stop goes on, so the caches always stop and save their snapshots.
 func (m *Manager) stopAll(rs *runState) error {
 	end := time.Now().Add(m.opts.ShutdownTimeout)
-	m.stopBy.Store(end.UnixNano())
+	rs.stopBy.Store(end.UnixNano())
 	runnablesBy := end.Add(-m.opts.CacheStopTimeout)
 	runnablesPart := fmt.Sprintf("%v (ShutdownTimeout %v less CacheStopTimeout %v)",
 		m.opts.ShutdownTimeout-m.opts.CacheStopTimeout, m.opts.ShutdownTimeout, m.opts.CacheStopTimeout)
@@ -160,13 +182,4 @@ func stopGroup(members []*running, by time.Time) (late []string) {
 		}
 	}
 	return late
-}
-
-// quoted renders names as a comma-separated list of quoted strings.
-func quoted(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = strconv.Quote(n)
-	}
-	return strings.Join(q, ", ")
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -28,6 +29,21 @@ func (m *Manager) Watchdog(name string, bound time.Duration) *Watchdog {
 	m.watchdogs = append(m.watchdogs, d)
 	m.mu.Unlock()
 	return d
+}
+
+// watchdogErrs yields each watchdog's name and why it fails at now (nil: it passes), in
+// the order they were made.
+func (m *Manager) watchdogErrs(now time.Time) iter.Seq2[string, error] {
+	m.mu.Lock()
+	dogs := append([]*Watchdog(nil), m.watchdogs...)
+	m.mu.Unlock()
+	return func(yield func(string, error) bool) {
+		for _, d := range dogs {
+			if !yield(d.name, d.check(now)) {
+				return
+			}
+		}
+	}
 }
 
 // Begin marks a call started; call the returned function when it ends.
