@@ -401,12 +401,3 @@ func safeEncode[V any](c Codec[V], obj V) (b []byte, err error) {
 	}()
 	return c.Encode(obj)
 }
-
-func safeDecode[V any](c Codec[V], data []byte) (v V, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("codec %s panicked: %v", c.Name(), r)
-		}
-	}()
-	return c.Decode(data)
-}
