@@ -64,6 +64,58 @@ type header struct {
 	shape                   string // the codec's shape of the objects (shape.encode), or ""
 }
 
+// newHeader returns the header of a snapshot of count objects at revision, saved for the
+// informer desc describes with the given schema, codec name and shape.
+func newHeader(desc informer.PersistedCache, schema, codec, shape, revision string, count int) *header {
+	return &header{
+		schema:   schema,
+		codec:    codec,
+		informer: desc.Informer,
+		typ:      desc.Type,
+		source:   desc.Source,
+		indexes:  desc.Indexes,
+		revision: revision,
+		count:    uint64(count),
+		shape:    shape,
+	}
+}
+
+// mismatch returns why a snapshot of header h, written for another configuration than
+// the one want describes, is not read; nil when it is read. A shape other than want's
+// (when want has one) is judged by refuseShape, given the recorded shape: Binary may read
+// it exactly.
+func (h *header) mismatch(want *header, refuseShape func(recorded string) error) error {
+	switch {
+	case h.schema != want.schema:
+		return fmt.Errorf("%w: schema %q, want %q (bump Options.Schema only when old snapshots must be refused)", ErrIncompatible, h.schema, want.schema)
+	case h.codec != want.codec:
+		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, want.codec)
+	case h.informer != want.informer:
+		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, want.informer)
+	case h.typ != want.typ:
+		return fmt.Errorf("%w: objects of type %s, want %s (give each informer its own Options.Name or FileName)", ErrIncompatible, h.typ, want.typ)
+	case h.source != want.source:
+		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, want.source)
+	case !equalStrings(h.indexes, want.indexes):
+		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, want.indexes)
+	case want.shape != "" && h.shape != want.shape:
+		return refuseShape(h.shape)
+	}
+	return nil
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func (h *header) encode() []byte {
 	var b []byte
 	str := func(s string) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
