@@ -63,8 +63,14 @@ func (c binaryCodec[V]) Decode(data []byte) (V, error) {
 	return obj, r.err
 }
 
-// typeShape returns the shape Binary writes, recorded in each snapshot's header.
-func (c binaryCodec[V]) typeShape() (*shape, string) { return c.shape, c.shapeText }
+// recordedShape returns the shape Binary writes, recorded in each snapshot's header.
+func (c binaryCodec[V]) recordedShape() string { return c.shapeText }
+
+// refuseShape returns why a snapshot recording the shape recorded is not read into
+// objects of type typ (V), or nil when Binary reads it exactly.
+func (c binaryCodec[V]) refuseShape(recorded, typ string) error {
+	return c.shape.refuse(recorded, typ)
+}
 
 var (
 	jsonMarshaler   = reflect.TypeFor[json.Marshaler]()

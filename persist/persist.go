@@ -104,10 +104,20 @@ type Options[V any] struct {
 type File[K comparable, V any] struct {
 	dir  string
 	opts Options[V]
-	// shape and shapeText are the objects' shape as the codec writes them, recorded in
-	// each snapshot (nil and "" for a codec that has none).
-	shape     *shape
+	// shape is the codec when it records the objects' shape in each snapshot (Binary),
+	// nil otherwise; shapeText is the shape it records ("" for none).
+	shape     shapedCodec
 	shapeText string
+}
+
+// shapedCodec is a codec that records the objects' shape in each snapshot, and reads a
+// snapshot only when it reads its recorded shape exactly (Binary).
+type shapedCodec interface {
+	// recordedShape returns the shape recorded in each snapshot's header.
+	recordedShape() string
+	// refuseShape returns why a snapshot recording the shape recorded is not read into
+	// objects of type typ, or nil when it is read exactly.
+	refuseShape(recorded, typ string) error
 }
 
 var _ informer.Persister[string, int] = (*File[string, int])(nil)
@@ -134,8 +144,8 @@ func New[K comparable, V any](dir string, opts Options[V]) (*File[K, V], error) 
 		logger.Log(context.Background(), level, "persist: snapshot codec chosen", "type", reflect.TypeFor[V]().String(), "codec", c.Name(), "why", why)
 	}
 	f := &File[K, V]{dir: dir, opts: opts}
-	if s, ok := opts.Codec.(interface{ typeShape() (*shape, string) }); ok {
-		f.shape, f.shapeText = s.typeShape()
+	if s, ok := opts.Codec.(shapedCodec); ok {
+		f.shape, f.shapeText = s, s.recordedShape()
 	}
 	switch {
 	case opts.Interval == 0:
@@ -228,7 +238,7 @@ func (f *File[K, V]) SavedSource(ctx context.Context, desc informer.PersistedCac
 // check refuses a header written for another configuration.
 func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
 	return h.mismatch(f.header(desc, "", 0), func(recorded string) error {
-		return f.shape.refuse(recorded, desc.Type)
+		return f.shape.refuseShape(recorded, desc.Type)
 	})
 }
 
