@@ -36,7 +36,7 @@ import (
 // is checked before any of its fields, the format version included: a damaged header is
 // refused as corrupt, never as written by another configuration. Format 2, without the
 // shape, is still read: a snapshot of it is refused if its codec records a shape now
-// (see File.check). Records are read in one
+// (see header.mismatch). Records are read in one
 // sequential pass with a reused buffer and covered by the checksum at the end.
 
 const (
