@@ -63,28 +63,13 @@ func (c binaryCodec[V]) Decode(data []byte) (V, error) {
 	return obj, r.err
 }
 
-// typeShape returns the shape Binary writes, recorded in each snapshot's header.
-func (c binaryCodec[V]) typeShape() (*shape, string) { return c.shape, c.shapeText }
+// recordedShape returns the shape Binary writes, recorded in each snapshot's header.
+func (c binaryCodec[V]) recordedShape() string { return c.shapeText }
 
-// defaultCodec returns Binary when V is plain, JSON when JSON gives every value of V back
-// as it was (or allowLossy), and why it chose it; an error when neither serves V.
-func defaultCodec[V any](allowLossy bool) (Codec[V], string, error) {
-	t := reflect.TypeFor[V]()
-	notPlain := plainType(t, map[reflect.Type]bool{})
-	if notPlain == nil {
-		c, err := Binary[V]()
-		return c, "the type is plain", err
-	}
-	loss := jsonLoss(t, map[reflect.Type]bool{})
-	switch {
-	case allowLossy && loss != nil:
-		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON loses data (%v), as Options.AllowLossyJSON allows", notPlain, loss), nil
-	case allowLossy:
-		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON stores strings that are not valid UTF-8 with U+FFFD, as Options.AllowLossyJSON allows", notPlain), nil
-	case loss == nil:
-		return strictJSON[V](), fmt.Sprintf("Binary cannot store the type (%v)", notPlain), nil
-	}
-	return nil, "", fmt.Errorf("objects of type %v cannot be saved exactly: Binary cannot store them (%v) and JSON would not give them back as they were (%v); give Options.Codec a codec of your own for the type, or set Options.AllowLossyJSON to accept the loss", t, notPlain, loss)
+// refuseShape returns why a snapshot recording the shape recorded is not read into
+// objects of type typ (V), or nil when Binary reads it exactly.
+func (c binaryCodec[V]) refuseShape(recorded, typ string) error {
+	return c.shape.refuse(recorded, typ)
 }
 
 var (

@@ -67,6 +67,16 @@ func (c *chunk[V]) decode(codec Codec[V]) {
 	}
 }
 
+// safeDecode decodes data, turning a panic of the codec into an error.
+func safeDecode[V any](c Codec[V], data []byte) (v V, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("codec %s panicked: %v", c.Name(), r)
+		}
+	}()
+	return c.Decode(data)
+}
+
 // next returns a buffer of n bytes for the next record, to be filled by the caller.
 func (d *decoder[V]) next(n int) []byte {
 	c := d.cur

@@ -36,7 +36,7 @@ import (
 // is checked before any of its fields, the format version included: a damaged header is
 // refused as corrupt, never as written by another configuration. Format 2, without the
 // shape, is still read: a snapshot of it is refused if its codec records a shape now
-// (see File.check). Records are read in one
+// (see header.mismatch). Records are read in one
 // sequential pass with a reused buffer and covered by the checksum at the end.
 
 const (
@@ -62,6 +62,58 @@ type header struct {
 	revision                string
 	count                   uint64
 	shape                   string // the codec's shape of the objects (shape.encode), or ""
+}
+
+// newHeader returns the header of a snapshot of count objects at revision, saved for the
+// informer desc describes with the given schema, codec name and shape.
+func newHeader(desc informer.PersistedCache, schema, codec, shape, revision string, count int) *header {
+	return &header{
+		schema:   schema,
+		codec:    codec,
+		informer: desc.Informer,
+		typ:      desc.Type,
+		source:   desc.Source,
+		indexes:  desc.Indexes,
+		revision: revision,
+		count:    uint64(count),
+		shape:    shape,
+	}
+}
+
+// mismatch returns why a snapshot of header h, written for another configuration than
+// the one want describes, is not read; nil when it is read. A shape other than want's
+// (when want has one) is judged by refuseShape, given the recorded shape: Binary may read
+// it exactly.
+func (h *header) mismatch(want *header, refuseShape func(recorded string) error) error {
+	switch {
+	case h.schema != want.schema:
+		return fmt.Errorf("%w: schema %q, want %q (bump Options.Schema only when old snapshots must be refused)", ErrIncompatible, h.schema, want.schema)
+	case h.codec != want.codec:
+		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, want.codec)
+	case h.informer != want.informer:
+		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, want.informer)
+	case h.typ != want.typ:
+		return fmt.Errorf("%w: objects of type %s, want %s (give each informer its own Options.Name or FileName)", ErrIncompatible, h.typ, want.typ)
+	case h.source != want.source:
+		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, want.source)
+	case !equalStrings(h.indexes, want.indexes):
+		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, want.indexes)
+	case want.shape != "" && h.shape != want.shape:
+		return refuseShape(h.shape)
+	}
+	return nil
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *header) encode() []byte {
@@ -400,13 +452,4 @@ func safeEncode[V any](c Codec[V], obj V) (b []byte, err error) {
 		}
 	}()
 	return c.Encode(obj)
-}
-
-func safeDecode[V any](c Codec[V], data []byte) (v V, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("codec %s panicked: %v", c.Name(), r)
-		}
-	}()
-	return c.Decode(data)
 }

@@ -2,11 +2,40 @@ package persist
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
+)
+
+// defaultCodec returns Binary when V is plain, JSON when JSON gives every value of V back
+// as it was (or allowLossy), and why it chose it; an error when neither serves V.
+func defaultCodec[V any](allowLossy bool) (Codec[V], string, error) {
+	t := reflect.TypeFor[V]()
+	c, err := Binary[V]()
+	if err == nil {
+		return c, "the type is plain", nil
+	}
+	notPlain := errors.Unwrap(err) // what Binary found not plain, without its prefix
+	loss := jsonLoss(t, map[reflect.Type]bool{})
+	switch {
+	case allowLossy && loss != nil:
+		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON loses data (%v), as Options.AllowLossyJSON allows", notPlain, loss), nil
+	case allowLossy:
+		return JSON[V](), fmt.Sprintf("Binary cannot store the type (%v); JSON stores strings that are not valid UTF-8 with U+FFFD, as Options.AllowLossyJSON allows", notPlain), nil
+	case loss == nil:
+		return strictJSON[V](), fmt.Sprintf("Binary cannot store the type (%v)", notPlain), nil
+	}
+	return nil, "", fmt.Errorf("objects of type %v cannot be saved exactly: Binary cannot store them (%v) and JSON would not give them back as they were (%v); give Options.Codec a codec of your own for the type, or set Options.AllowLossyJSON to accept the loss", t, notPlain, loss)
+}
+
+// jsonEncoders are the interfaces by which a type has its own JSON encoding; a map key of
+// a textMarshalerType is stored too.
+var (
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+	jsonEncoders      = []reflect.Type{reflect.TypeFor[json.Marshaler](), textMarshalerType}
 )
 
 // jsonLoss returns why encoding/json cannot give back every value of t as it was, or nil
@@ -22,7 +51,7 @@ func jsonLoss(t reflect.Type, seen map[reflect.Type]bool) error {
 		return nil
 	}
 	seen[t] = true
-	for _, m := range []reflect.Type{jsonMarshaler, textMarshaler} {
+	for _, m := range jsonEncoders {
 		if t.Implements(m) || reflect.PointerTo(t).Implements(m) {
 			return nil
 		}
@@ -41,7 +70,7 @@ func jsonLoss(t reflect.Type, seen map[reflect.Type]bool) error {
 	case reflect.Map:
 		switch k := t.Key(); {
 		case k.Kind() == reflect.String, k.Kind() >= reflect.Int && k.Kind() <= reflect.Uintptr,
-			k.Implements(textMarshaler) || reflect.PointerTo(k).Implements(textMarshaler):
+			k.Implements(textMarshalerType) || reflect.PointerTo(k).Implements(textMarshalerType):
 		default:
 			return fmt.Errorf("%v: JSON cannot store map keys of type %v", t, k)
 		}

@@ -104,10 +104,20 @@ type Options[V any] struct {
 type File[K comparable, V any] struct {
 	dir  string
 	opts Options[V]
-	// shape and shapeText are the objects' shape as the codec writes them, recorded in
-	// each snapshot (nil and "" for a codec that has none).
-	shape     *shape
+	// shape is the codec when it records the objects' shape in each snapshot (Binary),
+	// nil otherwise; shapeText is the shape it records ("" for none).
+	shape     shapedCodec
 	shapeText string
+}
+
+// shapedCodec is a codec that records the objects' shape in each snapshot, and reads a
+// snapshot only when it reads its recorded shape exactly (Binary).
+type shapedCodec interface {
+	// recordedShape returns the shape recorded in each snapshot's header.
+	recordedShape() string
+	// refuseShape returns why a snapshot recording the shape recorded is not read into
+	// objects of type typ, or nil when it is read exactly.
+	refuseShape(recorded, typ string) error
 }
 
 var _ informer.Persister[string, int] = (*File[string, int])(nil)
@@ -134,8 +144,8 @@ func New[K comparable, V any](dir string, opts Options[V]) (*File[K, V], error) 
 		logger.Log(context.Background(), level, "persist: snapshot codec chosen", "type", reflect.TypeFor[V]().String(), "codec", c.Name(), "why", why)
 	}
 	f := &File[K, V]{dir: dir, opts: opts}
-	if s, ok := opts.Codec.(interface{ typeShape() (*shape, string) }); ok {
-		f.shape, f.shapeText = s.typeShape()
+	if s, ok := opts.Codec.(shapedCodec); ok {
+		f.shape, f.shapeText = s, s.recordedShape()
 	}
 	switch {
 	case opts.Interval == 0:
@@ -227,35 +237,14 @@ func (f *File[K, V]) SavedSource(ctx context.Context, desc informer.PersistedCac
 
 // check refuses a header written for another configuration.
 func (f *File[K, V]) check(h *header, desc informer.PersistedCache) error {
-	switch {
-	case h.schema != f.opts.Schema:
-		return fmt.Errorf("%w: schema %q, want %q (bump Options.Schema only when old snapshots must be refused)", ErrIncompatible, h.schema, f.opts.Schema)
-	case h.codec != f.opts.Codec.Name():
-		return fmt.Errorf("%w: codec %q, want %q", ErrIncompatible, h.codec, f.opts.Codec.Name())
-	case h.informer != desc.Informer:
-		return fmt.Errorf("%w: informer %q, want %q", ErrIncompatible, h.informer, desc.Informer)
-	case h.typ != desc.Type:
-		return fmt.Errorf("%w: objects of type %s, want %s (give each informer its own Options.Name or FileName)", ErrIncompatible, h.typ, desc.Type)
-	case h.source != desc.Source:
-		return fmt.Errorf("%w: saved from source %q, this informer's source is %q (another cluster, prefix or server: its revisions mean nothing here)", ErrIncompatible, h.source, desc.Source)
-	case !equalStrings(h.indexes, desc.Indexes):
-		return fmt.Errorf("%w: indexes %q, want %q", ErrIncompatible, h.indexes, desc.Indexes)
-	case f.shape != nil && h.shape != f.shapeText:
-		return f.shape.refuse(h.shape, desc.Type)
-	}
-	return nil
+	return h.mismatch(f.header(desc, "", 0), func(recorded string) error {
+		return f.shape.refuseShape(recorded, desc.Type)
+	})
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+// header returns the header of a snapshot f saves for desc: count objects at revision.
+func (f *File[K, V]) header(desc informer.PersistedCache, revision string, count int) *header {
+	return newHeader(desc, f.opts.Schema, f.opts.Codec.Name(), f.shapeText, revision, count)
 }
 
 // Save writes state to a temporary file in the directory, fsyncs it, renames it over the
@@ -263,17 +252,7 @@ func equalStrings(a, b []string) bool {
 // snapshot or the new one, whole. An object that fails to encode fails the Save (the
 // previous snapshot stays). It costs one encode per object and one sequential write.
 func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[K, V]) error {
-	h := &header{
-		schema:   f.opts.Schema,
-		codec:    f.opts.Codec.Name(),
-		informer: desc.Informer,
-		typ:      desc.Type,
-		source:   desc.Source,
-		indexes:  desc.Indexes,
-		revision: state.Revision(),
-		count:    uint64(state.Len()),
-		shape:    f.shapeText,
-	}
+	h := f.header(desc, state.Revision(), state.Len())
 	return writeFile(ctx, f.Path(desc), h, func(yield func(any, V) bool) {
 		for k, v := range state.All() {
 			if !yield(k, v) {
