@@ -16,14 +16,16 @@ var _ informer.HistoryProver = (*Source[int])(nil)
 
 // ProveHistory implements informer.HistoryProver: it reads the prefix at rev without
 // values (a keys-only range, or only its count when every entry of revisions is "") and
-// compares the number of keys and their ModRevisions with revisions, which are then the
+// checks the number of keys and their ModRevisions against revisions, which are then the
 // objects' ModRevisions as decimal strings (a KVDecoder that keeps kv.ModRevision, and
 // informer.Options.Revision returning it). A cluster restored from a backup (etcdutl
 // snapshot restore) keeps its cluster ID, so SourceID cannot tell it from the cluster the
 // state was saved from; its keys at a revision after the backup's are another history's,
 // and the comparison tells. A rev the cluster has not reached is another history; a
-// compacted rev matches informer.ErrExpired. Keys the decoder rejected count as keys here
-// and make the proof fail (the informer then lists).
+// compacted rev matches informer.ErrExpired. The cluster may hold more keys than the saved
+// state has objects (a value the decoder rejected, an object a Transform or key function
+// left out): the proof asks that every saved object's ModRevision is a key's, not that the
+// two lists are equal.
 //
 // It costs one range read of keys and revisions, far less than a list, which also sends
 // and decodes every value: see BenchmarkHistoryProof.
@@ -56,7 +58,9 @@ func (s *Source[V]) ProveHistory(ctx context.Context, rev string, revisions []st
 		return newError(informer.ErrOtherHistory, nil, "etcd %s: the saved revision %d is newer than the cluster's (restored from a backup, or replaced)", s.at("history proof"), at)
 	case err != nil:
 		return classify(ctx, s.at("history proof"), err)
-	case resp.Count != int64(len(revisions)):
+	case resp.Count < int64(len(revisions)):
+		// Fewer is no proof: an object the informer left out (a value that did not
+		// decode, a Transform or key function that failed) is a key etcd holds.
 		return newError(informer.ErrOtherHistory, nil, "etcd %s: the saved state at revision %d holds %d objects, the cluster held %d keys under %q there (restored from a backup?)", s.at("history proof"), at, len(revisions), resp.Count, s.prefix)
 	case want == nil:
 		return nil
@@ -67,10 +71,17 @@ func (s *Source[V]) ProveHistory(ctx context.Context, rev string, revisions []st
 	}
 	slices.Sort(got)
 	slices.Sort(want)
-	for i := range got {
-		if got[i] != want[i] {
-			return newError(informer.ErrOtherHistory, nil, "etcd %s: the saved state at revision %d is not the cluster's state there: a key changed at revision %d in one and not in the other (restored from a backup?)", s.at("history proof"), at, min(got[i], want[i]))
+	// Every saved object's revision is one a key had at the saved revision (the keys the
+	// informer left out are the cluster's extra ones).
+	i := 0
+	for _, w := range want {
+		for i < len(got) && got[i] < w {
+			i++
 		}
+		if i == len(got) || got[i] != w {
+			return newError(informer.ErrOtherHistory, nil, "etcd %s: the saved state at revision %d is not the cluster's state there: no key under %q changed at revision %d, as a saved object did (restored from a backup?)", s.at("history proof"), at, s.prefix, w)
+		}
+		i++
 	}
 	return nil
 }
