@@ -90,14 +90,6 @@ func (c *core[V]) watch(ctx context.Context, f valueFilter, opts informer.WatchO
 	return c.lw.Watch(ctx, opts)
 }
 
-// caughtUp reports whether a filtered watch has delivered every event it has so far, so
-// that the frames buffered for its client are sent now rather than with a later event
-// (an unfiltered watch flushes at the source's newest revision instead).
-func caughtUp[V any](w informer.Watch[V]) bool {
-	fw, ok := w.(interface{ caughtUp() bool })
-	return ok && fw.caughtUp()
-}
-
 // serveFilters sets up the Server's filter indexes (ServerOptions.Filters), the indexes
 // of inf of those names. It runs before the Server's handler is added, so the indexes see
 // every change.
@@ -196,7 +188,7 @@ type filterValue[K cmp.Ordered, V any] struct {
 	value   string
 	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
 	history []filterEvent[K]                // its events after the compacted revision
-	dropped int64                           // events dropped from the front of history, ever
+	dropped int64                           // events dropped from the front of history, ever, and one more at each forgetHistory
 	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
 	watches int                             // watches open
 
@@ -433,6 +425,28 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 		h.order = h.order[:copy(h.order, h.order[h.orderHead:])]
 		clear(h.order[len(h.order):cap(h.order)])
 		h.orderHead = 0
+	}
+}
+
+// forgetHistory drops the history of every value, for the server's history is another
+// one now (its upstream restored from a backup), and counts one event more dropped, so
+// that every open watch, however far it had read, finds its next event gone: it ends with
+// an error matching informer.ErrExpired (410), and its client lists again.
+func (h *filterHub[K, V]) forgetHistory() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.order)
+	h.order, h.orderHead = h.order[:0], 0
+	for i := range h.indexes {
+		for _, fv := range h.indexes[i].values {
+			fv.dropped += int64(len(fv.history)) + 1
+			fv.history = nil
+			fv.waiters.WakeAll()
+			h.gc(fv)
+		}
 	}
 }
 
