@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/metrics"
@@ -829,5 +830,271 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		default:
 			fail("unexpected error reported: %v", err)
 		}
+	}
+}
+
+// A handler added to a running informer gets the cache replayed as initial
+// adds, then live changes; its own Synced closes after the replay.
+func TestInformer_LateHandlerReplayAndPerHandlerSync(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	late := newEvents()
+	reg, err := f.inf.AddHandler(late, informer.HandlerOptions{Name: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reg.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("late handler never synced")
+	}
+	if got := late.Calls(); !slices.Equal(got, []string{"add*a=1", "add*b=1"}) {
+		t.Fatalf("replay %q", got)
+	}
+	src.Put(newObj("a", "g", "2"))
+	late.Expect(t, "add*a=1", "add*b=1", "update a=1→2")
+	if reg.Name() != "late" {
+		t.Fatal(reg.Name())
+	}
+}
+
+// RemoveHandler waits for the handler's goroutine; the handler gets nothing afterwards.
+func TestInformer_RemoveHandler(t *testing.T) {
+	src := newSource(memory.Options{})
+	keep, gone := newEvents(), newEvents()
+	f := start(t, src, informer.Options[string, *obj]{})
+	regKeep, _ := f.inf.AddHandler(keep, informer.HandlerOptions{})
+	reg, _ := f.inf.AddHandler(gone, informer.HandlerOptions{})
+	src.Put(newObj("a", "g", "1"))
+	gone.Expect(t, "add a=1")
+	if !f.inf.RemoveHandler(reg) || f.inf.RemoveHandler(reg) {
+		t.Fatal("RemoveHandler must report true once")
+	}
+	src.Put(newObj("b", "g", "1"))
+	keep.Expect(t, "add a=1", "add b=1")
+	if got := gone.Calls(); !slices.Equal(got, []string{"add a=1"}) {
+		t.Fatalf("removed handler got %q", got)
+	}
+	_ = regKeep
+}
+
+// A panicking handler does not affect another handler or the informer.
+func TestInformer_HandlerPanicIsolated(t *testing.T) {
+	src := newSource(memory.Options{})
+	good := newEvents()
+	bad := informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, _ bool) { panic("handler bug") }}
+	f := start(t, src, informer.Options[string, *obj]{}, bad, good)
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	good.Expect(t, "add a=1", "add b=1")
+	waitUntil(t, func() bool { return f.inf.Stats().HandlerPanics == 2 })
+	var pe *informer.HandlerPanicError
+	if reported := f.errs.All(); !errors.As(reported[0], &pe) || pe.Value != "handler bug" {
+		t.Fatalf("reported %v", reported)
+	}
+}
+
+// Per-handler resync periods on a fake clock; a resync is
+// OnUpdate(obj, obj), only to the handlers that are due.
+func TestInformer_PerHandlerResync(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{Clock: fc})
+	src.Put(newObj("a", "g", "1"))
+	fast, slow, never := newEvents(), newEvents(), newEvents()
+	inf, err := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key:          func(o *obj) (string, error) { return o.Key, nil },
+		ResyncPeriod: 10 * time.Second,
+		Clock:        fc,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.AddHandler(fast, informer.HandlerOptions{ResyncPeriod: 2 * time.Second})
+	inf.AddHandler(slow, informer.HandlerOptions{})
+	inf.AddHandler(never, informer.HandlerOptions{ResyncPeriod: -1})
+	ctx := informertest.Run(t, inf)
+	_ = informer.WaitForCacheSync(ctx, inf)
+	fast.Expect(t, "add*a=1")
+	slow.Expect(t, "add*a=1")
+	// Timers armed: the watch timeout and the resync timer (period lowered to the shortest handler's, 2s).
+	fc.WaitForWaiters(2, ctx.Done())
+	for i := 1; i <= 5; i++ {
+		fc.Step(2 * time.Second)
+		want := []string{"add*a=1"}
+		for range i {
+			want = append(want, "resync a=1")
+		}
+		fast.Expect(t, want...)
+		fc.WaitForWaiters(2, ctx.Done())
+	}
+	slow.Expect(t, "add*a=1", "resync a=1")
+	never.Expect(t, "add*a=1") // waits for its own goroutine's call; fails on any resync
+}
+
+// On an informer with resync 0, no handler ever resyncs.
+func TestInformer_NoResyncWhenInformerHasNone(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{Clock: fc})
+	src.Put(newObj("a", "g", "1"))
+	ev := newEvents()
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
+		Key: func(o *obj) (string, error) { return o.Key, nil }, Clock: fc,
+	})
+	inf.AddHandler(ev, informer.HandlerOptions{ResyncPeriod: time.Second})
+	ctx := informertest.Run(t, inf)
+	ev.Expect(t, "add*a=1")
+	fc.WaitForWaiters(1, ctx.Done()) // the watch timeout only
+	fc.Step(5 * time.Second)
+	src.Put(newObj("b", "g", "1"))
+	ev.Expect(t, "add*a=1", "add b=1")
+}
+
+// With an object-revision function, an object listed again unchanged is a resync
+// (not sent to handlers that are not syncing), and a changed one is an update.
+func TestInformer_ReplacedWithSameRevisionIsResync(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(&obj{Key: "a", Group: "g", Val: "1", Rev: "r1"})
+	src.Put(&obj{Key: "b", Group: "g", Val: "1", Rev: "r1"})
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{Revision: func(o *obj) string { return o.Rev }}, ev)
+	ev.Expect(t, "add*a=1", "add*b=1")
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(&obj{Key: "b", Group: "g", Val: "2", Rev: "r2"})
+	ev.Expect(t, "add*a=1", "add*b=1", "update b=1→2")
+	// Force a relist: a and b are unchanged, so they are resyncs, which reach only handlers
+	// due for a resync (unlike client-go, on purpose): this handler hears nothing of them.
+	src.FailNext(1, memory.OpWatch, informer.ErrExpired)
+	src.DropWatches(informer.ErrExpired)
+	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+	src.Put(&obj{Key: "c", Group: "g", Val: "1", Rev: "r1"})
+	got := ev.WaitFor(t, 4)
+	want := []string{"add*a=1", "add*b=1", "update b=1→2", "add c=1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	assertCache(t, f)
+}
+
+// Plain handlers (no OnRevision) added to a running, synced informer get the replay and
+// the live changes, and nothing is reported: no panic, no error.
+func TestInformer_LatePlainHandlers(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	var mu sync.Mutex
+	var calls []string
+	record := func(s string) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
+	var regs []*informer.Registration
+	for i := range 3 {
+		name := fmt.Sprintf("late%d", i)
+		reg, err := f.inf.AddHandler(informer.HandlerFuncs[*obj]{
+			AddFunc:    func(o *obj, initial bool) { record(fmt.Sprintf("%s add %s=%s %v", name, o.Key, o.Val, initial)) },
+			UpdateFunc: func(_, o *obj) { record(fmt.Sprintf("%s update %s=%s", name, o.Key, o.Val)) },
+		}, informer.HandlerOptions{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	src.Put(newObj("a", "g", "2"))
+	waitUntil(t, func() bool {
+		for _, reg := range regs {
+			if st := reg.Stats(); !st.Synced || st.Delivered < 2 || st.Queued > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	got := slices.Clone(calls)
+	mu.Unlock()
+	for i := range regs {
+		name := fmt.Sprintf("late%d", i)
+		var mine []string
+		for _, c := range got {
+			if strings.HasPrefix(c, name+" ") {
+				mine = append(mine, c)
+			}
+		}
+		if want := []string{name + " add a=1 true", name + " update a=2"}; !slices.Equal(mine, want) {
+			t.Errorf("%s got %q, want %q", name, mine, want)
+		}
+		if p := regs[i].Stats().Panics; p != 0 {
+			t.Errorf("%s: %d panics", name, p)
+		}
+	}
+	if n := f.inf.Stats().HandlerPanics; n != 0 {
+		t.Errorf("Stats().HandlerPanics = %d", n)
+	}
+	if reported := f.errs.All(); len(reported) != 0 {
+		t.Errorf("errors reported: %v", reported)
+	}
+}
+
+func TestInformer_Handlers(t *testing.T) {
+	inf, err := informer.New[string, *obj](newSource(memory.Options{}), informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{Name: "one"})
+	r2, _ := inf.AddHandler(newEvents(), informer.HandlerOptions{})
+	names := func() (out []string) {
+		for _, r := range inf.Stats().Handlers {
+			out = append(out, r.Name())
+		}
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"one", "handler-2"}) || inf.Stats().Handlers[0] != r1 || inf.Stats().Handlers[1] != r2 {
+		t.Fatalf("Handlers = %q, want the registrations in order", got)
+	}
+	inf.RemoveHandler(r1)
+	if got := names(); !slices.Equal(got, []string{"handler-2"}) {
+		t.Fatalf("after RemoveHandler: %q", got)
+	}
+}
+
+// gate is a handler whose OnAdd of key "a" waits until released.
+type gate struct {
+	*events
+	release chan struct{}
+}
+
+func (g gate) OnAdd(o *obj, initial bool) {
+	if o.Key == "a" {
+		<-g.release
+	}
+	g.events.OnAdd(o, initial)
+}
+
+// MeasureLatency: a notification that waited two (fake) seconds behind a blocked call is
+// recorded in the 2.5 s bucket; one delivered at once in the first bucket.
+func TestHandler_MeasureLatency(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	src := newSource(memory.Options{})
+	g := gate{events: newEvents(), release: make(chan struct{})}
+	f := start(t, src, informer.Options[string, *obj]{Clock: fc})
+	reg, err := f.inf.AddHandler(g, informer.HandlerOptions{MeasureLatency: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := f.inf.AddHandler(newEvents(), informer.HandlerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Put(newObj("a", "g", "1")) // the handler blocks in OnAdd(a)
+	src.Put(newObj("b", "g", "1"))
+	waitUntil(t, func() bool { return reg.Stats().Queued == 2 && reg.Stats().Delivered == 1 })
+	fc.Step(2 * time.Second)
+	close(g.release)
+	g.Expect(t, "add a=1", "add b=1")
+	lat := reg.Stats().Latency
+	bucket := slices.Index(lat.Bounds, 2.5)
+	if lat.Count != 2 || lat.Counts[0] != 1 || lat.Counts[bucket] != 1 || lat.Sum != 2 {
+		t.Fatalf("latency %+v: want a at 0 s (first bucket) and b at 2 s (2.5 s bucket)", lat)
+	}
+	if s := plain.Stats().Latency; s.Bounds != nil {
+		t.Fatalf("a handler without MeasureLatency has a latency histogram: %+v", s)
 	}
 }

@@ -943,3 +943,242 @@ func TestReflector_LongListLogsProgress(t *testing.T) {
 		t.Fatalf("progress lines:\n%s\nwant:\n%s\nlog:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), logs.String())
 	}
 }
+
+// The list is paged at one revision, then the watch starts from the
+// list's revision with a timeout in [min, 2·min) and bookmarks allowed.
+func TestReflector_PagedListThenWatchFromListRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	for i := range 1200 {
+		src.Put(newObj(fmt.Sprintf("k%04d", i), "g", "v"))
+	}
+	listRev := strconv.FormatInt(src.Revision(), 10)
+	f := start(t, src, informer.Options[string, *obj]{PageSize: 500, MinWatchTimeout: time.Minute})
+	if err := src.WaitForWatches(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.inf.Len() != 1200 {
+		t.Fatalf("cache has %d", f.inf.Len())
+	}
+	reqs := src.Requests()
+	var lists []informer.ListOptions
+	var watch *informer.WatchOptions
+	for _, r := range reqs {
+		switch r.Op {
+		case memory.OpList:
+			lists = append(lists, r.List)
+		case memory.OpWatch:
+			if watch == nil {
+				w := r.Watch
+				watch = &w
+			}
+		}
+	}
+	if len(lists) != 3 || lists[0].Continue != "" || lists[1].Continue == "" || lists[2].Continue == "" {
+		t.Fatalf("want 3 pages with continue tokens, got %+v", lists)
+	}
+	for _, l := range lists {
+		if l.Limit != 500 {
+			t.Fatalf("page limit %d", l.Limit)
+		}
+	}
+	if watch == nil || watch.Revision != listRev || !watch.AllowBookmarks ||
+		watch.Timeout < time.Minute || watch.Timeout >= 2*time.Minute {
+		t.Fatalf("watch options %+v, want revision %s, bookmarks, timeout in [1m,2m)", watch, listRev)
+	}
+	if got := f.inf.Stats().ReceivedRevision; got != listRev {
+		t.Fatalf("LastSyncRevision %q, want %q", got, listRev)
+	}
+}
+
+// A watch that ends normally is reopened from the last revision, without a relist.
+func TestReflector_WatchEndReopensWithoutRelist(t *testing.T) {
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+	src := f.src
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(newObj("a", "g", "2"))
+	ev.Expect(t, "add*a=1", "update a=1→2")
+	src.DropWatches(nil) // io.EOF after events were received: a normal end
+	src.Put(newObj("a", "g", "3"))
+	ev.Expect(t, "add*a=1", "update a=1→2", "update a=2→3")
+	if n := countOps(src, memory.OpList); n != 1 {
+		t.Fatalf("%d lists, want 1 (no relist)", n)
+	}
+	last := src.Requests()[len(src.Requests())-1]
+	if last.Op != memory.OpWatch || last.Watch.Revision != "2" {
+		t.Fatalf("re-watch %+v, want from revision 2", last)
+	}
+	assertCache(t, f)
+}
+
+// A retryable failure backs off and re-watches from the same revision without
+// a relist; Retry-After is honoured as a floor.
+func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
+	for _, err := range []error{
+		informer.ErrConnectionRefused,
+		informer.RetryAfter(informer.ErrTooManyRequests, 2*time.Millisecond),
+		fmt.Errorf("wrapped: %w", informer.ErrUnavailable),
+	} {
+		t.Run(err.Error(), func(t *testing.T) {
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+			src := f.src
+			src.WaitForWatches(context.Background(), 1)
+			src.FailNext(2, memory.OpWatch, err)
+			src.DropWatches(err)
+			src.Put(newObj("a", "g", "2"))
+			ev.Expect(t, "add*a=1", "update a=1→2")
+			if n := countOps(src, memory.OpList); n != 1 {
+				t.Fatalf("%d lists, want 1", n)
+			}
+			f.errs.WaitFor(t, informer.ErrRetryable)
+		})
+	}
+}
+
+// An expired revision leads to a relist at the last revision seen; objects deleted
+// meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
+func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"))
+	src := f.src
+	ev.Expect(t, "add*a=1", "add*b=1")
+	src.WaitForWatches(context.Background(), 1)
+
+	// While the informer cannot watch: b is deleted, c added, a changed, history compacted.
+	src.FailNext(1, memory.OpWatch, informer.ErrUnavailable)
+	src.DropWatches(informer.ErrUnavailable)
+	src.Delete("b")
+	src.Put(newObj("c", "g", "1"))
+	src.Put(newObj("a", "g", "2"))
+	src.Compact(src.Revision())
+	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete?b=1")
+	var relist *informer.ListOptions
+	for _, r := range src.Requests() {
+		if r.Op == memory.OpList {
+			relist = &r.List
+		}
+	}
+	if relist == nil || relist.Consistent || relist.Revision != "2" {
+		t.Fatalf("relist after expiry %+v, want one at least as new as revision 2 (the last seen), not a consistent one", relist)
+	}
+	if f.inf.Stats().Expirations == 0 {
+		t.Fatal("expiration not counted")
+	}
+	assertCache(t, f)
+}
+
+// Bad input: an event older than one already seen, or of an unknown type, is reported
+// (ErrBadInput, counted) and leads to a relist; the cache converges.
+func TestReflector_BadInputRelists(t *testing.T) {
+	for name, bad := range map[string]informer.Event[*obj]{
+		"revision back in time": {Type: informer.Modified, Object: newObj("a", "g", "stale"), Revision: "1"},
+		"unknown event type":    {Type: informer.EventType(42), Object: newObj("a", "g", "x"), Revision: "99"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"), newObj("a", "g", "2"))
+			src := f.src
+			src.WaitForWatches(context.Background(), 1)
+			src.Inject(bad)
+			f.errs.WaitFor(t, informer.ErrBadInput)
+			waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+			src.Put(newObj("a", "g", "3"))
+			ev.Expect(t, "add*a=2", "add*b=1", "update a=2→3")
+			if f.inf.Stats().SourceErrors == 0 {
+				t.Fatal("bad input not counted")
+			}
+			assertCache(t, f)
+		})
+	}
+}
+
+// Bookmarks advance the revision without an object change.
+func TestReflector_BookmarkAdvancesRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	other := newSource(memory.Options{}) // to bump revisions without changing src's objects
+	_ = other
+	src.Put(newObj("a", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(newObj("b", "g", "1"))
+	src.Delete("b")
+	rev := strconv.FormatInt(src.Revision(), 10)
+	src.Bookmark()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.inf.WaitForRevision(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return f.inf.Stats().Bookmarks >= 1 })
+	if f.inf.Stats().ReceivedRevision != rev {
+		t.Fatalf("LastSyncRevision %s, want %s", f.inf.Stats().ReceivedRevision, rev)
+	}
+}
+
+// Streaming lists: used when the source offers them; the result is the same.
+func TestReflector_StreamingList(t *testing.T) {
+	src := newSource(memory.Options{StreamingList: true})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	src.Put(newObj("c", "g", "1"))
+	ev.Expect(t, "add*a=1", "add*b=1", "add c=1")
+	if countOps(src, memory.OpList) != 0 {
+		t.Fatal("a streaming source must not be listed")
+	}
+	reqs := src.Requests()
+	if !reqs[0].Watch.SendInitialEvents {
+		t.Fatalf("first request %+v", reqs[0])
+	}
+	assertCache(t, f)
+}
+
+// A watch that ends within a second with nothing received is an error and leads to
+// a relist; its Warn names it (kind="watch: very short").
+func TestReflector_VeryShortWatchRelists(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	logs := &testkit.LogBuffer{}
+	f := start(t, src, informer.Options[string, *obj]{Logger: logs.Logger(slog.LevelWarn)})
+	src.WaitForWatches(context.Background(), 1)
+	src.DropWatches(nil)
+	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+	reported := f.errs.All()
+	found := false
+	for _, err := range reported {
+		found = found || strings.Contains(err.Error(), "very short watch")
+	}
+	if !found {
+		t.Fatalf("errors %v", reported)
+	}
+	if out := logs.String(); !strings.Contains(out, `kind="watch: very short"`) {
+		t.Fatalf("no Warn of kind \"watch: very short\":\n%s", out)
+	}
+}
+
+// A stop during a slow list returns promptly.
+func TestReflector_StopDuringList(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.SetDelay(time.Hour)
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	waitUntil(t, func() bool { return len(src.Requests()) > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel during a list")
+	}
+	if inf.Stats().Synced {
+		t.Fatal("synced without a list")
+	}
+	if _, err := inf.AddHandler(newEvents(), informer.HandlerOptions{}); !errors.Is(err, informer.ErrStopped) {
+		t.Fatalf("AddHandler after stop: %v", err)
+	}
+	if err := inf.Run(context.Background()); !errors.Is(err, informer.ErrAlreadyStarted) {
+		t.Fatalf("second Run: %v", err)
+	}
+}
