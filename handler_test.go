@@ -1098,3 +1098,61 @@ func TestHandler_MeasureLatency(t *testing.T) {
 		t.Fatalf("a handler without MeasureLatency has a latency histogram: %+v", s)
 	}
 }
+
+// A stalled handler delays neither the cache nor the other handlers; its own queue
+// coalesces (the default policy) and it catches up with the newest states.
+func TestInformer_StalledHandlerIsolated(t *testing.T) {
+	src := newSource(memory.Options{})
+	gate := make(chan struct{})
+	stalled := newEvents()
+	stuck := informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, initial bool) {
+		<-gate
+		stalled.OnAdd(o, initial)
+	}, UpdateFunc: stalled.OnUpdate}
+	fast := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // runs before the informer stops, even when the test fails
+	reg, _ := f.inf.AddHandler(stuck, informer.HandlerOptions{QueueLength: 2})
+	f.inf.AddHandler(fast, informer.HandlerOptions{})
+	src.Put(newObj("a", "g", "0")) // the stalled handler blocks inside this add
+	for i := 1; i <= 200; i++ {
+		src.Put(newObj("a", "g", strconv.Itoa(i)))
+		src.Put(newObj("b", "g", strconv.Itoa(i)))
+	}
+	rev := src.Put(newObj("c", "g", "last"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.inf.WaitForRevision(ctx, strconv.FormatInt(rev, 10)); err != nil {
+		t.Fatal(err)
+	}
+	// a: add + 200 updates; b: add + 199 updates; c: add.
+	got := fast.WaitFor(t, 402)
+	if len(got) != 402 || got[len(got)-1] != "add c=last" {
+		t.Fatalf("fast handler: %d calls, last %q", len(got), got[len(got)-1])
+	}
+	if st := reg.Stats(); st.Queued > 8 || st.Coalesced == 0 {
+		t.Fatalf("stalled handler's queue: %+v (want bounded and coalescing)", st)
+	}
+	release()
+	waitUntil(t, func() bool {
+		calls := stalled.Calls()
+		return len(calls) > 0 && calls[len(calls)-1] == "add c=last"
+	})
+	// Its calls depend on how the writes were batched, but it ends at every key's final
+	// state, in few calls (the overflow kept one entry per key).
+	calls := stalled.Calls()
+	final := map[string]string{}
+	for _, c := range calls {
+		key, val, _ := strings.Cut(strings.SplitN(c, " ", 2)[1], "=")
+		if i := strings.LastIndex(val, "→"); i >= 0 {
+			val = val[i+len("→"):]
+		}
+		final[key] = val
+	}
+	if len(calls) > 8 || final["a"] != "200" || final["b"] != "200" || final["c"] != "last" {
+		t.Fatalf("stalled handler after catching up: %q", calls)
+	}
+	assertCache(t, f)
+}

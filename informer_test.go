@@ -158,3 +158,33 @@ func TestInformer_ReportErrorCountsByClass(t *testing.T) {
 		t.Fatalf("decode %d source %d other %d, want 1 1 0", st.DecodeErrors, st.SourceErrors, st.OtherErrors)
 	}
 }
+
+// New refuses a source that would crash the informer at its first call.
+func TestNew_RefusesNilSourceFunctions(t *testing.T) {
+	list := func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
+		return informer.List[*obj]{}, nil
+	}
+	watch := func(context.Context, informer.WatchOptions) (informer.Watch[*obj], error) {
+		return nil, nil
+	}
+	for name, lw := range map[string]informer.ListerWatcher[*obj]{
+		"nil":              nil,
+		"no functions":     informer.ListerWatcherFuncs[*obj]{},
+		"no WatchFunc":     informer.ListerWatcherFuncs[*obj]{ListFunc: list},
+		"no ListFunc":      informer.ListerWatcherFuncs[*obj]{WatchFunc: watch},
+		"pointer, no func": &informer.ListerWatcherFuncs[*obj]{ListFunc: list},
+		"nil pointer":      (*informer.ListerWatcherFuncs[*obj])(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr})
+			if err == nil || inf != nil {
+				t.Fatalf("New accepted %s: informer %v, error %v", name, inf, err)
+			}
+			t.Logf("%s: %v", name, err)
+		})
+	}
+	if _, err := informer.New[string, *obj](informer.ListerWatcherFuncs[*obj]{ListFunc: list, WatchFunc: watch},
+		informer.Options[string, *obj]{Key: objKeyErr}); err != nil {
+		t.Fatalf("New refused complete ListerWatcherFuncs: %v", err)
+	}
+}
