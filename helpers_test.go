@@ -6,6 +6,7 @@ package informer_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,3 +151,52 @@ func countOps(src *memory.Source[string, *obj], op memory.Op) int {
 	}
 	return n
 }
+
+// gatedHandler records calls as events does, each once it takes a token from allow (or
+// allow is closed).
+type gatedHandler struct {
+	allow chan struct{}
+	ev    *events
+}
+
+func newGated() *gatedHandler { return &gatedHandler{allow: make(chan struct{}), ev: newEvents()} }
+
+func (h *gatedHandler) OnAdd(o *obj, initial bool) { <-h.allow; h.ev.OnAdd(o, initial) }
+func (h *gatedHandler) OnUpdate(old, new *obj)     { <-h.allow; h.ev.OnUpdate(old, new) }
+func (h *gatedHandler) OnDelete(o *obj, unknown bool) {
+	<-h.allow
+	h.ev.OnDelete(o, unknown)
+}
+
+// newQuiet returns an informer over src with opts, its Key and a silent ErrorHandler set
+// here.
+func newQuiet(t *testing.T, src *memory.Source[string, *obj], opts informer.Options[string, *obj]) *informer.Informer[string, *obj] {
+	t.Helper()
+	opts.Key = objKeyErr
+	opts.ErrorHandler = func(error) {}
+	inf, err := informer.New[string, *obj](src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inf
+}
+
+// stalledHandler blocks in each call until allowed; it counts the calls it completed and
+// records each key's last state.
+type stalledHandler struct {
+	allow     chan struct{}
+	processed atomic.Int64
+	mu        sync.Mutex
+	last      map[string]string
+}
+
+func (h *stalledHandler) see(key, val string) {
+	<-h.allow
+	h.mu.Lock()
+	h.last[key] = val
+	h.mu.Unlock()
+	h.processed.Add(1)
+}
+func (h *stalledHandler) OnAdd(o *obj, _ bool)    { h.see(o.Key, o.Val) }
+func (h *stalledHandler) OnUpdate(_, o *obj)      { h.see(o.Key, o.Val) }
+func (h *stalledHandler) OnDelete(o *obj, _ bool) { h.see(o.Key, "<deleted>") }
