@@ -20,136 +20,6 @@ import (
 	"github.com/informer-go/informer/source/memory"
 )
 
-// A failed list is reported and retried after a backoff that doubles from Initial (jitter
-// off here, so the delays are exact on the fake clock).
-func TestReflector_ListFailureBacksOffExactly(t *testing.T) {
-	fc := clock.NewFake(time.Unix(0, 0))
-	src := newSource(memory.Options{Clock: fc})
-	src.Put(newObj("a", "g", "1"))
-	boom := errors.New("list failed")
-	src.FailNext(2, memory.OpList, boom)
-	var reported testkit.Errors
-	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:          func(o *obj) (string, error) { return o.Key, nil },
-		Clock:        fc,
-		Backoff:      informer.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1},
-		ErrorHandler: reported.Report,
-	})
-	ctx := informertest.Run(t, inf)
-
-	lists := func() int { return countOps(src, memory.OpList) }
-	// First list fails; the reflector waits 1s (one timer armed).
-	fc.WaitForWaiters(1, ctx.Done())
-	if lists() != 1 || len(reported.Matching(boom)) == 0 {
-		t.Fatalf("lists %d, reported %v", lists(), reported.All())
-	}
-	fc.Step(999 * time.Millisecond)
-	if lists() != 1 {
-		t.Fatal("relisted before the backoff elapsed")
-	}
-	fc.Step(time.Millisecond)
-	waitUntil(t, func() bool { return lists() == 2 })
-	// Second failure: the delay doubles to 2s.
-	fc.WaitForWaiters(1, ctx.Done())
-	fc.Step(1999 * time.Millisecond)
-	if lists() != 2 {
-		t.Fatal("relisted before the doubled backoff elapsed")
-	}
-	fc.Step(time.Millisecond)
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	if informer.WaitForCacheSync(sctx, inf) != nil || lists() != 3 {
-		t.Fatalf("synced=%v after %d lists", inf.Stats().Synced, lists())
-	}
-	if n := inf.Stats().ListErrors; n != 2 {
-		t.Fatalf("ListErrors = %d", n)
-	}
-}
-
-// A stalled handler delays neither the cache nor the other handlers; its own queue
-// coalesces (the default policy) and it catches up with the newest states.
-func TestInformer_StalledHandlerIsolated(t *testing.T) {
-	src := newSource(memory.Options{})
-	gate := make(chan struct{})
-	stalled := newEvents()
-	stuck := informer.HandlerFuncs[*obj]{AddFunc: func(o *obj, initial bool) {
-		<-gate
-		stalled.OnAdd(o, initial)
-	}, UpdateFunc: stalled.OnUpdate}
-	fast := newEvents()
-	f := start(t, src, informer.Options[string, *obj]{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(release) // runs before the informer stops, even when the test fails
-	reg, _ := f.inf.AddHandler(stuck, informer.HandlerOptions{QueueLength: 2})
-	f.inf.AddHandler(fast, informer.HandlerOptions{})
-	src.Put(newObj("a", "g", "0")) // the stalled handler blocks inside this add
-	for i := 1; i <= 200; i++ {
-		src.Put(newObj("a", "g", strconv.Itoa(i)))
-		src.Put(newObj("b", "g", strconv.Itoa(i)))
-	}
-	rev := src.Put(newObj("c", "g", "last"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.inf.WaitForRevision(ctx, strconv.FormatInt(rev, 10)); err != nil {
-		t.Fatal(err)
-	}
-	// a: add + 200 updates; b: add + 199 updates; c: add.
-	got := fast.WaitFor(t, 402)
-	if len(got) != 402 || got[len(got)-1] != "add c=last" {
-		t.Fatalf("fast handler: %d calls, last %q", len(got), got[len(got)-1])
-	}
-	if st := reg.Stats(); st.Queued > 8 || st.Coalesced == 0 {
-		t.Fatalf("stalled handler's queue: %+v (want bounded and coalescing)", st)
-	}
-	release()
-	waitUntil(t, func() bool {
-		calls := stalled.Calls()
-		return len(calls) > 0 && calls[len(calls)-1] == "add c=last"
-	})
-	// Its calls depend on how the writes were batched, but it ends at every key's final
-	// state, in few calls (the overflow kept one entry per key).
-	calls := stalled.Calls()
-	final := map[string]string{}
-	for _, c := range calls {
-		key, val, _ := strings.Cut(strings.SplitN(c, " ", 2)[1], "=")
-		if i := strings.LastIndex(val, "→"); i >= 0 {
-			val = val[i+len("→"):]
-		}
-		final[key] = val
-	}
-	if len(calls) > 8 || final["a"] != "200" || final["b"] != "200" || final["c"] != "last" {
-		t.Fatalf("stalled handler after catching up: %q", calls)
-	}
-	assertCache(t, f)
-}
-
-// A list that fails with a Retry-After is retried no sooner than the source asked, even
-// when the backoff is shorter.
-func TestReflector_ListRetryAfterHonoured(t *testing.T) {
-	fc := clock.NewFake(time.Unix(0, 0))
-	src := newSource(memory.Options{Clock: fc})
-	src.Put(newObj("a", "g", "1"))
-	src.FailNext(1, memory.OpList, informer.RetryAfter(informer.ErrTooManyRequests, 30*time.Second))
-	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{
-		Key:     func(o *obj) (string, error) { return o.Key, nil },
-		Clock:   fc,
-		Backoff: informer.Backoff{Initial: time.Second, Jitter: -1},
-	})
-	ctx, _ := runStoppable(t, inf)
-	fc.WaitForWaiters(1, ctx.Done())
-	fc.Step(29 * time.Second)
-	if n := countOps(src, memory.OpList); n != 1 {
-		t.Fatalf("relisted after 29s: %d lists, want 1 (Retry-After 30s)", n)
-	}
-	fc.Step(time.Second)
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	if informer.WaitForCacheSync(sctx, inf) != nil {
-		t.Fatal("no sync after the Retry-After")
-	}
-}
-
 // listRequests returns the List requests src received, in order.
 func listRequests(src *memory.Source[string, *obj]) []informer.ListOptions {
 	var out []informer.ListOptions
@@ -384,14 +254,17 @@ type logRecords struct {
 }
 
 func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+
 func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	h.recs = append(h.recs, r.Clone())
 	h.mu.Unlock()
 	return nil
 }
+
 func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecords) WithGroup(string) slog.Handler      { return h }
+
+func (h *logRecords) WithGroup(string) slog.Handler { return h }
 
 // warnings returns the messages and errors of the Warn records.
 func (h *logRecords) warnings() []string {
@@ -464,310 +337,6 @@ func TestReflector_FailuresLoggedAtWarnAndKeptAsLastError(t *testing.T) {
 	}
 }
 
-// A source of an interface type V is checked for nil items without a panic, whatever the
-// items hold: a struct value is an item, a nil pointer inside the interface is not.
-func TestReflector_NilCheckOfInterfaceItems(t *testing.T) {
-	type thing struct{ Name string }
-	var nilThing *thing
-	items := []any{thing{"a"}, nilThing, &thing{"b"}}
-	inf, err := informer.New[string, any](informer.ListerWatcherFuncs[any]{
-		ListFunc: func(context.Context, informer.ListOptions) (informer.List[any], error) {
-			return informer.List[any]{Items: slices.Clone(items), Revision: "1"}, nil
-		},
-		WatchFunc: func(ctx context.Context, _ informer.WatchOptions) (informer.Watch[any], error) {
-			return nil, ctx.Err()
-		},
-	}, informer.Options[string, any]{
-		Key: func(o any) (string, error) {
-			switch o := o.(type) {
-			case thing:
-				return o.Name, nil
-			case *thing:
-				return o.Name, nil
-			}
-			return "", fmt.Errorf("unknown %T", o)
-		},
-		ErrorHandler: func(error) {}, // the nil item is reported; not what this test checks
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := informertest.Run(t, inf)
-	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
-		t.Fatal(err)
-	}
-	if keys := informer.ReadKeys(inf); !slices.Equal(keys, []string{"a", "b"}) {
-		t.Fatalf("cached %q, want a and b (the nil pointer skipped)", keys)
-	}
-}
-
-// A list page that never returns (a source that stalls after its headers) is ended after
-// Options.ProgressTimeout: the list in progress shows in Stats while it waits, then
-// LastError and a Warn say that the source made no progress, and the informer lists again
-// and syncs once the source answers.
-func TestReflector_StalledListEndsAfterProgressTimeout(t *testing.T) {
-	var calls atomic.Int64
-	entered := make(chan struct{})
-	lw := informer.ListerWatcherFuncs[*obj]{
-		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
-			if calls.Add(1) == 1 {
-				close(entered)
-				<-ctx.Done() // stalled: nothing more comes until the call is ended
-				return informer.List[*obj]{}, ctx.Err()
-			}
-			return informer.List[*obj]{Items: []*obj{newObj("a", "", "1")}, Revision: "5"}, nil
-		},
-		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
-			return newChanWatch(ctx, make(chan watchResult)), nil
-		},
-	}
-	logs := &testkit.LogBuffer{}
-	var reported atomic.Pointer[error]
-	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
-		Key:             objKeyErr,
-		Name:            "stalled-list",
-		ProgressTimeout: 200 * time.Millisecond,
-		Logger:          logs.Logger(slog.LevelWarn),
-		ErrorHandler: func(err error) {
-			if errors.Is(err, informer.ErrNoProgress) {
-				reported.Store(&err)
-			}
-		},
-		Backoff: fastBackoff,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := informertest.Run(t, inf)
-	<-entered
-	if st := inf.Stats(); st.ListStarted.IsZero() {
-		t.Fatalf("a list is in progress but Stats.ListStarted is zero: %+v", st)
-	}
-	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
-		t.Fatal(err)
-	}
-	if p := reported.Load(); p == nil {
-		t.Fatal("the stalled list was not reported with ErrNoProgress")
-	} else if msg := (*p).Error(); !strings.Contains(msg, `"stalled-list"`) || !strings.Contains(msg, "ProgressTimeout") {
-		t.Fatalf("the error does not name the informer and the timeout: %v", msg)
-	}
-	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "no progress") {
-		t.Fatalf("no Warn says the list made no progress: %q", out)
-	}
-	if st := inf.Stats(); !st.ListStarted.IsZero() || st.ListErrors != 1 {
-		t.Fatalf("after the sync: ListStarted %v (want zero), ListErrors %d (want 1)", st.ListStarted, st.ListErrors)
-	}
-	t.Logf("reported: %v", *reported.Load())
-}
-
-// A watch that delivers nothing, long past the timeout it was asked to end at, is ended
-// and watched again from the same revision (no relist), with LastError saying so.
-func TestReflector_SilentWatchEndsAfterProgressTimeout(t *testing.T) {
-	var lists, watches atomic.Int64
-	lw := informer.ListerWatcherFuncs[*obj]{
-		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
-			lists.Add(1)
-			return informer.List[*obj]{Items: []*obj{newObj("a", "", "1")}, Revision: "5"}, nil
-		},
-		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
-			watches.Add(1)
-			return newChanWatch(ctx, make(chan watchResult)), nil // never sends, never ends
-		},
-	}
-	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
-		Key:             objKeyErr,
-		Name:            "silent-watch",
-		MinWatchTimeout: 20 * time.Millisecond,
-		ProgressTimeout: 50 * time.Millisecond,
-		Logger:          quiet,
-		ErrorHandler:    func(error) {},
-		Backoff:         fastBackoff,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	informertest.Run(t, inf)
-	waitUntil(t, func() bool { return watches.Load() >= 3 })
-	lastErr := inf.Stats().LastError
-	if !errors.Is(lastErr, informer.ErrNoProgress) || !strings.Contains(lastErr.Error(), "delivered nothing") {
-		t.Fatalf("LastError after silent watches: %v", lastErr)
-	}
-	if n := lists.Load(); n != 1 {
-		t.Fatalf("a silent watch is watched again from the same revision, but the informer listed %d times", n)
-	}
-	t.Logf("LastError: %v", lastErr)
-}
-
-// A first list whose second page answers ErrExpired (its continue token expired) is read
-// again unpaged; the objects of the first page, already delivered as initial adds, are
-// not delivered again when the retry lists them unchanged.
-func TestInformer_ExpiredSecondPageDeliversOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		revision func(*obj) string
-		retryRev string // the revision of the unpaged retry
-	}{
-		{"same list revision", nil, "101"},
-		{"same list revision, with Options.Revision", func(o *obj) string { return o.Rev }, "101"},
-		{"newer list revision, with Options.Revision", func(o *obj) string { return o.Rev }, "102"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cm00 := &obj{Key: "cm00", Val: "10", Rev: "10"}
-			cm01 := &obj{Key: "cm01", Val: "11", Rev: "11"}
-			var lists atomic.Int64
-			events := make(chan watchResult, 1)
-			lw := informer.ListerWatcherFuncs[*obj]{
-				ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
-					lists.Add(1)
-					switch {
-					case opts.Limit == 1 && opts.Continue == "":
-						return informer.List[*obj]{Items: []*obj{{Key: "cm00", Val: "10", Rev: "10"}}, Revision: "101", Continue: "page2"}, nil
-					case opts.Continue != "":
-						return informer.List[*obj]{}, informer.ErrExpired
-					}
-					// A fresh decode of the same objects.
-					a, b := *cm00, *cm01
-					return informer.List[*obj]{Items: []*obj{&a, &b}, Revision: tc.retryRev}, nil
-				},
-				WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
-					return newChanWatch(ctx, events), nil
-				},
-			}
-			rec := informertest.NewRecorder(func(o *obj) (string, string) { return o.Key, o.Val })
-			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
-				Key:          objKeyErr,
-				Revision:     tc.revision,
-				PageSize:     1,
-				Logger:       quiet,
-				ErrorHandler: func(error) {},
-				Backoff:      fastBackoff,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			ctx := informertest.Run(t, inf)
-			if err := informer.WaitForCacheSync(ctx, inf); err != nil {
-				t.Fatal(err)
-			}
-			// A change after the sync: once it is delivered, everything before it was.
-			events <- watchResult{ev: informer.Event[*obj]{Type: informer.Added, Object: &obj{Key: "cm02", Val: "12", Rev: "12"}, Revision: "103"}}
-			rec.WaitFor(t, 3)
-			want := []string{"add*cm00=10", "add*cm01=11", "add cm02=12"}
-			if got := rec.Calls(); !slices.Equal(got, want) {
-				t.Fatalf("lists %d: calls %q, want %q", lists.Load(), got, want)
-			}
-		})
-	}
-}
-
-// Backoff: a list that succeeded resets the backoff. A quiet source (no change between
-// compactions) expires every watch before it delivers anything; each expiry is followed
-// by a successful relist, so the wait before the next relist stays at Backoff.Initial and
-// does not grow cycle after cycle. The wait is read on a fake clock: the time it has to
-// be stepped before the reflector's timer fires.
-func TestReflector_SuccessfulListResetsBackoff(t *testing.T) {
-	const (
-		initial = 800 * time.Millisecond
-		step    = 50 * time.Millisecond
-		cycles  = 10
-	)
-	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	var lists atomic.Int64
-	listed := make(chan struct{}, cycles+2)
-	watches := make(chan chan watchResult, cycles+2)
-	lw := informer.ListerWatcherFuncs[*obj]{
-		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
-			n := lists.Add(1)
-			listed <- struct{}{}
-			return informer.List[*obj]{Items: []*obj{newObj("a", "", "1")}, Revision: strconv.FormatInt(100*n, 10)}, nil
-		},
-		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
-			next := make(chan watchResult, 1)
-			watches <- next
-			return newChanWatch(ctx, next), nil
-		},
-	}
-	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
-		Key:          objKeyErr,
-		Clock:        clk,
-		Logger:       quiet,
-		ErrorHandler: func(error) {},
-		Backoff:      informer.Backoff{Initial: initial, Max: 30 * time.Second, Jitter: -1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := informertest.Run(t, inf)
-	timeout := time.After(30 * time.Second)
-	var waits []time.Duration
-	for cycle := range cycles {
-		select {
-		case <-listed:
-		case <-timeout:
-			t.Fatalf("cycle %d: no list", cycle)
-		}
-		var next chan watchResult
-		select {
-		case next = <-watches:
-		case <-timeout:
-			t.Fatalf("cycle %d: no watch", cycle)
-		}
-		// The source compacted past the watch's revision: nothing was delivered.
-		next <- watchResult{err: informer.ErrExpired}
-		if !clk.WaitForWaiters(1, ctx.Done()) {
-			t.Fatal("stopped")
-		}
-		var waited time.Duration
-		for clk.Waiters() > 0 {
-			clk.Step(step)
-			waited += step
-			if waited > time.Minute {
-				t.Fatalf("cycle %d: the reflector's timer did not fire after %v", cycle, waited)
-			}
-		}
-		waits = append(waits, waited)
-	}
-	t.Logf("waits before each relist: %v", waits)
-	for i, w := range waits {
-		if w > initial+step {
-			t.Fatalf("cycle %d waited %v before relisting (all: %v): the backoff grew although every list succeeded (want at most %v)", i, w, waits, initial)
-		}
-	}
-}
-
-// New refuses a source that would crash the informer at its first call.
-func TestNew_RefusesNilSourceFunctions(t *testing.T) {
-	list := func(context.Context, informer.ListOptions) (informer.List[*obj], error) {
-		return informer.List[*obj]{}, nil
-	}
-	watch := func(context.Context, informer.WatchOptions) (informer.Watch[*obj], error) {
-		return nil, nil
-	}
-	for name, lw := range map[string]informer.ListerWatcher[*obj]{
-		"nil":              nil,
-		"no functions":     informer.ListerWatcherFuncs[*obj]{},
-		"no WatchFunc":     informer.ListerWatcherFuncs[*obj]{ListFunc: list},
-		"no ListFunc":      informer.ListerWatcherFuncs[*obj]{WatchFunc: watch},
-		"pointer, no func": &informer.ListerWatcherFuncs[*obj]{ListFunc: list},
-		"nil pointer":      (*informer.ListerWatcherFuncs[*obj])(nil),
-	} {
-		t.Run(name, func(t *testing.T) {
-			inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr})
-			if err == nil || inf != nil {
-				t.Fatalf("New accepted %s: informer %v, error %v", name, inf, err)
-			}
-			t.Logf("%s: %v", name, err)
-		})
-	}
-	if _, err := informer.New[string, *obj](informer.ListerWatcherFuncs[*obj]{ListFunc: list, WatchFunc: watch},
-		informer.Options[string, *obj]{Key: objKeyErr}); err != nil {
-		t.Fatalf("New refused complete ListerWatcherFuncs: %v", err)
-	}
-}
-
 // panicky wraps a memory source and panics once in the named call: "List", "Watch",
 // "Watch.Next" or "Watch.Stop".
 type panicky struct {
@@ -805,6 +374,7 @@ func (w *panickyWatch) Next() (informer.Event[*obj], error) {
 	w.p.once("Watch.Next")
 	return w.Watch.Next()
 }
+
 func (w *panickyWatch) Stop() { w.Watch.Stop(); w.p.once("Watch.Stop") }
 
 // A panic in a source call is recovered and reported as bad input that names the
@@ -854,92 +424,241 @@ func TestReflector_SourcePanicIsBadInput(t *testing.T) {
 	}
 }
 
-// While a paged list is in progress, Stats.ListObjects counts the objects its pages have
-// brought so far; once the list is applied it is 0 again.
-func TestReflector_StatsCountListInProgress(t *testing.T) {
-	secondPage := make(chan struct{})
-	release := make(chan struct{})
-	lw := informer.ListerWatcherFuncs[*obj]{
-		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
-			if opts.Continue == "" {
-				return informer.List[*obj]{Items: []*obj{newObj("a", "", "1"), newObj("b", "", "1"), newObj("c", "", "1")}, Revision: "5", Continue: "page-2"}, nil
+// The list is paged at one revision, then the watch starts from the
+// list's revision with a timeout in [min, 2·min) and bookmarks allowed.
+func TestReflector_PagedListThenWatchFromListRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	for i := range 1200 {
+		src.Put(newObj(fmt.Sprintf("k%04d", i), "g", "v"))
+	}
+	listRev := strconv.FormatInt(src.Revision(), 10)
+	f := start(t, src, informer.Options[string, *obj]{PageSize: 500, MinWatchTimeout: time.Minute})
+	if err := src.WaitForWatches(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.inf.Len() != 1200 {
+		t.Fatalf("cache has %d", f.inf.Len())
+	}
+	reqs := src.Requests()
+	var lists []informer.ListOptions
+	var watch *informer.WatchOptions
+	for _, r := range reqs {
+		switch r.Op {
+		case memory.OpList:
+			lists = append(lists, r.List)
+		case memory.OpWatch:
+			if watch == nil {
+				w := r.Watch
+				watch = &w
 			}
-			close(secondPage)
-			<-release
-			return informer.List[*obj]{Items: []*obj{newObj("d", "", "1")}, Revision: "5"}, nil
-		},
-		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
-			return newChanWatch(ctx, make(chan watchResult)), nil
-		},
+		}
 	}
-	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{Key: objKeyErr, Name: "counted", PageSize: 3, Backoff: fastBackoff})
-	if err != nil {
-		t.Fatal(err)
+	if len(lists) != 3 || lists[0].Continue != "" || lists[1].Continue == "" || lists[2].Continue == "" {
+		t.Fatalf("want 3 pages with continue tokens, got %+v", lists)
 	}
-	if st := inf.Stats(); st.ListObjects != 0 {
-		t.Fatalf("before any list: ListObjects %d, want 0", st.ListObjects)
+	for _, l := range lists {
+		if l.Limit != 500 {
+			t.Fatalf("page limit %d", l.Limit)
+		}
 	}
-	ctx := informertest.Run(t, inf)
-	<-secondPage
-	if st := inf.Stats(); st.ListObjects != 3 || st.ListStarted.IsZero() {
-		t.Fatalf("during the list, after a page of 3: ListObjects %d (want 3), ListStarted %v", st.ListObjects, st.ListStarted)
+	if watch == nil || watch.Revision != listRev || !watch.AllowBookmarks ||
+		watch.Timeout < time.Minute || watch.Timeout >= 2*time.Minute {
+		t.Fatalf("watch options %+v, want revision %s, bookmarks, timeout in [1m,2m)", watch, listRev)
 	}
-	close(release)
-	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
-		t.Fatal(err)
-	}
-	if st := inf.Stats(); st.ListObjects != 0 || st.Objects != 4 {
-		t.Fatalf("after the list: ListObjects %d (want 0), Objects %d (want 4)", st.ListObjects, st.Objects)
+	if got := f.inf.Stats().ReceivedRevision; got != listRev {
+		t.Fatalf("LastSyncRevision %q, want %q", got, listRev)
 	}
 }
 
-// A long list says how far it has come, at Info, at most every 10 s of the informer's
-// clock, then once at the end with the count, the size and the rate.
-func TestReflector_LongListLogsProgress(t *testing.T) {
-	fc := clock.NewFake(time.Unix(0, 0))
-	lw := informer.ListerWatcherFuncs[*obj]{
-		ListFunc: func(ctx context.Context, opts informer.ListOptions) (informer.List[*obj], error) {
-			page := 0
-			if opts.Continue != "" {
-				page, _ = strconv.Atoi(opts.Continue)
-			}
-			fc.Step(3 * time.Second) // every page takes 3 s
-			l := informer.List[*obj]{Revision: "5", Bytes: 150_000}
-			for i := range 100 {
-				l.Items = append(l.Items, newObj(fmt.Sprintf("o%d-%d", page, i), "", "1"))
-			}
-			if page < 9 {
-				l.Continue = strconv.Itoa(page + 1)
-			}
-			return l, nil
-		},
-		WatchFunc: func(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*obj], error) {
-			return newChanWatch(ctx, make(chan watchResult)), nil
-		},
+// A watch that ends normally is reopened from the last revision, without a relist.
+func TestReflector_WatchEndReopensWithoutRelist(t *testing.T) {
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+	src := f.src
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(newObj("a", "g", "2"))
+	ev.Expect(t, "add*a=1", "update a=1→2")
+	src.DropWatches(nil) // io.EOF after events were received: a normal end
+	src.Put(newObj("a", "g", "3"))
+	ev.Expect(t, "add*a=1", "update a=1→2", "update a=2→3")
+	if n := countOps(src, memory.OpList); n != 1 {
+		t.Fatalf("%d lists, want 1 (no relist)", n)
 	}
-	logs := &testkit.LogBuffer{}
-	inf, err := informer.New[string, *obj](lw, informer.Options[string, *obj]{
-		Key: objKeyErr, Name: "big", PageSize: 100, Clock: fc, Logger: logs.Logger(slog.LevelInfo), Backoff: fastBackoff,
-	})
-	if err != nil {
-		t.Fatal(err)
+	last := src.Requests()[len(src.Requests())-1]
+	if last.Op != memory.OpWatch || last.Watch.Revision != "2" {
+		t.Fatalf("re-watch %+v, want from revision 2", last)
 	}
-	ctx := informertest.Run(t, inf)
-	if err := informer.WaitForCacheSync(ctx, inf); err != nil {
-		t.Fatal(err)
+	assertCache(t, f)
+}
+
+// A retryable failure backs off and re-watches from the same revision without
+// a relist; Retry-After is honoured as a floor.
+func TestReflector_RetryableErrorRewatchesWithoutRelist(t *testing.T) {
+	for _, err := range []error{
+		informer.ErrConnectionRefused,
+		informer.RetryAfter(informer.ErrTooManyRequests, 2*time.Millisecond),
+		fmt.Errorf("wrapped: %w", informer.ErrUnavailable),
+	} {
+		t.Run(err.Error(), func(t *testing.T) {
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"))
+			src := f.src
+			src.WaitForWatches(context.Background(), 1)
+			src.FailNext(2, memory.OpWatch, err)
+			src.DropWatches(err)
+			src.Put(newObj("a", "g", "2"))
+			ev.Expect(t, "add*a=1", "update a=1→2")
+			if n := countOps(src, memory.OpList); n != 1 {
+				t.Fatalf("%d lists, want 1", n)
+			}
+			f.errs.WaitFor(t, informer.ErrRetryable)
+		})
 	}
-	var got []string
-	for line := range strings.Lines(logs.String()) {
-		if _, msg, ok := strings.Cut(line, ` msg="listed `); ok {
-			got = append(got, "listed "+msg[:strings.IndexByte(msg, '"')])
+}
+
+// An expired revision leads to a relist at the last revision seen; objects deleted
+// meanwhile reach OnDelete typed, with their last known state and finalStateUnknown.
+func TestReflector_ExpiredRelistsWithTombstones(t *testing.T) {
+	f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"))
+	src := f.src
+	ev.Expect(t, "add*a=1", "add*b=1")
+	src.WaitForWatches(context.Background(), 1)
+
+	// While the informer cannot watch: b is deleted, c added, a changed, history compacted.
+	src.FailNext(1, memory.OpWatch, informer.ErrUnavailable)
+	src.DropWatches(informer.ErrUnavailable)
+	src.Delete("b")
+	src.Put(newObj("c", "g", "1"))
+	src.Put(newObj("a", "g", "2"))
+	src.Compact(src.Revision())
+	ev.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "add c=1", "delete?b=1")
+	var relist *informer.ListOptions
+	for _, r := range src.Requests() {
+		if r.Op == memory.OpList {
+			relist = &r.List
 		}
 	}
-	want := []string{
-		"listed 400 objects (600.0 kB) in 12s, page 4",
-		"listed 800 objects (1.2 MB) in 24s, page 8",
-		"listed 1,000 objects (1.5 MB) in 30s, 10 pages, 33 objects/s",
+	if relist == nil || relist.Consistent || relist.Revision != "2" {
+		t.Fatalf("relist after expiry %+v, want one at least as new as revision 2 (the last seen), not a consistent one", relist)
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("progress lines:\n%s\nwant:\n%s\nlog:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), logs.String())
+	if f.inf.Stats().Expirations == 0 {
+		t.Fatal("expiration not counted")
+	}
+	assertCache(t, f)
+}
+
+// Bad input: an event older than one already seen, or of an unknown type, is reported
+// (ErrBadInput, counted) and leads to a relist; the cache converges.
+func TestReflector_BadInputRelists(t *testing.T) {
+	for name, bad := range map[string]informer.Event[*obj]{
+		"revision back in time": {Type: informer.Modified, Object: newObj("a", "g", "stale"), Revision: "1"},
+		"unknown event type":    {Type: informer.EventType(42), Object: newObj("a", "g", "x"), Revision: "99"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, ev := startWith(t, informer.Options[string, *obj]{}, newObj("a", "g", "1"), newObj("b", "g", "1"), newObj("a", "g", "2"))
+			src := f.src
+			src.WaitForWatches(context.Background(), 1)
+			src.Inject(bad)
+			f.errs.WaitFor(t, informer.ErrBadInput)
+			waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+			src.Put(newObj("a", "g", "3"))
+			ev.Expect(t, "add*a=2", "add*b=1", "update a=2→3")
+			if f.inf.Stats().SourceErrors == 0 {
+				t.Fatal("bad input not counted")
+			}
+			assertCache(t, f)
+		})
+	}
+}
+
+// Bookmarks advance the revision without an object change.
+func TestReflector_BookmarkAdvancesRevision(t *testing.T) {
+	src := newSource(memory.Options{})
+	other := newSource(memory.Options{}) // to bump revisions without changing src's objects
+	_ = other
+	src.Put(newObj("a", "g", "1"))
+	f := start(t, src, informer.Options[string, *obj]{})
+	src.WaitForWatches(context.Background(), 1)
+	src.Put(newObj("b", "g", "1"))
+	src.Delete("b")
+	rev := strconv.FormatInt(src.Revision(), 10)
+	src.Bookmark()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.inf.WaitForRevision(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return f.inf.Stats().Bookmarks >= 1 })
+	if f.inf.Stats().ReceivedRevision != rev {
+		t.Fatalf("LastSyncRevision %s, want %s", f.inf.Stats().ReceivedRevision, rev)
+	}
+}
+
+// Streaming lists: used when the source offers them; the result is the same.
+func TestReflector_StreamingList(t *testing.T) {
+	src := newSource(memory.Options{StreamingList: true})
+	src.Put(newObj("a", "g", "1"))
+	src.Put(newObj("b", "g", "1"))
+	ev := newEvents()
+	f := start(t, src, informer.Options[string, *obj]{}, ev)
+	src.Put(newObj("c", "g", "1"))
+	ev.Expect(t, "add*a=1", "add*b=1", "add c=1")
+	if countOps(src, memory.OpList) != 0 {
+		t.Fatal("a streaming source must not be listed")
+	}
+	reqs := src.Requests()
+	if !reqs[0].Watch.SendInitialEvents {
+		t.Fatalf("first request %+v", reqs[0])
+	}
+	assertCache(t, f)
+}
+
+// A watch that ends within a second with nothing received is an error and leads to
+// a relist; its Warn names it (kind="watch: very short").
+func TestReflector_VeryShortWatchRelists(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	logs := &testkit.LogBuffer{}
+	f := start(t, src, informer.Options[string, *obj]{Logger: logs.Logger(slog.LevelWarn)})
+	src.WaitForWatches(context.Background(), 1)
+	src.DropWatches(nil)
+	waitUntil(t, func() bool { return countOps(src, memory.OpList) >= 2 })
+	reported := f.errs.All()
+	found := false
+	for _, err := range reported {
+		found = found || strings.Contains(err.Error(), "very short watch")
+	}
+	if !found {
+		t.Fatalf("errors %v", reported)
+	}
+	if out := logs.String(); !strings.Contains(out, `kind="watch: very short"`) {
+		t.Fatalf("no Warn of kind \"watch: very short\":\n%s", out)
+	}
+}
+
+// A stop during a slow list returns promptly.
+func TestReflector_StopDuringList(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.SetDelay(time.Hour)
+	inf, _ := informer.New[string, *obj](src, informer.Options[string, *obj]{Key: func(o *obj) (string, error) { return o.Key, nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	waitUntil(t, func() bool { return len(src.Requests()) > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel during a list")
+	}
+	if inf.Stats().Synced {
+		t.Fatal("synced without a list")
+	}
+	if _, err := inf.AddHandler(newEvents(), informer.HandlerOptions{}); !errors.Is(err, informer.ErrStopped) {
+		t.Fatalf("AddHandler after stop: %v", err)
+	}
+	if err := inf.Run(context.Background()); !errors.Is(err, informer.ErrAlreadyStarted) {
+		t.Fatalf("second Run: %v", err)
 	}
 }

@@ -2,13 +2,17 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/testkit"
+	"github.com/informer-go/informer/workqueue"
 )
 
 // step is one scripted Reconcile of the key "k" and what the controller must do with it.
@@ -196,4 +200,213 @@ func TestResultCallOrder(t *testing.T) {
 	if w := clk.Waiters(); w != 0 {
 		t.Errorf("%d timers armed after the script, want none", w)
 	}
+}
+
+// TestRequeueAfterPeriodic shows the per-object periodic reconcile: a key whose reconcile
+// returns RequeueAfter comes back every period on the fake clock, while a key that returns
+// the zero Result is not reconciled again.
+func TestRequeueAfterPeriodic(t *testing.T) {
+	src := newSource()
+	src.Put(&obj{Name: "poll"})
+	src.Put(&obj{Name: "once"})
+	inf := runInformer(t, src, informer.Options[string, *obj]{Name: "objs"})
+
+	clk := clock.NewFake(time.Unix(0, 0))
+	calls := testkit.NewLog()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.Record(fmt.Sprintf("%s@%v", key, clk.Since(time.Unix(0, 0))))
+		if key == "poll" {
+			return Result{RequeueAfter: time.Minute}, nil
+		}
+		return Result{}, nil
+	}), Options[string]{Clock: clk, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := For(c, inf, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+
+	if got := joined(calls.Next(t, 2)); got != "once@0s poll@0s" {
+		t.Fatalf("initial reconciles: %s", got)
+	}
+	for i := 1; i <= 3; i++ {
+		clk.WaitForWaiters(1, nil) // the queue's delay timer, armed for poll
+		clk.Step(time.Minute - 1)
+		calls.ExpectNoMore(t)
+		clk.Step(1)
+		if got, want := calls.Next(t, 1)[0], fmt.Sprintf("poll@%dm0s", i); got != want {
+			t.Fatalf("period %d: reconciled %s, want %s", i, got, want)
+		}
+	}
+	calls.ExpectNoMore(t)
+}
+
+// nextOutcome waits for the next reconcile call and its outcome, and fails the test unless
+// the outcome is want.
+func nextOutcome(t *testing.T, calls *testkit.Log, met *testMetrics, want Outcome) {
+	t.Helper()
+	calls.Next(t, 1)
+	if o := recv(t, met.outcomes, "outcome"); o != want {
+		t.Fatalf("outcome %v, want %v", o, want)
+	}
+}
+
+// TestPanicRecovered: a panicking Reconcile is recovered, logged with its value and
+// stack, counted, and the key is retried with backoff; the process survives.
+func TestPanicRecovered(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	lim := newRecordingLimiter()
+	met := newTestMetrics()
+	var logs logBuffer
+	calls := testkit.NewLog()
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.Record(key)
+		if len(calls.Calls()) == 1 {
+			var s []int
+			_ = s[len(key)] // a runtime panic: index out of range
+		}
+		return Result{}, nil
+	}), Options[string]{Clock: clk, RateLimiter: lim, Metrics: met, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	c.Queue().Add("k")
+
+	nextOutcome(t, calls, met, OutcomeError)
+	if p, e := met.panics.n.Load(), met.errors.n.Load(); p != 1 || e != 1 {
+		t.Fatalf("panics %d errors %d, want 1 and 1", p, e)
+	}
+	if ops := fmt.Sprint(lim.take()); ops != "[when(k)=1s]" {
+		t.Fatalf("rate limiter calls %s, want a retry after 1s", ops)
+	}
+	log := logs.String()
+	for _, want := range []string{"reconcile panicked", "index out of range", "TestPanicRecovered"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log does not contain %q:\n%s", want, log)
+		}
+	}
+	clk.Step(time.Second)
+	nextOutcome(t, calls, met, OutcomeSuccess) // the retry
+	if r := c.Queue().NumRequeues("k"); r != 0 {
+		t.Fatalf("NumRequeues %d after success, want 0", r)
+	}
+}
+
+// TestTerminalError: a terminal error is counted, logged and not retried — the key's
+// backoff is forgotten — but a later notification reconciles the key again.
+func TestTerminalError(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	met := newTestMetrics()
+	calls := testkit.NewLog()
+	errs := []error{errBoom, TerminalError(errBoom), nil}
+	c, err := New(ReconcilerFunc[string](func(_ context.Context, key string) (Result, error) {
+		calls.Record(key)
+		err := errs[0]
+		errs = errs[1:]
+		return Result{}, err
+	}), Options[string]{Clock: clk, RateLimiter: newRecordingLimiter(), Metrics: met, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	c.Queue().Add("k")
+	calls.Next(t, 1)
+	recv(t, met.outcomes, "outcome")
+	clk.Step(time.Second)
+	nextOutcome(t, calls, met, OutcomeTerminal)
+	if r := c.Queue().NumRequeues("k"); r != 0 {
+		t.Errorf("NumRequeues %d after a terminal error, want 0 (forgotten)", r)
+	}
+	if w := clk.Waiters(); w != 0 {
+		t.Errorf("%d timers armed after a terminal error, want none (no retry)", w)
+	}
+	if e, te := met.errors.n.Load(), met.terminal.n.Load(); e != 2 || te != 1 {
+		t.Errorf("errors %d terminal %d, want 2 and 1", e, te)
+	}
+	clk.Step(time.Hour)
+	calls.ExpectNoMore(t)
+
+	c.Queue().Add("k") // a new notification
+	nextOutcome(t, calls, met, OutcomeSuccess)
+	var totals []int64
+	for o := range met.total {
+		totals = append(totals, met.total[o].n.Load())
+	}
+	if fmt.Sprint(totals) != "[1 1 0 0 1]" { // success, error, requeue, requeue_after, terminal
+		t.Errorf("reconcile totals %v, want [1 1 0 0 1]", totals)
+	}
+	if n := met.observed.Load(); n != 3 {
+		t.Errorf("%d reconcile times observed, want 3", n)
+	}
+	if a, p := met.active.n.Load(), met.active.peak.Load(); a != 0 || p != 1 {
+		t.Errorf("active workers %d (peak %d), want 0 (peak 1)", a, p)
+	}
+}
+
+func TestTerminalErrorMatching(t *testing.T) {
+	err := fmt.Errorf("reconcile: %w", TerminalError(errBoom))
+	if !errors.Is(err, ErrTerminal) || !errors.Is(err, errBoom) {
+		t.Fatalf("%v: does not match ErrTerminal and its cause", err)
+	}
+	if errors.Is(errBoom, ErrTerminal) {
+		t.Fatal("a plain error matches ErrTerminal")
+	}
+	if TerminalError(nil) != ErrTerminal {
+		t.Fatal("TerminalError(nil) is not ErrTerminal")
+	}
+	if got := TerminalError(errBoom).Error(); got != "terminal error: boom" {
+		t.Fatalf("Error() = %q", got)
+	}
+}
+
+// limiterOp is one call the controller made to the rate limiter.
+type limiterOp struct {
+	Op    string // "when" or "forget"
+	Key   string
+	Delay time.Duration // for "when"
+}
+
+func (o limiterOp) String() string {
+	if o.Op == "when" {
+		return fmt.Sprintf("when(%s)=%v", o.Key, o.Delay)
+	}
+	return fmt.Sprintf("%s(%s)", o.Op, o.Key)
+}
+
+// recordingLimiter is an exponential limiter (1 s doubling) that records When and Forget.
+type recordingLimiter struct {
+	*workqueue.ExponentialRateLimiter[string]
+	mu  sync.Mutex
+	ops []limiterOp
+}
+
+func newRecordingLimiter() *recordingLimiter {
+	return &recordingLimiter{ExponentialRateLimiter: workqueue.NewExponentialRateLimiter[string](time.Second, time.Hour)}
+}
+
+func (r *recordingLimiter) When(key string) time.Duration {
+	d := r.ExponentialRateLimiter.When(key)
+	r.mu.Lock()
+	r.ops = append(r.ops, limiterOp{"when", key, d})
+	r.mu.Unlock()
+	return d
+}
+
+func (r *recordingLimiter) Forget(key string) {
+	r.ExponentialRateLimiter.Forget(key)
+	r.mu.Lock()
+	r.ops = append(r.ops, limiterOp{Op: "forget", Key: key})
+	r.mu.Unlock()
+}
+
+// take returns the calls recorded since the last take.
+func (r *recordingLimiter) take() []limiterOp {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ops := r.ops
+	r.ops = nil
+	return ops
 }

@@ -32,21 +32,16 @@ func (w warnings) Handle(_ context.Context, rec slog.Record) error {
 func (w warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
 func (w warnings) WithGroup(string) slog.Handler      { return w }
 
-// downAtStart saves a cache of three keys under /down/ and stops etcd. It returns the
-// server, the state directory and etcd's state.
-func downAtStart(t *testing.T) (*server, func() informer.Options[string, *item], map[string]string) {
+// downAtStart saves a cache of four keys under /down/ and stops etcd. It returns the
+// server, the options of a warm start from the saved cache and etcd's state.
+func downAtStart(t *testing.T) (*server, informer.Options[string, *item], map[string]string) {
 	srv, c := startWithClient(t)
 	const p = "/down/"
-	for _, k := range []string{"a", "b", "c"} {
-		put(t, c, p+k, "1")
+	var rev int64
+	for _, k := range []string{"a", "b", "c", "d"} {
+		rev = put(t, c, p+k, "1")
 	}
-	dir := t.TempDir()
-	opts := func() informer.Options[string, *item] {
-		return informer.Options[string, *item]{Name: "down", Persist: newPersistFile(t, dir), Revision: modRevision}
-	}
-	first, _, stop := startStoppableInformer(t, newKVSource(t, c, p), opts(), nil)
-	waitRev(t, first, put(t, c, p+"d", "1"))
-	stop()
+	opts := savedCache(t, c, p, informer.Options[string, *item]{Name: "down", Revision: modRevision}, rev)
 	want := etcdState(t, c, p)
 	srv.Stop()
 	return srv, opts, want
@@ -83,7 +78,7 @@ func startDown(t *testing.T, endpoint string, opts informer.Options[string, *ite
 func TestWarmStartEtcdDown(t *testing.T) {
 	srv, opts, want := downAtStart(t)
 	errs := new(testkit.Errors)
-	inf, line := startDown(t, srv.Endpoint(), opts(), errs)
+	inf, line := startDown(t, srv.Endpoint(), opts, errs)
 	for _, s := range []string{`"down"`, srv.Endpoint(), "check that the source runs"} {
 		if !strings.Contains(line, s) {
 			t.Fatalf("the Warn %q does not say %s", line, s)
@@ -109,8 +104,7 @@ func TestWarmStartEtcdDown(t *testing.T) {
 // marked unconfirmed; once etcd answers it is confirmed, the watch resumes from the saved
 // revision (no list) and delivers the changes.
 func TestWarmStartEtcdDownServeUnconfirmed(t *testing.T) {
-	srv, opts, want := downAtStart(t)
-	o := opts()
+	srv, o, want := downAtStart(t)
 	o.ServeUnconfirmed = true
 	errs := new(testkit.Errors)
 	inf, line := startDown(t, srv.Endpoint(), o, errs)
@@ -144,21 +138,13 @@ func TestWarmStartEtcdDownServeUnconfirmed(t *testing.T) {
 // another history: the served cache is not confirmed; the informer lists, handlers hear
 // only the differences, and the cache ends as etcd's state.
 func TestWarmStartEtcdDownRestoredUnconfirmed(t *testing.T) {
-	srv, c := startWithClient(t)
 	const p = "/down/"
-	writeRounds(t, c, p, "a", 10, 10)
-	backup := srv.backup()
-	saved := writeRounds(t, c, p, "b", 10, 5)
-	dir := t.TempDir()
-	o := informer.Options[string, *item]{Name: "down", Persist: newPersistFile(t, dir), Revision: modRevision, ServeUnconfirmed: true}
-	first, _, stop := startStoppableInformer(t, newKVSource(t, c, p), o, nil)
-	waitRev(t, first, saved)
-	stop()
+	srv, c, backup, saved := behindBackup(t, p, 10, 10, 5)
+	o := savedCache(t, c, p, informer.Options[string, *item]{Name: "down", Revision: modRevision, ServeUnconfirmed: true}, saved)
 	px := startProxy(t, srv.Endpoint())
 	px.Cut()
 
 	errs := new(testkit.Errors)
-	o.Persist = newPersistFile(t, dir)
 	inf, _ := startDown(t, px.Addr(), o, errs)
 	rec := newRecorder()
 	if _, err := inf.AddHandler(rec, informer.HandlerOptions{Name: "recorder"}); err != nil {

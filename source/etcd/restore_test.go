@@ -105,6 +105,32 @@ func writeRounds(t *testing.T, c *clientv3.Client, prefix, tag string, n, keys i
 	return rev
 }
 
+// behindBackup starts etcd and puts round "a" under prefix (before values over as many
+// keys), backs it up, then puts round "b" (after values over keys keys), so that the
+// backup is behind etcd. It returns the server, a client, the backup's path and the
+// revision of the last put.
+func behindBackup(t *testing.T, prefix string, before, after, keys int) (*server, *clientv3.Client, string, int64) {
+	t.Helper()
+	srv, c := startWithClient(t)
+	writeRounds(t, c, prefix, "a", before, before)
+	backup := srv.backup()
+	return srv, c, backup, writeRounds(t, c, prefix, "b", after, keys)
+}
+
+// savedCache is the first half of a warm start: an informer with opts over prefix runs
+// until its cache holds revision rev and stops, which saves the cache in a new directory.
+// It returns opts with a Persist over that directory, for the second half.
+func savedCache(t *testing.T, c *clientv3.Client, prefix string, opts informer.Options[string, *item], rev int64) informer.Options[string, *item] {
+	t.Helper()
+	dir := t.TempDir()
+	opts.Persist = newPersistFile(t, dir)
+	first, _, stop := startStoppableInformer(t, newKVSource(t, c, prefix), opts, nil)
+	waitRev(t, first, rev)
+	stop()
+	opts.Persist = newPersistFile(t, dir)
+	return opts
+}
+
 // A warm start against an etcd restored from a backup (same cluster ID) whose state at
 // the saved revision is another history's is not trusted: the informer proves the saved
 // state against etcd at that revision, finds it is not etcd's, reports it and lists.
@@ -114,18 +140,10 @@ func TestWarmRestartRestoredEtcd(t *testing.T) {
 		ahead int // puts in the restored cluster past the saved revision
 	}{{"at the saved revision", 0}, {"past the saved revision", 40}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, c := startWithClient(t)
 			const p = "/rb/"
-			writeRounds(t, c, p, "a", 50, 50)
-			backup := srv.backup()
-			saved := writeRounds(t, c, p, "b", 60, 50)
+			srv, c, backup, saved := behindBackup(t, p, 50, 60, 50)
 
-			dir := t.TempDir()
-			opts := informer.Options[string, *item]{Persist: newPersistFile(t, dir), Revision: modRevision}
-			errs := new(testkit.Errors)
-			first, _, stop := startStoppableInformer(t, newKVSource(t, c, p), opts, errs)
-			waitRev(t, first, saved)
-			stop()
+			opts := savedCache(t, c, p, informer.Options[string, *item]{Revision: modRevision}, saved)
 
 			srv.restore(backup, 0)
 			// Another workload after the backup, up to the saved revision (and past it).
@@ -134,8 +152,7 @@ func TestWarmRestartRestoredEtcd(t *testing.T) {
 			}
 			want := etcdState(t, c, p)
 
-			errs = new(testkit.Errors)
-			opts.Persist = newPersistFile(t, dir)
+			errs := new(testkit.Errors)
 			inf, _, _ := startStoppableInformer(t, newKVSource(t, c, p), opts, errs)
 			waitCache(t, inf, want)
 			if st := inf.Stats(); st.Lists == 0 {
@@ -155,11 +172,8 @@ func TestWarmRestartRestoredEtcd(t *testing.T) {
 // hear only the differences. Then it follows the restored cluster's changes, also past
 // the revision it had before the restore.
 func TestRunningInformerAcrossRestore(t *testing.T) {
-	srv, c := startWithClient(t)
 	const p = "/rr/"
-	writeRounds(t, c, p, "a", 50, 50)
-	backup := srv.backup()
-	last := writeRounds(t, c, p, "b", 40, 40)
+	srv, c, backup, last := behindBackup(t, p, 50, 40, 40)
 	for i := 50; i < 90; i++ { // keys the restored cluster never had
 		last = put(t, c, fmt.Sprintf("%sx%02d", p, i), "new")
 	}
@@ -201,22 +215,14 @@ func (s *server) revision() int64 {
 // watchers) is seen at once as a compaction: a running informer and a warm start both
 // relist, and end with the restored state.
 func TestRestoreBumpRevisionRelists(t *testing.T) {
-	srv, c := startWithClient(t)
 	const p = "/rc/"
-	writeRounds(t, c, p, "a", 50, 50)
-	backup := srv.backup()
-	last := writeRounds(t, c, p, "b", 40, 20)
-	dir := t.TempDir()
+	srv, c, backup, last := behindBackup(t, p, 50, 40, 20)
 	errs := new(testkit.Errors)
 	opts := informer.Options[string, *item]{
-		Persist:  newPersistFile(t, dir),
 		Revision: modRevision,
 		Backoff:  informer.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 	}
-	saver, _, stop := startStoppableInformer(t, newKVSource(t, c, p), opts, errs)
-	waitRev(t, saver, last)
-	stop() // saved at last, before the restore
-	opts.Persist = nil
+	warm := savedCache(t, c, p, opts, last) // saved at last, before the restore
 	inf, _, _ := startStoppableInformer(t, newKVSource(t, c, p), opts, errs)
 	waitRev(t, inf, last)
 	expirations := inf.Stats().Expirations
@@ -228,8 +234,7 @@ func TestRestoreBumpRevisionRelists(t *testing.T) {
 	}, "the running informer did not relist after the restore")
 
 	errs = new(testkit.Errors)
-	opts.Persist = newPersistFile(t, dir)
-	again, _, _ := startStoppableInformer(t, newKVSource(t, c, p), opts, errs)
+	again, _, _ := startStoppableInformer(t, newKVSource(t, c, p), warm, errs)
 	waitCache(t, again, want)
 	if e := errorsNot(errs.All(), informer.ErrExpired); len(e) != 0 {
 		t.Fatalf("reported %v", e)
