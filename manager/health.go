@@ -234,7 +234,39 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 	for i, f := range factories {
 		checks = append(checks, check{name: fmt.Sprintf("factory %d", i), err: factoryErr(f)})
 	}
+	_, leading := m.Leading()
+	for _, e := range m.readyReporters() {
+		switch {
+		case !e.leaderOnly && m.phase.Load() == phaseRunning:
+			checks = append(checks, check{name: fmt.Sprintf("runnable %q", e.name), err: e.r.(ReadyReporter).Ready()})
+		case e.leaderOnly && leading:
+			checks = append(checks, check{name: fmt.Sprintf("leader-only runnable %q", e.name), err: e.r.(ReadyReporter).Ready()})
+		}
+	}
 	return append(checks, m.userChecks(r, true)...)
+}
+
+// ReadyReporter is a Runnable that says whether it does its work, as a
+// *controller.Controller does (nil: ready; otherwise why not, such as an informer it
+// watches that was never started). /readyz asks each one added with Add while the
+// manager runs, and each one added with AddLeader while this replica leads.
+type ReadyReporter interface {
+	Runnable
+	// Ready returns nil when the runnable does its work, or why not; it must not block.
+	Ready() error
+}
+
+// readyReporters returns the runnables added that report readiness.
+func (m *Manager) readyReporters() []entry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var es []entry
+	for _, e := range m.entries {
+		if _, ok := e.r.(ReadyReporter); ok {
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 // factoryErr asks f, without waiting, whether its started informers have synced.

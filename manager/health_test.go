@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/controller"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/manager"
 	"github.com/informer-go/informer/source/memory"
@@ -200,4 +201,47 @@ func TestTrackHandlerKeepsOnRevision(t *testing.T) {
 	if rev == "" {
 		t.Fatal("OnRevision with an empty revision")
 	}
+}
+
+// A controller added as a runnable over an informer that nobody runs: /readyz?verbose
+// names it, and the informer, with what to do, within a second of the start; once the
+// informer runs, the controller's line passes.
+func TestReadyzNamesAControllerOverAnUnstartedInformer(t *testing.T) {
+	m := newManager(t, manager.Options{Logger: discard()})
+	m.AddInformer(newInformer(t, "configs", memory.New(thingKey, memory.Options{})))
+	idle := newInformer(t, "payments", memory.New(thingKey, memory.Options{}))
+	c, err := controller.New(controller.ReconcilerFunc[string](func(context.Context, string) (controller.Result, error) {
+		return controller.Result{}, nil
+	}), controller.Options[string]{Name: "status", Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.For(c, idle, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Add("status", c); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler()
+	began := time.Now()
+	start(t, m)
+	var body string
+	eventually(t, "/readyz to name the controller", func() bool {
+		_, body = probe(h, "/readyz?verbose")
+		return strings.Contains(body, `runnable "status"`)
+	})
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("/readyz named the controller %v after the start; want within a second", took)
+	}
+	t.Logf("/readyz?verbose:\n%s", body)
+	contains(t, "/readyz?verbose", body, `[+]informer "configs" ok`,
+		`[-]runnable "status" failed: controller status: informer payments was never started: add it to the manager, or call its Run (or Factory.Start)`,
+		"readyz check failed")
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- idle.Run(ctx) }()
+	defer func() { cancel(); recv(t, ran, "the informer to stop") }()
+	eventually(t, "/readyz to pass", func() bool { code, _ := probe(h, "/readyz"); return code == 200 })
+	_, body = probe(h, "/readyz?verbose")
+	contains(t, "/readyz?verbose", body, `[+]runnable "status" ok`)
 }
