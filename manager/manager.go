@@ -127,8 +127,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// ErrAlreadyStarted is returned by Start once Start has been called, and by AddInformer
-// and AddFactory once the caches have started.
+// ErrAlreadyStarted is returned by Start once Start has been called, and by the Add
+// methods once the manager is stopping or stopped.
 var ErrAlreadyStarted = errors.New("manager: already started")
 
 // ErrShutdownTimeout is wrapped by Start's error when Options.ShutdownTimeout, or the
@@ -154,7 +154,7 @@ type entry struct {
 // a new leader starts warm; a manager that loses leadership stops its leader-only
 // runnables and campaigns again (Options.OnLoss).
 //
-// Add caches before Start; runnables may be added at any time. Methods are safe for
+// Caches and runnables may be added before Start or while it runs. Methods are safe for
 // concurrent use.
 type Manager struct {
 	opts Options
@@ -243,29 +243,39 @@ func fitMargin(opts *Options) error {
 	return nil
 }
 
-// AddInformer adds a cache: it is started before every runnable and must sync within
-// Options.CacheSyncTimeout. It is stopped after every runnable. It returns
-// ErrAlreadyStarted once Start has been called.
+// AddInformer adds a cache. Added before Start, it is started before every runnable and
+// must sync within Options.CacheSyncTimeout. Added to a running manager, it starts at
+// once and /readyz fails, naming it, until it has synced; nothing waits for it. Either
+// way it stops with the caches, after every runnable, and saves its snapshot there. Added
+// to a stopping or stopped manager, it does not start, and AddInformer returns
+// ErrAlreadyStarted.
 func (m *Manager) AddInformer(c Cache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started {
+	if m.started && (m.run == nil || m.run.stopping) {
 		return ErrAlreadyStarted
 	}
 	m.caches = append(m.caches, c)
+	if m.run != nil {
+		m.run.launchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+	}
 	return nil
 }
 
 // AddFactory adds a factory: its informers registered before Start are started and waited
-// for with the caches; it is shut down with them. It returns ErrAlreadyStarted once Start
-// has been called.
+// for with the caches; it is shut down with them. Added to a running manager, its
+// informers start at once, and /readyz fails until they have synced. Added to a stopping
+// or stopped manager, it returns ErrAlreadyStarted.
 func (m *Manager) AddFactory(f *informer.Factory) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started {
+	if m.started && (m.run == nil || m.run.stopping) {
 		return ErrAlreadyStarted
 	}
 	m.factories = append(m.factories, f)
+	if m.run != nil {
+		m.run.startFactory(len(m.factories)-1, f)
+	}
 	return nil
 }
 
@@ -325,9 +335,13 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		stop, done, err := m.serveHealth()
 		if err != nil {
 			m.mu.Lock()
+			rs.stopping = true
+			m.mu.Unlock()
+			stopErr := m.stopAll(rs) // an informer added meanwhile
+			m.mu.Lock()
 			m.run = nil
 			m.mu.Unlock()
-			return err
+			return errors.Join(err, stopErr)
 		}
 		rs.adoptHealth(stop, done)
 	}
@@ -338,11 +352,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
-		f.Start(rs.base) // before the wait; Shutdown stops what it started
-		rs.launchCache(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
-			<-ctx.Done()
-			return f.Shutdown()
-		})
+		rs.startFactory(i, f) // before the wait
 	}
 	if err := m.waitForSync(rs.ctx, syncers, factories); err != nil {
 		if ctx.Err() == nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/informer-go/informer"
 )
 
 // leaderElection names the campaign loop and the leader-only runnables it runs.
@@ -80,6 +82,16 @@ func (rs *runState) launch(group *[]*running, name string, fn func(ctx context.C
 // launchCache launches a cache (or a factory's informers) in the caches' group.
 func (rs *runState) launchCache(name string, fn func(ctx context.Context) error) {
 	rs.launch(&rs.caches, name, fn)
+}
+
+// startFactory starts f's informers and launches its shutdown in the caches' group:
+// Shutdown stops what Start started.
+func (rs *runState) startFactory(i int, f *informer.Factory) {
+	f.Start(rs.base)
+	rs.launchCache(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
+		<-ctx.Done()
+		return f.Shutdown()
+	})
 }
 
 // launchElection launches the campaign loop, which runs the leader-only runnables.
