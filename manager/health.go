@@ -86,8 +86,8 @@ func (m *Manager) addCheck(c namedCheck) error {
 //   - ?verbose lists every check, [+] or [-], then the role, the term and the leader, as
 //     kube-apiserver does; a failing probe always lists its checks. ?exclude=<name>
 //     (repeatable) leaves a check out; /healthz/<name> and /readyz/<name> run one check.
-//   - /metrics serves Options.Metrics, if set; /debug/pprof/ serves net/http/pprof if
-//     Options.Pprof is set.
+//   - /metrics serves Options.Metrics, if set and Options.MetricsAddr is not (it is then
+//     served there alone); /debug/pprof/ serves net/http/pprof if Options.Pprof is set.
 //
 // Each probe reads atomics and channels only: it never blocks on the manager.
 func (m *Manager) Handler() http.Handler {
@@ -101,8 +101,8 @@ func (m *Manager) Handler() http.Handler {
 		mux.HandleFunc("/"+probe, serve)
 		mux.HandleFunc("/"+probe+"/{check...}", serve)
 	}
-	if m.opts.Metrics != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(m.opts.Metrics, promhttp.HandlerOpts{}))
+	if m.opts.Metrics != nil && m.opts.MetricsAddr == "" {
+		mux.Handle("/metrics", m.MetricsHandler())
 	}
 	if m.opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -111,6 +111,22 @@ func (m *Manager) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	return mux
+}
+
+// MetricsHandler serves Options.Metrics (404 if it is nil): the handler of /metrics,
+// which Handler includes unless Options.MetricsAddr serves it apart.
+func (m *Manager) MetricsHandler() http.Handler {
+	if m.opts.Metrics == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.opts.Metrics, promhttp.HandlerOpts{})
+}
+
+// metricsMux serves MetricsHandler at /metrics alone, for Options.MetricsAddr.
+func (m *Manager) metricsMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.MetricsHandler())
 	return mux
 }
 
@@ -276,21 +292,21 @@ func factoryErr(f *informer.Factory) error {
 	return f.WaitForCacheSync(ctx)
 }
 
-// serveHealth listens on Options.HealthAddr and serves Handler. stop begins the server's
+// serve listens on addr and serves h, for what (in errors). stop begins the server's
 // shutdown, bounded by by, and returns at once; done is closed once the server has
 // returned.
-func (m *Manager) serveHealth() (stop func(by time.Time), done chan struct{}, err error) {
-	ln, err := net.Listen("tcp", m.opts.HealthAddr)
+func (m *Manager) serve(what, addr string, h http.Handler) (stop func(by time.Time), done chan struct{}, err error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("manager: health server: %w", err)
+		return nil, nil, fmt.Errorf("manager: %s: %w", what, err)
 	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done = make(chan struct{})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("health server stopped", "err", err)
+			m.log.Error(what+" stopped", "err", err)
 		}
 	}()
 	stop = func(by time.Time) {

@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -144,6 +145,47 @@ func TestMetricsEndpoint(t *testing.T) {
 	m := newManager(t, manager.Options{Metrics: reg, Logger: discard()})
 	if code, body := probe(m.Handler(), "/metrics"); code != 200 || !strings.Contains(body, "test_total 1") {
 		t.Fatalf("/metrics: %d %s", code, body)
+	}
+}
+
+// With Options.MetricsAddr, /metrics is served there alone, apart from the probes, and
+// the health server leaves it out; both stop with the manager. MetricsAddr needs Metrics.
+func TestMetricsServedApart(t *testing.T) {
+	if _, err := manager.New(manager.Options{MetricsAddr: "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), "Metrics is nil") {
+		t.Fatalf("MetricsAddr without Metrics: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_total", Help: "A test counter."})
+	reg.MustRegister(c)
+	c.Inc()
+	health, metrics := testkit.StableAddr(t), testkit.StableAddr(t)
+	m := newManager(t, manager.Options{HealthAddr: health, MetricsAddr: metrics, Metrics: reg, Logger: discard()})
+	s := start(t, m)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(addr, path string) (int, string) {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	eventually(t, "/readyz to pass on the health address", func() bool { code, _ := get(health, "/readyz"); return code == 200 })
+	if code, body := get(metrics, "/metrics"); code != 200 || !strings.Contains(body, "test_total 1") {
+		t.Fatalf("/metrics on the metrics address: %d %s", code, body)
+	}
+	if code, _ := get(health, "/metrics"); code != 404 {
+		t.Fatalf("/metrics on the health address: %d; want 404", code)
+	}
+	if code, _ := get(metrics, "/readyz"); code != 404 {
+		t.Fatalf("/readyz on the metrics address: %d; want 404", code)
+	}
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(metrics, "/metrics"); code != 0 {
+		t.Fatal("the metrics server still serves after Start returned")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -119,8 +120,13 @@ type Options struct {
 	// HealthAddr, if set, is the address (host:port) on which Start serves Handler: it
 	// listens before the caches start and stops after everything else.
 	HealthAddr string
-	// Metrics, if set, is served at /metrics by Handler.
+	// Metrics, if set, is served at /metrics: by Handler, or on MetricsAddr alone.
 	Metrics prometheus.Gatherer
+	// MetricsAddr, if set, is the address (host:port) on which Start serves /metrics
+	// (MetricsHandler) apart from the probes, as controller-runtime's metrics bind
+	// address: Handler then leaves /metrics out. It listens before the caches start and
+	// stops after everything else. It needs Metrics.
+	MetricsAddr string
 	// Pprof serves net/http/pprof's handlers under /debug/pprof/ on Handler.
 	Pprof bool
 	// Logger receives the manager's logs; default slog.Default().
@@ -194,6 +200,9 @@ func New(opts Options) (*Manager, error) {
 	if opts.CacheStopTimeout >= opts.ShutdownTimeout {
 		return nil, fmt.Errorf("manager: CacheStopTimeout %v must be below ShutdownTimeout %v: the runnables stop within the difference",
 			opts.CacheStopTimeout, opts.ShutdownTimeout)
+	}
+	if opts.MetricsAddr != "" && opts.Metrics == nil {
+		return nil, fmt.Errorf("manager: MetricsAddr %q is set but Metrics is nil: set Metrics to the registry to serve", opts.MetricsAddr)
 	}
 	if opts.CampaignRetry <= 0 {
 		opts.CampaignRetry = DefaultCampaignRetry
@@ -331,8 +340,14 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Unlock()
 	defer rs.abort()
 
-	if m.opts.HealthAddr != "" {
-		stop, done, err := m.serveHealth()
+	for _, srv := range []struct {
+		what, addr string
+		h          func() http.Handler
+	}{{"health server", m.opts.HealthAddr, m.Handler}, {"metrics server", m.opts.MetricsAddr, m.metricsMux}} {
+		if srv.addr == "" {
+			continue
+		}
+		stop, done, err := m.serve(srv.what, srv.addr, srv.h())
 		if err != nil {
 			m.mu.Lock()
 			rs.stopping = true
@@ -343,7 +358,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 			m.mu.Unlock()
 			return errors.Join(err, stopErr)
 		}
-		rs.adoptHealth(stop, done)
+		rs.adoptHealth(srv.what, stop, done)
 	}
 	m.phase.Store(phaseSyncing)
 	var syncers []informer.Syncer

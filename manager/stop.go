@@ -99,10 +99,11 @@ func (rs *runState) launchElection(fn func(ctx context.Context) error) {
 	rs.launch(&rs.election, leaderElection, fn)
 }
 
-// adoptHealth adds the health server to the health group: stop begins its stop, to be
-// done by the stop's deadline, and returns at once; done is closed once it has returned.
-func (rs *runState) adoptHealth(stop func(by time.Time), done chan struct{}) {
-	r := &running{name: "health server", done: done}
+// adoptHealth adds a server (health, metrics) to the health group: stop begins its stop,
+// to be done by the stop's deadline, and returns at once; done is closed once it has
+// returned.
+func (rs *runState) adoptHealth(name string, stop func(by time.Time), done chan struct{}) {
+	r := &running{name: name, done: done}
 	r.stop = func() { stop(time.Unix(0, rs.stopBy.Load())) }
 	rs.mu.Lock()
 	rs.health = append(rs.health, r)
