@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +31,33 @@ const (
 	phaseStopping
 	phaseStopped
 )
+
+// lifecycle is where a Manager is in its life, as the probes read it.
+type lifecycle struct {
+	phase    atomic.Int32
+	failedAt atomic.Pointer[string] // why Start ended with an error
+}
+
+// Syncing marks the caches started and not yet synced.
+func (l *lifecycle) Syncing() { l.phase.Store(phaseSyncing) }
+
+// SetRunning marks the caches synced and the runnables started.
+func (l *lifecycle) SetRunning() { l.phase.Store(phaseRunning) }
+
+// Running reports whether the caches synced and the stop has not begun.
+func (l *lifecycle) Running() bool { return l.phase.Load() == phaseRunning }
+
+// Stopping marks the stop begun.
+func (l *lifecycle) Stopping() { l.phase.Store(phaseStopping) }
+
+// Stopped marks the stop done, after err (nil: a clean stop).
+func (l *lifecycle) Stopped(err error) {
+	if err != nil {
+		msg := err.Error()
+		l.failedAt.Store(&msg)
+	}
+	l.phase.Store(phaseStopped)
+}
 
 // checkList is the checks added by AddHealthzCheck and AddReadyzCheck.
 type checkList struct {
@@ -217,11 +245,11 @@ func (m *Manager) healthChecks(r *http.Request) []check {
 }
 
 func (m *Manager) aliveErr() error {
-	switch m.phase.Load() {
+	switch m.life.phase.Load() {
 	case phaseNew:
 		return fmt.Errorf("not started")
 	case phaseStopped:
-		if msg := m.failedAt.Load(); msg != nil {
+		if msg := m.life.failedAt.Load(); msg != nil {
 			return fmt.Errorf("stopped after a failure: %s", *msg)
 		}
 		return fmt.Errorf("stopped")
@@ -232,7 +260,7 @@ func (m *Manager) aliveErr() error {
 // readyChecks are /readyz's checks.
 func (m *Manager) readyChecks(r *http.Request) []check {
 	var err error
-	switch m.phase.Load() {
+	switch m.life.phase.Load() {
 	case phaseRunning:
 	case phaseSyncing:
 		err = fmt.Errorf("caches syncing")
@@ -242,7 +270,7 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 		err = fmt.Errorf("not started")
 	}
 	checks := []check{{name: "manager", err: err}}
-	caches, factories := m.added()
+	caches, factories, runnables := m.added()
 	now := time.Now()
 	for _, c := range caches {
 		checks = append(checks, check{name: fmt.Sprintf("informer %q", c.Name()), err: m.cacheErr(c, now), note: cacheNote(c.Stats())})
@@ -251,12 +279,14 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 		checks = append(checks, check{name: fmt.Sprintf("factory %d", i), err: factoryErr(f)})
 	}
 	_, leading := m.Leading()
-	for _, e := range m.readyReporters() {
+	for _, e := range runnables {
+		rep, ok := e.Reporter()
 		switch {
-		case !e.leaderOnly && m.phase.Load() == phaseRunning:
-			checks = append(checks, check{name: fmt.Sprintf("runnable %q", e.name), err: e.r.(ReadyReporter).Ready()})
-		case e.leaderOnly && leading:
-			checks = append(checks, check{name: fmt.Sprintf("leader-only runnable %q", e.name), err: e.r.(ReadyReporter).Ready()})
+		case !ok:
+		case !e.LeaderOnly() && m.life.Running():
+			checks = append(checks, check{name: fmt.Sprintf("runnable %q", e.Name()), err: rep.Ready()})
+		case e.LeaderOnly() && leading:
+			checks = append(checks, check{name: fmt.Sprintf("leader-only runnable %q", e.Name()), err: rep.Ready()})
 		}
 	}
 	return append(checks, m.userChecks(r, true)...)
@@ -270,19 +300,6 @@ type ReadyReporter interface {
 	Runnable
 	// Ready returns nil when the runnable does its work, or why not; it must not block.
 	Ready() error
-}
-
-// readyReporters returns the runnables added that report readiness.
-func (m *Manager) readyReporters() []entry {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var es []entry
-	for _, e := range m.entries {
-		if _, ok := e.r.(ReadyReporter); ok {
-			es = append(es, e)
-		}
-	}
-	return es
 }
 
 // factoryErr asks f, without waiting, whether its started informers have synced.

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,6 +151,21 @@ type entry struct {
 	leaderOnly bool
 }
 
+// Name identifies the runnable in logs, errors and health checks.
+func (e entry) Name() string { return e.name }
+
+// LeaderOnly reports whether it runs only while this replica leads.
+func (e entry) LeaderOnly() bool { return e.leaderOnly }
+
+// Start runs the runnable.
+func (e entry) Start(ctx context.Context) error { return e.r.Start(ctx) }
+
+// Reporter returns the runnable if it reports readiness.
+func (e entry) Reporter() (ReadyReporter, bool) {
+	r, ok := e.r.(ReadyReporter)
+	return r, ok
+}
+
 // Manager runs a service's caches, runnables and leader-only runnables, in order: the
 // health server, then the caches (informers and factories) until they have synced, then
 // the runnables, then — while this replica leads — the leader-only runnables, with the
@@ -176,8 +190,7 @@ type Manager struct {
 
 	election *electionStatus // the campaign loop's state: the term held, the leader observed
 
-	phase    atomic.Int32
-	failedAt atomic.Pointer[string] // why Start ended with an error
+	life lifecycle // where it is, for the probes
 
 	checks  checkList // added by AddHealthzCheck and AddReadyzCheck
 	sources sources   // the caches' sources, as /readyz follows them
@@ -261,12 +274,12 @@ func fitMargin(opts *Options) error {
 func (m *Manager) AddInformer(c Cache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started && (m.run == nil || m.run.stopping) {
+	if m.started && (m.run == nil || !m.run.Accepting()) {
 		return ErrAlreadyStarted
 	}
 	m.caches = append(m.caches, c)
 	if m.run != nil {
-		m.run.launchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+		m.run.LaunchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
 	}
 	return nil
 }
@@ -278,12 +291,12 @@ func (m *Manager) AddInformer(c Cache) error {
 func (m *Manager) AddFactory(f *informer.Factory) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started && (m.run == nil || m.run.stopping) {
+	if m.started && (m.run == nil || !m.run.Accepting()) {
 		return ErrAlreadyStarted
 	}
 	m.factories = append(m.factories, f)
 	if m.run != nil {
-		m.run.startFactory(len(m.factories)-1, f)
+		m.run.StartFactory(len(m.factories)-1, f)
 	}
 	return nil
 }
@@ -311,12 +324,12 @@ func (m *Manager) add(e entry) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started && (m.run == nil || m.run.stopping) {
+	if m.started && (m.run == nil || !m.run.Accepting()) {
 		return ErrAlreadyStarted
 	}
 	m.entries = append(m.entries, e)
-	if m.run != nil && m.run.running {
-		m.run.startEntry(e)
+	if m.run != nil && m.run.Running() {
+		m.run.StartEntry(e)
 	}
 	return nil
 }
@@ -338,7 +351,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.run = rs
 	caches, factories := m.caches, m.factories
 	m.mu.Unlock()
-	defer rs.abort()
+	defer rs.Abort()
 
 	for _, srv := range []struct {
 		what, addr string
@@ -350,64 +363,60 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		stop, done, err := m.serve(srv.what, srv.addr, srv.h())
 		if err != nil {
 			m.mu.Lock()
-			rs.stopping = true
+			rs.SetStopping()
 			m.mu.Unlock()
-			stopErr := m.stopAll(rs) // an informer added meanwhile
+			stopErr := rs.StopAll() // an informer added meanwhile
 			m.mu.Lock()
 			m.run = nil
 			m.mu.Unlock()
 			return errors.Join(err, stopErr)
 		}
-		rs.adoptHealth(srv.what, stop, done)
+		rs.AdoptHealth(srv.what, stop, done)
 	}
-	m.phase.Store(phaseSyncing)
+	m.life.Syncing()
 	var syncers []informer.Syncer
 	for _, c := range caches {
-		rs.launchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+		rs.LaunchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
-		rs.startFactory(i, f) // before the wait
+		rs.StartFactory(i, f) // before the wait
 	}
-	if err := m.waitForSync(rs.ctx, syncers, factories); err != nil {
+	if err := m.waitForSync(rs.Context(), syncers, factories); err != nil {
 		if ctx.Err() == nil {
-			rs.fail(err) // the first failure wins: a cache that failed while syncing
+			rs.Fail(err) // the first failure wins: a cache that failed while syncing
 		}
 	} else {
-		m.phase.Store(phaseRunning)
+		m.life.SetRunning()
 		m.mu.Lock()
-		rs.running = true
+		rs.SetRunning()
 		for _, e := range m.entries {
-			rs.startEntry(e)
+			rs.StartEntry(e)
 		}
 		m.mu.Unlock()
-		rs.launchElection(func(lctx context.Context) error { return m.lead(lctx, rs) })
+		rs.LaunchElection(func(lctx context.Context) error { return m.lead(lctx, rs) })
 	}
 
-	<-rs.ctx.Done()
-	m.phase.Store(phaseStopping)
+	<-rs.Context().Done()
+	m.life.Stopping()
 	m.mu.Lock()
-	rs.stopping = true
+	rs.SetStopping()
 	m.mu.Unlock()
-	stopErr := m.stopAll(rs)
-	m.phase.Store(phaseStopped)
+	stopErr := rs.StopAll()
+	err = rs.Failure()
+	m.life.Stopped(err)
 	m.mu.Lock()
 	m.run = nil
 	m.mu.Unlock()
-	err = rs.failure()
-	if err != nil {
-		msg := err.Error()
-		m.failedAt.Store(&msg)
-	}
 	m.log.Info("stopped", "err", errors.Join(err, stopErr))
 	return errors.Join(err, stopErr)
 }
 
-// added returns the caches and factories added so far.
-func (m *Manager) added() ([]Cache, []*informer.Factory) {
+// added returns the caches, factories and runnables added so far.
+func (m *Manager) added() ([]Cache, []*informer.Factory, []entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.caches, m.factories
+	return m.caches, m.factories, m.entries
 }
 
 // waitForSync waits for the caches and factories, bounded by Options.CacheSyncTimeout.

@@ -75,7 +75,10 @@ func (h *sourceHealth) observe(s informer.Stats, now time.Time) {
 		// The progress came after the last observation, when or after it: counting from
 		// then, a source that goes silent is not ready within the bound of its last
 		// progress, however far apart the observations.
-		h.progress, h.revision, h.progressAt = p, s.ReceivedRevision, later(h.observedAt, h.progressAt)
+		h.progress, h.revision = p, s.ReceivedRevision
+		if h.observedAt.After(h.progressAt) {
+			h.progressAt = h.observedAt
+		}
 	}
 	h.observedAt = now
 }
