@@ -256,7 +256,7 @@ func (c *Controller[K]) Ready() error {
 	c.mu.Unlock()
 	var why []string
 	for _, w := range watches {
-		if b := w.behind(false); b != "" && !slices.Contains(why, b) {
+		if b := w.Behind(false); b != "" && !slices.Contains(why, b) {
 			why = append(why, b)
 		}
 	}
@@ -433,7 +433,7 @@ func (c *Controller[K]) syncError() *CacheSyncError {
 	e := &CacheSyncError{Controller: c.name, Timeout: c.syncTimeout}
 	seen := make(map[string]bool)
 	for _, w := range c.watches {
-		why := w.behind(true)
+		why := w.Behind(true)
 		if why == "" {
 			continue
 		}

@@ -131,10 +131,10 @@ func (w *watch) NeverStarted() bool {
 	return w.started != nil && !w.started() && !closed(w.synced())
 }
 
-// behind says why the informer keeps the controller from reconciling, or "": never
+// Behind says why the informer keeps the controller from reconciling, or "": never
 // started, not synced, or (with handler, from Start's goroutine, which registers it) its
 // initial list not yet given to the controller's handler.
-func (w *watch) behind(handler bool) string {
+func (w *watch) Behind(handler bool) string {
 	switch {
 	case w.NeverStarted():
 		return fmt.Sprintf("informer %s was never started: add it to the manager, or call its Run (or Factory.Start)", w.name)

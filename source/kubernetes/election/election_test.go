@@ -107,8 +107,13 @@ func TestLeaseLabelsAndObservedLeader(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); b.ObserveLeader(octx, func(id string) { seen <- id }) }()
 	defer func() { stop(); <-done }()
-	if id := <-seen; id != "a" {
-		t.Fatalf("b observed %q; want a", id)
+	select {
+	case id := <-seen:
+		if id != "a" {
+			t.Fatalf("b observed %q; want a", id)
+		}
+	case <-ctx.Done():
+		t.Fatal("b observed no leader")
 	}
 	if err := l.Resign(ctx); err != nil {
 		t.Fatal(err)
