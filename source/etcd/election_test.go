@@ -485,11 +485,11 @@ func (ps *procs) all() []attempt {
 }
 
 // Three replicas of examples/leaderelection, OS processes, against a 3-member etcd
-// cluster. The leader is killed with SIGKILL, round after round: another leads within the
-// TTL plus 1 s. Then the leader is stopped with SIGSTOP past its TTL: another leads and
-// writes; on SIGCONT the old one stops acting within its renew deadline and every write it
-// attempts under its old term is refused by etcd. The accepted writes, in etcd's commit
-// order, never interleave two terms.
+// cluster. The leader is killed with SIGKILL, round after round: another leads (how soon
+// is reported). Then the leader is stopped with SIGSTOP past its TTL: another leads and
+// writes; on SIGCONT the old one turns follower and every write it attempts under its old
+// term is refused by etcd. The accepted writes, in etcd's commit order, never interleave
+// two terms.
 func TestElectionProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs OS processes")
