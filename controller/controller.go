@@ -91,6 +91,7 @@ type Controller[K comparable] struct {
 	drainErr error           // set before done is closed
 
 	abandoned atomic.Bool // the drain was cut short: workers drop the keys left
+	working   atomic.Bool // the workers run: the caches synced, and Start's context is not done
 }
 
 // New returns a controller that runs r. It does nothing until Start.
@@ -202,6 +203,7 @@ func (c *Controller[K]) Start(ctx context.Context) error {
 		return err
 	}
 
+	c.working.Store(true)
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	c.log.Info("starting workers", "workers", c.workers)
@@ -214,6 +216,7 @@ func (c *Controller[K]) Start(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-c.stop:
 	}
+	c.working.Store(false)
 	drainCtx, timedOut, release := c.drainContext()
 	c.log.Info("shutting down: draining the reconciles in flight and queued")
 	c.unregister()
@@ -236,6 +239,37 @@ func (c *Controller[K]) Start(ctx context.Context) error {
 	c.log.Info("all workers finished")
 	c.drainErr = err
 	return err
+}
+
+// Ready returns nil while the controller reconciles: from when Start has seen every
+// watched informer synced and started the workers until it begins to stop. Otherwise it
+// says why not, naming each informer behind: one never started ("never started: add it to
+// the manager, or call its Run"), one not synced yet; or that the controller is not
+// started, or stopping. It never waits. A manager's /readyz asks it of a controller added
+// as a runnable.
+func (c *Controller[K]) Ready() error {
+	if c.working.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	started, stopping, watches := c.started, c.stopping, c.watches
+	c.mu.Unlock()
+	var why []string
+	for _, w := range watches {
+		if b := w.Behind(false); b != "" && !slices.Contains(why, b) {
+			why = append(why, b)
+		}
+	}
+	switch {
+	case stopping || closed(c.done):
+		why = []string{"stopping"}
+	case len(why) > 0:
+	case !started:
+		why = []string{"not started"}
+	default:
+		why = []string{"starting"}
+	}
+	return fmt.Errorf("controller %s: %s", c.name, strings.Join(why, "; "))
 }
 
 // Shutdown stops a running controller gracefully, as cancelling Start's context does, but
@@ -399,15 +433,8 @@ func (c *Controller[K]) syncError() *CacheSyncError {
 	e := &CacheSyncError{Controller: c.name, Timeout: c.syncTimeout}
 	seen := make(map[string]bool)
 	for _, w := range c.watches {
-		var why string
-		switch {
-		case w.NeverStarted():
-			why = fmt.Sprintf("informer %s was never started: add it to the manager, or call its Run (or Factory.Start)", w.name)
-		case !closed(w.synced()):
-			why = fmt.Sprintf("informer %s has not synced", w.name)
-		case !closed(w.reg.Synced()):
-			why = fmt.Sprintf("informer %s has synced but has not yet given the controller's handler its initial list", w.name)
-		default:
+		why := w.Behind(true)
+		if why == "" {
 			continue
 		}
 		if !seen[w.name] {

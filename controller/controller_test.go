@@ -522,3 +522,40 @@ func TestNeverStartedInformerSaidWithinASecond(t *testing.T) {
 		t.Errorf("error %v, want %q", err, want)
 	}
 }
+
+// Ready says, without waiting, why a controller does not reconcile: an informer never
+// started (named, with what to do), the controller not started; nil once its workers run;
+// stopping once its context is done.
+func TestReadySaysWhyNot(t *testing.T) {
+	idle, err := informer.New[string, *obj](newSource(), informer.Options[string, *obj]{Name: "idle", Key: objKeyErr, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(ReconcilerFunc[string](func(context.Context, string) (Result, error) { return Result{}, nil }),
+		Options[string]{Name: "ctl", Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(); err == nil || err.Error() != "controller ctl: not started" {
+		t.Fatalf("Ready before Start and For = %v", err)
+	}
+	if err := For(c, idle, objKeyErr); err != nil {
+		t.Fatal(err)
+	}
+	const never = "controller ctl: informer idle was never started: add it to the manager, or call its Run (or Factory.Start)"
+	if err := c.Ready(); err == nil || err.Error() != never {
+		t.Fatalf("Ready over an informer never started = %v; want %q", err, never)
+	}
+	s := start(t, c)
+	if err := c.Ready(); err == nil || err.Error() != never {
+		t.Fatalf("Ready of a started controller over an informer never started = %v; want %q", err, never)
+	}
+	informertest.Run(t, idle)
+	eventually(t, "the controller to be ready", func() bool { return c.Ready() == nil })
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(); err == nil || err.Error() != "controller ctl: stopping" {
+		t.Fatalf("Ready after the stop = %v", err)
+	}
+}

@@ -131,6 +131,21 @@ func (w *watch) NeverStarted() bool {
 	return w.started != nil && !w.started() && !closed(w.synced())
 }
 
+// Behind says why the informer keeps the controller from reconciling, or "": never
+// started, not synced, or (with handler, from Start's goroutine, which registers it) its
+// initial list not yet given to the controller's handler.
+func (w *watch) Behind(handler bool) string {
+	switch {
+	case w.NeverStarted():
+		return fmt.Sprintf("informer %s was never started: add it to the manager, or call its Run (or Factory.Start)", w.name)
+	case !closed(w.synced()):
+		return fmt.Sprintf("informer %s has not synced", w.name)
+	case handler && w.reg != nil && !closed(w.reg.Synced()):
+		return fmt.Sprintf("informer %s has synced but has not yet given the controller's handler its initial list", w.name)
+	}
+	return ""
+}
+
 // closed reports whether ch is closed, without waiting.
 func closed(ch <-chan struct{}) bool {
 	select {

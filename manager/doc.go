@@ -9,7 +9,8 @@
 // turns SIGTERM and SIGINT into that) it stops them in reverse order within
 // Options.ShutdownTimeout, the members of a group together, and names whatever overran
 // its part. The caches stop last, within Options.CacheStopTimeout kept for them, even
-// after a runnable overran: their snapshots are saved.
+// after a runnable overran: their snapshots are saved. Informers, factories and runnables
+// may also be added while Start runs: they start at once and stop in their group.
 //
 // # Leadership and fencing
 //
@@ -33,7 +34,9 @@
 // # Health
 //
 // Handler serves /healthz, /readyz (with ?verbose, ?exclude= and one check by name),
-// /metrics and optionally pprof; see its documentation for each check. Readiness never
-// passes before the caches it checks have synced, fails for a source that shows no
-// progress (Options.SourceProgressBound), and a follower is ready.
+// /metrics (unless Options.MetricsAddr serves it apart) and optionally pprof; see its
+// documentation for each check. Readiness never passes before the caches it checks have
+// synced, fails for a source that shows no progress (Options.SourceProgressBound) and for
+// a runnable that says it is not ready (ReadyReporter: a controller over an informer
+// nobody runs), and a follower is ready.
 package manager

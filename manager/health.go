@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +31,33 @@ const (
 	phaseStopping
 	phaseStopped
 )
+
+// lifecycle is where a Manager is in its life, as the probes read it.
+type lifecycle struct {
+	phase    atomic.Int32
+	failedAt atomic.Pointer[string] // why Start ended with an error
+}
+
+// Syncing marks the caches started and not yet synced.
+func (l *lifecycle) Syncing() { l.phase.Store(phaseSyncing) }
+
+// SetRunning marks the caches synced and the runnables started.
+func (l *lifecycle) SetRunning() { l.phase.Store(phaseRunning) }
+
+// Running reports whether the caches synced and the stop has not begun.
+func (l *lifecycle) Running() bool { return l.phase.Load() == phaseRunning }
+
+// Stopping marks the stop begun.
+func (l *lifecycle) Stopping() { l.phase.Store(phaseStopping) }
+
+// Stopped marks the stop done, after err (nil: a clean stop).
+func (l *lifecycle) Stopped(err error) {
+	if err != nil {
+		msg := err.Error()
+		l.failedAt.Store(&msg)
+	}
+	l.phase.Store(phaseStopped)
+}
 
 // checkList is the checks added by AddHealthzCheck and AddReadyzCheck.
 type checkList struct {
@@ -86,8 +114,8 @@ func (m *Manager) addCheck(c namedCheck) error {
 //   - ?verbose lists every check, [+] or [-], then the role, the term and the leader, as
 //     kube-apiserver does; a failing probe always lists its checks. ?exclude=<name>
 //     (repeatable) leaves a check out; /healthz/<name> and /readyz/<name> run one check.
-//   - /metrics serves Options.Metrics, if set; /debug/pprof/ serves net/http/pprof if
-//     Options.Pprof is set.
+//   - /metrics serves Options.Metrics, if set and Options.MetricsAddr is not (it is then
+//     served there alone); /debug/pprof/ serves net/http/pprof if Options.Pprof is set.
 //
 // Each probe reads atomics and channels only: it never blocks on the manager.
 func (m *Manager) Handler() http.Handler {
@@ -101,8 +129,8 @@ func (m *Manager) Handler() http.Handler {
 		mux.HandleFunc("/"+probe, serve)
 		mux.HandleFunc("/"+probe+"/{check...}", serve)
 	}
-	if m.opts.Metrics != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(m.opts.Metrics, promhttp.HandlerOpts{}))
+	if m.opts.Metrics != nil && m.opts.MetricsAddr == "" {
+		mux.Handle("/metrics", m.MetricsHandler())
 	}
 	if m.opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -111,6 +139,22 @@ func (m *Manager) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	return mux
+}
+
+// MetricsHandler serves Options.Metrics (404 if it is nil): the handler of /metrics,
+// which Handler includes unless Options.MetricsAddr serves it apart.
+func (m *Manager) MetricsHandler() http.Handler {
+	if m.opts.Metrics == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.opts.Metrics, promhttp.HandlerOpts{})
+}
+
+// metricsMux serves MetricsHandler at /metrics alone, for Options.MetricsAddr.
+func (m *Manager) metricsMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.MetricsHandler())
 	return mux
 }
 
@@ -201,11 +245,11 @@ func (m *Manager) healthChecks(r *http.Request) []check {
 }
 
 func (m *Manager) aliveErr() error {
-	switch m.phase.Load() {
+	switch m.life.phase.Load() {
 	case phaseNew:
 		return fmt.Errorf("not started")
 	case phaseStopped:
-		if msg := m.failedAt.Load(); msg != nil {
+		if msg := m.life.failedAt.Load(); msg != nil {
 			return fmt.Errorf("stopped after a failure: %s", *msg)
 		}
 		return fmt.Errorf("stopped")
@@ -216,7 +260,7 @@ func (m *Manager) aliveErr() error {
 // readyChecks are /readyz's checks.
 func (m *Manager) readyChecks(r *http.Request) []check {
 	var err error
-	switch m.phase.Load() {
+	switch m.life.phase.Load() {
 	case phaseRunning:
 	case phaseSyncing:
 		err = fmt.Errorf("caches syncing")
@@ -226,7 +270,7 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 		err = fmt.Errorf("not started")
 	}
 	checks := []check{{name: "manager", err: err}}
-	caches, factories := m.added()
+	caches, factories, runnables := m.added()
 	now := time.Now()
 	for _, c := range caches {
 		checks = append(checks, check{name: fmt.Sprintf("informer %q", c.Name()), err: m.cacheErr(c, now), note: cacheNote(c.Stats())})
@@ -234,7 +278,28 @@ func (m *Manager) readyChecks(r *http.Request) []check {
 	for i, f := range factories {
 		checks = append(checks, check{name: fmt.Sprintf("factory %d", i), err: factoryErr(f)})
 	}
+	_, leading := m.Leading()
+	for _, e := range runnables {
+		rep, ok := e.Reporter()
+		switch {
+		case !ok:
+		case !e.LeaderOnly() && m.life.Running():
+			checks = append(checks, check{name: fmt.Sprintf("runnable %q", e.Name()), err: rep.Ready()})
+		case e.LeaderOnly() && leading:
+			checks = append(checks, check{name: fmt.Sprintf("leader-only runnable %q", e.Name()), err: rep.Ready()})
+		}
+	}
 	return append(checks, m.userChecks(r, true)...)
+}
+
+// ReadyReporter is a Runnable that says whether it does its work, as a
+// *controller.Controller does (nil: ready; otherwise why not, such as an informer it
+// watches that was never started). /readyz asks each one added with Add while the
+// manager runs, and each one added with AddLeader while this replica leads.
+type ReadyReporter interface {
+	Runnable
+	// Ready returns nil when the runnable does its work, or why not; it must not block.
+	Ready() error
 }
 
 // factoryErr asks f, without waiting, whether its started informers have synced.
@@ -244,21 +309,21 @@ func factoryErr(f *informer.Factory) error {
 	return f.WaitForCacheSync(ctx)
 }
 
-// serveHealth listens on Options.HealthAddr and serves Handler. stop begins the server's
+// serve listens on addr and serves h, for what (in errors). stop begins the server's
 // shutdown, bounded by by, and returns at once; done is closed once the server has
 // returned.
-func (m *Manager) serveHealth() (stop func(by time.Time), done chan struct{}, err error) {
-	ln, err := net.Listen("tcp", m.opts.HealthAddr)
+func (m *Manager) serve(what, addr string, h http.Handler) (stop func(by time.Time), done chan struct{}, err error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("manager: health server: %w", err)
+		return nil, nil, fmt.Errorf("manager: %s: %w", what, err)
 	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done = make(chan struct{})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("health server stopped", "err", err)
+			m.log.Error(what+" stopped", "err", err)
 		}
 	}()
 	stop = func(by time.Time) {

@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/controller"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/manager"
 	"github.com/informer-go/informer/source/memory"
@@ -146,6 +148,47 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
+// With Options.MetricsAddr, /metrics is served there alone, apart from the probes, and
+// the health server leaves it out; both stop with the manager. MetricsAddr needs Metrics.
+func TestMetricsServedApart(t *testing.T) {
+	if _, err := manager.New(manager.Options{MetricsAddr: "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), "Metrics is nil") {
+		t.Fatalf("MetricsAddr without Metrics: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_total", Help: "A test counter."})
+	reg.MustRegister(c)
+	c.Inc()
+	health, metrics := testkit.StableAddr(t), testkit.StableAddr(t)
+	m := newManager(t, manager.Options{HealthAddr: health, MetricsAddr: metrics, Metrics: reg, Logger: discard()})
+	s := start(t, m)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(addr, path string) (int, string) {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	eventually(t, "/readyz to pass on the health address", func() bool { code, _ := get(health, "/readyz"); return code == 200 })
+	if code, body := get(metrics, "/metrics"); code != 200 || !strings.Contains(body, "test_total 1") {
+		t.Fatalf("/metrics on the metrics address: %d %s", code, body)
+	}
+	if code, _ := get(health, "/metrics"); code != 404 {
+		t.Fatalf("/metrics on the health address: %d; want 404", code)
+	}
+	if code, _ := get(metrics, "/readyz"); code != 404 {
+		t.Fatalf("/readyz on the metrics address: %d; want 404", code)
+	}
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(metrics, "/metrics"); code != 0 {
+		t.Fatal("the metrics server still serves after Start returned")
+	}
+}
+
 // The health server of Options.HealthAddr serves while the manager runs and stops with it.
 func TestHealthServer(t *testing.T) {
 	addr := testkit.StableAddr(t)
@@ -200,4 +243,47 @@ func TestTrackHandlerKeepsOnRevision(t *testing.T) {
 	if rev == "" {
 		t.Fatal("OnRevision with an empty revision")
 	}
+}
+
+// A controller added as a runnable over an informer that nobody runs: /readyz?verbose
+// names it, and the informer, with what to do, within a second of the start; once the
+// informer runs, the controller's line passes.
+func TestReadyzNamesAControllerOverAnUnstartedInformer(t *testing.T) {
+	m := newManager(t, manager.Options{Logger: discard()})
+	m.AddInformer(newInformer(t, "configs", memory.New(thingKey, memory.Options{})))
+	idle := newInformer(t, "payments", memory.New(thingKey, memory.Options{}))
+	c, err := controller.New(controller.ReconcilerFunc[string](func(context.Context, string) (controller.Result, error) {
+		return controller.Result{}, nil
+	}), controller.Options[string]{Name: "status", Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.For(c, idle, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Add("status", c); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler()
+	began := time.Now()
+	start(t, m)
+	var body string
+	eventually(t, "/readyz to name the controller", func() bool {
+		_, body = probe(h, "/readyz?verbose")
+		return strings.Contains(body, `runnable "status"`)
+	})
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("/readyz named the controller %v after the start; want within a second", took)
+	}
+	t.Logf("/readyz?verbose:\n%s", body)
+	contains(t, "/readyz?verbose", body, `[+]informer "configs" ok`,
+		`[-]runnable "status" failed: controller status: informer payments was never started: add it to the manager, or call its Run (or Factory.Start)`,
+		"readyz check failed")
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- idle.Run(ctx) }()
+	defer func() { cancel(); recv(t, ran, "the informer to stop") }()
+	eventually(t, "/readyz to pass", func() bool { code, _ := probe(h, "/readyz"); return code == 200 })
+	_, body = probe(h, "/readyz?verbose")
+	contains(t, "/readyz?verbose", body, `[+]runnable "status" ok`)
 }

@@ -135,13 +135,13 @@ type termRun struct {
 	wg  sync.WaitGroup
 }
 
-// start runs e in the term.
-func (t *termRun) start(e entry) {
-	t.m.setLeaderRunning(e.name, true)
+// Start runs e in the term.
+func (t *termRun) Start(e entry) {
+	t.m.setLeaderRunning(e.Name(), true)
 	t.wg.Go(func() {
-		defer t.m.setLeaderRunning(e.name, false)
-		if err := e.r.Start(t.ctx); err != nil && t.ctx.Err() == nil {
-			t.rs.fail(fmt.Errorf("manager: leader-only runnable %q (term %d): %w", e.name, t.l.Term().Value, err))
+		defer t.m.setLeaderRunning(e.Name(), false)
+		if err := e.Start(t.ctx); err != nil && t.ctx.Err() == nil {
+			t.rs.Fail(fmt.Errorf("manager: leader-only runnable %q (term %d): %w", e.Name(), t.l.Term().Value, err))
 		}
 	})
 }
@@ -155,10 +155,10 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	defer cancel()
 	t := &termRun{m: m, rs: rs, ctx: tctx, l: l}
 	m.mu.Lock()
-	rs.term = t
+	rs.SetTerm(t)
 	for _, e := range m.entries {
-		if e.leaderOnly {
-			t.start(e)
+		if e.LeaderOnly() {
+			t.Start(e)
 		}
 	}
 	m.mu.Unlock()
@@ -172,7 +172,7 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	case <-ctx.Done():
 	}
 	m.mu.Lock()
-	rs.term = nil // no runnable joins the term from now on: wait for those it has
+	rs.SetTerm(nil) // no runnable joins the term from now on: wait for those it has
 	m.mu.Unlock()
 	allDone := make(chan struct{})
 	go func() { t.wg.Wait(); close(allDone) }()
@@ -237,8 +237,8 @@ func (m *Manager) resign(rs *runState, l Leadership, lost bool) {
 	if lost {
 		bound = time.Second
 	}
-	if by := rs.stopBy.Load(); by != 0 {
-		bound = min(bound, time.Until(time.Unix(0, by)))
+	if by := rs.StopBy(); !by.IsZero() {
+		bound = min(bound, time.Until(by))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, 100*time.Millisecond))
 	defer cancel()

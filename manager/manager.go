@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,16 +119,21 @@ type Options struct {
 	// HealthAddr, if set, is the address (host:port) on which Start serves Handler: it
 	// listens before the caches start and stops after everything else.
 	HealthAddr string
-	// Metrics, if set, is served at /metrics by Handler.
+	// Metrics, if set, is served at /metrics: by Handler, or on MetricsAddr alone.
 	Metrics prometheus.Gatherer
+	// MetricsAddr, if set, is the address (host:port) on which Start serves /metrics
+	// (MetricsHandler) apart from the probes, as controller-runtime's metrics bind
+	// address: Handler then leaves /metrics out. It listens before the caches start and
+	// stops after everything else. It needs Metrics.
+	MetricsAddr string
 	// Pprof serves net/http/pprof's handlers under /debug/pprof/ on Handler.
 	Pprof bool
 	// Logger receives the manager's logs; default slog.Default().
 	Logger *slog.Logger
 }
 
-// ErrAlreadyStarted is returned by Start once Start has been called, and by AddInformer
-// and AddFactory once the caches have started.
+// ErrAlreadyStarted is returned by Start once Start has been called, and by the Add
+// methods once the manager is stopping or stopped.
 var ErrAlreadyStarted = errors.New("manager: already started")
 
 // ErrShutdownTimeout is wrapped by Start's error when Options.ShutdownTimeout, or the
@@ -146,6 +151,21 @@ type entry struct {
 	leaderOnly bool
 }
 
+// Name identifies the runnable in logs, errors and health checks.
+func (e entry) Name() string { return e.name }
+
+// LeaderOnly reports whether it runs only while this replica leads.
+func (e entry) LeaderOnly() bool { return e.leaderOnly }
+
+// Start runs the runnable.
+func (e entry) Start(ctx context.Context) error { return e.r.Start(ctx) }
+
+// Reporter returns the runnable if it reports readiness.
+func (e entry) Reporter() (ReadyReporter, bool) {
+	r, ok := e.r.(ReadyReporter)
+	return r, ok
+}
+
 // Manager runs a service's caches, runnables and leader-only runnables, in order: the
 // health server, then the caches (informers and factories) until they have synced, then
 // the runnables, then — while this replica leads — the leader-only runnables, with the
@@ -154,7 +174,7 @@ type entry struct {
 // a new leader starts warm; a manager that loses leadership stops its leader-only
 // runnables and campaigns again (Options.OnLoss).
 //
-// Add caches before Start; runnables may be added at any time. Methods are safe for
+// Caches and runnables may be added before Start or while it runs. Methods are safe for
 // concurrent use.
 type Manager struct {
 	opts Options
@@ -170,8 +190,7 @@ type Manager struct {
 
 	election *electionStatus // the campaign loop's state: the term held, the leader observed
 
-	phase    atomic.Int32
-	failedAt atomic.Pointer[string] // why Start ended with an error
+	life lifecycle // where it is, for the probes
 
 	checks  checkList // added by AddHealthzCheck and AddReadyzCheck
 	sources sources   // the caches' sources, as /readyz follows them
@@ -194,6 +213,9 @@ func New(opts Options) (*Manager, error) {
 	if opts.CacheStopTimeout >= opts.ShutdownTimeout {
 		return nil, fmt.Errorf("manager: CacheStopTimeout %v must be below ShutdownTimeout %v: the runnables stop within the difference",
 			opts.CacheStopTimeout, opts.ShutdownTimeout)
+	}
+	if opts.MetricsAddr != "" && opts.Metrics == nil {
+		return nil, fmt.Errorf("manager: MetricsAddr %q is set but Metrics is nil: set Metrics to the registry to serve", opts.MetricsAddr)
 	}
 	if opts.CampaignRetry <= 0 {
 		opts.CampaignRetry = DefaultCampaignRetry
@@ -243,29 +265,39 @@ func fitMargin(opts *Options) error {
 	return nil
 }
 
-// AddInformer adds a cache: it is started before every runnable and must sync within
-// Options.CacheSyncTimeout. It is stopped after every runnable. It returns
-// ErrAlreadyStarted once Start has been called.
+// AddInformer adds a cache. Added before Start, it is started before every runnable and
+// must sync within Options.CacheSyncTimeout. Added to a running manager, it starts at
+// once and /readyz fails, naming it, until it has synced; nothing waits for it. Either
+// way it stops with the caches, after every runnable, and saves its snapshot there. Added
+// to a stopping or stopped manager, it does not start, and AddInformer returns
+// ErrAlreadyStarted.
 func (m *Manager) AddInformer(c Cache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started {
+	if m.started && (m.run == nil || !m.run.Accepting()) {
 		return ErrAlreadyStarted
 	}
 	m.caches = append(m.caches, c)
+	if m.run != nil {
+		m.run.LaunchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+	}
 	return nil
 }
 
 // AddFactory adds a factory: its informers registered before Start are started and waited
-// for with the caches; it is shut down with them. It returns ErrAlreadyStarted once Start
-// has been called.
+// for with the caches; it is shut down with them. Added to a running manager, its
+// informers start at once, and /readyz fails until they have synced. Added to a stopping
+// or stopped manager, it returns ErrAlreadyStarted.
 func (m *Manager) AddFactory(f *informer.Factory) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started {
+	if m.started && (m.run == nil || !m.run.Accepting()) {
 		return ErrAlreadyStarted
 	}
 	m.factories = append(m.factories, f)
+	if m.run != nil {
+		m.run.StartFactory(len(m.factories)-1, f)
+	}
 	return nil
 }
 
@@ -292,12 +324,12 @@ func (m *Manager) add(e entry) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started && (m.run == nil || m.run.stopping) {
+	if m.started && (m.run == nil || !m.run.Accepting()) {
 		return ErrAlreadyStarted
 	}
 	m.entries = append(m.entries, e)
-	if m.run != nil && m.run.running {
-		m.run.startEntry(e)
+	if m.run != nil && m.run.Running() {
+		m.run.StartEntry(e)
 	}
 	return nil
 }
@@ -319,70 +351,72 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.run = rs
 	caches, factories := m.caches, m.factories
 	m.mu.Unlock()
-	defer rs.abort()
+	defer rs.Abort()
 
-	if m.opts.HealthAddr != "" {
-		stop, done, err := m.serveHealth()
+	for _, srv := range []struct {
+		what, addr string
+		h          func() http.Handler
+	}{{"health server", m.opts.HealthAddr, m.Handler}, {"metrics server", m.opts.MetricsAddr, m.metricsMux}} {
+		if srv.addr == "" {
+			continue
+		}
+		stop, done, err := m.serve(srv.what, srv.addr, srv.h())
 		if err != nil {
+			m.mu.Lock()
+			rs.SetStopping()
+			m.mu.Unlock()
+			stopErr := rs.StopAll() // an informer added meanwhile
 			m.mu.Lock()
 			m.run = nil
 			m.mu.Unlock()
-			return err
+			return errors.Join(err, stopErr)
 		}
-		rs.adoptHealth(stop, done)
+		rs.AdoptHealth(srv.what, stop, done)
 	}
-	m.phase.Store(phaseSyncing)
+	m.life.Syncing()
 	var syncers []informer.Syncer
 	for _, c := range caches {
-		rs.launchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
+		rs.LaunchCache(fmt.Sprintf("informer %q", c.Name()), func(ctx context.Context) error { return m.runCache(ctx, c) })
 		syncers = append(syncers, c)
 	}
 	for i, f := range factories {
-		f.Start(rs.base) // before the wait; Shutdown stops what it started
-		rs.launchCache(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
-			<-ctx.Done()
-			return f.Shutdown()
-		})
+		rs.StartFactory(i, f) // before the wait
 	}
-	if err := m.waitForSync(rs.ctx, syncers, factories); err != nil {
+	if err := m.waitForSync(rs.Context(), syncers, factories); err != nil {
 		if ctx.Err() == nil {
-			rs.fail(err) // the first failure wins: a cache that failed while syncing
+			rs.Fail(err) // the first failure wins: a cache that failed while syncing
 		}
 	} else {
-		m.phase.Store(phaseRunning)
+		m.life.SetRunning()
 		m.mu.Lock()
-		rs.running = true
+		rs.SetRunning()
 		for _, e := range m.entries {
-			rs.startEntry(e)
+			rs.StartEntry(e)
 		}
 		m.mu.Unlock()
-		rs.launchElection(func(lctx context.Context) error { return m.lead(lctx, rs) })
+		rs.LaunchElection(func(lctx context.Context) error { return m.lead(lctx, rs) })
 	}
 
-	<-rs.ctx.Done()
-	m.phase.Store(phaseStopping)
+	<-rs.Context().Done()
+	m.life.Stopping()
 	m.mu.Lock()
-	rs.stopping = true
+	rs.SetStopping()
 	m.mu.Unlock()
-	stopErr := m.stopAll(rs)
-	m.phase.Store(phaseStopped)
+	stopErr := rs.StopAll()
+	err = rs.Failure()
+	m.life.Stopped(err)
 	m.mu.Lock()
 	m.run = nil
 	m.mu.Unlock()
-	err = rs.failure()
-	if err != nil {
-		msg := err.Error()
-		m.failedAt.Store(&msg)
-	}
 	m.log.Info("stopped", "err", errors.Join(err, stopErr))
 	return errors.Join(err, stopErr)
 }
 
-// added returns the caches and factories added so far.
-func (m *Manager) added() ([]Cache, []*informer.Factory) {
+// added returns the caches, factories and runnables added so far.
+func (m *Manager) added() ([]Cache, []*informer.Factory, []entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.caches, m.factories
+	return m.caches, m.factories, m.entries
 }
 
 // waitForSync waits for the caches and factories, bounded by Options.CacheSyncTimeout.

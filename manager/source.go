@@ -19,9 +19,9 @@ type progressAsker interface {
 }
 
 // sourceHealth follows a cache's source: failingSince is the first observation that saw
-// new errors with no success (a list applied, a watch opened) since; progressAt the last
-// one that saw progress (an event, a bookmark, a list, a new revision). Guarded by
-// sources.mu.
+// new errors with no success (a list applied, a watch opened) since; progressAt the
+// observation before the last one that saw progress (an event, a bookmark, a list, a new
+// revision), or an answer to a progress request. Guarded by sources.mu.
 type sourceHealth struct {
 	errors, successes uint64
 	failingSince      time.Time
@@ -29,6 +29,7 @@ type sourceHealth struct {
 	progress   uint64 // events, bookmarks and lists received
 	revision   string
 	progressAt time.Time // zero before the cache synced
+	observedAt time.Time // the last observation of a synced cache
 	askable    bool      // the source answered a progress request without ErrNotSupported
 	asked      time.Time // the last progress request
 	askErr     error     // its error
@@ -67,9 +68,19 @@ func (h *sourceHealth) observe(s informer.Stats, now time.Time) {
 		return
 	}
 	p := s.Added + s.Modified + s.Deleted + s.Bookmarks + s.Relists
-	if h.progressAt.IsZero() || p != h.progress || s.ReceivedRevision != h.revision {
+	switch {
+	case h.progressAt.IsZero():
 		h.progress, h.revision, h.progressAt = p, s.ReceivedRevision, now
+	case p != h.progress || s.ReceivedRevision != h.revision:
+		// The progress came after the last observation, when or after it: counting from
+		// then, a source that goes silent is not ready within the bound of its last
+		// progress, however far apart the observations.
+		h.progress, h.revision = p, s.ReceivedRevision
+		if h.observedAt.After(h.progressAt) {
+			h.progressAt = h.observedAt
+		}
 	}
+	h.observedAt = now
 }
 
 // progressBound is the bound on a quiet source for h (0: none).

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/informer-go/informer"
 )
 
 // leaderElection names the campaign loop and the leader-only runnables it runs.
@@ -23,10 +25,10 @@ type running struct {
 // groups start in the order of the fields and stop in reverse, the members of a group
 // together.
 type runState struct {
-	m     *Manager
-	base  context.Context // Start's context without its cancellation: each thing's own stop ends it
-	ctx   context.Context // done when Start's context is, or at the first failure
-	abort context.CancelFunc
+	m      *Manager
+	base   context.Context // Start's context without its cancellation: each thing's own stop ends it
+	ctx    context.Context // done when Start's context is, or at the first failure
+	cancel context.CancelFunc
 
 	mu                                  sync.Mutex
 	health, caches, runnables, election []*running
@@ -42,21 +44,53 @@ type runState struct {
 
 func newRunState(m *Manager, ctx context.Context) *runState {
 	rs := &runState{m: m, base: context.WithoutCancel(ctx)}
-	rs.ctx, rs.abort = context.WithCancel(ctx)
+	rs.ctx, rs.cancel = context.WithCancel(ctx)
 	return rs
 }
 
-// fail records the first failure and stops the manager.
-func (rs *runState) fail(err error) {
+// Fail records the first failure and stops the manager.
+func (rs *runState) Fail(err error) {
 	rs.mu.Lock()
 	if rs.err == nil {
 		rs.err = err
 	}
 	rs.mu.Unlock()
-	rs.abort()
+	rs.cancel()
 }
 
-func (rs *runState) failure() error {
+// Abort ends the run's context, if the stop has not.
+func (rs *runState) Abort() { rs.cancel() }
+
+// Context is done when Start's context is, or at the first failure: then the stop begins.
+func (rs *runState) Context() context.Context { return rs.ctx }
+
+// Accepting reports whether things added may still start: the stop has not begun. The
+// caller holds m.mu.
+func (rs *runState) Accepting() bool { return !rs.stopping }
+
+// Running reports whether the caches synced, so runnables added start at once. The
+// caller holds m.mu.
+func (rs *runState) Running() bool { return rs.running }
+
+// SetRunning marks the caches synced. The caller holds m.mu.
+func (rs *runState) SetRunning() { rs.running = true }
+
+// SetStopping marks the stop begun: nothing starts any more. The caller holds m.mu.
+func (rs *runState) SetStopping() { rs.stopping = true }
+
+// SetTerm records the term in progress (nil: none), which leader-only runnables added
+// during it join. The caller holds m.mu.
+func (rs *runState) SetTerm(t *termRun) { rs.term = t }
+
+// StopBy returns when the stop must be done; the zero time before it begins.
+func (rs *runState) StopBy() time.Time {
+	if by := rs.stopBy.Load(); by != 0 {
+		return time.Unix(0, by)
+	}
+	return time.Time{}
+}
+
+func (rs *runState) Failure() error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	return rs.err
@@ -72,40 +106,51 @@ func (rs *runState) launch(group *[]*running, name string, fn func(ctx context.C
 	go func() {
 		defer close(r.done)
 		if err := fn(rctx); err != nil && rctx.Err() == nil {
-			rs.fail(fmt.Errorf("manager: %s: %w", name, err))
+			rs.Fail(fmt.Errorf("manager: %s: %w", name, err))
 		}
 	}()
 }
 
-// launchCache launches a cache (or a factory's informers) in the caches' group.
-func (rs *runState) launchCache(name string, fn func(ctx context.Context) error) {
+// LaunchCache launches a cache (or a factory's informers) in the caches' group.
+func (rs *runState) LaunchCache(name string, fn func(ctx context.Context) error) {
 	rs.launch(&rs.caches, name, fn)
 }
 
-// launchElection launches the campaign loop, which runs the leader-only runnables.
-func (rs *runState) launchElection(fn func(ctx context.Context) error) {
+// StartFactory starts f's informers and launches its shutdown in the caches' group:
+// Shutdown stops what Start started.
+func (rs *runState) StartFactory(i int, f *informer.Factory) {
+	f.Start(rs.base)
+	rs.LaunchCache(fmt.Sprintf("factory %d", i), func(ctx context.Context) error {
+		<-ctx.Done()
+		return f.Shutdown()
+	})
+}
+
+// LaunchElection launches the campaign loop, which runs the leader-only runnables.
+func (rs *runState) LaunchElection(fn func(ctx context.Context) error) {
 	rs.launch(&rs.election, leaderElection, fn)
 }
 
-// adoptHealth adds the health server to the health group: stop begins its stop, to be
-// done by the stop's deadline, and returns at once; done is closed once it has returned.
-func (rs *runState) adoptHealth(stop func(by time.Time), done chan struct{}) {
-	r := &running{name: "health server", done: done}
+// AdoptHealth adds a server (health, metrics) to the health group: stop begins its stop,
+// to be done by the stop's deadline, and returns at once; done is closed once it has
+// returned.
+func (rs *runState) AdoptHealth(name string, stop func(by time.Time), done chan struct{}) {
+	r := &running{name: name, done: done}
 	r.stop = func() { stop(time.Unix(0, rs.stopBy.Load())) }
 	rs.mu.Lock()
 	rs.health = append(rs.health, r)
 	rs.mu.Unlock()
 }
 
-// startEntry starts e: a runnable at once, a leader-only runnable in the term in progress
+// StartEntry starts e: a runnable at once, a leader-only runnable in the term in progress
 // (the next terms start it from the entries). The caller holds m.mu.
-func (rs *runState) startEntry(e entry) {
-	if !e.leaderOnly {
-		rs.launch(&rs.runnables, fmt.Sprintf("runnable %q", e.name), e.r.Start)
+func (rs *runState) StartEntry(e entry) {
+	if !e.LeaderOnly() {
+		rs.launch(&rs.runnables, fmt.Sprintf("runnable %q", e.Name()), e.Start)
 		return
 	}
 	if rs.term != nil {
-		rs.term.start(e)
+		rs.term.Start(e)
 	}
 }
 
@@ -116,11 +161,12 @@ func (rs *runState) group(g *[]*running) []*running {
 	return append([]*running(nil), *g...)
 }
 
-// stopAll stops the groups in reverse order: the leader-only runnables and the runnables
+// StopAll stops the groups in reverse order: the leader-only runnables and the runnables
 // within Options.ShutdownTimeout less Options.CacheStopTimeout, then the caches and the
 // health server within the rest. A group that overruns its part is named and abandoned,
 // and the stop goes on, so the caches always stop and save their snapshots.
-func (m *Manager) stopAll(rs *runState) error {
+func (rs *runState) StopAll() error {
+	m := rs.m
 	end := time.Now().Add(m.opts.ShutdownTimeout)
 	rs.stopBy.Store(end.UnixNano())
 	runnablesBy := end.Add(-m.opts.CacheStopTimeout)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/manager"
 )
 
@@ -152,5 +154,44 @@ func TestExitOnLoss(t *testing.T) {
 	close(term.lost)
 	if err := recv(t, done, "Start to return"); !errors.Is(err, manager.ErrLeadershipLost) {
 		t.Fatalf("Start: %v; want ErrLeadershipLost", err)
+	}
+}
+
+// An informer added to a running manager starts at once; /readyz fails, naming it, until
+// it has synced; it stops with the caches, after the runnables.
+func TestAddInformerAfterStart(t *testing.T) {
+	ev := testkit.NewLog()
+	m := newManager(t, manager.Options{Logger: discard()})
+	m.Add("api", manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		ev.Record("stop api")
+		return nil
+	}))
+	s := start(t, m)
+	h := m.Handler()
+	eventually(t, "/readyz to pass", func() bool { code, _ := probe(h, "/readyz"); return code == 200 })
+	src := newToggle()
+	src.failing.Store(true)
+	late := newInformer(t, "late", src)
+	if err := m.AddInformer(recordedCache{late, ev}); err != nil {
+		t.Fatalf("AddInformer after Start: %v", err)
+	}
+	var body string
+	eventually(t, "/readyz to name the late informer with its source's error", func() bool {
+		_, body = probe(h, "/readyz")
+		return strings.Contains(body, "test source down")
+	})
+	contains(t, "/readyz", body, `[-]informer "late" failed: not synced`)
+	src.failing.Store(false)
+	recv(t, late.Synced(), "the late informer to sync")
+	eventually(t, "/readyz to pass again", func() bool { code, _ := probe(h, "/readyz"); return code == 200 })
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.Calls(); !slices.Equal(got, []string{"stop api", "stop informer late"}) {
+		t.Fatalf("stop order: %q", got)
+	}
+	if err := m.AddInformer(newInformer(t, "too late", src)); !errors.Is(err, manager.ErrAlreadyStarted) {
+		t.Fatalf("AddInformer after the stop: %v; want ErrAlreadyStarted", err)
 	}
 }

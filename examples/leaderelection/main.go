@@ -11,8 +11,9 @@
 //	curl '127.0.0.1:8081/readyz?verbose'
 //
 // It prints one line per write attempt on stdout, "write term=<term> seq=<n> accepted
-// rev=<etcd revision>" or "... refused", which the process-level test of source/etcd reads. Stop it with SIGTERM
-// or SIGINT: it stops the leader-only work, resigns, and stops its informer.
+// rev=<etcd revision> at=<unix nanoseconds>" or "... refused at=<unix nanoseconds>", which
+// the process-level tests of source/etcd read. Stop it with SIGTERM or SIGINT: it stops
+// the leader-only work, resigns, and stops its informer.
 package main
 
 import (
@@ -60,10 +61,14 @@ func run() error {
 	ttl := flag.Duration("ttl", 15*time.Second, "the election lease's TTL (whole seconds, at least 2s)")
 	healthAddr := flag.String("health-addr", "127.0.0.1:8081", "address of /healthz, /readyz and /metrics")
 	every := flag.Duration("heartbeat", time.Second, "the leader's heartbeat period")
+	electionEndpoints := flag.String("election-endpoints", "", "the elector's etcd endpoints, comma-separated (default --endpoints)")
 	snapshots := flag.String("snapshot-dir", "", "if set, the informer saves its cache there when it stops and restores it at start")
 	careless := flag.Bool("careless-heartbeat", false, "write each heartbeat without checking the term's context first, "+
 		"as a reconciler that ignores its context would: a replica resumed after its term ended then writes under its "+
 		"old term, and etcd refuses it")
+	stuck := flag.Bool("stuck-writer", false, "also run a leader-only writer that ignores its context and writes without "+
+		"fencing under <prefix>stuck/: once the term is lost the manager's hard stop (OnLeaderStuck) exits the process "+
+		"before the lease may expire, which the process-level test checks against etcd's revisions")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("replica", *name)
@@ -73,7 +78,11 @@ func run() error {
 		return err
 	}
 	defer data.Close()
-	el, err := election.New(cfg, election.Options{Prefix: *prefix + "election/", Identity: *name, TTL: *ttl, Logger: log})
+	ecfg := cfg
+	if *electionEndpoints != "" {
+		ecfg.Endpoints = strings.Split(*electionEndpoints, ",")
+	}
+	el, err := election.New(ecfg, election.Options{Prefix: *prefix + "election/", Identity: *name, TTL: *ttl, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -121,7 +130,7 @@ func run() error {
 		}
 		writes.WithLabelValues(strings.Fields(result)[0]).Inc()
 		out.Lock()
-		fmt.Printf("write term=%d seq=%s %s\n", term.Value, seq, result)
+		fmt.Printf("write term=%d seq=%s %s at=%d\n", term.Value, seq, result, time.Now().UnixNano())
 		out.Unlock()
 		return err
 	}
@@ -185,6 +194,24 @@ func run() error {
 		}
 	})); err != nil {
 		return err
+	}
+
+	if *stuck {
+		if err := m.AddLeader("stuck", manager.RunnableFunc(func(ctx context.Context) error {
+			term, _ := manager.TermFrom(ctx)
+			for seq := 0; ; seq++ { // never returns, and ignores ctx: stuck work
+				key := fmt.Sprintf("%sstuck/%020d-%06d", *prefix, term.Value, seq)
+				resp, err := data.Put(context.WithoutCancel(ctx), key, fmt.Sprint(term.Value))
+				if err == nil {
+					out.Lock()
+					fmt.Printf("write term=%d seq=stuck-%d accepted rev=%d at=%d\n", term.Value, seq, resp.Header.Revision, time.Now().UnixNano())
+					out.Unlock()
+				}
+				time.Sleep(*every) // its pace
+			}
+		})); err != nil {
+			return err
+		}
 	}
 
 	ctx, stop := manager.SignalContext(context.Background())

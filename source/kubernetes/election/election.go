@@ -52,6 +52,11 @@ type Options struct {
 	// DefaultRetryPeriod (2 s), at most a quarter of RenewDeadline. It must be below
 	// RenewDeadline.
 	RetryPeriod time.Duration
+	// Labels are set on the Lease each time this replica creates or takes it, over those
+	// it has, as client-go's LeaseLock Labels: a selector finds the service's Leases by
+	// them. The holder is the Lease's spec.holderIdentity (Identity), as client-go writes
+	// it, so that kubectl and client-go's own candidates read it.
+	Labels map[string]string
 	// Logger receives the election's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -64,7 +69,10 @@ type Elector struct {
 	log    *slog.Logger
 }
 
-var _ manager.TimedElector = (*Elector)(nil)
+var (
+	_ manager.TimedElector   = (*Elector)(nil)
+	_ manager.LeaderObserver = (*Elector)(nil)
+)
 
 // New returns an Elector for the Lease opts.Namespace/opts.Name, through client. It fails
 // on invalid options.
@@ -147,6 +155,33 @@ func (e *Elector) Campaign(ctx context.Context) (manager.Leadership, error) {
 	}
 }
 
+// ObserveLeader calls fn with the Lease's holderIdentity ("" while none holds it: no
+// Lease, or a released one) now and at each change, until ctx is done. It reads the Lease
+// every RetryPeriod, as a candidate does, and goes on through errors. Like client-go's
+// OnNewLeader, it reports the holder the Lease names, even one that has stopped renewing
+// and not yet been replaced.
+func (e *Elector) ObserveLeader(ctx context.Context, fn func(identity string)) {
+	t := time.NewTicker(e.opts.RetryPeriod)
+	defer t.Stop()
+	reported, last := false, ""
+	for {
+		lease, err := e.leases.Get(ctx, e.opts.Name, metav1.GetOptions{})
+		id, ok := "", err == nil || apierrors.IsNotFound(err)
+		if err == nil && lease.Spec.HolderIdentity != nil {
+			id = *lease.Spec.HolderIdentity
+		}
+		if ok && (!reported || id != last) {
+			reported, last = true, id
+			fn(id)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // record returns the Lease taken by this replica at now: from old (nil to create it) with
 // leaseTransitions incremented.
 func (e *Elector) record(old *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
@@ -159,6 +194,12 @@ func (e *Elector) record(old *coordinationv1.Lease, now time.Time) *coordination
 		}
 	}
 	transitions++
+	for k, v := range e.opts.Labels {
+		if l.Labels == nil {
+			l.Labels = map[string]string{}
+		}
+		l.Labels[k] = v
+	}
 	t := metav1.NewMicroTime(now)
 	secs := int32(e.opts.LeaseDuration / time.Second)
 	id := e.opts.Identity

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -63,5 +65,65 @@ func TestTimingChecked(t *testing.T) {
 	}
 	if got := el.Timing(); got.TTL != election.DefaultLeaseDuration || got.RenewDeadline != election.DefaultRenewDeadline || got.RetryPeriod != election.DefaultRetryPeriod {
 		t.Fatalf("Timing() = %+v; want the defaults", got)
+	}
+}
+
+// The Lease names its holder in spec.holderIdentity and carries Options.Labels over the
+// labels it had; a replica that does not lead observes the holder, and "" once released.
+func TestLeaseLabelsAndObservedLeader(t *testing.T) {
+	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "default", Name: "leader", Labels: map[string]string{"team": "payments"}}})
+	newElector := func(id string) *election.Elector {
+		el, err := election.New(client.CoordinationV1(), election.Options{
+			Namespace: "default", Name: "leader", Identity: id,
+			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 20 * time.Millisecond,
+			Labels: map[string]string{"app.kubernetes.io/name": "status-controller"},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return el
+	}
+	a, b := newElector("a"), newElector("b")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := client.CoordinationV1().Leases("default").Get(ctx, "leader", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lease.Labels; got["team"] != "payments" || got["app.kubernetes.io/name"] != "status-controller" {
+		t.Errorf("labels %v; want the Lease's own and Options.Labels", got)
+	}
+	if h := lease.Spec.HolderIdentity; h == nil || *h != "a" {
+		t.Errorf("holderIdentity %v; want a", h)
+	}
+	seen := make(chan string, 10)
+	octx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.ObserveLeader(octx, func(id string) { seen <- id }) }()
+	defer func() { stop(); <-done }()
+	select {
+	case id := <-seen:
+		if id != "a" {
+			t.Fatalf("b observed %q; want a", id)
+		}
+	case <-ctx.Done():
+		t.Fatal("b observed no leader")
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-seen:
+		if id != "" {
+			t.Fatalf("b observed %q after a resigned; want none", id)
+		}
+	case <-ctx.Done():
+		t.Fatal("b did not observe the release")
 	}
 }
