@@ -18,6 +18,7 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
+	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 )
 
