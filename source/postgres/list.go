@@ -139,81 +139,91 @@ func (s *Source[V]) startList(ctx context.Context) (*listState, error) {
 		oldList.close()
 	}
 
-	conn, repl, id, err := s.connectBoth(ctx)
+	conn, st, snapshot, filter, keys, err := s.prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &listState{conn: conn, cancel: cancel}
-	ok := false
-	defer func() {
-		if !ok {
-			l.close()
-			if repl != nil {
-				_ = repl.Close(context.Background())
-			}
-		}
-	}()
-	filter, keys, err := s.check(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
-	st, snapshot, err := s.createSlot(ctx, repl, id)
-	if err != nil {
-		return nil, err
-	}
-	repl = nil // the stream's now
-	l.rev = st.pos
+	l := &listState{conn: conn, cancel: cancel, rev: st.pos}
 	if err := s.startQuery(ctx, lctx, l, snapshot, filter, keys); err != nil {
+		l.close()
 		st.close()
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
+		l.close()
 		st.close()
 		return nil, s.errorf(nil, nil, "the source is closed")
 	}
 	s.big.reset()
 	s.parked, s.list, s.ident = st, l, st.ident
-	ok = true
 	return l, nil
 }
 
-// connectBoth opens the list's connection and the replication one, at once, and
-// identifies the server on the second.
-func (s *Source[V]) connectBoth(ctx context.Context) (conn, repl *pgconn.PgConn, id identity, err error) {
-	type opened struct {
-		conn *pgconn.PgConn
-		id   identity
-		err  error
+// prepare opens the list's connection and checks the server on it, and opens a
+// replication connection and creates the slot on it, both at once: a temporary slot
+// goes with its connection should the checks fail, a named one is created only once
+// they passed. It returns the slot's stream (not started), the name of the snapshot it
+// exported, and the publication's row filter and the table's key columns.
+func (s *Source[V]) prepare(ctx context.Context) (conn *pgconn.PgConn, st *stream[V], snapshot, filter string, keys map[string]bool, err error) {
+	type slotted struct {
+		st       *stream[V]
+		snapshot string
+		err      error
 	}
-	replc := make(chan opened, 1)
+	checked := make(chan error, 1)
+	slotc := make(chan slotted, 1)
 	go func() {
-		var r opened
-		if r.conn, r.err = s.connect(ctx, true); r.err == nil {
-			if r.id, r.err = identify(ctx, r.conn); r.err != nil {
-				_ = r.conn.Close(context.WithoutCancel(ctx))
-				r.conn, r.err = nil, s.errorf(informer.ErrRetryable, r.err, "identify the server")
-			}
-		}
-		replc <- r
+		var r slotted
+		r.st, r.snapshot, r.err = s.openSlot(ctx, checked)
+		slotc <- r
 	}()
 	conn, err = s.connect(ctx, false)
-	r := <-replc
-	if err == nil && r.err == nil {
-		return conn, r.conn, r.id, nil
+	if err == nil {
+		filter, keys, err = s.check(ctx, conn)
 	}
-	if conn != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-	}
-	if r.conn != nil {
-		_ = r.conn.Close(context.WithoutCancel(ctx))
-	}
+	checked <- err
+	r := <-slotc
 	if err == nil {
 		err = r.err
 	}
-	return nil, nil, identity{}, err
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+		}
+		if r.st != nil {
+			r.st.close()
+		}
+		return nil, nil, "", "", nil, err
+	}
+	return conn, r.st, r.snapshot, filter, keys, nil
+}
+
+// openSlot opens a replication connection, identifies the server and creates the slot;
+// a named slot once checked says the checks passed.
+func (s *Source[V]) openSlot(ctx context.Context, checked <-chan error) (*stream[V], string, error) {
+	repl, err := s.connect(ctx, true)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := identify(ctx, repl)
+	if err != nil {
+		err = s.errorf(informer.ErrRetryable, err, "identify the server")
+	} else if s.cfg.Slot != "" {
+		err = <-checked // the caller reports its own error
+	}
+	var st *stream[V]
+	var snapshot string
+	if err == nil {
+		st, snapshot, err = s.createSlot(ctx, repl, id)
+	}
+	if err != nil {
+		_ = repl.Close(context.WithoutCancel(ctx))
+		return nil, "", err
+	}
+	return st, snapshot, nil
 }
 
 // startQuery sends the list's query on the slot's snapshot, in one round trip: the
