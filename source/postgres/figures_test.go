@@ -169,7 +169,7 @@ func figureLatency(t *testing.T, name string) {
 	const (
 		rate     = 1000 // commits per second
 		duration = 5 * time.Second
-		writers  = 4
+		writers  = 8
 		total    = int(rate * duration / time.Second)
 	)
 	// Commit i is due at start + i/rate, on writer i mod writers: a writer that falls
