@@ -86,7 +86,8 @@ type page[V any] struct {
 	more  bool
 }
 
-// fetch reads up to limit rows (all if limit is 0) of the list's query.
+// fetch reads up to limit rows (all if limit is 0) of the list's query; at its end, it
+// reads the commit too.
 func (s *Source[V]) fetch(ctx context.Context, l *listState, limit int64) (page[V], error) {
 	defer l.whileReading(ctx)()
 	var p page[V]
@@ -95,7 +96,13 @@ func (s *Source[V]) fetch(ctx context.Context, l *listState, limit int64) (page[
 	}
 	for n := int64(0); limit <= 0 || n < limit; n++ {
 		if !l.rows.NextRow() {
-			return p, s.endList(l)
+			if _, err := l.rows.Close(); err != nil {
+				return p, s.errorf(informer.ErrRetryable, err, "list: read the table")
+			}
+			if err := l.query.Close(); err != nil {
+				return p, s.errorf(informer.ErrRetryable, err, "list: end the transaction")
+			}
+			return p, nil
 		}
 		l.row.vals = l.rows.Values()
 		for _, v := range l.row.vals {
@@ -108,17 +115,6 @@ func (s *Source[V]) fetch(ctx context.Context, l *listState, limit int64) (page[
 	}
 	p.more = true
 	return p, nil
-}
-
-// endList reads the rest of the list's query: the end of the rows and the commit.
-func (s *Source[V]) endList(l *listState) error {
-	if _, err := l.rows.Close(); err != nil {
-		return s.errorf(informer.ErrRetryable, err, "list: read the table")
-	}
-	if err := l.query.Close(); err != nil {
-		return s.errorf(informer.ErrRetryable, err, "list: end the transaction")
-	}
-	return nil
 }
 
 // startList checks the server's configuration, creates the slot and starts the query on
@@ -145,28 +141,57 @@ func (s *Source[V]) startList(ctx context.Context) (*listState, error) {
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &listState{conn: conn, cancel: cancel, rev: st.pos}
-	if err := s.startQuery(ctx, lctx, l, snapshot, filter, keys); err != nil {
-		l.close()
-		st.close()
-		return nil, err
+	sql := "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT " + quoteLiteral(snapshot) +
+		"; SELECT * FROM " + s.qualified()
+	if filter != "" {
+		sql += " WHERE " + filter
 	}
+	err = l.start(ctx, lctx, sql+"; COMMIT", keys)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if err != nil || s.closed {
 		l.close()
 		st.close()
-		return nil, s.errorf(nil, nil, "the source is closed")
+		if err == nil {
+			return nil, s.errorf(nil, nil, "the source is closed")
+		}
+		return nil, s.errorf(informer.ErrRetryable, err, "list: read the table on the slot's snapshot")
 	}
 	s.big.reset()
 	s.parked, s.list, s.ident = st, l, st.ident
 	return l, nil
 }
 
-// prepare opens the list's connection and checks the server on it, and opens a
-// replication connection and creates the slot on it, both at once: a temporary slot
-// goes with its connection should the checks fail, a named one is created only once
-// they passed. It returns the slot's stream (not started), the name of the snapshot it
-// exported, and the publication's row filter and the table's key columns.
+// start sends the list's query, in one round trip (the transaction on the slot's
+// snapshot, the SELECT and the commit), and waits for the SELECT's columns. The query
+// runs under lctx, which outlives ctx (the first page's).
+func (l *listState) start(ctx, lctx context.Context, sql string, keys map[string]bool) error {
+	defer l.whileReading(ctx)()
+	l.query = l.conn.Exec(lctx, sql)
+	for range 3 { // BEGIN, SET TRANSACTION, SELECT
+		if !l.query.NextResult() {
+			if err := l.query.Close(); err != nil {
+				return err
+			}
+			return errors.New("the server answered no result")
+		}
+	}
+	l.rows = l.query.ResultReader()
+	cols := make([]column, 0, len(l.rows.FieldDescriptions()))
+	for _, fd := range l.rows.FieldDescriptions() {
+		cols = append(cols, column{name: fd.Name, oid: fd.DataTypeOID, key: keys[fd.Name]})
+	}
+	l.row = Row{cols: cols, present: make([]bool, len(cols)), types: newTypeMap()}
+	for i := range l.row.present {
+		l.row.present[i] = true
+	}
+	return nil
+}
+
+// prepare opens the list's connection and checks the server on it, and at once opens a
+// replication connection and creates the slot on it (see createSlot). It returns the
+// slot's stream (not started), the name of the snapshot it exported, and the
+// publication's row filter and the table's key columns.
 func (s *Source[V]) prepare(ctx context.Context) (conn *pgconn.PgConn, st *stream[V], snapshot, filter string, keys map[string]bool, err error) {
 	type slotted struct {
 		st       *stream[V]
@@ -177,7 +202,11 @@ func (s *Source[V]) prepare(ctx context.Context) (conn *pgconn.PgConn, st *strea
 	slotc := make(chan slotted, 1)
 	go func() {
 		var r slotted
-		r.st, r.snapshot, r.err = s.openSlot(ctx, checked)
+		repl, err := s.connect(ctx, true)
+		if err == nil {
+			r.st, r.snapshot, err = s.createSlot(ctx, repl, checked)
+		}
+		r.err = err
 		slotc <- r
 	}()
 	conn, err = s.connect(ctx, false)
@@ -193,69 +222,9 @@ func (s *Source[V]) prepare(ctx context.Context) (conn *pgconn.PgConn, st *strea
 		if conn != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 		}
-		if r.st != nil {
-			r.st.close()
-		}
 		return nil, nil, "", "", nil, err
 	}
 	return conn, r.st, r.snapshot, filter, keys, nil
-}
-
-// openSlot opens a replication connection, identifies the server and creates the slot;
-// a named slot once checked says the checks passed.
-func (s *Source[V]) openSlot(ctx context.Context, checked <-chan error) (*stream[V], string, error) {
-	repl, err := s.connect(ctx, true)
-	if err != nil {
-		return nil, "", err
-	}
-	id, err := identify(ctx, repl)
-	if err != nil {
-		err = s.errorf(informer.ErrRetryable, err, "identify the server")
-	} else if s.cfg.Slot != "" {
-		err = <-checked // the caller reports its own error
-	}
-	var st *stream[V]
-	var snapshot string
-	if err == nil {
-		st, snapshot, err = s.createSlot(ctx, repl, id)
-	}
-	if err != nil {
-		_ = repl.Close(context.WithoutCancel(ctx))
-		return nil, "", err
-	}
-	return st, snapshot, nil
-}
-
-// startQuery sends the list's query on the slot's snapshot, in one round trip: the
-// transaction on the snapshot, the SELECT and the commit, and waits for the SELECT's
-// columns. The query runs under lctx, which outlives ctx (the first page's).
-func (s *Source[V]) startQuery(ctx, lctx context.Context, l *listState, snapshot, filter string, keys map[string]bool) error {
-	defer l.whileReading(ctx)()
-	sql := "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT " + quoteLiteral(snapshot) +
-		"; SELECT * FROM " + s.qualified()
-	if filter != "" {
-		sql += " WHERE " + filter
-	}
-	l.query = l.conn.Exec(lctx, sql+"; COMMIT")
-	for range 3 { // BEGIN, SET TRANSACTION, SELECT
-		if !l.query.NextResult() {
-			err := l.query.Close()
-			if err == nil {
-				err = errors.New("the server answered no result")
-			}
-			return s.errorf(informer.ErrRetryable, err, "list: read the table on the slot's snapshot")
-		}
-	}
-	l.rows = l.query.ResultReader()
-	cols := make([]column, 0, len(l.rows.FieldDescriptions()))
-	for _, fd := range l.rows.FieldDescriptions() {
-		cols = append(cols, column{name: fd.Name, oid: fd.DataTypeOID, key: keys[fd.Name]})
-	}
-	l.row = Row{cols: cols, present: make([]bool, len(cols)), types: newTypeMap()}
-	for i := range l.row.present {
-		l.row.present[i] = true
-	}
-	return nil
 }
 
 // check verifies what the source needs of the server, with an error that says what to
@@ -299,14 +268,29 @@ SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
 	return strings.TrimSpace(string(res[1].Rows[0][1])), keys, nil
 }
 
-// createSlot creates the source's slot on repl, a replication connection to the server
-// id, exporting its snapshot, and returns the stream parked on it (not yet started) and
-// the snapshot's name.
-func (s *Source[V]) createSlot(ctx context.Context, repl *pgconn.PgConn, id identity) (*stream[V], string, error) {
+// createSlot identifies the server on repl, a new replication connection, and creates
+// the source's slot on it, exporting its snapshot; it returns the stream parked on it
+// (not yet started) and the snapshot's name. checked gives the outcome of the list's
+// checks of the server, which run meanwhile: a named slot is created only once they
+// passed, a temporary one at once (it goes with its connection should they fail). On
+// an error, repl is closed.
+func (s *Source[V]) createSlot(ctx context.Context, repl *pgconn.PgConn, checked <-chan error) (_ *stream[V], snapshot string, err error) {
+	defer func() {
+		if err != nil {
+			_ = repl.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	id, err := identify(ctx, repl)
+	if err != nil {
+		return nil, "", s.errorf(informer.ErrRetryable, err, "identify the server")
+	}
 	name, temporary := s.cfg.Slot, s.cfg.Slot == ""
 	if temporary {
 		name = newSlotName()
 	} else {
+		if err := <-checked; err != nil {
+			return nil, "", err // the caller reports it
+		}
 		// A list starts the slot afresh: its snapshot is the list's state.
 		_, err := repl.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(name)).ReadAll()
 		if err != nil {
@@ -322,6 +306,11 @@ func (s *Source[V]) createSlot(ctx context.Context, repl *pgconn.PgConn, id iden
 	pos, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		return nil, "", s.errorf(informer.ErrBadInput, err, "slot %s's consistent point", name)
+	}
+	if temporary {
+		if err := <-checked; err != nil {
+			return nil, "", err // the caller reports it
+		}
 	}
 	return s.newStream(repl, name, id, pos), res.SnapshotName, nil
 }
