@@ -16,10 +16,12 @@
 //
 // List creates a replication slot (temporary: PostgreSQL drops it with its connection),
 // which exports a snapshot of the database at the slot's consistent point; the list reads
-// the table in a REPEATABLE READ transaction on that snapshot, through a cursor, a page
-// per FETCH, and reports the consistent point as its revision. Watch then streams the
-// slot's changes with pgoutput over the table's publication: an INSERT is an Added event,
-// an UPDATE Modified, a DELETE Deleted. Revisions are LSNs ("0/16B3748"), compared as
+// the table in a REPEATABLE READ transaction on that snapshot, one SELECT whose rows
+// stream in as the informer asks for pages (the server copies no page aside, and a page
+// costs no round trip), and reports the consistent point as its revision; each page's
+// List.Bytes is the size of its row data, for the informer's progress log. Watch then
+// streams the slot's changes with pgoutput over the table's publication: an INSERT is an
+// Added event, an UPDATE Modified, a DELETE Deleted. Revisions are LSNs ("0/16B3748"), compared as
 // such (Source implements informer.RevisionComparer, so WaitForRevision with
 // pg_current_wal_insert_lsn() after a write gives read-your-writes). A transaction's
 // events all carry the LSN of its commit's end, and the watch implements
@@ -71,7 +73,10 @@
 // SourceID is the server's system identifier and timeline, the database and the table:
 // a cache saved from another server, or from before a point-in-time restore or a
 // promotion (a new timeline), is not restored; a watch that finds the server on another
-// timeline fails with ErrExpired and the informer lists again.
+// timeline (a failover to a promoted standby, say, reached through a connection string
+// that names several hosts with target_session_attrs=read-write) fails with
+// informer.ErrOtherHistory, which matches ErrExpired: the informer reports it and lists
+// again, and its handlers hear only the rows that differ.
 //
 // A warm restart (informer.Options.Persist) needs a slot that outlives the process:
 // Config.Slot names one. The source then watches from the saved revision on that slot,

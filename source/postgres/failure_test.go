@@ -13,6 +13,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/source/postgres"
+	"github.com/informer-go/informer/source/postgres/pgtest"
 )
 
 // byContent makes an object's content its revision, so that a relist delivers only the
@@ -198,24 +199,95 @@ func TestNamedSlotResumes(t *testing.T) {
 	}
 }
 
-// A server found on another timeline than the list's (restored from a backup, or a
-// promoted standby) is another history: the watch fails with ErrExpired, naming both.
-func TestTimelineChangeExpiresTheWatch(t *testing.T) {
-	c := connect(t)
-	name := newTable(t, c)
-	slot := "informer_timeline"
-	t.Cleanup(func() { _ = postgres.DropSlot(context.Background(), server.URL, slot) })
-	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.Slot = slot })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := src.List(ctx, informer.ListOptions{})
+// A failover to a promoted standby is another history. The standby (a base backup of
+// the primary, streaming its WAL) is promoted onto a new timeline while the informer
+// reads the primary; each server then takes writes the other never sees, and the
+// primary stops. The informer's connection string names both servers and asks for the
+// writable one, so it reaches the standby: the watch on its named slot finds another
+// timeline and fails with ErrOtherHistory, which the informer reports, and the informer
+// lists the new server, its handlers receiving exactly the rows that differ.
+func TestFailoverToPromotedStandbyRelists(t *testing.T) {
+	connect(t) // skips without a server
+	primary, err := pgtest.Start(pgtest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	postgres.PretendTimelineChanged(src)
-	_, err = src.Watch(ctx, informer.WatchOptions{Revision: l.Revision})
-	if !errors.Is(err, informer.ErrExpired) || !strings.Contains(err.Error(), "(restored or promoted): list again") {
-		t.Fatalf("watch after a timeline change: %v, want ErrExpired saying the server was restored or promoted", err)
+	t.Cleanup(func() { _ = primary.Stop() })
+	pc := connectTo(t, primary.URL)
+	name := newTable(t, pc)
+	exec(t, pc, "INSERT INTO "+name+" SELECT i, 'n', 'v'||i FROM generate_series(1, 20) i")
+	standby, err := primary.StartStandby()
+	if err != nil {
+		t.Fatal(err)
 	}
-	_ = src.Close()
+	t.Cleanup(func() { _ = standby.Stop() })
+
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
+	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.ConnString, cfg.Slot = url, "informer_failover" })
+	otherHistory := make(chan error, 16)
+	inf, rec := run(t, src, byContent, func(o *informer.Options[int64, *item]) {
+		o.Backoff = informer.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+		o.ErrorHandler = func(err error) {
+			if errors.Is(err, informer.ErrOtherHistory) {
+				select {
+				case otherHistory <- err:
+				default:
+				}
+			}
+		}
+	})
+	rec.WaitFor(t, 20)
+	caughtUp(t, pc, inf, name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before, err := src.SourceID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Reset()
+
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pc, "UPDATE "+name+" SET value = 'primary' WHERE id = 1")
+	exec(t, pc, "INSERT INTO "+name+" VALUES (100, 'n', 'primary')")
+	rec.ExpectNextUnordered(t, "update 1=v1→primary", "add 100=primary")
+	caughtUp(t, pc, inf, name)
+	sc := connectTo(t, standby.URL)
+	exec(t, sc, "UPDATE "+name+" SET value = 'standby' WHERE id = 2")
+	exec(t, sc, "DELETE FROM "+name+" WHERE id = 3")
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	rec.ExpectNextUnordered(t, "update 1=primary→v1", "delete?100=primary", "update 2=v2→standby", "delete?3=v3")
+	caughtUp(t, sc, inf, name)
+	select {
+	case err := <-otherHistory:
+		if !strings.Contains(err.Error(), "(restored or promoted): list again") {
+			t.Fatalf("the informer reported %v, want the server restored or promoted", err)
+		}
+	default:
+		t.Fatal("the informer reported no error matching ErrOtherHistory")
+	}
+	after, err := src.SourceID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys, _, _ := strings.Cut(before, "/"); after == before || !strings.HasPrefix(after, sys+"/") {
+		t.Fatalf("SourceID %s after the failover, %s before: want the same system on another timeline", after, before)
+	}
+}
+
+// connectTo returns a connection to url, closed when the test ends.
+func connectTo(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
 }

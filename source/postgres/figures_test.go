@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"flag"
+	"log/slog"
 	osexec "os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +23,9 @@ import (
 var figures = flag.Bool("figures", false, "measure the figures of the README (about a minute)")
 
 // TestFigures measures, in one run against the test server: the informer's initial sync
-// of 100,000 rows of about 1 KiB against one SELECT * of them through pgx; the latency
-// from commit to handler at 1,000 commits/s; and the WAL the slot retains meanwhile.
-// It runs only with -figures.
+// of 100,000 rows of about 1 KiB against one SELECT * of them through pgx ("sync"); the
+// latency from commit to handler at 1,000 commits/s and the WAL the slot retains
+// meanwhile ("latency"). It runs only with -figures.
 func TestFigures(t *testing.T) {
 	if !*figures {
 		t.Skip("run with -figures")
@@ -32,8 +34,15 @@ func TestFigures(t *testing.T) {
 	name := newTable(t, c)
 	exec(t, c, "INSERT INTO "+name+" SELECT i, 'name-'||i, repeat(md5(i::text), 30), NULL FROM generate_series(1, 100000) i")
 	exec(t, c, "VACUUM ANALYZE "+name)
-	ctx := context.Background()
+	t.Run("sync", func(t *testing.T) { figureSync(t, c, name) })
+	t.Run("latency", func(t *testing.T) { figureLatency(t, name) })
+}
 
+// figureSync times, in five interleaved rounds, one SELECT * of the table through pgx
+// (decoded into the same struct), the source's List alone (every page) and an
+// informer's first sync, and reports the medians and their ratios.
+func figureSync(t *testing.T, c *pgx.Conn, name string) {
+	ctx := context.Background()
 	selectAll := func() time.Duration {
 		start := time.Now()
 		rows, err := c.Query(ctx, "SELECT * FROM "+name)
@@ -48,7 +57,7 @@ func TestFigures(t *testing.T) {
 	}
 	syncOnce := func() time.Duration {
 		src := newSource(t, name)
-		inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Name: "figures"})
+		inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Name: "figures", Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,35 +79,60 @@ func TestFigures(t *testing.T) {
 		src := newSource(t, name)
 		defer src.Close()
 		start := time.Now()
-		n, cont := 0, ""
-		for {
+		var items []*item // kept, as SELECT * keeps its rows: the heap grows alike
+		for cont := ""; ; {
 			l, err := src.List(ctx, informer.ListOptions{Limit: postgres.DefaultPageSize, Continue: cont})
 			if err != nil {
 				t.Fatal(err)
 			}
-			n += len(l.Items)
+			items = append(items, l.Items...)
 			if cont = l.Continue; cont == "" {
 				break
 			}
 		}
-		if n != 100_000 {
-			t.Fatalf("listed %d rows", n)
+		if len(items) != 100_000 {
+			t.Fatalf("listed %d rows", len(items))
 		}
 		return time.Since(start)
 	}
+	const rounds = 5
 	var sel, syn, lis []time.Duration
-	for range 3 {
+	for range rounds {
+		runtime.GC() // each measure starts without the last one's garbage
 		sel = append(sel, selectAll())
+		runtime.GC()
 		syn = append(syn, syncOnce())
+		runtime.GC()
 		lis = append(lis, listOnce())
 	}
-	slices.Sort(sel)
-	slices.Sort(syn)
-	slices.Sort(lis)
-	t.Logf("the source's List alone: %v (%.2f× SELECT *)", lis[1].Round(time.Millisecond), float64(lis[1])/float64(sel[1]))
-	t.Logf("initial sync of 100,000 rows of ~1 KiB: informer %v, SELECT * through pgx %v (medians of 3): %.2f×", syn[1].Round(time.Millisecond), sel[1].Round(time.Millisecond), float64(syn[1])/float64(sel[1]))
+	ms := func(ds []time.Duration) string {
+		var b strings.Builder
+		for i, d := range ds {
+			if i > 0 {
+				b.WriteString(" ")
+			}
+			b.WriteString(strconv.FormatInt(d.Milliseconds(), 10))
+		}
+		return b.String()
+	}
+	t.Logf("SELECT * through pgx, ms: %s", ms(sel))
+	t.Logf("informer sync, ms:       %s", ms(syn))
+	t.Logf("the source's List, ms:   %s", ms(lis))
+	med := func(ds []time.Duration) time.Duration {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	t.Logf("the source's List alone: %v (%.2f× SELECT *)", med(lis).Round(time.Millisecond), float64(med(lis))/float64(med(sel)))
+	t.Logf("initial sync of 100,000 rows of ~1 KiB: informer %v, SELECT * through pgx %v (medians of %d): %.2f×", med(syn).Round(time.Millisecond), med(sel).Round(time.Millisecond), rounds, float64(med(syn))/float64(med(sel)))
+	t.Logf("load: %s", uptime())
+}
 
-	// Latency and WAL retained at 1,000 commits/s for 5 s.
+// figureLatency commits single-row updates at 1,000 commits/s for 5 s, paced by an
+// absolute schedule over several writer connections, and reports the latency from the
+// start of each commit's statement to the handler, and the WAL the slot retained.
+func figureLatency(t *testing.T, name string) {
+	ctx := context.Background()
 	src := newSource(t, name)
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -112,8 +146,6 @@ func TestFigures(t *testing.T) {
 	}}, informer.HandlerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w := connect(t)
-	exec(t, w, "SET synchronous_commit = on") // the test server's default is off: commits would wait for the WAL writer
 	stop := make(chan struct{})
 	var maxRetained, maxUnconfirmed int64
 	sampled := make(chan struct{})
@@ -134,23 +166,49 @@ func TestFigures(t *testing.T) {
 			}
 		}
 	}()
-	tick := time.NewTicker(time.Millisecond)
-	n := 0
-	for start := time.Now(); time.Since(start) < 5*time.Second; n++ {
-		<-tick.C
-		if _, err := w.Exec(ctx, "UPDATE "+name+" SET name = $1 WHERE id = $2", strconv.FormatInt(time.Now().UnixNano(), 10), n%100_000+1); err != nil {
+	const (
+		rate     = 1000 // commits per second
+		duration = 5 * time.Second
+		writers  = 8
+		total    = int(rate * duration / time.Second)
+	)
+	// Commit i is due at start + i/rate, on writer i mod writers: a writer that falls
+	// behind its schedule commits at once until it has caught up.
+	start := time.Now().Add(50 * time.Millisecond)
+	errs := make(chan error, writers)
+	for w := range writers {
+		wc := connect(t)
+		exec(t, wc, "SET synchronous_commit = on") // the test server's default is off: commits would wait for the WAL writer
+		go func() {
+			for i := w; i < total; i += writers {
+				time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / rate)))
+				if _, err := wc.Exec(ctx, "UPDATE "+name+" SET name = $1 WHERE id = $2", strconv.FormatInt(time.Now().UnixNano(), 10), i%100_000+1); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	tick.Stop()
-	caughtUpCount(t, &mu, &lat, n)
+	took := time.Since(start)
+	caughtUpCount(t, &mu, &lat, total)
 	close(stop)
 	<-sampled
 	slices.Sort(lat)
-	load, _ := osexec.Command("uptime").Output()
-	t.Logf("commit to handler at %d commits in 5 s: p50 %v, p99 %v, max %v", n, lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*99/100].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	t.Logf("commit to handler at %d commits in %v (%.0f/s, %d writer connections): p50 %v, p99 %v, max %v", total, took.Round(time.Millisecond), float64(total)/took.Seconds(), writers,
+		lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*99/100].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 	t.Logf("WAL retained by the slot while running: at most %d KiB behind restart_lsn, %d KiB behind confirmed_flush_lsn (status every 100 ms)", maxRetained>>10, maxUnconfirmed>>10)
-	t.Logf("load: %s", strings.TrimSpace(string(load)))
+	t.Logf("load: %s", uptime())
+}
+
+func uptime() string {
+	out, _ := osexec.Command("uptime").Output()
+	return strings.TrimSpace(string(out))
 }
 
 func caughtUpCount(t *testing.T, mu *sync.Mutex, lat *[]time.Duration, n int) {

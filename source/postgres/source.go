@@ -64,7 +64,8 @@ type Config[V any] struct {
 }
 
 // DefaultPageSize is the page size the Source reports to informers whose
-// Options.PageSize is 0: rows read per FETCH of the list's cursor.
+// Options.PageSize is 0: rows decoded per page of a list (the rows stream from one query
+// whatever the page size; a page bounds what the informer holds at once).
 const DefaultPageSize = 10_000
 
 // Source is an informer.ListerWatcher[V] over one PostgreSQL table: lists read a

@@ -21,8 +21,10 @@ import (
 // informer.ErrExpired: the informer lists again, and its handlers receive only what
 // changed. With a named slot (Config.Slot), Watch reconnects to the slot if it still
 // holds the revision (a warm restart) and fails with ErrExpired if it does not: the slot
-// is gone or was dropped, its confirmed position is past the revision, or the server is
-// another timeline.
+// is gone or was dropped, or its confirmed position is past the revision; and with
+// informer.ErrOtherHistory (which matches ErrExpired) if the server is another system or
+// timeline than the list's (restored from a backup, or a promoted standby), or has not
+// reached the revision.
 //
 // A watch with opts.Timeout ends with io.EOF once it has passed, never inside a
 // transaction; the next watch reads on from the same connection.
@@ -96,11 +98,11 @@ func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V],
 	known := s.ident
 	s.mu.Unlock()
 	if known.system != "" && known != id {
-		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: the server is now system %s timeline %d, not system %s timeline %d (restored or promoted): list again",
+		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server is now system %s timeline %d, not system %s timeline %d (restored or promoted): list again",
 			from, id.system, id.timeline, known.system, known.timeline)
 	}
 	if from > r.XLogPos {
-		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
+		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
 	}
 	res, err := repl.Exec(ctx, "SELECT confirmed_flush_lsn, wal_status FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot)).ReadAll()
 	if err != nil {

@@ -2,8 +2,10 @@
 // source/postgres: Debian's postgresql package (installed with apt-get when absent and the
 // process is root), a cluster in a temporary directory with wal_level=logical, listening
 // on a free loopback port, stopped by Stop or, should the process die first, by a
-// watchdog that notices. The work is done by server.sh beside this file (embedded, and run
-// from a copy in the temporary directory); see its header.
+// watchdog that notices; and, for tests of a failover, a streaming standby of such a
+// server (StartStandby), promoted onto a new timeline by Promote. The work is done by
+// server.sh beside this file (embedded, and run from a copy in the temporary directory);
+// see its header.
 package pgtest
 
 import (
@@ -80,20 +82,40 @@ type Options struct {
 // called. Starting takes a few seconds (a new cluster); installing, on a fresh machine,
 // about ten more.
 func Start(opts Options) (*Server, error) {
+	var env []string
+	if opts.WalLevel != "" {
+		env = append(env, "PGTEST_WAL_LEVEL="+opts.WalLevel)
+	}
+	return launch(env, "start")
+}
+
+// StartStandby starts a streaming standby of s: a base backup of s (pg_basebackup) in a
+// new temporary directory, started on another free port, replaying what s writes. It
+// has s's system identifier, settings and data; Promote makes it a primary on a new
+// timeline. Stop it like any server (it is stopped too should the process die).
+func (s *Server) StartStandby() (*Server, error) {
+	return launch([]string{"PGTEST_DIR=" + s.Dir}, "standby")
+}
+
+// Promote ends the recovery of a standby started by StartStandby: it accepts writes from
+// then on, on a new timeline (another history than its former primary's), as after a
+// failover. It returns once the server is promoted.
+func (s *Server) Promote() error { return s.run("promote") }
+
+// launch runs server.sh with args (start or standby), which starts a server and prints
+// where it is.
+func launch(env []string, args ...string) (*Server, error) {
 	sh, err := script()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(sh, "start")
-	cmd.Env = append(os.Environ(), "PGTEST_PARENT_PID="+strconv.Itoa(os.Getpid()))
-	if opts.WalLevel != "" {
-		cmd.Env = append(cmd.Env, "PGTEST_WAL_LEVEL="+opts.WalLevel)
-	}
+	cmd := exec.Command(sh, args...)
+	cmd.Env = append(append(os.Environ(), "PGTEST_PARENT_PID="+strconv.Itoa(os.Getpid())), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %s start: %v\n%s", sh, err, stderr.Bytes())
+		return nil, fmt.Errorf("pgtest: %s %s: %v\n%s", sh, strings.Join(args, " "), err, stderr.Bytes())
 	}
 	s := &Server{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -111,7 +133,7 @@ func Start(opts Options) (*Server, error) {
 		}
 	}
 	if s.Dir == "" || s.URL == "" {
-		return nil, fmt.Errorf("pgtest: %s start printed no PGTEST_DIR and PGTEST_URL: %q", sh, out)
+		return nil, fmt.Errorf("pgtest: %s %s printed no PGTEST_DIR and PGTEST_URL: %q", sh, strings.Join(args, " "), out)
 	}
 	return s, nil
 }
@@ -121,7 +143,8 @@ func Start(opts Options) (*Server, error) {
 // and data.
 func (s *Server) Restart(mode string) error { return s.run("restart", mode) }
 
-// Stop stops the server and removes its directory.
+// Stop stops the server and removes its directory. Stopping a server already stopped
+// does nothing.
 func (s *Server) Stop() error { return s.run("stop") }
 
 func (s *Server) run(args ...string) error {

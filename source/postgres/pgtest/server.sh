@@ -10,16 +10,22 @@
 #                                 directory, start it, print `export NAME=value` lines
 #   server.sh restart [MODE]      pg_ctl restart -m MODE (immediate by default: a crash
 #                                 and WAL replay) of the server at PGTEST_DIR
+#   server.sh standby             pg_basebackup the server at PGTEST_DIR into a new
+#                                 temporary directory and start it as its streaming
+#                                 standby on another free port; prints as start does
+#   server.sh promote             pg_ctl promote the standby at PGTEST_DIR (it leaves
+#                                 recovery on a new timeline and accepts writes)
 #   server.sh stop                stop the server at PGTEST_DIR and remove its directory
+#                                 (nothing to do if it is gone)
 #
-# start prints:
+# start and standby print:
 #   PGTEST_DIR   the cluster's directory (data, log); pass it back to restart and stop
 #   PGTEST_PORT  the server's port on 127.0.0.1
 #   PGTEST_URL   postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 #
-# Environment: PGTEST_PARENT_PID (start: stop the server once that process exits, so a
-# killed test binary leaves nothing behind); PGTEST_WAL_LEVEL (start: wal_level, logical
-# by default).
+# Environment: PGTEST_PARENT_PID (start, standby: stop the server once that process
+# exits, so a killed test binary leaves nothing behind); PGTEST_WAL_LEVEL (start:
+# wal_level, logical by default).
 set -euo pipefail
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
@@ -59,13 +65,28 @@ pgctl_start() {
     { echo "server.sh: the server did not start:" >&2; tail -20 "$DIR/log" >&2; return 1; }
 }
 
-start() {
-  install
-  B=$(bindir)
+new_dir() { # a new cluster directory in DIR, removed (its server stopped) should this script fail
   DIR=$(mktemp -d "${TMPDIR:-/tmp}/pgtest.XXXXXX")
   chmod 755 "$DIR"
   [ "$(id -u)" = 0 ] && chown postgres "$DIR"
   trap 'as_owner "$B/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+}
+
+started() { # keep the server at DIR, start its watchdog, print where it is
+  trap - EXIT
+  if [ -n "${PGTEST_PARENT_PID:-}" ]; then
+    # Watchdog: stop the server once the parent process is gone.
+    ( trap '' HUP
+      while kill -0 "$PGTEST_PARENT_PID" 2>/dev/null && [ -d "$DIR" ]; do sleep 1; done
+      [ -d "$DIR" ] && PGTEST_DIR=$DIR "$0" stop ) </dev/null >/dev/null 2>&1 &
+  fi
+  echo "export PGTEST_DIR=$DIR PGTEST_PORT=$PORT PGTEST_URL=postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+}
+
+start() {
+  install
+  B=$(bindir)
+  new_dir
   as_owner "$B/initdb" -D "$DIR/data" -A trust -U postgres -E UTF8 --no-sync >"$DIR/initdb.log" 2>&1 ||
     { cat "$DIR/initdb.log" >&2; return 1; }
   PORT=$(free_port)
@@ -82,14 +103,31 @@ synchronous_commit = off
 full_page_writes = off
 CONF
   pgctl_start
-  trap - EXIT
-  if [ -n "${PGTEST_PARENT_PID:-}" ]; then
-    # Watchdog: stop the server once the parent process is gone.
-    ( trap '' HUP
-      while kill -0 "$PGTEST_PARENT_PID" 2>/dev/null && [ -d "$DIR" ]; do sleep 1; done
-      [ -d "$DIR" ] && PGTEST_DIR=$DIR "$0" stop ) </dev/null >/dev/null 2>&1 &
-  fi
-  echo "export PGTEST_DIR=$DIR PGTEST_PORT=$PORT PGTEST_URL=postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+  started
+}
+
+standby() {
+  need_dir
+  B=$(bindir)
+  local primary_port
+  primary_port=$(sed -n 's/^port = //p' "$DIR/data/postgresql.conf" | tail -1)
+  new_dir
+  # -R writes standby.signal and primary_conninfo; -X stream copies the WAL written meanwhile.
+  as_owner "$B/pg_basebackup" -D "$DIR/data" -R -X stream -c fast -h 127.0.0.1 -p "$primary_port" -U postgres \
+    >"$DIR/basebackup.log" 2>&1 || { cat "$DIR/basebackup.log" >&2; return 1; }
+  PORT=$(free_port)
+  cat >>"$DIR/data/postgresql.conf" <<CONF
+port = $PORT
+unix_socket_directories = '$DIR'
+CONF
+  pgctl_start
+  started
+}
+
+promote() {
+  need_dir
+  B=$(bindir)
+  as_owner "$B/pg_ctl" -D "$DIR/data" -w -t 60 promote >/dev/null
 }
 
 restart() {
@@ -100,6 +138,7 @@ restart() {
 }
 
 stop() {
+  [ -n "${PGTEST_DIR:-}" ] && [ ! -e "$PGTEST_DIR" ] && return 0
   need_dir
   B=$(bindir)
   as_owner "$B/pg_ctl" -D "$DIR/data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
@@ -111,6 +150,8 @@ case "${1:-start}" in
   install) install ;;
   start) start ;;
   restart) restart "${2:-immediate}" ;;
+  standby) standby ;;
+  promote) promote ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|restart [MODE]|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|stop" >&2; exit 2 ;;
 esac
