@@ -90,9 +90,9 @@ func TestChain(t *testing.T) {
 	}
 }
 
-// gate sits in front of a server: it records requests, can cut the open watches, refuse
+// frontDoor sits in front of a server: it records requests, can cut the open watches, refuse
 // watches (503), or answer the next watches with a given status.
-type gate struct {
+type frontDoor struct {
 	h http.Handler
 
 	mu       sync.Mutex
@@ -106,11 +106,11 @@ type gate struct {
 	requests chan struct{}
 }
 
-func newGate(h http.Handler) *gate {
-	return &gate{h: h, open: map[*http.Request]context.CancelFunc{}, requests: make(chan struct{}, 1)}
+func newFrontDoor(h http.Handler) *frontDoor {
+	return &frontDoor{h: h, open: map[*http.Request]context.CancelFunc{}, requests: make(chan struct{}, 1)}
 }
 
-func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (g *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	watch := r.URL.Query().Get("watch") != ""
 	g.mu.Lock()
 	status, retry := 0, ""
@@ -162,7 +162,7 @@ type keptWriter struct{ http.ResponseWriter }
 func (w keptWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // signal tells a waiting test that a request was logged.
-func (g *gate) signal() {
+func (g *frontDoor) signal() {
 	select {
 	case g.requests <- struct{}{}:
 	default:
@@ -170,7 +170,7 @@ func (g *gate) signal() {
 }
 
 // cut ends every open watch (cleanly, as a server timeout would).
-func (g *gate) cut() {
+func (g *frontDoor) cut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, cancel := range g.open {
@@ -178,25 +178,25 @@ func (g *gate) cut() {
 	}
 }
 
-func (g *gate) setClosed(v bool) {
+func (g *frontDoor) setClosed(v bool) {
 	g.mu.Lock()
 	g.closed = v
 	g.mu.Unlock()
 }
 
-func (g *gate) answer(status int, retry string, times int) {
+func (g *frontDoor) answer(status int, retry string, times int) {
 	g.mu.Lock()
 	g.status, g.retry, g.times = status, retry, times
 	g.mu.Unlock()
 }
 
-func (g *gate) entries() []string {
+func (g *frontDoor) entries() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.log)
 }
 
-func (g *gate) watches() []time.Time {
+func (g *frontDoor) watches() []time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.watchAt)
@@ -210,7 +210,7 @@ func TestChainExpiredRelistTombstones(t *testing.T) {
 	wiretest.Put(up.src, "b", "1")
 	wiretest.Put(up.src, "x", "1")
 	srv, _ := serve(t, up, ServerOptions[*wiretest.Obj]{HistoryLimit: 5})
-	g := newGate(srv)
+	g := newFrontDoor(srv)
 	ts := httptest.NewServer(g)
 	t.Cleanup(ts.Close)
 	want := func() string { return wiretest.State(up.src.Items()) }
@@ -328,7 +328,7 @@ func TestChainTooManyRequestsRetryAfter(t *testing.T) {
 	up := newUpstream(t, memory.Options{})
 	wiretest.Put(up.src, "a", "1")
 	srv, _ := serve(t, up, ServerOptions[*wiretest.Obj]{})
-	g := newGate(srv)
+	g := newFrontDoor(srv)
 	ts := httptest.NewServer(g)
 	t.Cleanup(ts.Close)
 	want := func() string { return wiretest.State(up.src.Items()) }
@@ -785,7 +785,7 @@ func TestFilter_ObjectTheInformerCannotIndexKeepsItsState(t *testing.T) {
 // teamKeys returns the keys the server's filter index team holds under value.
 func teamKeys(srv *Server[string, *wiretest.Obj], value string) []string {
 	var keys []string
-	if tree, _ := srv.snapshot(valueFilter{Index: "team", Value: value}); tree != nil {
+	if tree, _ := srv.mirror.Snapshot(valueFilter{Index: "team", Value: value}); tree != nil {
 		tree.Ascend(func(k string, _ *record[string]) bool { keys = append(keys, k); return true })
 	}
 	return keys
@@ -1028,7 +1028,7 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown(context.Background())
-	w, err := srv.mirror.filters.watch(context.Background(), valueFilter{Index: "team", Value: "payments"}, informer.WatchOptions{Revision: "0"})
+	w, err := srv.mirror.filters.Watch(context.Background(), valueFilter{Index: "team", Value: "payments"}, informer.WatchOptions{Revision: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func BenchmarkFilterDispatch(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			open := func(value string) *filterWatch[string, *wiretest.Obj] {
-				w, err := h.watch(ctx, valueFilter{Index: "team", Value: value}, informer.WatchOptions{})
+				w, err := h.Watch(ctx, valueFilter{Index: "team", Value: value}, informer.WatchOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -289,9 +289,8 @@ func TestFanoutReplicaBehindWaitsOrAnswers410(t *testing.T) {
 	}()
 	// The request waits until the replica reaches revision 2; then it watches from there.
 	wiretest.Eventually(t, "the request to wait at the replica", func() bool {
-		srvWait.core.mu.Lock()
-		defer srvWait.core.mu.Unlock()
-		return srvWait.core.watchers.total == 1
+		watches, _ := srvWait.gate.InUse()
+		return watches == 1
 	})
 	if n := srvWait.Stats().Watches; n != 0 {
 		t.Fatalf("%d watches started at a replica behind, want 0 until it catches up", n)

@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,23 +53,11 @@ func parseFilter(q url.Values) (valueFilter, *wire.Status) {
 	return valueFilter{Index: idx[0], Value: val[0]}, nil
 }
 
-// filterer serves filtered requests for a core: a Server's filter indexes.
-type filterer[V any] interface {
-	// names returns the filter indexes, sorted.
-	names() []string
-	// watch opens a filtered watch; opts as for informer.ListerWatcher.Watch.
-	watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error)
-}
-
-// checkFilter answers 400 for a filter on an index the server does not have, naming
-// the ones it has.
-func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
+// checkFilter answers 400 for a filter on an index the server does not have (known:
+// the ones it has), naming the ones it has.
+func checkFilter(f valueFilter, known []string) *wire.Status {
 	if f.Index == "" {
 		return nil
-	}
-	var known []string
-	if c.filters != nil {
-		known = c.filters.names()
 	}
 	if slices.Contains(known, f.Index) {
 		return nil
@@ -82,14 +69,6 @@ func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
 	return &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
 }
 
-// watch opens the watch a request asks for: filtered, or of the whole source.
-func (c *core[V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error) {
-	if f.Index != "" && c.filters != nil {
-		return c.filters.watch(ctx, f, opts)
-	}
-	return c.lw.Watch(ctx, opts)
-}
-
 // caughtUp reports whether a filtered watch has delivered every event it has so far, so
 // that the frames buffered for its client are sent now rather than with a later event
 // (an unfiltered watch flushes at the source's newest revision instead).
@@ -98,53 +77,43 @@ func caughtUp[V any](w informer.Watch[V]) bool {
 	return ok && fw.caughtUp()
 }
 
-// serveFilters sets up the Server's filter indexes (ServerOptions.Filters), the indexes
-// of inf of those names. It runs before the Server's handler is added, so the indexes see
-// every change.
-func (s *Server[K, V]) serveFilters(inf *informer.Informer[K, V], opts ServerOptions[V], bookmarks time.Duration) error {
-	if len(opts.Filters) == 0 {
-		return nil
+// newFilterHub returns the hub of inf's indexes of the given names (ServerOptions.Filters),
+// or nil for none; bookmarks is the interval of a watch's bookmarks (0: none), clk times
+// them (nil: clock.Real{}). It is made before the Server's handler is added to inf, so
+// that the indexes see every change.
+func newFilterHub[K cmp.Ordered, V any](inf *informer.Informer[K, V], names []string, clk clock.Clock, bookmarks time.Duration, stats *counters, rep *reporter) (*filterHub[K, V], error) {
+	if len(names) == 0 {
+		return nil, nil
 	}
 	h := &filterHub[K, V]{
-		clock:     opts.Clock,
+		clock:     clk,
 		bookmarks: bookmarks,
-		report:    s.core.report,
-		stats:     &s.core.stats,
+		rep:       rep,
+		stats:     stats,
 		revStr:    "0",
-	}
-	h.indexNames = slices.Clone(opts.Filters)
-	slices.Sort(h.indexNames)
-	for i, name := range h.indexNames {
-		switch {
-		case name == "":
-			return errors.New("fanout: NewServer: ServerOptions.Filters has an empty name: name one of the informer's indexes")
-		case i > 0 && name == h.indexNames[i-1]:
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters names %q twice", name)
-		case len(name) > maxFilterValue:
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
-		}
-		ix, err := inf.Index(name)
-		if err != nil {
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters of informer %q: %w: declare it in informer.Options.Indexers", inf.Name(), err)
-		}
-		h.fns = append(h.fns, ix)
-		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
 	}
-	s.mirror.filters = h
-	s.core.filters = h
-	return nil
-}
-
-// snapshot returns the state a list with filter f reads, and its log revision: the whole
-// state, or the bucket of f's value; either is an O(1) copy-on-write clone.
-func (s *Server[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
-	if f.Index == "" || s.mirror.filters == nil {
-		return s.mirror.snapshot()
+	h.indexNames = slices.Clone(names)
+	slices.Sort(h.indexNames)
+	for i, name := range h.indexNames {
+		switch {
+		case name == "":
+			return nil, errors.New("fanout: NewServer: ServerOptions.Filters has an empty name: name one of the informer's indexes")
+		case i > 0 && name == h.indexNames[i-1]:
+			return nil, fmt.Errorf("fanout: NewServer: ServerOptions.Filters names %q twice", name)
+		case len(name) > maxFilterValue:
+			return nil, fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
+		}
+		ix, err := inf.Index(name)
+		if err != nil {
+			return nil, fmt.Errorf("fanout: NewServer: ServerOptions.Filters of informer %q: %w: declare it in informer.Options.Indexers", inf.Name(), err)
+		}
+		h.fns = append(h.fns, ix)
+		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
 	}
-	return s.mirror.filters.snapshot(f)
+	return h, nil
 }
 
 // filterHub keeps a Server's filter indexes: for each index, the bucket of every value
@@ -161,7 +130,7 @@ type filterHub[K cmp.Ordered, V any] struct {
 	fns        []informer.Index[V] // the informer's, by indexNames
 	clock      clock.Clock
 	bookmarks  time.Duration // 0: none
-	report     func(kind string, err error)
+	rep        *reporter
 	stats      *counters
 
 	// Changed under the mirror's lock and mu; read under mu.
@@ -217,12 +186,12 @@ type filterQueued[K cmp.Ordered, V any] struct {
 	fv  *filterValue[K, V]
 }
 
-func (h *filterHub[K, V]) names() []string { return h.indexNames }
+func (h *filterHub[K, V]) Names() []string { return h.indexNames }
 
-// values computes obj's values in every filter index, outside the mirror's lock. An index
+// Values computes obj's values in every filter index, outside the mirror's lock. An index
 // function that fails or panics is reported and counted (Stats.IndexErrors); the object
 // is then in no bucket of that index until a later change indexes it.
-func (h *filterHub[K, V]) values(k K, obj V) [][]string {
+func (h *filterHub[K, V]) Values(k K, obj V) [][]string {
 	if h == nil {
 		return nil
 	}
@@ -230,8 +199,8 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 	for i, fn := range h.fns {
 		vs, err := fn.Values(obj)
 		if err != nil {
-			h.stats.IndexErrors.Add(1)
-			h.report(kindFilterIndex, fmt.Errorf("filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it; fix the index function)", h.indexNames[i], k, err))
+			h.stats.IndexError()
+			h.rep.FilterIndex(fmt.Errorf("filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it; fix the index function)", h.indexNames[i], k, err))
 			continue
 		}
 		if len(vs) > 1 {
@@ -244,14 +213,14 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 	return vals
 }
 
-// put indexes the object r of the change at rev under vals (from values); the mirror's
+// Put indexes the object r of the change at rev under vals (from values); the mirror's
 // lock is held.
-func (h *filterHub[K, V]) put(rev int64, r *record[K], vals [][]string, compacted int64) {
-	h.change(rev, r.key, r, vals, compacted)
+func (h *filterHub[K, V]) Put(rev int64, r *record[K], vals [][]string, compacted int64) {
+	h.change(rev, r.Key(), r, vals, compacted)
 }
 
-// delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
-func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
+// Delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
+func (h *filterHub[K, V]) Delete(rev int64, k K, compacted int64) {
 	h.change(rev, k, nil, nil, compacted)
 }
 
@@ -276,10 +245,10 @@ func (h *filterHub[K, V]) change(rev int64, k K, r *record[K], vals [][]string, 
 	h.compact(compacted)
 }
 
-// beginBatch starts a batch of changes (a Server over an ordered upstream logs the
+// BeginBatch starts a batch of changes (a Server over an ordered upstream logs the
 // changes of one upstream revision as a batch): it holds mu until endBatch, so that no
 // list or watch reads the indexes with part of a batch.
-func (h *filterHub[K, V]) beginBatch() {
+func (h *filterHub[K, V]) BeginBatch() {
 	if h == nil {
 		return
 	}
@@ -287,10 +256,10 @@ func (h *filterHub[K, V]) beginBatch() {
 	h.batchLen, h.inBatch = 0, true
 }
 
-// endBatch ends a batch whose log ends at seq: each value's last event of the batch is
+// EndBatch ends a batch whose log ends at seq: each value's last event of the batch is
 // labelled seq, so that a filtered watch sends it as the batch's last (its other events
 // carry the mark of a partial batch), and the watches of the values it touched are woken.
-func (h *filterHub[K, V]) endBatch(seq int64) {
+func (h *filterHub[K, V]) EndBatch(seq int64) {
 	if h == nil {
 		return
 	}
@@ -443,9 +412,9 @@ func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
 	}
 }
 
-// snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
+// Snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
 // reflects.
-func (h *filterHub[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
+func (h *filterHub[K, V]) Snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {

@@ -16,13 +16,13 @@ import (
 	"github.com/informer-go/informer/internal/wakeup"
 )
 
-// watch opens a watch of f's value. It behaves as the log's watches do (see
+// Watch opens a watch of f's value. It behaves as the log's watches do (see
 // eventlog.Log.Watch), with their blocking loop (eventlog.Loop), on the value's filtered stream: from opts.Revision (an error
 // matching informer.ErrExpired if its events are compacted, or if it is newer than the
 // newest), or with SendInitialEvents the value's bucket as ADDED events, then the
 // EndOfInitialEvents bookmark, then the changes; bookmarks at the newest revision when
 // idle (with AllowBookmarks); io.EOF at opts.Timeout; ctx.Err() when ctx is done.
-func (h *filterHub[K, V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+func (h *filterHub[K, V]) Watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
 	i, ok := slices.BinarySearch(h.indexNames, f.Index)
 	if !ok {
 		return nil, fmt.Errorf("fanout: unknown filter index %q", f.Index)
@@ -166,7 +166,7 @@ func (w *filterWatch[K, V]) nextInitial() *record[K] {
 		w.initial.Ascend(visit)
 	}
 	if next != nil {
-		w.initialAfter, w.initialSent = next.key, true
+		w.initialAfter, w.initialSent = next.Key(), true
 	}
 	return next
 }

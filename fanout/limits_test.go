@@ -275,11 +275,10 @@ func TestServerWatchLifetime(t *testing.T) {
 
 // Lifetimes are drawn in [MaxWatchDuration/2, MaxWatchDuration], spread out.
 func TestServerWatchLifetimeSpread(t *testing.T) {
-	var c core[int]
-	c.init(ServeOptions{MaxWatchDuration: time.Minute}, "fanout: test", nil)
+	c := newGate(ServeOptions{MaxWatchDuration: time.Minute})
 	seen := map[time.Duration]bool{}
 	for range 100 {
-		d := c.watchLifetime()
+		d := c.WatchLifetime()
 		if d < 30*time.Second || d > time.Minute {
 			t.Fatalf("lifetime %v outside [30s, 1m]", d)
 		}
@@ -288,8 +287,8 @@ func TestServerWatchLifetimeSpread(t *testing.T) {
 	if len(seen) < 90 {
 		t.Errorf("%d distinct lifetimes of 100", len(seen))
 	}
-	c.init(ServeOptions{}, "fanout: test", nil)
-	if d := c.watchLifetime(); d < DefaultMaxWatchDuration/2 || d > DefaultMaxWatchDuration {
+	c = newGate(ServeOptions{})
+	if d := c.WatchLifetime(); d < DefaultMaxWatchDuration/2 || d > DefaultMaxWatchDuration {
 		t.Errorf("default lifetime %v", d)
 	}
 }
@@ -890,9 +889,8 @@ func BenchmarkAdversarialEndlessBodies(b *testing.B) {
 			refused++
 		}
 	}
-	srv.core.mu.Lock()
-	held := srv.core.lists.total + srv.core.watchers.total
-	srv.core.mu.Unlock()
+	watches, lists := srv.gate.InUse()
+	held := lists + watches
 	c := newTestClient(b, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
 	_, lerr := c.List(context.Background(), informer.ListOptions{})
 	b.ReportMetric(float64(held), "slots-held")
