@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
-	"github.com/informer-go/informer/internal/wakeup"
+	"github.com/informer-go/informer/internal/eventlog"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -25,6 +26,12 @@ type valueFilter struct {
 	Index string
 	Value string
 }
+
+// String returns the filter as its error messages name it: index="value".
+func (f valueFilter) String() string { return fmt.Sprintf("%s=%q", f.Index, f.Value) }
+
+// IsZero reports whether f is no filter.
+func (f valueFilter) IsZero() bool { return f.Index == "" }
 
 // maxFilterValue bounds the length of a filter's index name and value in a request;
 // longer is answered 400.
@@ -159,27 +166,6 @@ type filterIndex[K cmp.Ordered, V any] struct {
 	of     map[K][]string                // each object's values, for its next change
 }
 
-// filterValue is one value of a filter index.
-type filterValue[K cmp.Ordered, V any] struct {
-	index   int
-	value   string
-	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
-	history []filterEvent[K]                // its events after the compacted revision
-	dropped int64                           // events dropped from the front of history, ever
-	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
-	watches int                             // watches open
-
-	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
-}
-
-// filterEvent is an event of one value's filtered stream.
-type filterEvent[K cmp.Ordered] struct {
-	rev    int64
-	revStr string
-	typ    informer.EventType
-	rec    *record[K]
-}
-
 // filterQueued names the value that holds the history event of revision rev.
 type filterQueued[K cmp.Ordered, V any] struct {
 	rev int64
@@ -273,15 +259,11 @@ func (h *filterHub[K, V]) EndBatch(seq int64) {
 	order := h.order[h.orderHead:]
 	for j := len(order) - 1; j >= max(len(order)-h.batchLen, 0); j-- {
 		fv := order[j].fv
-		if fv.endedBatch == h.batches {
+		if !fv.EndBatch(h.batches, seq) {
 			continue // a later event of the batch ended it for this value
 		}
-		fv.endedBatch = h.batches
 		order[j].rev = seq
-		if n := len(fv.history); n > 0 {
-			fv.history[n-1].rev, fv.history[n-1].revStr = seq, strconv.FormatInt(seq, 10)
-		}
-		h.wake(fv)
+		fv.Wake()
 	}
 	h.advance(max(h.rev, seq))
 }
@@ -295,25 +277,20 @@ func (h *filterHub[K, V]) advance(rev int64) {
 }
 
 // broadcastProgress wakes the idle watches that asked for bookmarks, each to send one at
-// the newest revision (filterWatch.progress). It runs under mu, so never inside a batch.
+// the newest revision (filterValue.Progress). It runs under mu, so never inside a batch.
 func (h *filterHub[K, V]) broadcastProgress() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.progress = false
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
-			fv.waiters.WakeIf(func(w *filterWatch[K, V]) bool {
-				if !w.bookmarks {
-					return false
-				}
-				w.progress = true
-				return true
-			})
+			fv.Progress()
 		}
 	}
 }
 
-func (h *filterHub[K, V]) revString() string {
+// RevString returns the newest revision in decimal; mu is held.
+func (h *filterHub[K, V]) RevString() string {
 	if h.revStr == "" {
 		h.revStr = strconv.FormatInt(h.rev, 10)
 	}
@@ -331,10 +308,10 @@ func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
 			continue
 		}
 		fv := ix.values[v]
-		if fv == nil || fv.bucket == nil {
+		if fv == nil {
 			continue // cannot happen: a value holds its objects
 		}
-		if last, ok := fv.bucket.Delete(k); ok {
+		if last, ok := fv.Remove(k); ok {
 			h.append(fv, informer.Deleted, last)
 		}
 	}
@@ -344,10 +321,7 @@ func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
 		if slices.Contains(old, v) {
 			typ = informer.Modified
 		}
-		if fv.bucket == nil {
-			fv.bucket = newRecords[K](16)
-		}
-		fv.bucket.Set(k, r)
+		fv.Set(k, r)
 		h.append(fv, typ, r)
 	}
 	if len(vals) == 0 {
@@ -362,7 +336,7 @@ func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
 	ix := &h.indexes[i]
 	fv := ix.values[v]
 	if fv == nil {
-		fv = &filterValue[K, V]{index: i, value: v}
+		fv = newFilterValue[K, V](i, v)
 		ix.values[v] = fv
 	}
 	return fv
@@ -370,17 +344,14 @@ func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
 
 // append adds an event at the newest revision to fv's history and wakes its watches.
 func (h *filterHub[K, V]) append(fv *filterValue[K, V], typ informer.EventType, r *record[K]) {
-	fv.history = append(fv.history, filterEvent[K]{rev: h.rev, revStr: h.revString(), typ: typ, rec: r})
+	fv.Append(h.rev, h.RevString(), typ, r)
 	h.order = append(h.order, filterQueued[K, V]{rev: h.rev, fv: fv})
 	if h.inBatch {
 		h.batchLen++
 	} else {
-		h.wake(fv)
+		fv.Wake()
 	}
 }
-
-// wake wakes the watches blocked on fv.
-func (h *filterHub[K, V]) wake(fv *filterValue[K, V]) { fv.waiters.WakeAll() }
 
 // compact drops the history events at or before the log's compacted revision, and the
 // values left with no object, history or watch.
@@ -390,13 +361,8 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 		fv := h.order[h.orderHead].fv
 		h.order[h.orderHead] = filterQueued[K, V]{}
 		h.orderHead++
-		fv.history[0] = filterEvent[K]{}
-		fv.history = fv.history[1:]
-		fv.dropped++
-		if len(fv.history) == 0 {
-			fv.history = nil
-		}
-		h.gc(fv)
+		fv.DropOldest()
+		h.Forget(fv)
 	}
 	if h.orderHead > 1024 && h.orderHead > len(h.order)/2 {
 		h.order = h.order[:copy(h.order, h.order[h.orderHead:])]
@@ -405,10 +371,11 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 	}
 }
 
-// gc forgets fv if it holds nothing.
-func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
-	if fv.watches == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0) {
-		delete(h.indexes[fv.index].values, fv.value)
+// Forget forgets fv if it holds nothing; mu is held.
+func (h *filterHub[K, V]) Forget(fv *filterValue[K, V]) {
+	if fv.Empty() {
+		i, v := fv.Name()
+		delete(h.indexes[i].values, v)
 	}
 }
 
@@ -418,9 +385,47 @@ func (h *filterHub[K, V]) Snapshot(f valueFilter) (*btree.Tree[K, *record[K]], i
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {
-		if fv := h.indexes[i].values[f.Value]; fv != nil && fv.bucket != nil {
-			return fv.bucket.Clone(), h.rev
+		if fv := h.indexes[i].values[f.Value]; fv != nil {
+			if tree := fv.Snapshot(); tree != nil {
+				return tree, h.rev
+			}
 		}
 	}
 	return newRecords[K](2), h.rev
+}
+
+// Watch opens a watch of f's value. It behaves as the log's watches do (see
+// eventlog.Log.Watch), with their blocking loop (eventlog.Loop), on the value's filtered
+// stream: from opts.Revision (an error matching informer.ErrExpired if its events are
+// compacted, or if it is newer than the newest), or with SendInitialEvents the value's
+// bucket as ADDED events, then the EndOfInitialEvents bookmark, then the changes;
+// bookmarks at the newest revision when idle (with AllowBookmarks); io.EOF at
+// opts.Timeout; ctx.Err() when ctx is done.
+func (h *filterHub[K, V]) Watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	i, ok := slices.BinarySearch(h.indexNames, f.Index)
+	if !ok {
+		return nil, fmt.Errorf("fanout: unknown filter index %q", f.Index)
+	}
+	from := int64(-1)
+	if opts.Revision != "" {
+		n, err := strconv.ParseInt(opts.Revision, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("fanout: filtered watch: revision %q is not a log revision", opts.Revision)
+		}
+		from = n
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case from > h.rev:
+		return nil, fmt.Errorf("fanout: filtered watch of %s: the revision is newer than the server's newest: %w", f, informer.ErrExpired)
+	case from >= 0 && from < h.compacted && !opts.SendInitialEvents:
+		return nil, fmt.Errorf("fanout: filtered watch of %s: the revision has left the server's history: %w", f, informer.ErrExpired)
+	}
+	var bookmarks time.Duration
+	if opts.AllowBookmarks {
+		bookmarks = h.bookmarks
+	}
+	loop := eventlog.NewLoop(&h.mu, ctx, h.clock, opts.Timeout, bookmarks)
+	return h.value(i, f.Value).Watch(h, loop, f, bookmarks > 0, opts.SendInitialEvents, from), nil
 }

@@ -61,7 +61,7 @@ func (b *logBackend[K, V]) Watch(ctx context.Context, f valueFilter, rev string,
 			return nil, &requestError{err}
 		}
 	}
-	if f.Index != "" && b.filters != nil {
+	if !f.IsZero() && b.filters != nil {
 		return b.filters.Watch(ctx, f, opts)
 	}
 	if opts.SendInitialEvents && b.up != nil {

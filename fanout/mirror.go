@@ -309,7 +309,7 @@ func (m *mirror[K, V]) logged(rev, size int64) {
 // Snapshot returns the state a list with filter f reads, and its log revision: the
 // whole state, or the bucket of f's value; either is an O(1) copy-on-write clone.
 func (m *mirror[K, V]) Snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
-	if f.Index != "" && m.filters != nil {
+	if !f.IsZero() && m.filters != nil {
 		return m.filters.Snapshot(f)
 	}
 	m.mu.Lock()

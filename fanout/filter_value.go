@@ -2,13 +2,10 @@ package fanout
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
-	"time"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/btree"
@@ -16,59 +13,130 @@ import (
 	"github.com/informer-go/informer/internal/wakeup"
 )
 
-// Watch opens a watch of f's value. It behaves as the log's watches do (see
-// eventlog.Log.Watch), with their blocking loop (eventlog.Loop), on the value's filtered stream: from opts.Revision (an error
-// matching informer.ErrExpired if its events are compacted, or if it is newer than the
-// newest), or with SendInitialEvents the value's bucket as ADDED events, then the
-// EndOfInitialEvents bookmark, then the changes; bookmarks at the newest revision when
-// idle (with AllowBookmarks); io.EOF at opts.Timeout; ctx.Err() when ctx is done.
-func (h *filterHub[K, V]) Watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
-	i, ok := slices.BinarySearch(h.indexNames, f.Index)
-	if !ok {
-		return nil, fmt.Errorf("fanout: unknown filter index %q", f.Index)
+// filterValue is one value of a filter index: the objects under it, the events of its
+// filtered stream, and the watches that read them. Its methods are called under the
+// hub's lock.
+type filterValue[K cmp.Ordered, V any] struct {
+	index   int
+	value   string
+	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
+	history []filterEvent[K]                // its events after the compacted revision
+	dropped int64                           // events dropped from the front of history, ever
+	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
+	watches int                             // watches open
+
+	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
+}
+
+// filterEvent is an event of one value's filtered stream.
+type filterEvent[K cmp.Ordered] struct {
+	rev    int64
+	revStr string
+	typ    informer.EventType
+	rec    *record[K]
+}
+
+// newFilterValue returns the value v of index i, empty.
+func newFilterValue[K cmp.Ordered, V any](i int, v string) *filterValue[K, V] {
+	return &filterValue[K, V]{index: i, value: v}
+}
+
+// Name returns the index and the value fv is.
+func (fv *filterValue[K, V]) Name() (index int, value string) { return fv.index, fv.value }
+
+// Set puts the object r under the value.
+func (fv *filterValue[K, V]) Set(k K, r *record[K]) {
+	if fv.bucket == nil {
+		fv.bucket = newRecords[K](16)
 	}
-	from := int64(-1)
-	if opts.Revision != "" {
-		n, err := strconv.ParseInt(opts.Revision, 10, 64)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("fanout: filtered watch: revision %q is not a log revision", opts.Revision)
+	fv.bucket.Set(k, r)
+}
+
+// Remove takes the object with key k out of the value, and returns the record it had.
+func (fv *filterValue[K, V]) Remove(k K) (*record[K], bool) {
+	if fv.bucket == nil {
+		return nil, false
+	}
+	return fv.bucket.Delete(k)
+}
+
+// Snapshot returns a copy-on-write clone of the objects under the value, O(1); nil if
+// it has none yet.
+func (fv *filterValue[K, V]) Snapshot() *btree.Tree[K, *record[K]] {
+	if fv.bucket == nil {
+		return nil
+	}
+	return fv.bucket.Clone()
+}
+
+// Append adds an event at rev (revStr in decimal) to the value's stream.
+func (fv *filterValue[K, V]) Append(rev int64, revStr string, typ informer.EventType, r *record[K]) {
+	fv.history = append(fv.history, filterEvent[K]{rev: rev, revStr: revStr, typ: typ, rec: r})
+}
+
+// EndBatch labels the value's last event seq, the end of the batch numbered batch,
+// unless a later event of the batch did (then it reports false).
+func (fv *filterValue[K, V]) EndBatch(batch uint64, seq int64) bool {
+	if fv.endedBatch == batch {
+		return false
+	}
+	fv.endedBatch = batch
+	if n := len(fv.history); n > 0 {
+		fv.history[n-1].rev, fv.history[n-1].revStr = seq, strconv.FormatInt(seq, 10)
+	}
+	return true
+}
+
+// DropOldest drops the oldest event of the stream (compacted).
+func (fv *filterValue[K, V]) DropOldest() {
+	fv.history[0] = filterEvent[K]{}
+	fv.history = fv.history[1:]
+	fv.dropped++
+	if len(fv.history) == 0 {
+		fv.history = nil
+	}
+}
+
+// Empty reports whether the value holds no object, event or watch: it can be forgotten.
+func (fv *filterValue[K, V]) Empty() bool {
+	return fv.watches == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0)
+}
+
+// Wake wakes the watches blocked on the value.
+func (fv *filterValue[K, V]) Wake() { fv.waiters.WakeAll() }
+
+// Progress wakes the idle watches that asked for bookmarks, each to send one at the
+// newest revision.
+func (fv *filterValue[K, V]) Progress() {
+	fv.waiters.WakeIf(func(w *filterWatch[K, V]) bool {
+		if !w.bookmarks {
+			return false
 		}
-		from = n
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case from > h.rev:
-		return nil, fmt.Errorf("fanout: filtered watch of %s=%q: the revision is newer than the server's newest: %w", f.Index, f.Value, informer.ErrExpired)
-	case from >= 0 && from < h.compacted && !opts.SendInitialEvents:
-		return nil, fmt.Errorf("fanout: filtered watch of %s=%q: the revision has left the server's history: %w", f.Index, f.Value, informer.ErrExpired)
-	}
-	fv := h.value(i, f.Value)
+		w.progress = true
+		return true
+	})
+}
+
+// Watch opens a watch of the value's stream for filterHub.Watch, which checked from and
+// made loop on h's lock: with initial events (the value's objects, then the changes
+// after them), from the events after the log revision from, or (from < 0) from the
+// newest.
+func (fv *filterValue[K, V]) Watch(h *filterHub[K, V], loop eventlog.Loop, f valueFilter, bookmarks, initial bool, from int64) *filterWatch[K, V] {
 	fv.watches++
-	var bookmarks time.Duration
-	if opts.AllowBookmarks {
-		bookmarks = h.bookmarks
-	}
-	w := &filterWatch[K, V]{
-		h:         h,
-		loop:      eventlog.NewLoop(&h.mu, ctx, h.clock, opts.Timeout, bookmarks),
-		bookmarks: bookmarks > 0,
-		fv:        fv,
-		filter:    f,
-	}
+	w := &filterWatch[K, V]{h: h, loop: loop, bookmarks: bookmarks, fv: fv, filter: f}
 	end := fv.dropped + int64(len(fv.history))
 	switch {
-	case opts.SendInitialEvents:
+	case initial:
 		if fv.bucket != nil && fv.bucket.Len() > 0 {
 			w.initial = fv.bucket.Clone() // O(1); read one object per Next
 		}
-		w.initialRev, w.endOfInitial, w.next = h.revString(), true, end
+		w.initialRev, w.endOfInitial, w.next = h.RevString(), true, end
 	case from >= 0:
 		w.next = fv.dropped + int64(sort.Search(len(fv.history), func(j int) bool { return fv.history[j].rev > from }))
 	default:
 		w.next = end
 	}
-	return w, nil
+	return w
 }
 
 // errFilterWatchStopped ends a filtered watch that was stopped.
@@ -116,7 +184,7 @@ func (w *filterWatch[K, V]) NextLocked() (ev informer.Event[*record[K]], err err
 	}
 	w.initialMore = false
 	if w.initial != nil && w.next < w.fv.dropped {
-		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s=%q: the changes after its initial events have left the server's history while they were sent: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s: the changes after its initial events have left the server's history while they were sent: %w", w.filter, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if w.initial != nil {
@@ -132,7 +200,7 @@ func (w *filterWatch[K, V]) NextLocked() (ev informer.Event[*record[K]], err err
 	fv := w.fv
 	i := w.next - fv.dropped
 	if i < 0 {
-		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s=%q: its next event has left the server's history: %w", w.filter.Index, w.filter.Value, informer.ErrExpired))
+		w.EndLocked(fmt.Errorf("fanout: filtered watch of %s: its next event has left the server's history: %w", w.filter, informer.ErrExpired))
 		return ev, w.err, true
 	}
 	if i < int64(len(fv.history)) {
@@ -143,7 +211,7 @@ func (w *filterWatch[K, V]) NextLocked() (ev informer.Event[*record[K]], err err
 	}
 	if w.progress {
 		w.progress = false
-		return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}, nil, true
+		return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.RevString()}, nil, true
 	}
 	return ev, nil, false
 }
@@ -178,7 +246,7 @@ func (w *filterWatch[K, V]) WaitLocked() { w.fv.waiters.Add(w) }
 // delivered.
 func (w *filterWatch[K, V]) IdleLocked() informer.Event[*record[K]] {
 	w.more = false
-	return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.revString()}
+	return informer.Event[*record[K]]{Type: informer.Bookmark, Revision: w.h.RevString()}
 }
 
 // Waiter implements wakeup.Watch.
@@ -194,7 +262,7 @@ func (w *filterWatch[K, V]) EndLocked(err error) {
 	w.initial, w.endOfInitial = nil, false
 	w.fv.waiters.Remove(w)
 	w.fv.watches--
-	w.h.gc(w.fv)
+	w.h.Forget(w.fv)
 	w.loop.StopLocked()
 }
 
