@@ -205,7 +205,7 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 	}
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	g := newGate(opts.ServeOptions)
-	rep := newReporter(opts.ServeOptions, fmt.Sprintf("fanout: server for informer %q", inf.Name()), cmp.Or[clock.Clock](opts.Clock, clock.Real{}))
+	rep := newReporter(opts.ServeOptions, fmt.Sprintf("fanout: server for informer %q", inf.Name()), opts.Clock)
 	log := eventlog.New[K, *record[K]](eventlog.Options{
 		Name:             "fanout: server log",
 		Clock:            opts.Clock,
