@@ -49,19 +49,19 @@ type handler[V any] struct {
 // newHandler returns the handler of b, admitting through g and reporting to rep, with
 // o's options.
 func newHandler[V any](b backend[V], g *gate, rep *reporter, o ServeOptions) *handler[V] {
-	h := &handler[V]{
+	authorize := o.AuthorizeClient
+	if authorize == nil && o.Authorize != nil {
+		authorize = func(r *http.Request) (string, error) { return "", o.Authorize(r) }
+	}
+	return &handler[V]{
 		b:         b,
 		policy:    b.Policy(),
 		gate:      g,
 		rep:       rep,
-		authorize: o.AuthorizeClient,
+		authorize: authorize,
 		challenge: cmp.Or(o.Challenge, "Bearer"),
+		writing:   newWriters(o, g.Stats(), rep),
 	}
-	if h.authorize == nil && o.Authorize != nil {
-		h.authorize = func(r *http.Request) (string, error) { return "", o.Authorize(r) }
-	}
-	h.writing = newWriters(o, h.gate.Stats(), h.rep)
-	return h
 }
 
 // ServeHTTP serves one request: auth, validation, then a list or a watch.
@@ -203,7 +203,7 @@ func (h *handler[V]) serveList(w http.ResponseWriter, r *http.Request, req reque
 		h.Fail(w, r, err)
 		return
 	}
-	sendList(ctx, h, h.writing.Stream(w, r, "list reader"), pg)
+	sendList(ctx, h, h.writing.Stream(w, r, true), pg)
 }
 
 // serveWatch streams a watch until the backend ends it, the client goes away, the watcher
@@ -230,7 +230,7 @@ func (h *handler[V]) serveWatch(w http.ResponseWriter, r *http.Request, req requ
 		// neither pipelines a request behind the watch nor reuses the connection.
 		w.Header().Set("Connection", "close")
 	}
-	sw := h.writing.Stream(w, r, "watcher")
+	sw := h.writing.Stream(w, r, false)
 	stats := h.gate.Stats()
 	stats.WatchOpened()
 	finish := func() {

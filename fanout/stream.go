@@ -31,10 +31,9 @@ func newWriters(o ServeOptions, stats *counters, rep *reporter) *writers {
 	return wr
 }
 
-// Stream returns the writer of the response to r; who names its client in reports
-// ("watcher", "list reader").
-func (wr *writers) Stream(w http.ResponseWriter, r *http.Request, who string) *streamWriter {
-	return &streamWriter{w: w, r: r, rc: http.NewResponseController(w), wr: wr, who: who}
+// Stream returns the writer of the response to r, a list's (list) or a watch's.
+func (wr *writers) Stream(w http.ResponseWriter, r *http.Request, list bool) *streamWriter {
+	return &streamWriter{w: w, r: r, rc: http.NewResponseController(w), wr: wr, list: list}
 }
 
 // Timeout returns the write timeout (negative: none).
@@ -81,10 +80,10 @@ type streamWriter struct {
 	r     *http.Request
 	rc    *http.ResponseController
 	wr    *writers
-	who   string       // "watcher", "list reader"
 	conn  net.Conn     // from ConnContext; nil without it
 	tcp   *net.TCPConn // under conn; nil if none
 	armed bool         // a write deadline was set
+	list  bool         // the response is a list's, not a watch's
 
 	deadline atomic.Int64 // the write deadline set last, in Unix nanoseconds; 0: none
 
@@ -128,7 +127,11 @@ func (sw *streamWriter) Failed(err error) {
 		return
 	}
 	sw.wr.stats.Evicted()
-	sw.wr.rep.Stalled(fmt.Errorf("%s %s stalled: disconnected after %v without a completed write: %w (the client must read faster, or raise WriteTimeout)", sw.who, sw.r.RemoteAddr, sw.wr.timeout, err))
+	who := "watcher"
+	if sw.list {
+		who = "list reader"
+	}
+	sw.wr.rep.Stalled(fmt.Errorf("%s %s stalled: disconnected after %v without a completed write: %w (the client must read faster, or raise WriteTimeout)", who, sw.r.RemoteAddr, sw.wr.timeout, err))
 	sw.Abort()
 }
 

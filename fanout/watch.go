@@ -27,7 +27,6 @@ const watchBufferSize = 32 << 10
 // numbering and sends no batches.
 type watchStream[V any] struct {
 	h          *handler[V]
-	b          backend[V]
 	wat        informer.Watch[V]
 	batched    informer.BatchedWatch // nil: the watch has no batches
 	sse        bool                  // frames are Server-Sent Events
@@ -45,7 +44,7 @@ type watchStream[V any] struct {
 // events are a replay the client did not ask for by name; initial: wat begins with
 // initial events.
 func newWatchStream[V any](h *handler[V], wat informer.Watch[V], req request, replay, initial bool) *watchStream[V] {
-	ws := &watchStream[V]{h: h, b: h.Backend(), wat: wat, replay: replay, inInitial: initial, scratch: make([]byte, 0, 64)}
+	ws := &watchStream[V]{h: h, wat: wat, replay: replay, inInitial: initial, scratch: make([]byte, 0, 64)}
 	ws.sse, ws.bookmarks = req.Stream()
 	ws.batched, _ = wat.(informer.BatchedWatch)
 	return ws
@@ -213,12 +212,12 @@ func (s *watchStream[V]) appendEvent(ev informer.Event[V], partial bool) ([]byte
 	case informer.Modified:
 		typ = wire.TypeModified
 	}
-	rev, newest := s.b.AppendRevision(s.scratch[:0], ev.Revision)
+	rev, newest := s.h.Backend().AppendRevision(s.scratch[:0], ev.Revision)
 	if partial && (len(rev) == 0 || rev[len(rev)-1] != wire.PartialMark) {
 		rev = append(rev, wire.PartialMark)
 	}
 	dst = wire.AppendEventStart(dst, s.sse, typ, rev)
-	dst, err := s.b.AppendObject(dst, ev.Object)
+	dst, err := s.h.Backend().AppendObject(dst, ev.Object)
 	if err != nil {
 		return dst, false, err
 	}
@@ -227,6 +226,6 @@ func (s *watchStream[V]) appendEvent(ev informer.Event[V], partial bool) ([]byte
 
 // appendBookmark appends a BOOKMARK frame at the wire form of rev to s.out.
 func (s *watchStream[V]) appendBookmark(rev string, endOfInitial bool) []byte {
-	onWire, _ := s.b.AppendRevision(s.scratch[:0], rev)
+	onWire, _ := s.h.Backend().AppendRevision(s.scratch[:0], rev)
 	return wire.AppendBookmark(s.out, s.sse, onWire, endOfInitial)
 }
