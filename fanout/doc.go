@@ -24,6 +24,12 @@
 // and a Client refuses to compare such a revision with one of another numbering. See
 // Server.
 //
+// When the informer of a Server over an ordered source lists another history of it (a
+// source restored from a backup: its revisions go back behind those served), the Server
+// ends every watch with 410 before it sends anything of the new history, and answers a
+// request for a revision of the old one 410 at once: its clients list again, at the new
+// history's revisions.
+//
 // Failures are answered with a Status body and a status code that says what to do:
 //
 //	410 Gone              the revision or continue token expired, or a Server replica has not reached the revision within ServerOptions.CatchUpWait: list again

@@ -76,14 +76,6 @@ func checkFilter(f valueFilter, known []string) *wire.Status {
 	return &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
 }
 
-// caughtUp reports whether a filtered watch has delivered every event it has so far, so
-// that the frames buffered for its client are sent now rather than with a later event
-// (an unfiltered watch flushes at the source's newest revision instead).
-func caughtUp[V any](w informer.Watch[V]) bool {
-	fw, ok := w.(interface{ caughtUp() bool })
-	return ok && fw.caughtUp()
-}
-
 // newFilterHub returns the hub of inf's indexes of the given names (ServerOptions.Filters),
 // or nil for none; bookmarks is the interval of a watch's bookmarks (0: none), clk times
 // them (nil: clock.Real{}). It is made before the Server's handler is added to inf, so
@@ -368,6 +360,27 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 		h.order = h.order[:copy(h.order, h.order[h.orderHead:])]
 		clear(h.order[len(h.order):cap(h.order)])
 		h.orderHead = 0
+	}
+}
+
+// ForgetHistory drops the history of every value, for the server's history is another
+// one now (its upstream restored from a backup): every open watch, however far it had
+// read, finds its next event gone (filterValue.ForgetHistory), ends with an error
+// matching informer.ErrExpired (410), and its client lists again.
+func (h *filterHub[K, V]) ForgetHistory() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.order)
+	h.order, h.orderHead = h.order[:0], 0
+	for i := range h.indexes {
+		for _, fv := range h.indexes[i].values {
+			fv.ForgetHistory()
+			fv.Wake()
+			h.Forget(fv)
+		}
 	}
 }
 

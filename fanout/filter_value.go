@@ -21,7 +21,7 @@ type filterValue[K cmp.Ordered, V any] struct {
 	value   string
 	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
 	history []filterEvent[K]                // its events after the compacted revision
-	dropped int64                           // events dropped from the front of history, ever
+	dropped int64                           // events dropped from the front of history, ever, and one more at each ForgetHistory
 	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
 	watches int                             // watches open
 
@@ -95,6 +95,15 @@ func (fv *filterValue[K, V]) DropOldest() {
 	if len(fv.history) == 0 {
 		fv.history = nil
 	}
+}
+
+// ForgetHistory drops the whole stream, the server's history being another one now, and
+// counts one event more dropped, so that every open watch, however far it had read,
+// finds its next event gone.
+func (fv *filterValue[K, V]) ForgetHistory() {
+	fv.dropped += int64(len(fv.history)) + 1
+	clear(fv.history)
+	fv.history = nil
 }
 
 // Empty reports whether the value holds no object, event or watch: it can be forgotten.

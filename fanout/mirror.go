@@ -140,7 +140,11 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	defer func() { clear(ops); m.ops = ops[:0] }()
 	// The bound goes first, so that a watcher that reads the batch's changes finds it.
 	seq := m.src.Revision() + int64(len(ops))
-	moved := m.up.Reached(seq, rev)
+	other := false
+	moved := m.up.Reached(seq, rev, func() {
+		other = true
+		m.endHistory(rev)
+	})
 	// The filter indexes take the batch as one too: each value's last event of it is
 	// labelled with the batch's end, before the log's head reaches it.
 	if len(ops) > 0 {
@@ -155,11 +159,24 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 			m.logged(r, int64(len(o.r.json)))
 		}
 	}
+	if other {
+		m.src.Compact(m.src.Revision()) // nothing before the new history's first state
+	}
 	m.up.Trim(m.src.CompactedRevision())
 	m.up.Settled()
 	if moved && len(ops) == 0 {
 		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
 	}
+}
+
+// endHistory ends every watch, filtered or not, with an error matching
+// informer.ErrOtherHistory (answered 410) before anything of the history that starts at
+// rev is logged: the informer listed another history of its source, and a client must
+// list again rather than hold a state of the new history under a revision of the old.
+func (m *mirror[K, V]) endHistory(rev string) {
+	err := fmt.Errorf("the informer this server serves listed another history of its source (restored from a backup, or replaced), at revision %s, behind the revisions served: list again: %w", rev, informer.ErrOtherHistory)
+	m.src.DropWatches(err)
+	m.filters.ForgetHistory()
 }
 
 // apply writes one change of a batch to the tree, the log and the filter indexes, and

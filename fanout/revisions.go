@@ -63,6 +63,7 @@ type upstreamRevisions struct {
 	bounds []bound       // oldest first; the first is at or after the history's start
 	moved  chan struct{} // closed when the newest bound moves; nil while no request waits
 	ready  chan struct{} // closed at the first bound
+	left   string        // the newest revision of the last history left (reached); "": none
 	once   sync.Once
 }
 
@@ -89,11 +90,23 @@ func (u *upstreamRevisions) IsReady() bool {
 // reached records that the log up to seq is the upstream's state at rev; it reports
 // whether the revision moved (false for a revision not newer than the newest bound's).
 // The bound labels the batch's changes at once; requests see it (complete) once the log
-// holds them all, when head reaches seq; then call settled.
-func (u *upstreamRevisions) Reached(seq int64, rev string) bool {
+// holds them all, when head reaches seq; then call Settled.
+//
+// A rev older than the newest bound's is of another history of the upstream (one
+// restored from a backup goes on from an older revision): leave is called first, then the
+// bounds of the old history are forgotten and rev starts the history anew, so that no
+// request resumes from a revision of the old one.
+func (u *upstreamRevisions) Reached(seq int64, rev string, leave func()) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := len(u.bounds)
+	if n > 0 {
+		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err == nil && c < 0 {
+			leave()
+			u.left = u.bounds[n-1].last
+			u.bounds, n = u.bounds[:0], 0
+		}
+	}
 	switch {
 	case n == 0:
 		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev})
@@ -191,6 +204,20 @@ func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
 	return true, u.moved
 }
 
+// leftHistory returns the newest revision of the history the upstream left if rev is at or
+// before it (a client that held a state of the old history), else "".
+func (u *upstreamRevisions) leftHistory(rev string) string {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	if u.left == "" {
+		return ""
+	}
+	if c, err := u.cmp.CompareRevisions(rev, u.left); err != nil || c > 0 {
+		return ""
+	}
+	return u.left
+}
+
 // Await waits, at most CatchUpWait, until the revision of a request is reached. It returns an
 // error matching informer.ErrExpired if it is not (a client ahead of this replica, or of
 // another upstream), which is answered 410.
@@ -205,6 +232,9 @@ func (u *upstreamRevisions) Await(ctx context.Context, onWire string) error {
 		behind, moved := u.behind(rev)
 		if !behind {
 			return nil
+		}
+		if left := u.leftHistory(rev); left != "" {
+			return fmt.Errorf("resourceVersion %s is a revision of the history this server's upstream left (its revisions went back from %s to %s: restored from a backup, or replaced): list again: %w", onWire, left, u.Newest(), informer.ErrOtherHistory)
 		}
 		if wait <= 0 {
 			break

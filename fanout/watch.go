@@ -140,6 +140,14 @@ func (s *watchStream[V]) add(ev informer.Event[V]) (flush bool, err error) {
 	return false, err
 }
 
+// caughtUp reports whether a filtered watch has delivered every event it has so far, so
+// that the frames buffered for its client are sent now rather than with a later event
+// (an unfiltered watch flushes at the source's newest revision instead).
+func caughtUp[V any](w informer.Watch[V]) bool {
+	fw, ok := w.(interface{ caughtUp() bool })
+	return ok && fw.caughtUp()
+}
+
 // reportEnd reports err, the failure of add that ended the watch of r's client at ev.
 func (s *watchStream[V]) reportEnd(remote string, ev informer.Event[V], err error) {
 	const said = "watch of %s: %w (the watch is ended with an ERROR event, and its client watches again; %s)"
@@ -156,7 +164,7 @@ func (s *watchStream[V]) reportEnd(remote string, ev informer.Event[V], err erro
 func (s *watchStream[V]) end(ctx context.Context, ww *streamWriter, err error) {
 	if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 		se := s.h.StatusOf(err)
-		if se.Code == http.StatusGone {
+		if se.Code == http.StatusGone && !errors.Is(err, informer.ErrOtherHistory) {
 			s.h.Stats().Evicted()
 			se.Message = "the watcher fell behind the server's history; list again: " + se.Message
 		}

@@ -26,11 +26,10 @@ func TestShortRun(t *testing.T) {
 	}{
 		{"transactions are never torn", Config{Seed: 101, Duration: 12 * time.Second},
 			"the torn transaction: a state labelled as a revision holds part of a transaction (fixed by the atomic batches of the issue \"One history\")"},
-		// Without the fan-out tier: its clients keep the old history's revision as their
-		// label across a restore (a finding of its own, not fixed yet).
-		{"a restored etcd is noticed", Config{Seed: 102, Duration: 12 * time.Second, SingleKey: true, NoFanout: true, Failures: []string{FailRestore}, Count: 1},
+		{"a restored etcd is noticed", Config{Seed: 102, Duration: 12 * time.Second, SingleKey: true, Failures: []string{FailRestore}, Count: 1},
 			"the restored-etcd stale cache: a running informer keeps keys the restored etcd no longer has (fixed by the history check of the issue \"One history\"); " +
-				"with that check in, WaitForRevision still compares with the old history's revision (read-your-writes)"},
+				"with that check in, WaitForRevision still compares with the old history's revision (read-your-writes), " +
+				"and a fan-out client keeps the old history's revision on the restored state (one history)"},
 		{"failures survived", Config{Seed: 103, Duration: 15 * time.Second, SingleKey: true, Count: 3,
 			Failures: []string{FailRestoreBump, FailKillLeader, FailCompactWatched, FailKillReplica, FailRestartInformer, FailBlackhole}}, ""},
 	} {
