@@ -90,7 +90,7 @@ type streamWriter struct {
 	mu      sync.Mutex  // guards the progress watch against end
 	timer   *time.Timer // checks the send queue while a write waits
 	writing bool
-	queued  int // the send queue at the last check
+	queued  int32 // the send queue at the last check (sendQueue's int32)
 
 	cut *staleWatch // cuts the response once its state is stale; nil: none
 }
@@ -214,10 +214,10 @@ func (sw *streamWriter) checkProgress() {
 	if !ok {
 		return // no way to see progress: the write deadline decides
 	}
-	if sw.queued >= 0 && q != sw.queued {
+	if sw.queued >= 0 && int32(q) != sw.queued {
 		sw.setDeadline(time.Now().Add(sw.wr.timeout))
 	}
-	sw.queued = q
+	sw.queued = int32(q)
 	sw.timer.Reset(sw.wr.timeout / 4)
 }
 
