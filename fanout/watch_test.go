@@ -347,17 +347,20 @@ type silencer struct {
 	mu      sync.Mutex
 	open    []*atomic.Bool
 	watches atomic.Int64
+	flushed atomic.Int64 // flushes of watches' responses that reached the client: their headers at least
 }
 
 func (s *silencer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var flushed *atomic.Int64
 	if r.URL.Query().Get("watch") != "" {
 		s.watches.Add(1)
+		flushed = &s.flushed
 	}
 	mute := new(atomic.Bool)
 	s.mu.Lock()
 	s.open = append(s.open, mute)
 	s.mu.Unlock()
-	s.h.ServeHTTP(silentWriter{w, mute}, r)
+	s.h.ServeHTTP(silentWriter{w, mute, flushed}, r)
 }
 
 func (s *silencer) freeze() {
@@ -381,12 +384,16 @@ func serveSilenceable(t testing.TB, interval time.Duration) (*silencer, *upstrea
 	d := wiretest.NewMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}), "silent", nil)
 	wiretest.Converge(t, d, func() string { return "a=1" })
 	wiretest.Eventually(t, "the client's watch", func() bool { return srv.Stats().OpenWatches == 1 })
+	// The watch's header reached the client (a freeze before it would leave the client
+	// waiting for a header, not noticing a silence).
+	wiretest.Eventually(t, "the client's watch's header", func() bool { return sil.flushed.Load() >= 1 })
 	return sil, up, d
 }
 
 type silentWriter struct {
 	http.ResponseWriter
-	mute *atomic.Bool
+	mute    *atomic.Bool
+	flushed *atomic.Int64 // counts the flushes that reach the client; nil: not counted
 }
 
 func (w silentWriter) Write(b []byte) (int, error) {
@@ -400,7 +407,11 @@ func (w silentWriter) FlushError() error {
 	if w.mute.Load() {
 		return nil
 	}
-	return http.NewResponseController(w.ResponseWriter).Flush()
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if err == nil && w.flushed != nil {
+		w.flushed.Add(1)
+	}
+	return err
 }
 
 func (w silentWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
