@@ -64,4 +64,33 @@
 //
 // A Server encodes each change once and every watcher reads the same bounded log; an
 // idle watcher holds no write buffer. See Server.
+//
+// # How the pieces fit
+//
+// One handler serves a backend, the only thing it knows of what it serves; a Server and
+// a PassThrough each build their backend, then the handler over it. The rooms meet
+// through methods (exported names on unexported types), never each other's fields. One
+// line per file, in the order a request flows:
+//
+//	request.go      the query of a request: parsed, checked, and what it asks for
+//	handler.go      the serving handler: accept or refuse, then a list or a watch; shutdown
+//	gate.go         admission: requests in progress, watch and list slots (in all, per
+//	                client), each request's context, the ServeStats counters
+//	status.go       Status answers and the classes of errors
+//	report.go       failures nobody else sees: to ErrorHandler, or Warn lines
+//	backend.go      what a handler serves: list a page, open a watch, revisions, encode
+//	list.go         a page being sent, in chunks, cut if its revision goes stale
+//	watch.go        a watch being sent: frames, batches, bookmarks, the pooled buffer
+//	stream.go       the write side of a response: deadlines, progress, evictions, cuts
+//	takeover.go     an HTTP/1.1 watch taken over from net/http; its chunked writer
+//	hangup_*.go     one epoll set noticing clients that go away
+//	passthrough.go  PassThrough and its backend, a ListerWatcher request for request
+//	server.go       Server and ServerOptions; NewServer builds the rooms below
+//	logbackend.go   the Server's backend: snapshots, paged lists, watches of its log
+//	mirror.go       the informer handler that logs each change, encoded once
+//	revisions.go    the revisions served: the upstream's (batches), or the server's own
+//	filter.go       the filter indexes: values of each change, batches, compaction
+//	filter_value.go one value of a filter index: its objects, its events, its watches
+//
+// The Server's log is internal/eventlog's, the one source/memory is built on.
 package fanout

@@ -16,7 +16,7 @@ import (
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/internal/btree"
-	"github.com/informer-go/informer/internal/wakeup"
+	"github.com/informer-go/informer/internal/eventlog"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -26,6 +26,12 @@ type valueFilter struct {
 	Index string
 	Value string
 }
+
+// String returns the filter as its error messages name it: index="value".
+func (f valueFilter) String() string { return fmt.Sprintf("%s=%q", f.Index, f.Value) }
+
+// IsZero reports whether f is no filter.
+func (f valueFilter) IsZero() bool { return f.Index == "" }
 
 // maxFilterValue bounds the length of a filter's index name and value in a request;
 // longer is answered 400.
@@ -54,23 +60,11 @@ func parseFilter(q url.Values) (valueFilter, *wire.Status) {
 	return valueFilter{Index: idx[0], Value: val[0]}, nil
 }
 
-// filterer serves filtered requests for a core: a Server's filter indexes.
-type filterer[V any] interface {
-	// names returns the filter indexes, sorted.
-	names() []string
-	// watch opens a filtered watch; opts as for informer.ListerWatcher.Watch.
-	watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error)
-}
-
-// checkFilter answers 400 for a filter on an index the server does not have, naming
-// the ones it has.
-func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
+// checkFilter answers 400 for a filter on an index the server does not have (known:
+// the ones it has), naming the ones it has.
+func checkFilter(f valueFilter, known []string) *wire.Status {
 	if f.Index == "" {
 		return nil
-	}
-	var known []string
-	if c.filters != nil {
-		known = c.filters.names()
 	}
 	if slices.Contains(known, f.Index) {
 		return nil
@@ -82,61 +76,43 @@ func (c *core[V]) checkFilter(f valueFilter) *wire.Status {
 	return &wire.Status{Code: http.StatusBadRequest, Reason: "BadRequest", Message: msg}
 }
 
-// watch opens the watch a request asks for: filtered, or of the whole source.
-func (c *core[V]) watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[V], error) {
-	if f.Index != "" && c.filters != nil {
-		return c.filters.watch(ctx, f, opts)
-	}
-	return c.lw.Watch(ctx, opts)
-}
-
-// serveFilters sets up the Server's filter indexes (ServerOptions.Filters), the indexes
-// of inf of those names. It runs before the Server's handler is added, so the indexes see
-// every change.
-func (s *Server[K, V]) serveFilters(inf *informer.Informer[K, V], opts ServerOptions[V], bookmarks time.Duration) error {
-	if len(opts.Filters) == 0 {
-		return nil
+// newFilterHub returns the hub of inf's indexes of the given names (ServerOptions.Filters),
+// or nil for none; bookmarks is the interval of a watch's bookmarks (0: none), clk times
+// them (nil: clock.Real{}). It is made before the Server's handler is added to inf, so
+// that the indexes see every change.
+func newFilterHub[K cmp.Ordered, V any](inf *informer.Informer[K, V], names []string, clk clock.Clock, bookmarks time.Duration, stats *counters, rep *reporter) (*filterHub[K, V], error) {
+	if len(names) == 0 {
+		return nil, nil
 	}
 	h := &filterHub[K, V]{
-		clock:     opts.Clock,
+		clock:     clk,
 		bookmarks: bookmarks,
-		report:    s.core.report,
-		stats:     &s.core.stats,
+		rep:       rep,
+		stats:     stats,
 		revStr:    "0",
-	}
-	h.indexNames = slices.Clone(opts.Filters)
-	slices.Sort(h.indexNames)
-	for i, name := range h.indexNames {
-		switch {
-		case name == "":
-			return errors.New("fanout: NewServer: ServerOptions.Filters has an empty name: name one of the informer's indexes")
-		case i > 0 && name == h.indexNames[i-1]:
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters names %q twice", name)
-		case len(name) > maxFilterValue:
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
-		}
-		ix, err := inf.Index(name)
-		if err != nil {
-			return fmt.Errorf("fanout: NewServer: ServerOptions.Filters of informer %q: %w: declare it in informer.Options.Indexers", inf.Name(), err)
-		}
-		h.fns = append(h.fns, ix)
-		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
 	}
-	s.mirror.filters = h
-	s.core.filters = h
-	return nil
-}
-
-// snapshot returns the state a list with filter f reads, and its log revision: the whole
-// state, or the bucket of f's value; either is an O(1) copy-on-write clone.
-func (s *Server[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
-	if f.Index == "" || s.mirror.filters == nil {
-		return s.mirror.snapshot()
+	h.indexNames = slices.Clone(names)
+	slices.Sort(h.indexNames)
+	for i, name := range h.indexNames {
+		switch {
+		case name == "":
+			return nil, errors.New("fanout: NewServer: ServerOptions.Filters has an empty name: name one of the informer's indexes")
+		case i > 0 && name == h.indexNames[i-1]:
+			return nil, fmt.Errorf("fanout: NewServer: ServerOptions.Filters names %q twice", name)
+		case len(name) > maxFilterValue:
+			return nil, fmt.Errorf("fanout: NewServer: ServerOptions.Filters has an index name longer than %d bytes", maxFilterValue)
+		}
+		ix, err := inf.Index(name)
+		if err != nil {
+			return nil, fmt.Errorf("fanout: NewServer: ServerOptions.Filters of informer %q: %w: declare it in informer.Options.Indexers", inf.Name(), err)
+		}
+		h.fns = append(h.fns, ix)
+		h.indexes = append(h.indexes, filterIndex[K, V]{values: map[string]*filterValue[K, V]{}, of: map[K][]string{}})
 	}
-	return s.mirror.filters.snapshot(f)
+	return h, nil
 }
 
 // filterHub keeps a Server's filter indexes: for each index, the bucket of every value
@@ -153,7 +129,7 @@ type filterHub[K cmp.Ordered, V any] struct {
 	fns        []informer.Index[V] // the informer's, by indexNames
 	clock      clock.Clock
 	bookmarks  time.Duration // 0: none
-	report     func(kind string, err error)
+	rep        *reporter
 	stats      *counters
 
 	// Changed under the mirror's lock and mu; read under mu.
@@ -182,39 +158,18 @@ type filterIndex[K cmp.Ordered, V any] struct {
 	of     map[K][]string                // each object's values, for its next change
 }
 
-// filterValue is one value of a filter index.
-type filterValue[K cmp.Ordered, V any] struct {
-	index   int
-	value   string
-	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
-	history []filterEvent[K]                // its events after the compacted revision
-	dropped int64                           // events dropped from the front of history, ever, and one more at each forgetHistory
-	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
-	watches int                             // watches open
-
-	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
-}
-
-// filterEvent is an event of one value's filtered stream.
-type filterEvent[K cmp.Ordered] struct {
-	rev    int64
-	revStr string
-	typ    informer.EventType
-	rec    *record[K]
-}
-
 // filterQueued names the value that holds the history event of revision rev.
 type filterQueued[K cmp.Ordered, V any] struct {
 	rev int64
 	fv  *filterValue[K, V]
 }
 
-func (h *filterHub[K, V]) names() []string { return h.indexNames }
+func (h *filterHub[K, V]) Names() []string { return h.indexNames }
 
-// values computes obj's values in every filter index, outside the mirror's lock. An index
+// Values computes obj's values in every filter index, outside the mirror's lock. An index
 // function that fails or panics is reported and counted (Stats.IndexErrors); the object
 // is then in no bucket of that index until a later change indexes it.
-func (h *filterHub[K, V]) values(k K, obj V) [][]string {
+func (h *filterHub[K, V]) Values(k K, obj V) [][]string {
 	if h == nil {
 		return nil
 	}
@@ -222,8 +177,8 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 	for i, fn := range h.fns {
 		vs, err := fn.Values(obj)
 		if err != nil {
-			h.stats.IndexErrors.Add(1)
-			h.report(kindFilterIndex, fmt.Errorf("filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it; fix the index function)", h.indexNames[i], k, err))
+			h.stats.IndexError()
+			h.rep.FilterIndex(fmt.Errorf("filter index %q of object %v: %w (the object leaves the filters of that index until a change indexes it; fix the index function)", h.indexNames[i], k, err))
 			continue
 		}
 		if len(vs) > 1 {
@@ -236,14 +191,14 @@ func (h *filterHub[K, V]) values(k K, obj V) [][]string {
 	return vals
 }
 
-// put indexes the object r of the change at rev under vals (from values); the mirror's
+// Put indexes the object r of the change at rev under vals (from values); the mirror's
 // lock is held.
-func (h *filterHub[K, V]) put(rev int64, r *record[K], vals [][]string, compacted int64) {
-	h.change(rev, r.key, r, vals, compacted)
+func (h *filterHub[K, V]) Put(rev int64, r *record[K], vals [][]string, compacted int64) {
+	h.change(rev, r.Key(), r, vals, compacted)
 }
 
-// delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
-func (h *filterHub[K, V]) delete(rev int64, k K, compacted int64) {
+// Delete unindexes the object with key k, deleted at rev; the mirror's lock is held.
+func (h *filterHub[K, V]) Delete(rev int64, k K, compacted int64) {
 	h.change(rev, k, nil, nil, compacted)
 }
 
@@ -268,10 +223,10 @@ func (h *filterHub[K, V]) change(rev int64, k K, r *record[K], vals [][]string, 
 	h.compact(compacted)
 }
 
-// beginBatch starts a batch of changes (a Server over an ordered upstream logs the
+// BeginBatch starts a batch of changes (a Server over an ordered upstream logs the
 // changes of one upstream revision as a batch): it holds mu until endBatch, so that no
 // list or watch reads the indexes with part of a batch.
-func (h *filterHub[K, V]) beginBatch() {
+func (h *filterHub[K, V]) BeginBatch() {
 	if h == nil {
 		return
 	}
@@ -279,10 +234,10 @@ func (h *filterHub[K, V]) beginBatch() {
 	h.batchLen, h.inBatch = 0, true
 }
 
-// endBatch ends a batch whose log ends at seq: each value's last event of the batch is
+// EndBatch ends a batch whose log ends at seq: each value's last event of the batch is
 // labelled seq, so that a filtered watch sends it as the batch's last (its other events
 // carry the mark of a partial batch), and the watches of the values it touched are woken.
-func (h *filterHub[K, V]) endBatch(seq int64) {
+func (h *filterHub[K, V]) EndBatch(seq int64) {
 	if h == nil {
 		return
 	}
@@ -296,15 +251,11 @@ func (h *filterHub[K, V]) endBatch(seq int64) {
 	order := h.order[h.orderHead:]
 	for j := len(order) - 1; j >= max(len(order)-h.batchLen, 0); j-- {
 		fv := order[j].fv
-		if fv.endedBatch == h.batches {
+		if !fv.EndBatch(h.batches, seq) {
 			continue // a later event of the batch ended it for this value
 		}
-		fv.endedBatch = h.batches
 		order[j].rev = seq
-		if n := len(fv.history); n > 0 {
-			fv.history[n-1].rev, fv.history[n-1].revStr = seq, strconv.FormatInt(seq, 10)
-		}
-		h.wake(fv)
+		fv.Wake()
 	}
 	h.advance(max(h.rev, seq))
 }
@@ -318,25 +269,20 @@ func (h *filterHub[K, V]) advance(rev int64) {
 }
 
 // broadcastProgress wakes the idle watches that asked for bookmarks, each to send one at
-// the newest revision (filterWatch.progress). It runs under mu, so never inside a batch.
+// the newest revision (filterValue.Progress). It runs under mu, so never inside a batch.
 func (h *filterHub[K, V]) broadcastProgress() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.progress = false
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
-			fv.waiters.WakeIf(func(w *filterWatch[K, V]) bool {
-				if !w.bookmarks {
-					return false
-				}
-				w.progress = true
-				return true
-			})
+			fv.Progress()
 		}
 	}
 }
 
-func (h *filterHub[K, V]) revString() string {
+// RevString returns the newest revision in decimal; mu is held.
+func (h *filterHub[K, V]) RevString() string {
 	if h.revStr == "" {
 		h.revStr = strconv.FormatInt(h.rev, 10)
 	}
@@ -354,10 +300,10 @@ func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
 			continue
 		}
 		fv := ix.values[v]
-		if fv == nil || fv.bucket == nil {
+		if fv == nil {
 			continue // cannot happen: a value holds its objects
 		}
-		if last, ok := fv.bucket.Delete(k); ok {
+		if last, ok := fv.Remove(k); ok {
 			h.append(fv, informer.Deleted, last)
 		}
 	}
@@ -367,10 +313,7 @@ func (h *filterHub[K, V]) move(i int, k K, r *record[K], vals []string) {
 		if slices.Contains(old, v) {
 			typ = informer.Modified
 		}
-		if fv.bucket == nil {
-			fv.bucket = newRecords[K](16)
-		}
-		fv.bucket.Set(k, r)
+		fv.Set(k, r)
 		h.append(fv, typ, r)
 	}
 	if len(vals) == 0 {
@@ -385,7 +328,7 @@ func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
 	ix := &h.indexes[i]
 	fv := ix.values[v]
 	if fv == nil {
-		fv = &filterValue[K, V]{index: i, value: v}
+		fv = newFilterValue[K, V](i, v)
 		ix.values[v] = fv
 	}
 	return fv
@@ -393,17 +336,14 @@ func (h *filterHub[K, V]) value(i int, v string) *filterValue[K, V] {
 
 // append adds an event at the newest revision to fv's history and wakes its watches.
 func (h *filterHub[K, V]) append(fv *filterValue[K, V], typ informer.EventType, r *record[K]) {
-	fv.history = append(fv.history, filterEvent[K]{rev: h.rev, revStr: h.revString(), typ: typ, rec: r})
+	fv.Append(h.rev, h.RevString(), typ, r)
 	h.order = append(h.order, filterQueued[K, V]{rev: h.rev, fv: fv})
 	if h.inBatch {
 		h.batchLen++
 	} else {
-		h.wake(fv)
+		fv.Wake()
 	}
 }
-
-// wake wakes the watches blocked on fv.
-func (h *filterHub[K, V]) wake(fv *filterValue[K, V]) { fv.waiters.WakeAll() }
 
 // compact drops the history events at or before the log's compacted revision, and the
 // values left with no object, history or watch.
@@ -413,13 +353,8 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 		fv := h.order[h.orderHead].fv
 		h.order[h.orderHead] = filterQueued[K, V]{}
 		h.orderHead++
-		fv.history[0] = filterEvent[K]{}
-		fv.history = fv.history[1:]
-		fv.dropped++
-		if len(fv.history) == 0 {
-			fv.history = nil
-		}
-		h.gc(fv)
+		fv.DropOldest()
+		h.Forget(fv)
 	}
 	if h.orderHead > 1024 && h.orderHead > len(h.order)/2 {
 		h.order = h.order[:copy(h.order, h.order[h.orderHead:])]
@@ -428,11 +363,11 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 	}
 }
 
-// forgetHistory drops the history of every value, for the server's history is another
-// one now (its upstream restored from a backup), and counts one event more dropped, so
-// that every open watch, however far it had read, finds its next event gone: it ends with
-// an error matching informer.ErrExpired (410), and its client lists again.
-func (h *filterHub[K, V]) forgetHistory() {
+// ForgetHistory drops the history of every value, for the server's history is another
+// one now (its upstream restored from a backup): every open watch, however far it had
+// read, finds its next event gone (filterValue.ForgetHistory), ends with an error
+// matching informer.ErrExpired (410), and its client lists again.
+func (h *filterHub[K, V]) ForgetHistory() {
 	if h == nil {
 		return
 	}
@@ -442,30 +377,68 @@ func (h *filterHub[K, V]) forgetHistory() {
 	h.order, h.orderHead = h.order[:0], 0
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
-			fv.dropped += int64(len(fv.history)) + 1
-			fv.history = nil
-			fv.waiters.WakeAll()
-			h.gc(fv)
+			fv.ForgetHistory()
+			fv.Wake()
+			h.Forget(fv)
 		}
 	}
 }
 
-// gc forgets fv if it holds nothing.
-func (h *filterHub[K, V]) gc(fv *filterValue[K, V]) {
-	if fv.watches == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0) {
-		delete(h.indexes[fv.index].values, fv.value)
+// Forget forgets fv if it holds nothing; mu is held.
+func (h *filterHub[K, V]) Forget(fv *filterValue[K, V]) {
+	if fv.Empty() {
+		i, v := fv.Name()
+		delete(h.indexes[i].values, v)
 	}
 }
 
-// snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
+// Snapshot returns a copy-on-write clone of the bucket of f's value and the revision it
 // reflects.
-func (h *filterHub[K, V]) snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
+func (h *filterHub[K, V]) Snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i, ok := slices.BinarySearch(h.indexNames, f.Index); ok {
-		if fv := h.indexes[i].values[f.Value]; fv != nil && fv.bucket != nil {
-			return fv.bucket.Clone(), h.rev
+		if fv := h.indexes[i].values[f.Value]; fv != nil {
+			if tree := fv.Snapshot(); tree != nil {
+				return tree, h.rev
+			}
 		}
 	}
 	return newRecords[K](2), h.rev
+}
+
+// Watch opens a watch of f's value. It behaves as the log's watches do (see
+// eventlog.Log.Watch), with their blocking loop (eventlog.Loop), on the value's filtered
+// stream: from opts.Revision (an error matching informer.ErrExpired if its events are
+// compacted, or if it is newer than the newest), or with SendInitialEvents the value's
+// bucket as ADDED events, then the EndOfInitialEvents bookmark, then the changes;
+// bookmarks at the newest revision when idle (with AllowBookmarks); io.EOF at
+// opts.Timeout; ctx.Err() when ctx is done.
+func (h *filterHub[K, V]) Watch(ctx context.Context, f valueFilter, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
+	i, ok := slices.BinarySearch(h.indexNames, f.Index)
+	if !ok {
+		return nil, fmt.Errorf("fanout: unknown filter index %q", f.Index)
+	}
+	from := int64(-1)
+	if opts.Revision != "" {
+		n, err := strconv.ParseInt(opts.Revision, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("fanout: filtered watch: revision %q is not a log revision", opts.Revision)
+		}
+		from = n
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case from > h.rev:
+		return nil, fmt.Errorf("fanout: filtered watch of %s: the revision is newer than the server's newest: %w", f, informer.ErrExpired)
+	case from >= 0 && from < h.compacted && !opts.SendInitialEvents:
+		return nil, fmt.Errorf("fanout: filtered watch of %s: the revision has left the server's history: %w", f, informer.ErrExpired)
+	}
+	var bookmarks time.Duration
+	if opts.AllowBookmarks {
+		bookmarks = h.bookmarks
+	}
+	loop := eventlog.NewLoop(&h.mu, ctx, h.clock, opts.Timeout, bookmarks)
+	return h.value(i, f.Value).Watch(h, loop, f, bookmarks > 0, opts.SendInitialEvents, from), nil
 }

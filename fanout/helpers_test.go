@@ -86,7 +86,7 @@ func newTestClient(t testing.TB, url string, opts httpsource.ClientOptions[*wire
 
 // rev returns the wire revision of a log revision of s, a server of its own numbering.
 func rev(s *Server[string, *wiretest.Obj], logRev int64) string {
-	return fmt.Sprintf("%s.%d", s.revs.tag, logRev)
+	return s.b.onWire(logRev)
 }
 
 // startServer serves srv on loopback with the http.Server settings the README asks for

@@ -14,6 +14,23 @@ import (
 	"github.com/informer-go/informer/internal/wire"
 )
 
+// record is what the server's log holds for an object: its key and its encoded form.
+type record[K any] struct {
+	key  K
+	json []byte
+}
+
+// Key returns the object's key.
+func (r *record[K]) Key() K { return r.key }
+
+// JSON returns the object's encoded form.
+func (r *record[K]) JSON() []byte { return r.json }
+
+// newRecords returns an empty tree of records by key, of the given degree.
+func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
+	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
+}
+
 // mirror is the informer handler that copies changes into the server's log and its
 // state tree (which lists read from). With an ordered upstream (up set) it holds the
 // changes back until the informer says which revision they add up to (OnRevision), and
@@ -27,7 +44,7 @@ type mirror[K cmp.Ordered, V any] struct {
 	up           *upstreamRevisions
 	maxObject    int
 	historyBytes int64
-	report       func(kind string, err error) // core.report
+	rep          *reporter
 	stats        *counters
 	filters      *filterHub[K, V] // nil without ServerOptions.Filters
 
@@ -40,6 +57,29 @@ type mirror[K cmp.Ordered, V any] struct {
 	ops       []logOp[K]                 // OnRevision's buffer
 	pendingAt map[K]int                  // the index of a key's change in pending
 }
+
+// newMirror returns the mirror that logs the changes of an informer keyed by key, each
+// encoded once (encode) and refused beyond maxObject bytes, into log, the history kept
+// within historyBytes (negative: no bound); head follows the log's newest revision. With
+// up set (an ordered upstream) changes are held until their revision; filters (nil:
+// none) index them.
+func newMirror[K cmp.Ordered, V any](log *eventlog.Log[K, *record[K]], key informer.KeyFunc[K, V], encode func(V) ([]byte, error), maxObject int, historyBytes int64,
+	head *atomic.Int64, up *upstreamRevisions, filters *filterHub[K, V], stats *counters, rep *reporter) *mirror[K, V] {
+	return &mirror[K, V]{
+		src: log, key: key, encode: encode, maxObject: maxObject, historyBytes: historyBytes,
+		head: head, up: up, filters: filters, stats: stats, rep: rep,
+		tree: newRecords[K](32),
+	}
+}
+
+// Head returns the log revision of the newest change.
+func (m *mirror[K, V]) Head() int64 { return m.head.Load() }
+
+// Lock holds the tree and the log still: no change is logged until Unlock.
+func (m *mirror[K, V]) Lock() { m.mu.Lock() }
+
+// Unlock lets changes be logged again.
+func (m *mirror[K, V]) Unlock() { m.mu.Unlock() }
 
 // logOp is one change OnRevision logs.
 type logOp[K any] struct {
@@ -101,19 +141,19 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	// The bound goes first, so that a watcher that reads the batch's changes finds it.
 	seq := m.src.Revision() + int64(len(ops))
 	other := false
-	moved := m.up.reached(seq, rev, func() {
+	moved := m.up.Reached(seq, rev, func() {
 		other = true
 		m.endHistory(rev)
 	})
 	// The filter indexes take the batch as one too: each value's last event of it is
 	// labelled with the batch's end, before the log's head reaches it.
 	if len(ops) > 0 {
-		m.filters.beginBatch()
+		m.filters.BeginBatch()
 	}
 	for i, o := range ops {
 		r, ok := m.apply(o)
 		if i == len(ops)-1 {
-			m.filters.endBatch(seq)
+			m.filters.EndBatch(seq)
 		}
 		if ok {
 			m.logged(r, int64(len(o.r.json)))
@@ -122,8 +162,8 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	if other {
 		m.src.Compact(m.src.Revision()) // nothing before the new history's first state
 	}
-	m.up.trim(m.src.CompactedRevision())
-	m.up.settled()
+	m.up.Trim(m.src.CompactedRevision())
+	m.up.Settled()
 	if moved && len(ops) == 0 {
 		m.src.Bookmark() // the upstream moved on with no change here: tell the watchers
 	}
@@ -136,7 +176,7 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 func (m *mirror[K, V]) endHistory(rev string) {
 	err := fmt.Errorf("the informer this server serves listed another history of its source (restored from a backup, or replaced), at revision %s, behind the revisions served: list again: %w", rev, informer.ErrOtherHistory)
 	m.src.DropWatches(err)
-	m.filters.forgetHistory()
+	m.filters.ForgetHistory()
 }
 
 // apply writes one change of a batch to the tree, the log and the filter indexes, and
@@ -146,13 +186,13 @@ func (m *mirror[K, V]) apply(o logOp[K]) (int64, bool) {
 		m.tree.Delete(o.r.key)
 		r, ok := m.src.Delete(o.r.key)
 		if ok {
-			m.filters.delete(r, o.r.key, m.src.CompactedRevision())
+			m.filters.Delete(r, o.r.key, m.src.CompactedRevision())
 		}
 		return r, ok
 	}
 	m.tree.Set(o.r.key, o.r)
 	r := m.src.Put(o.r.key, o.r)
-	m.filters.put(r, o.r, o.vals, m.src.CompactedRevision())
+	m.filters.Put(r, o.r, o.vals, m.src.CompactedRevision())
 	return r, true
 }
 
@@ -187,16 +227,16 @@ func (m *mirror[K, V]) put(obj V) {
 		b, err = wire.CompactJSON(b)
 	}
 	if err != nil {
-		m.stats.EncodeErrors.Add(1)
-		m.report(kindEncode, fmt.Errorf("encoding object %v: %w (not served: clients keep its previous state; fix the object or ServerOptions.Encode)", k, err))
+		m.stats.EncodeError()
+		m.rep.Encode(fmt.Errorf("encoding object %v: %w (not served: clients keep its previous state; fix the object or ServerOptions.Encode)", k, err))
 		return
 	}
 	if len(b) > m.maxObject {
-		m.stats.TooLarge.Add(1)
-		m.report(kindTooLarge, fmt.Errorf("object %v is %d bytes encoded, more than MaxObjectSize (%d): not served, clients keep its previous state (shrink the object, or raise MaxObjectSize and the clients' MaxFrameSize)", k, len(b), m.maxObject))
+		m.stats.TooLarge()
+		m.rep.TooLarge(fmt.Errorf("object %v is %d bytes encoded, more than MaxObjectSize (%d): not served, clients keep its previous state (shrink the object, or raise MaxObjectSize and the clients' MaxFrameSize)", k, len(b), m.maxObject))
 		return
 	}
-	vals := m.filters.values(k, obj)
+	vals := m.filters.Values(k, obj)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.up != nil {
@@ -210,7 +250,7 @@ func (m *mirror[K, V]) put(obj V) {
 	rev := m.src.Put(r.key, r)
 	m.tree.Set(k, r)
 	m.logged(rev, int64(len(b)))
-	m.filters.put(rev, r, vals, m.src.CompactedRevision())
+	m.filters.Put(rev, r, vals, m.src.CompactedRevision())
 }
 
 func (m *mirror[K, V]) delete(obj V) {
@@ -230,7 +270,7 @@ func (m *mirror[K, V]) delete(obj V) {
 	}
 	if rev, ok := m.src.Delete(k); ok {
 		m.logged(rev, int64(len(old.json)))
-		m.filters.delete(rev, k, m.src.CompactedRevision())
+		m.filters.Delete(rev, k, m.src.CompactedRevision())
 	}
 }
 
@@ -243,7 +283,7 @@ func (m *mirror[K, V]) keyOf(obj V, what string) (k K, ok bool) {
 	if err == nil {
 		return k, true
 	}
-	m.stats.EncodeErrors.Add(1)
+	m.stats.EncodeError()
 	if oe := (*informer.ObjectError)(nil); errors.As(err, &oe) {
 		err = oe.Err // the informer's own words name it and the object; said once below
 	}
@@ -251,7 +291,7 @@ func (m *mirror[K, V]) keyOf(obj V, what string) (k K, ok bool) {
 	if len(shown) > 200 {
 		shown = shown[:200] + "…"
 	}
-	m.report(kindKey, fmt.Errorf("key of %s %s: %w (not served; the informer keyed it before: a key function must answer the same for the same object)", what, shown, err))
+	m.rep.Key(fmt.Errorf("key of %s %s: %w (not served; the informer keyed it before: a key function must answer the same for the same object)", what, shown, err))
 	return k, false
 }
 
@@ -283,9 +323,12 @@ func (m *mirror[K, V]) logged(rev, size int64) {
 	}
 }
 
-// snapshot returns the current state and its log revision; the tree is a copy-on-write
-// clone, O(1).
-func (m *mirror[K, V]) snapshot() (*btree.Tree[K, *record[K]], int64) {
+// Snapshot returns the state a list with filter f reads, and its log revision: the
+// whole state, or the bucket of f's value; either is an O(1) copy-on-write clone.
+func (m *mirror[K, V]) Snapshot(f valueFilter) (*btree.Tree[K, *record[K]], int64) {
+	if !f.IsZero() && m.filters != nil {
+		return m.filters.Snapshot(f)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tree.Clone(), m.head.Load()

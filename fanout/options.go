@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 )
 
@@ -142,6 +141,9 @@ func (e *clientMessage) Error() string { return e.message + ": " + e.err.Error()
 
 func (e *clientMessage) Unwrap() error { return e.err }
 
+// Message returns the message shown to the caller.
+func (e *clientMessage) Message() string { return e.message }
+
 // ServeStats are the counters of a Server or PassThrough, as Stats reads them: each
 // counts from the server's start, but OpenWatches, which is the number open now. Each
 // field is read atomically; together they are not one instant.
@@ -157,21 +159,4 @@ type ServeStats struct {
 	EncodeErrors  uint64 // objects that could not be encoded
 	TooLarge      uint64 // objects refused because their encoding is longer than MaxObjectSize (Server)
 	IndexErrors   uint64 // objects a filter's index function failed or panicked on in the Server though the informer had indexed them (a function that is not pure): the object leaves that index's filters
-}
-
-// counters are the counters behind ServeStats, updated atomically.
-type counters struct {
-	Lists, Watches, Rejected, ListsRejected, Evicted, BadRequests, Denied atomic.Uint64
-	EncodeErrors, TooLarge, IndexErrors                                   atomic.Uint64
-	OpenWatches                                                           atomic.Int64
-}
-
-// read returns the counters' values.
-func (c *counters) read() ServeStats {
-	return ServeStats{
-		Lists: c.Lists.Load(), Watches: c.Watches.Load(), OpenWatches: c.OpenWatches.Load(),
-		Rejected: c.Rejected.Load(), ListsRejected: c.ListsRejected.Load(), Evicted: c.Evicted.Load(),
-		BadRequests: c.BadRequests.Load(), Denied: c.Denied.Load(), EncodeErrors: c.EncodeErrors.Load(),
-		TooLarge: c.TooLarge.Load(), IndexErrors: c.IndexErrors.Load(),
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
@@ -45,7 +46,7 @@ type PassThroughOptions[V any] struct {
 // the source for any state (ListOptions with no Revision), without resourceVersion for a
 // consistent one; a watch without resourceVersion passes an empty WatchOptions.Revision on.
 type PassThrough[V any] struct {
-	core core[V]
+	h *handler[V]
 }
 
 // NewPassThrough returns a PassThrough that serves lw.
@@ -54,42 +55,72 @@ func NewPassThrough[V any](lw informer.ListerWatcher[V], opts PassThroughOptions
 	if encode == nil {
 		encode = func(v V) ([]byte, error) { return json.Marshal(v) }
 	}
-	h := &PassThrough[V]{}
-	h.core.lw = lw
-	h.core.appendObject = func(dst []byte, v V) ([]byte, error) {
-		b, err := encode(v)
-		if err == nil {
-			b, err = wire.CompactJSON(b)
-		}
-		if err != nil {
-			return dst, err
-		}
-		return append(dst, b...), nil
-	}
-	h.core.revs = identityRevisions{}
-	h.core.init(opts.ServeOptions, "fanout: pass-through", clock.Real{})
-	return h
+	b := &passBackend[V]{lw: lw, encode: encode}
+	return &PassThrough[V]{h: newHandler[V](b, newGate(opts.ServeOptions), newReporter(opts.ServeOptions, "fanout: pass-through", clock.Real{}), opts.ServeOptions)}
 }
 
 // ServeHTTP implements http.Handler; it answers GET only.
-func (h *PassThrough[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.core.ServeHTTP(w, r) }
+func (h *PassThrough[V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.h.ServeHTTP(w, r) }
 
 // Shutdown stops serving, as Server.Shutdown does: new requests get 503, open watches end
 // cleanly, and it waits for every request handler to return or for ctx.
-func (h *PassThrough[V]) Shutdown(ctx context.Context) error { return h.core.shutdown(ctx) }
+func (h *PassThrough[V]) Shutdown(ctx context.Context) error { return h.h.Shutdown(ctx) }
 
 // Stats returns the handler's counters, read now.
-func (h *PassThrough[V]) Stats() ServeStats { return h.core.stats.read() }
+func (h *PassThrough[V]) Stats() ServeStats { return h.h.Stats().Read() }
 
-// identityRevisions puts the source's revisions and tokens on the wire unchanged.
-type identityRevisions struct{}
+// passBackend serves a ListerWatcher request for request, its revisions and continue
+// tokens on the wire as they are.
+type passBackend[V any] struct {
+	lw     informer.ListerWatcher[V]
+	encode func(V) ([]byte, error)
+}
 
-func (identityRevisions) watchRevision(onWire string) (string, error) { return onWire, nil }
-func (identityRevisions) listRevision(onWire string) (string, error)  { return onWire, nil }
-func (identityRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
+// List reads one page from the source: a continue token's, at rev ("0": any state), or
+// a consistent one.
+func (b *passBackend[V]) List(ctx context.Context, _ string, _ valueFilter, rev, cont string, limit int64) (page[V], error) {
+	opts := informer.ListOptions{Limit: limit}
+	switch {
+	case cont != "":
+		opts.Continue = cont
+	case rev == "":
+		opts.Consistent = true
+	case rev != "0":
+		opts.Revision = rev
+	}
+	l, err := b.lw.List(ctx, opts)
+	if err != nil {
+		return page[V]{}, err
+	}
+	return newPage[V](l.Revision, l.Continue, slices.Values(l.Items), nil), nil
+}
+
+// Watch opens one watch on the source (a PassThrough has no filters: the handler
+// refuses any).
+func (b *passBackend[V]) Watch(ctx context.Context, _ valueFilter, rev string, opts informer.WatchOptions) (informer.Watch[V], error) {
+	opts.Revision = rev
+	return b.lw.Watch(ctx, opts)
+}
+
+func (b *passBackend[V]) Ready() bool { return true }
+
+func (b *passBackend[V]) AppendObject(dst []byte, v V) ([]byte, error) {
+	j, err := b.encode(v)
+	if err == nil {
+		j, err = wire.CompactJSON(j)
+	}
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, j...), nil
+}
+
+func (b *passBackend[V]) AppendRevision(dst []byte, rev string) ([]byte, bool) {
 	return append(dst, rev...), true
 }
-func (identityRevisions) continueToken(onWire string) (string, error) { return onWire, nil }
-func (identityRevisions) appendContinue(dst []byte, tok string) []byte {
-	return append(dst, tok...)
-}
+
+func (b *passBackend[V]) StaleState() (func() bool, string) { return nil, "" }
+
+func (b *passBackend[V]) Filters() []string { return nil }
+
+func (b *passBackend[V]) Policy() policy { return policy{} }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/wire"
 )
 
@@ -119,6 +120,38 @@ func parseParams(q url.Values) (request, *wire.Status) {
 	}
 	return req, nil
 }
+
+// IsWatch reports whether the request is a watch (watch=true); otherwise it is a list.
+func (req *request) IsWatch() bool { return req.watch }
+
+// Filter returns the filter the request asks for; zero for none.
+func (req *request) Filter() valueFilter { return req.filter }
+
+// List returns what a list request asks for: a revision ("" for none), a continue
+// token, a page size (0: all) and a timeout (0: none).
+func (req *request) List() (rev, cont string, limit int64, timeout time.Duration) {
+	return req.rv, req.cont, req.limit, req.timeout
+}
+
+// Watch returns what a watch request asks for: the revision to watch from ("" for none:
+// "" and "0" both), and the options of the watch. With replayOnEmpty a watch from no
+// revision starts with the current state, as Kubernetes does (replay: initial events the
+// client did not ask for by name).
+func (req *request) Watch(replayOnEmpty bool) (rev string, opts informer.WatchOptions, replay bool) {
+	opts = informer.WatchOptions{Timeout: req.timeout, AllowBookmarks: req.bookmarks, SendInitialEvents: req.initial}
+	switch {
+	case req.rv == "" || req.rv == "0":
+		if replayOnEmpty && !req.initial {
+			opts.SendInitialEvents, replay = true, true
+		}
+	default:
+		rev = req.rv
+	}
+	return rev, opts, replay
+}
+
+// Stream returns how a watch is sent: as Server-Sent Events, and with bookmarks.
+func (req *request) Stream() (sse, bookmarks bool) { return req.sse, req.bookmarks }
 
 // check refuses the parameters that do not go together.
 func (req *request) check(q url.Values) *wire.Status {

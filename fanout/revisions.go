@@ -19,6 +19,27 @@ import (
 // client that comes from a replica further ahead) before it answers 410.
 const DefaultCatchUpWait = 5 * time.Second
 
+// revisionMap translates revisions and continue tokens between the wire and the
+// server's log: the upstream's revisions, or the server's own numbering.
+type revisionMap interface {
+	// WatchRevision translates the resourceVersion of a watch request (never "" or "0").
+	// An error matching informer.ErrExpired is answered 410; any other error 400.
+	WatchRevision(onWire string) (string, error)
+	// ListRevision translates the resourceVersion of a list request (never "" or "0");
+	// "" means any state will do. Errors as for WatchRevision.
+	ListRevision(onWire string) (string, error)
+	// AppendWire appends the wire form of a log revision, unquoted, and reports whether
+	// it is the newest revision the log has (so that buffered frames should be sent).
+	AppendWire(dst []byte, rev string) ([]byte, bool)
+	// ContinueToken translates a continue token of a request; errors as for WatchRevision.
+	ContinueToken(onWire string) (string, error)
+	// AppendContinue appends the wire form of a continue token, unquoted.
+	AppendContinue(dst []byte, tok string) []byte
+	// Await waits, bounded, until the server has reached the revision of a request (not
+	// "" or "0"): a replica behind its client. Its error is answered as WatchRevision's.
+	Await(ctx context.Context, onWire string) error
+}
+
 // bound says that the server's log up to seq is exactly the upstream's state at every
 // revision from first to last.
 type bound struct {
@@ -34,6 +55,7 @@ type upstreamRevisions struct {
 	cmp  informer.RevisionComparer
 	tag  string        // the prefix of continue tokens
 	head *atomic.Int64 // the log revision of the newest change
+	wait time.Duration // how long Await waits for a revision (CatchUpWait)
 
 	trimmed int64 // the history's start at the last trim; the mirror's, under its lock
 
@@ -45,20 +67,36 @@ type upstreamRevisions struct {
 	once   sync.Once
 }
 
-func newUpstreamRevisions(cmp informer.RevisionComparer, tag string, head *atomic.Int64) *upstreamRevisions {
-	return &upstreamRevisions{cmp: cmp, tag: tag, head: head, ready: make(chan struct{})}
+// newUpstreamRevisions returns the revisions of an upstream ordered by cmp; tag starts
+// continue tokens, head is the log's newest revision, and wait bounds Await
+// (CatchUpWait; negative: no wait).
+func newUpstreamRevisions(cmp informer.RevisionComparer, tag string, head *atomic.Int64, wait time.Duration) *upstreamRevisions {
+	return &upstreamRevisions{cmp: cmp, tag: tag, head: head, wait: wait, ready: make(chan struct{})}
+}
+
+// Ready returns a channel closed once the first revision is reached.
+func (u *upstreamRevisions) Ready() <-chan struct{} { return u.ready }
+
+// IsReady reports whether the first revision is reached.
+func (u *upstreamRevisions) IsReady() bool {
+	select {
+	case <-u.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // reached records that the log up to seq is the upstream's state at rev; it reports
 // whether the revision moved (false for a revision not newer than the newest bound's).
 // The bound labels the batch's changes at once; requests see it (complete) once the log
-// holds them all, when head reaches seq; then call settled.
+// holds them all, when head reaches seq; then call Settled.
 //
 // A rev older than the newest bound's is of another history of the upstream (one
 // restored from a backup goes on from an older revision): leave is called first, then the
 // bounds of the old history are forgotten and rev starts the history anew, so that no
 // request resumes from a revision of the old one.
-func (u *upstreamRevisions) reached(seq int64, rev string, leave func()) bool {
+func (u *upstreamRevisions) Reached(seq int64, rev string, leave func()) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := len(u.bounds)
@@ -91,7 +129,7 @@ func (u *upstreamRevisions) reached(seq int64, rev string, leave func()) bool {
 }
 
 // settled wakes the requests waiting for a revision: the newest bound is complete.
-func (u *upstreamRevisions) settled() {
+func (u *upstreamRevisions) Settled() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.moved != nil {
@@ -110,7 +148,7 @@ func (u *upstreamRevisions) completeLocked() []bound {
 }
 
 // trim drops the bounds before the history's start (compacted): no watch can start there.
-func (u *upstreamRevisions) trim(compacted int64) {
+func (u *upstreamRevisions) Trim(compacted int64) {
 	if compacted <= u.trimmed {
 		return
 	}
@@ -127,7 +165,7 @@ func (u *upstreamRevisions) trim(compacted int64) {
 }
 
 // newest returns the newest revision reached, "" before the first.
-func (u *upstreamRevisions) newest() string {
+func (u *upstreamRevisions) Newest() string {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
 	bounds := u.completeLocked()
@@ -180,13 +218,14 @@ func (u *upstreamRevisions) leftHistory(rev string) string {
 	return u.left
 }
 
-// await waits, at most wait, until the revision of a request is reached. It returns an
+// Await waits, at most CatchUpWait, until the revision of a request is reached. It returns an
 // error matching informer.ErrExpired if it is not (a client ahead of this replica, or of
 // another upstream), which is answered 410.
-func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.Duration) error {
+func (u *upstreamRevisions) Await(ctx context.Context, onWire string) error {
+	wait := u.wait
 	rev, _, err := u.parse(onWire)
 	if err != nil {
-		return nil // answered by watchRevision or listRevision
+		return nil // answered by WatchRevision or ListRevision
 	}
 	var timer *time.Timer
 	for {
@@ -195,7 +234,7 @@ func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.
 			return nil
 		}
 		if left := u.leftHistory(rev); left != "" {
-			return fmt.Errorf("resourceVersion %s is a revision of the history this server's upstream left (its revisions went back from %s to %s: restored from a backup, or replaced): list again: %w", onWire, left, u.newest(), informer.ErrOtherHistory)
+			return fmt.Errorf("resourceVersion %s is a revision of the history this server's upstream left (its revisions went back from %s to %s: restored from a backup, or replaced): list again: %w", onWire, left, u.Newest(), informer.ErrOtherHistory)
 		}
 		if wait <= 0 {
 			break
@@ -215,10 +254,10 @@ func (u *upstreamRevisions) await(ctx context.Context, onWire string, wait time.
 	}
 	// Past the wait, the revision may never come here (another upstream's, or one of
 	// before a restore): the client lists again rather than retry it for good.
-	return fmt.Errorf("this replica has not reached resourceVersion %s (its newest is %q; waited %v): list again: %w", onWire, u.newest(), max(wait, 0), informer.ErrExpired)
+	return fmt.Errorf("this replica has not reached resourceVersion %s (its newest is %q; waited %v): list again: %w", onWire, u.Newest(), max(wait, 0), informer.ErrExpired)
 }
 
-func (u *upstreamRevisions) watchRevision(onWire string) (string, error) {
+func (u *upstreamRevisions) WatchRevision(onWire string) (string, error) {
 	rev, partial, err := u.parse(onWire)
 	if err != nil {
 		return "", err
@@ -253,18 +292,18 @@ func (u *upstreamRevisions) watchRevision(onWire string) (string, error) {
 	return strconv.FormatInt(bounds[i].seq, 10), nil
 }
 
-func (u *upstreamRevisions) listRevision(onWire string) (string, error) {
+func (u *upstreamRevisions) ListRevision(onWire string) (string, error) {
 	rev, _, err := u.parse(onWire)
 	if err != nil {
 		return "", err
 	}
 	if behind, _ := u.behind(rev); behind {
-		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, u.newest(), informer.ErrUnavailable)
+		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, u.Newest(), informer.ErrUnavailable)
 	}
 	return "", nil // every state served is at least as new
 }
 
-func (u *upstreamRevisions) appendWire(dst []byte, local string) ([]byte, bool) {
+func (u *upstreamRevisions) AppendWire(dst []byte, local string) ([]byte, bool) {
 	n, err := strconv.ParseInt(local, 10, 64)
 	if err != nil {
 		return append(dst, local...), true // not a log revision; cannot happen
@@ -289,11 +328,11 @@ func (u *upstreamRevisions) appendWire(dst []byte, local string) ([]byte, bool) 
 	return dst, n >= u.head.Load()
 }
 
-func (u *upstreamRevisions) continueToken(onWire string) (string, error) {
+func (u *upstreamRevisions) ContinueToken(onWire string) (string, error) {
 	return continueToken(u.tag, onWire)
 }
 
-func (u *upstreamRevisions) appendContinue(dst []byte, tok string) []byte {
+func (u *upstreamRevisions) AppendContinue(dst []byte, tok string) []byte {
 	return appendContinue(dst, u.tag, tok)
 }
 
@@ -336,6 +375,14 @@ type offsetRevisions struct {
 	head *atomic.Int64 // the log revision of the newest change
 }
 
+// newOffsetRevisions returns the numbering of tag; head is the log's newest revision.
+func newOffsetRevisions(tag string, head *atomic.Int64) *offsetRevisions {
+	return &offsetRevisions{tag: tag, head: head}
+}
+
+// Await has nothing to wait for: a revision of this numbering is one the server made.
+func (o *offsetRevisions) Await(context.Context, string) error { return nil }
+
 // parse returns the log revision of a wire revision; foreign reports a revision of
 // another numbering.
 func (o *offsetRevisions) parse(onWire string) (n int64, foreign bool, err error) {
@@ -353,7 +400,7 @@ func (o *offsetRevisions) parse(onWire string) (n int64, foreign bool, err error
 	return 0, false, fmt.Errorf("resourceVersion %q is not a revision of this server (%s.<n>)", onWire, o.tag)
 }
 
-func (o *offsetRevisions) watchRevision(onWire string) (string, error) {
+func (o *offsetRevisions) WatchRevision(onWire string) (string, error) {
 	n, foreign, err := o.parse(onWire)
 	if err != nil {
 		return "", err
@@ -364,7 +411,7 @@ func (o *offsetRevisions) watchRevision(onWire string) (string, error) {
 	return strconv.FormatInt(n, 10), nil
 }
 
-func (o *offsetRevisions) listRevision(onWire string) (string, error) {
+func (o *offsetRevisions) ListRevision(onWire string) (string, error) {
 	n, foreign, err := o.parse(onWire)
 	if err != nil || foreign {
 		return "", err // another numbering: any state of this instance will do
@@ -372,7 +419,7 @@ func (o *offsetRevisions) listRevision(onWire string) (string, error) {
 	return strconv.FormatInt(n, 10), nil
 }
 
-func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
+func (o *offsetRevisions) AppendWire(dst []byte, rev string) ([]byte, bool) {
 	var n int64
 	for i := 0; i < len(rev); i++ {
 		c := rev[i]
@@ -386,10 +433,10 @@ func (o *offsetRevisions) appendWire(dst []byte, rev string) ([]byte, bool) {
 	return strconv.AppendInt(dst, n, 10), n >= o.head.Load()
 }
 
-func (o *offsetRevisions) continueToken(onWire string) (string, error) {
+func (o *offsetRevisions) ContinueToken(onWire string) (string, error) {
 	return continueToken(o.tag, onWire)
 }
 
-func (o *offsetRevisions) appendContinue(dst []byte, tok string) []byte {
+func (o *offsetRevisions) AppendContinue(dst []byte, tok string) []byte {
 	return appendContinue(dst, o.tag, tok)
 }

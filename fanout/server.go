@@ -14,7 +14,6 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
-	"github.com/informer-go/informer/internal/btree"
 	"github.com/informer-go/informer/internal/eventlog"
 	"github.com/informer-go/informer/internal/wire"
 )
@@ -181,27 +180,16 @@ type ServerOptions[V any] struct {
 // keeps serving its last state if the informer stops. A Delete event carries the last
 // state the server served for the object.
 type Server[K cmp.Ordered, V any] struct {
-	core       core[*record[K]]
+	h          *handler[*record[K]]
+	gate       *gate
 	src        *eventlog.Log[K, *record[K]]
+	mirror     *mirror[K, V]
 	inf        *informer.Informer[K, V]
 	reg        *informer.Registration
-	revs       *offsetRevisions   // own numbering: the informer's source is not ordered
 	up         *upstreamRevisions // the upstream's revisions: the informer's source is ordered
-	mirror     *mirror[K, V]
-	pins       pinTable[K]
+	b          *logBackend[K, V]
 	synced     chan struct{} // closed by waitSynced, started by the first Synced
 	syncedOnce sync.Once
-}
-
-// record is what the server's log holds for an object: its key and its encoded form.
-type record[K any] struct {
-	key  K
-	json []byte
-}
-
-// newRecords returns an empty tree of records by key, of the given degree.
-func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
-	return btree.New[K, *record[K]](degree, btree.Natural[K](), nil)
 }
 
 // NewServer returns a server of inf's collection, keyed as inf keys it (inf.Key). The
@@ -216,37 +204,36 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 		return nil, err
 	}
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	s := &Server[K, V]{
-		inf: inf,
-		src: eventlog.New[K, *record[K]](eventlog.Options{
-			Name:             "fanout: server log",
-			Clock:            opts.Clock,
-			BookmarkInterval: lim.bookmarks,
-			StreamingList:    true,
-			HistoryLimit:     lim.history,
-		}),
-		synced: make(chan struct{}),
-	}
+	g := newGate(opts.ServeOptions)
+	rep := newReporter(opts.ServeOptions, fmt.Sprintf("fanout: server for informer %q", inf.Name()), opts.Clock)
+	log := eventlog.New[K, *record[K]](eventlog.Options{
+		Name:             "fanout: server log",
+		Clock:            opts.Clock,
+		BookmarkInterval: lim.bookmarks,
+		StreamingList:    true,
+		HistoryLimit:     lim.history,
+	})
+	// The revisions served: the upstream's when the informer's source orders them, else
+	// the server's own, <tag>.<n>.
 	var head atomic.Int64
-	s.number(tag, &head, cmp.Or(opts.CatchUpWait, DefaultCatchUpWait))
-	s.mirror = &mirror[K, V]{
-		src: s.src, key: inf.Key, encode: lim.encode, head: &head, up: s.up,
-		tree:      newRecords[K](32),
-		maxObject: lim.maxObject, historyBytes: lim.historyBytes,
-		report: s.core.report,
-		stats:  &s.core.stats,
+	var revs revisionMap
+	var up *upstreamRevisions
+	if order := inf.RevisionComparer(); order != nil {
+		up = newUpstreamRevisions(order, tag, &head, cmp.Or(opts.CatchUpWait, DefaultCatchUpWait))
+		revs = up
+	} else {
+		revs = newOffsetRevisions(tag, &head)
 	}
-	s.pins = pinTable[K]{
-		limit:     cmp.Or(max(opts.PagedLists, 0), DefaultPagedLists),
-		perClient: cmp.Or(max(opts.PagedListsPerClient, 0), DefaultPagedListsPerClient),
-		byID:      make(map[uint64]*pin[K]),
-		byClient:  make(map[string][]*pin[K]),
-	}
-	if err := s.serveFilters(inf, opts, lim.bookmarks); err != nil {
+	filters, err := newFilterHub(inf, opts.Filters, opts.Clock, lim.bookmarks, g.Stats(), rep)
+	if err != nil {
 		return nil, err
 	}
-	s.serveLog(tag, lim.bookmarks, opts)
-	reg, err := inf.AddHandler(s.mirror, informer.HandlerOptions{
+	m := newMirror(log, inf.Key, lim.encode, lim.maxObject, lim.historyBytes, &head, up, filters, g.Stats(), rep)
+	var s *Server[K, V]
+	b := newLogBackend(log, m, filters, revs, up, opts,
+		policy{replayOnEmpty: true, batchInitial: up != nil, plainIsBad: true, bookmarks: lim.bookmarks, instance: tag},
+		func() bool { return s.HasSynced() })
+	reg, err := inf.AddHandler(m, informer.HandlerOptions{
 		Name:         "fanout.Server",
 		ResyncPeriod: -1, // resyncs carry nothing new
 		QueueLength:  opts.QueueLength,
@@ -254,8 +241,12 @@ func NewServer[K cmp.Ordered, V any](inf *informer.Informer[K, V], opts ServerOp
 	if err != nil {
 		return nil, fmt.Errorf("fanout: NewServer: %w", err)
 	}
-	s.reg = reg
-	s.core.ready = s.HasSynced
+	s = &Server[K, V]{
+		h: newHandler(b, g, rep, opts.ServeOptions), gate: g,
+		src: log, mirror: m, inf: inf, reg: reg, up: up,
+		b:      b,
+		synced: make(chan struct{}),
+	}
 	return s, nil
 }
 
@@ -295,51 +286,18 @@ func (o ServerOptions[V]) limits() (serverLimits[V], error) {
 	return l, nil
 }
 
-// number chooses the revisions the server serves: the upstream's when the informer's
-// source orders them, else its own, <tag>.<n>.
-func (s *Server[K, V]) number(tag string, head *atomic.Int64, catchUp time.Duration) {
-	if order := s.inf.RevisionComparer(); order != nil {
-		s.up = newUpstreamRevisions(order, tag, head)
-		s.core.revs = s.up
-		s.core.await = func(ctx context.Context, rev string) error { return s.up.await(ctx, rev, catchUp) }
-		return
-	}
-	s.revs = &offsetRevisions{tag: tag, head: head}
-	s.core.revs = s.revs
-}
-
-// serveLog sets the serving core up over the server's log.
-func (s *Server[K, V]) serveLog(tag string, bookmarks time.Duration, opts ServerOptions[V]) {
-	s.core.instance = tag
-	s.core.list = s.list
-	s.core.staleState = func() (func() bool, string) {
-		rev := s.mirror.head.Load() // the watch's state is at this revision or before
-		return s.staleAt(rev), s.onWire(rev)
-	}
-	s.core.lw = serverLog[K]{Log: s.src}
-	if s.up != nil {
-		s.core.lw = serverLog[K]{Log: s.src, mu: &s.mirror.mu}
-	}
-	s.core.appendObject = func(dst []byte, r *record[K]) ([]byte, error) { return append(dst, r.json...), nil }
-	s.core.bookmarks = bookmarks
-	s.core.replayOnEmpty = true
-	s.core.batchInitial = s.up != nil
-	s.core.plainIsBad = true
-	s.core.init(opts.ServeOptions, fmt.Sprintf("fanout: server for informer %q", s.inf.Name()), opts.Clock)
-}
-
 // waitSynced closes s.synced once the server serves: its handler has the informer's
 // initial state and, for an ordered upstream, the revision of a state it holds.
 func (s *Server[K, V]) waitSynced() {
 	select {
 	case <-s.reg.Synced():
-	case <-s.core.stopCtx.Done():
+	case <-s.gate.Stopped():
 		return
 	}
 	if s.up != nil {
 		select {
-		case <-s.up.ready:
-		case <-s.core.stopCtx.Done():
+		case <-s.up.Ready():
+		case <-s.gate.Stopped():
 			return
 		}
 	}
@@ -348,7 +306,7 @@ func (s *Server[K, V]) waitSynced() {
 
 // ServeHTTP implements http.Handler. Mount it at the collection's URL; it answers GET
 // only. See package httpsource for the requests and answers.
-func (s *Server[K, V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.core.ServeHTTP(w, r) }
+func (s *Server[K, V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.ServeHTTP(w, r) }
 
 // Shutdown stops serving: new requests are answered 503; every open watch ends cleanly,
 // as when its timeout passes, after the events already read are sent (clients reconnect
@@ -359,22 +317,19 @@ func (s *Server[K, V]) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.cor
 // http.Server.Shutdown, which does not end streaming responses. Calling it again only
 // waits again.
 func (s *Server[K, V]) Shutdown(ctx context.Context) error {
-	err := s.core.shutdown(ctx)
+	err := s.h.Shutdown(ctx)
 	s.inf.RemoveHandler(s.reg)
 	return err
 }
 
 // Stats returns the server's counters, read now.
-func (s *Server[K, V]) Stats() ServeStats { return s.core.stats.read() }
+func (s *Server[K, V]) Stats() ServeStats { return s.gate.Stats().Read() }
 
 // Revision returns the revision of the state the server serves: the upstream's revision
 // its informer's cache has reached, for an ordered upstream ("" before the first);
 // otherwise the server's own revision of its newest change, <tag>.<n>.
 func (s *Server[K, V]) Revision() string {
-	if s.up != nil {
-		return s.up.newest()
-	}
-	return s.onWire(s.mirror.head.Load())
+	return s.b.Revision()
 }
 
 // HasSynced reports whether the server holds the informer's initial state and serves:
@@ -386,15 +341,7 @@ func (s *Server[K, V]) HasSynced() bool {
 	default:
 		return false
 	}
-	if s.up == nil {
-		return true
-	}
-	select {
-	case <-s.up.ready:
-		return true
-	default:
-		return false
-	}
+	return s.up == nil || s.up.IsReady()
 }
 
 // Synced returns a channel closed once HasSynced is true. The first call starts a
@@ -402,28 +349,4 @@ func (s *Server[K, V]) HasSynced() bool {
 func (s *Server[K, V]) Synced() <-chan struct{} {
 	s.syncedOnce.Do(func() { go s.waitSynced() })
 	return s.synced
-}
-
-// serverLog is the server's log as its core reads it: its watches; lists are the
-// Server's own snapshots (core.list). With mu set (the mirror's lock: an ordered
-// upstream) a watch with initial events (a streaming list) opens under it, so that its
-// initial state is one the log has a revision for, never one in the middle of a batch
-// being logged.
-type serverLog[K cmp.Ordered] struct {
-	*eventlog.Log[K, *record[K]]
-	mu *sync.Mutex // nil: no batches
-}
-
-// List is not used: a Server lists its snapshots.
-func (l serverLog[K]) List(context.Context, informer.ListOptions) (informer.List[*record[K]], error) {
-	return informer.List[*record[K]]{}, errors.New("fanout: the server's log is listed through its snapshots")
-}
-
-// Watch opens a watch of the log.
-func (l serverLog[K]) Watch(ctx context.Context, opts informer.WatchOptions) (informer.Watch[*record[K]], error) {
-	if opts.SendInitialEvents && l.mu != nil {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-	}
-	return l.Log.Watch(ctx, opts)
 }

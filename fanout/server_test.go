@@ -7,14 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,7 +18,6 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/clock"
-	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
@@ -190,155 +185,6 @@ func TestServerWatchExpired(t *testing.T) {
 	w.Stop()
 }
 
-func TestServerQueryValidation(t *testing.T) {
-	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{}, "a")
-	for _, q := range []string{
-		"labelSelector=x",
-		"limit=-1",
-		"limit=ten",
-		"limit=1&limit=2",
-		"watch=maybe",
-		"watch=1&limit=5",
-		"watch=1&continue=abc",
-		"continue=",
-		"continue=abc&resourceVersion=5",
-		"timeoutSeconds=-3",
-		"timeoutSeconds=1e3",
-		"allowWatchBookmarks=yes",
-		"sendInitialEvents=true",
-		"sendInitialEvents=perhaps&watch=1",
-		"resourceVersionMatch=Exact&resourceVersion=1",
-		"resourceVersionMatch=Newest",
-		"resourceVersion=abc",
-		"resourceVersion=007",
-		"watch=1&resourceVersion=-5",
-		"%zz",
-	} {
-		resp := wiretest.Get(t, nil, ts.URL+"?"+q, nil)
-		b := wiretest.Body(t, resp)
-		var se struct {
-			Kind, Status, Reason, Message string
-			Code                          int
-		}
-		if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(b), &se) != nil ||
-			se.Kind != "Status" || se.Status != "Failure" || se.Code != 400 || se.Reason != "BadRequest" || se.Message == "" {
-			t.Errorf("?%s: %d %s", q, resp.StatusCode, b)
-		}
-	}
-	// Not GET: 405. Only protobuf acceptable: 406.
-	resp, err := http.Post(ts.URL, "application/json", strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if wiretest.Body(t, resp); resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
-		t.Errorf("POST: %d", resp.StatusCode)
-	}
-	resp = wiretest.Get(t, nil, ts.URL, http.Header{"Accept": {"application/vnd.kubernetes.protobuf"}})
-	if wiretest.Body(t, resp); resp.StatusCode != 406 {
-		t.Errorf("protobuf only: %d", resp.StatusCode)
-	}
-	if n := srv.Stats().BadRequests; n != 22 {
-		t.Errorf("Stats.BadRequests = %d, want 22", n)
-	}
-}
-
-func TestServerAuthorize(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
-		Authorize: func(r *http.Request) error {
-			switch r.Header.Get("Authorization") {
-			case "":
-				return fmt.Errorf("no token: %w", ErrUnauthorized)
-			case "Bearer good":
-				return nil
-			case "Bearer reader":
-				return fmt.Errorf("reader may not watch: %w", ErrForbidden)
-			}
-			return errors.New("unknown token")
-		},
-	}})
-	for _, tc := range []struct {
-		token  string
-		code   int
-		reason string
-	}{
-		{"", 401, "Unauthorized"},
-		{"Bearer reader", 403, "Forbidden"},
-		{"Bearer bogus", 403, "Forbidden"},
-		{"Bearer good", 200, ""},
-	} {
-		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{PrepareRequest: func(r *http.Request) error {
-			if tc.token != "" {
-				r.Header.Set("Authorization", tc.token)
-			}
-			return nil
-		}})
-		_, err := c.List(context.Background(), informer.ListOptions{})
-		var se *httpsource.StatusError
-		switch {
-		case tc.code == 200 && err != nil:
-			t.Errorf("%q: %v", tc.token, err)
-		case tc.code != 200 && (!errors.As(err, &se) || se.Code != tc.code || se.Reason != tc.reason):
-			t.Errorf("%q: %v, want %d %s", tc.token, err, tc.code, tc.reason)
-		case tc.code != 200 && (errors.Is(err, informer.ErrRetryable) || errors.Is(err, informer.ErrExpired)):
-			t.Errorf("%q: %v is classified; a refusal must not be", tc.token, err)
-		}
-	}
-	if n := srv.Stats().Denied; n != 3 {
-		t.Errorf("Stats.Denied = %d, want 3", n)
-	}
-}
-
-// Before the informer has delivered its initial state, the server answers 503 with a
-// Retry-After, which a client classifies as ErrUnavailable.
-func TestServerNotSynced(t *testing.T) {
-	src := memory.New(wiretest.ObjName, memory.Options{})
-	inf, err := informer.New(src, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(inf, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{RetryAfter: 2500 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	_, err = newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).List(context.Background(), informer.ListOptions{})
-	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrUnavailable) || d != 3*time.Second {
-		t.Errorf("%v (retry after %v), want ErrUnavailable after 3s", err, d)
-	}
-	if err := srv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestServerWatcherLimit(t *testing.T) {
-	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxWatchers: 2}}, "a")
-	r := rev(srv, 1)
-	wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+r)
-	second := wiretest.Open(t, ts.URL+"?watch=1&resourceVersion="+r)
-	resp := wiretest.Get(t, nil, ts.URL+"?watch=1&resourceVersion="+r, nil)
-	b := wiretest.Body(t, resp)
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(b, `"reason":"TooManyRequests"`) || !strings.Contains(b, `"code":429`) {
-		t.Fatalf("third watch: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
-	}
-	// The client sees it as a retryable error with the delay.
-	_, err := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Watch(context.Background(), informer.WatchOptions{Revision: r})
-	if d, _ := informer.RetryAfterOf(err); !errors.Is(err, informer.ErrTooManyRequests) || !errors.Is(err, informer.ErrRetryable) || d != time.Second {
-		t.Fatalf("client: %v (retry after %v)", err, d)
-	}
-	if n := srv.Stats().Rejected; n != 2 {
-		t.Errorf("Stats.Rejected = %d, want 2", n)
-	}
-	// Lists are not limited.
-	if resp := wiretest.Get(t, nil, ts.URL, nil); resp.StatusCode != 200 {
-		t.Errorf("list at the watcher limit: %d", resp.StatusCode)
-	} else {
-		wiretest.Body(t, resp)
-	}
-	second.Close()
-}
-
 // smallBuffer makes the server's side of the first connection buffer little, so that a
 // client that does not read blocks the server's writes quickly.
 type smallBuffer struct {
@@ -446,49 +292,6 @@ func TestServerSlowWatcherEvicted(t *testing.T) {
 	}
 }
 
-// A watcher that stops reading altogether is disconnected once a write has waited
-// WriteTimeout, reported to the ErrorHandler and counted; its connection is cut (no clean
-// end, no ERROR event: nothing can be written to it).
-func TestServerStalledWatcher(t *testing.T) {
-	up := newUpstream(t, memory.Options{HistoryLimit: 10})
-	wiretest.Put(up.src, "a", "1")
-	reported := make(chan error, 1)
-	srv, stalled, fast := twoWatchers(t, up, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{
-		WriteTimeout: 200 * time.Millisecond,
-		ErrorHandler: reportTo(reported),
-	}}, 4096)
-	big := strings.Repeat("x", 4<<10)
-	for i := range 100 { // far more than the stalled watcher's buffers hold
-		wiretest.Put(up.src, fmt.Sprintf("k%03d", i), big)
-		fast.Line(t)
-	}
-	if err := testkit.Recv(t, reported, "the stalled watcher's disconnection"); !errors.Is(err, os.ErrDeadlineExceeded) ||
-		!strings.HasPrefix(err.Error(), `fanout: server for informer "upstream": watcher 127.0.0.1:`) ||
-		!strings.Contains(err.Error(), " stalled: disconnected after 200ms") || !strings.HasSuffix(err.Error(), "(the client must read faster, or raise WriteTimeout)") {
-		t.Errorf("reported %v", err)
-	}
-	var lines int
-	for {
-		l, err := stalled.r.ReadString('\n')
-		if err != nil {
-			if err == io.EOF {
-				t.Error("the stalled watcher's stream ended cleanly; want a cut connection")
-			}
-			break
-		}
-		if strings.Contains(l, `"type":"ERROR"`) {
-			t.Errorf("ERROR event sent to a stalled watcher: %.80s", l)
-		}
-		lines++
-	}
-	if lines == 0 || lines >= 100 {
-		t.Errorf("the stalled watcher got %d events before its connection was cut", lines)
-	}
-	if n := srv.Stats().Evicted; n != 1 {
-		t.Errorf("Stats.Evicted = %d, want 1", n)
-	}
-}
-
 // Bookmarks at the interval, on the server's clock, only for watchers that allow them.
 func TestServerBookmarks(t *testing.T) {
 	fake := clock.NewFake(time.Unix(1000, 0))
@@ -558,376 +361,96 @@ func TestServerSSE(t *testing.T) {
 	}
 }
 
-// Shutdown ends every open watch cleanly (the terminating chunk: the client sees io.EOF),
-// answers later requests 503, and returns once every handler has.
-func TestServerShutdown(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	waitSynced(t, srv)
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
-	var watches []informer.Watch[*wiretest.Obj]
-	for range 3 {
-		w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: rev(srv, 1)})
-		if err != nil {
-			t.Fatal(err)
+// A client that starts paged list after paged list loses its own oldest snapshots, never
+// another client's: a paged informer still gets its second page.
+func TestServerPagedListsPerClient(t *testing.T) {
+	_, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{PagedLists: 4, PagedListsPerClient: 3, ServeOptions: ServeOptions{AuthorizeClient: byToken}}, "a", "b", "c")
+	hc := &http.Client{}
+	first := func(who string) string {
+		t.Helper()
+		resp := wiretest.Get(t, hc, ts.URL+"?limit=1", http.Header{"Authorization": {"Bearer " + who}})
+		b := wiretest.Body(t, resp)
+		_, tok, ok := strings.Cut(b, `"continue":"`)
+		if resp.StatusCode != 200 || !ok {
+			t.Fatalf("%s's first page: %d %s", who, resp.StatusCode, b)
 		}
-		watches = append(watches, w)
+		return tok[:strings.IndexByte(tok, '"')]
 	}
-	wiretest.Put(up.src, "b", "1")
-	for _, w := range watches {
-		if ev, err := w.Next(); err != nil || ev.Object.Name != "b" {
-			t.Fatalf("%v %v", ev, err)
+	next := func(who, tok string) (int, string) {
+		t.Helper()
+		resp := wiretest.Get(t, hc, ts.URL+"?limit=1&continue="+tok, http.Header{"Authorization": {"Bearer " + who}})
+		return resp.StatusCode, wiretest.Body(t, resp)
+	}
+	bob := first("bob")
+	var alice []string
+	for range 200 { // a limit=1 loop on one connection
+		alice = append(alice, first("alice"))
+	}
+	carol := first("carol") // the table is full: alice, who holds the most, loses one
+	for _, c := range []struct{ who, tok string }{{"bob", bob}, {"carol", carol}} {
+		if code, b := next(c.who, c.tok); code != 200 || !strings.Contains(b, `"name":"b"`) {
+			t.Errorf("%s's second page after alice's 200 lists: %d %s", c.who, code, b)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
+	if code, _ := next("alice", alice[0]); code != 410 {
+		t.Errorf("alice's first list, long evicted by her own: %d, want 410", code)
 	}
-	for _, w := range watches {
-		if _, err := w.Next(); err != io.EOF {
-			t.Errorf("after Shutdown: %v, want io.EOF", err)
-		}
-		w.Stop()
+	if code, b := next("alice", alice[len(alice)-1]); code != 200 || !strings.Contains(b, `"name":"b"`) {
+		t.Errorf("alice's newest list: %d %s", code, b)
 	}
-	if n := srv.Stats().OpenWatches; n != 0 {
-		t.Errorf("%d watches still open", n)
+	// A page asked for again (a client retrying it) is served again; once the last page
+	// is served, the list is finished.
+	dave := first("dave")
+	code, b := next("dave", dave)
+	_, t2, _ := strings.Cut(b, `"continue":"`)
+	t2 = t2[:max(strings.IndexByte(t2, '"'), 0)]
+	if code != 200 || !strings.Contains(b, `"name":"b"`) || t2 == "" {
+		t.Fatalf("dave's second page: %d %s", code, b)
 	}
-	if _, err := c.List(context.Background(), informer.ListOptions{}); !errors.Is(err, informer.ErrUnavailable) {
-		t.Errorf("list after Shutdown: %v, want 503", err)
+	if code, b := next("dave", dave); code != 200 || !strings.Contains(b, `"name":"b"`) || !strings.Contains(b, t2) {
+		t.Errorf("dave's second page again: %d %s", code, b)
 	}
-	// The handler is gone from the informer: changes no longer reach the server.
-	before := srv.Revision()
-	wiretest.Put(up.src, "c", "1")
-	wiretest.Converge(t, up.Mirror, func() string { return wiretest.State(up.src.Items()) })
-	if srv.Revision() != before {
-		t.Error("the server still mirrors after Shutdown")
+	if code, b := next("dave", t2); code != 200 || !strings.Contains(b, `"name":"c"`) || strings.Contains(b, `"continue"`) {
+		t.Errorf("dave's last page: %d %s", code, b)
+	}
+	if code, _ := next("dave", t2); code != 410 {
+		t.Errorf("a finished list's token: %d, want 410", code)
+	}
+	if n := srv.Stats().Lists; n != 209 {
+		t.Errorf("Stats.Lists = %d, want 209", n)
 	}
 }
 
-// 1,000 watchers on one server: all are served one change, the 1,001st is refused, and
-// shutdown ends them all; bounded in count and in time.
-func TestServer1000Watchers(t *testing.T) {
-	const n = 1000
-	up, srv, ts := withObjects(t, ServerOptions[*wiretest.Obj]{ServeOptions: ServeOptions{MaxWatchers: n}}, "a")
-	addr := ts.Listener.Addr().String()
-	from := "watch=1&resourceVersion=" + rev(srv, 1)
-	start := time.Now()
-	conns := make([]*rawConn, n)
-	for i := range conns {
-		conns[i] = dialWatch(t, addr, from, 0)
-		if conns[i].resp.StatusCode != 200 {
-			t.Fatalf("watch %d: %d", i, conns[i].resp.StatusCode)
+// Behind a round-robin balancer the pages of one list go to different replicas: a
+// continue token of one replica is served by another at the same upstream revision.
+func TestPagedListAcrossReplicas(t *testing.T) {
+	src := memory.New(wiretest.ObjName, memory.Options{})
+	for i := range 10 {
+		wiretest.Put(src, fmt.Sprintf("k%02d", i), "v")
+	}
+	up := startUpstream(t, src, "upstream", true)
+	_, a, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	_, b, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
+	ca, cb := newTestClient(t, a.URL, httpsource.ClientOptions[*wiretest.Obj]{}), newTestClient(t, b.URL, httpsource.ClientOptions[*wiretest.Obj]{})
+	var got []string
+	l, err := ca.List(context.Background(), informer.ListOptions{Limit: 4})
+	for i := 0; err == nil; i++ {
+		for _, o := range l.Items {
+			got = append(got, o.Name)
 		}
-	}
-	over := dialWatch(t, addr, from, 0)
-	if over.resp.StatusCode != 429 {
-		t.Fatalf("watch %d: %d, want 429", n+1, over.resp.StatusCode)
-	}
-	if got := srv.Stats().OpenWatches; got != n {
-		t.Fatalf("OpenWatches = %d", got)
-	}
-	opened := time.Since(start)
-
-	start = time.Now()
-	wiretest.Put(up.src, "b", "1")
-	want := fmt.Sprintf(`{"type":"ADDED","resourceVersion":%q,"object":{"name":"b","val":"1"}}`, rev(srv, 2))
-	for i, c := range conns {
-		if got := c.Line(t); got != want {
-			t.Fatalf("watcher %d: %s", i, got)
-		}
-	}
-	fanout := time.Since(start)
-
-	start = time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range conns {
-		if got := c.Line(t); got != "EOF" {
-			t.Fatalf("watcher %d after Shutdown: %s", i, got)
-		}
-	}
-	t.Logf("1000 watchers: opened in %v, one change reached all in %v, shut down in %v", opened, fanout, time.Since(start))
-	if fanout > 10*time.Second {
-		t.Errorf("fan-out of one change to %d watchers took %v", n, fanout)
-	}
-}
-
-// readWatchHead reads the status line and header of a watch on conn, and returns a
-// reader of what follows, still chunked.
-func readWatchHead(t testing.TB, conn net.Conn) *bufio.Reader {
-	t.Helper()
-	_ = conn.SetReadDeadline(time.Now().Add(wiretest.WaitTimeout))
-	br := bufio.NewReaderSize(conn, 1024)
-	status, err := br.ReadString('\n')
-	if err != nil || status != "HTTP/1.1 200 OK\r\n" {
-		t.Fatalf("status line %q, %v", status, err)
-	}
-	chunked := false
-	for {
-		l, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l == "\r\n" {
+		if l.Continue == "" {
 			break
 		}
-		if strings.EqualFold(l, "Transfer-Encoding: chunked\r\n") {
-			chunked = true
+		next := ca
+		if i%2 == 0 {
+			next = cb
 		}
+		l, err = next.List(context.Background(), informer.ListOptions{Limit: 4, Continue: l.Continue})
 	}
-	if !chunked {
-		t.Fatal("the watch's response is not chunked")
+	if err != nil {
+		t.Fatalf("a paged list across replicas: %v after %v", err, got)
 	}
-	return br
-}
-
-// readChunk reads one chunk of a chunked body: its data, or nil for the last chunk
-// (whose empty trailer it reads too).
-func readChunk(t testing.TB, br *bufio.Reader) []byte {
-	t.Helper()
-	size, err := br.ReadString('\n')
-	if err != nil || !strings.HasSuffix(size, "\r\n") {
-		t.Fatalf("chunk size line %q, %v", size, err)
+	if s := strings.Join(got, ","); s != "k00,k01,k02,k03,k04,k05,k06,k07,k08,k09" {
+		t.Fatalf("a paged list across replicas gave %s", s)
 	}
-	n, err := strconv.ParseUint(strings.TrimSuffix(size, "\r\n"), 16, 32)
-	if err != nil || size != strconv.FormatUint(n, 16)+"\r\n" {
-		t.Fatalf("chunk size line %q: not lower-case hex without padding", size)
-	}
-	data := make([]byte, n+2)
-	if _, err := io.ReadFull(br, data); err != nil {
-		t.Fatal(err)
-	}
-	if string(data[n:]) != "\r\n" {
-		t.Fatalf("chunk of %d bytes ends with %q, want CRLF", n, data[n:])
-	}
-	if n == 0 {
-		return nil
-	}
-	return data[:n]
-}
-
-// An idle HTTP/1.1 watcher holds at most one goroutine of the serving process (net/http's
-// connection goroutine and its background reader are gone once the watch is taken over),
-// and a watcher whose client goes away frees its slot.
-func TestServerIdleWatcherGoroutines(t *testing.T) {
-	const n = 20
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
-	addr := ts.Listener.Addr().String()
-	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
-	before := runtime.NumGoroutine()
-	conns := openWatches(t, srv, addr, n, rev(srv, 1))
-	wiretest.Put(up.src, "a", "2")
-	for _, c := range conns {
-		br := readWatchHead(t, c)
-		if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"2"`) {
-			t.Fatalf("first frame %q", l)
-		}
-	}
-	// One per watcher, and the one that watches their connections for hang-ups.
-	wiretest.Eventually(t, fmt.Sprintf("at most %d goroutines for %d idle watchers", n+1, n), func() bool {
-		return runtime.NumGoroutine()-before <= n+1
-	})
-	t.Logf("%d goroutines for %d idle watchers", runtime.NumGoroutine()-before, n)
-	for _, c := range conns {
-		c.Close()
-	}
-	wiretest.Eventually(t, "the watchers' slots to be freed", func() bool { return srv.Stats().OpenWatches == 0 })
-	wiretest.Eventually(t, "the watchers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
-	// The server's log (internal/eventlog) keeps no record of its calls: it has none to keep.
-}
-
-// The bytes of a taken-over watch are those net/http would write: a chunked body, one
-// chunk per write, lower-case hex sizes, and the last chunk when the watch ends.
-func TestServerWatchWire(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
-	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
-	conn := dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1))
-	wiretest.Eventually(t, "the watch to open", func() bool { return srv.Stats().OpenWatches == 1 })
-	br := readWatchHead(t, conn)
-	big := strings.Repeat("x", 40<<10) // more than a write buffer: written before the flush
-	var want strings.Builder
-	for i, v := range []string{"2", big, "3"} {
-		wiretest.Put(up.src, "a", v)
-		fmt.Fprintf(&want, `{"type":"MODIFIED","resourceVersion":%q,"object":{"name":"a","val":%q}}`+"\n", rev(srv, int64(i+2)), v)
-	}
-	var got []byte
-	for len(got) < want.Len() {
-		got = append(got, readChunk(t, br)...)
-	}
-	if string(got) != want.String() {
-		t.Fatalf("the stream's data:\n%.300q\nwant\n%.300q", got, want.String())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rest := readChunk(t, br); rest != nil {
-		t.Fatalf("after Shutdown: a chunk %q, want the last chunk", rest)
-	}
-}
-
-// Shutdown ends a taken-over watch and waits for it: when it returns, the watch's
-// goroutine has ended and its connection is closed.
-func TestServerShutdownEndsTakenOverWatches(t *testing.T) {
-	const n = 5
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	srv, ts := serve(t, up, ServerOptions[*wiretest.Obj]{}) // its cleanup's Shutdown only waits again
-	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
-	before := runtime.NumGoroutine()
-	var readers []*bufio.Reader
-	var conns []net.Conn
-	for range n {
-		c := dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1))
-		readers = append(readers, readWatchHead(t, c))
-		conns = append(conns, c)
-	}
-	// http.Server.Shutdown does not track hijacked connections: Server.Shutdown must.
-	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if open := srv.Stats().OpenWatches; open != 0 {
-		t.Errorf("%d watches open after Shutdown", open)
-	}
-	for _, br := range readers {
-		if rest := readChunk(t, br); rest != nil {
-			t.Fatalf("after Shutdown: a chunk %q, want the last chunk", rest)
-		}
-	}
-	for _, c := range conns {
-		c.Close()
-	}
-	wiretest.Eventually(t, "the watches' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
-}
-
-// A taken-over watch keeps the deadline a middleware gave its request's context.
-func TestServerTakenOverWatchKeepsDeadline(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
-		defer cancel()
-		srv.ServeHTTP(w, r.WithContext(ctx))
-	}))
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
-	})
-	waitSynced(t, srv)
-	wiretest.Eventually(t, "the server to hold the object", func() bool { return srv.src.Revision() == 1 })
-	before := runtime.NumGoroutine()
-	br := readWatchHead(t, dialFrom(t, ts.Listener.Addr().String(), 0, "watch=1&resourceVersion="+rev(srv, 1)))
-	wiretest.Eventually(t, "the watch to be taken over", func() bool { return runtime.NumGoroutine() <= before+2 })
-	wiretest.Put(up.src, "a", "2")
-	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"2"`) {
-		t.Fatalf("first frame %q", l)
-	}
-	if rest := readChunk(t, br); rest != nil {
-		t.Fatalf("a chunk %q, want the last chunk at the deadline", rest)
-	}
-}
-
-// A panic while a taken-over watch is served (here in a PassThrough's Encode) is what
-// net/http makes of a handler's: the stream is cut, not ended, the panic reported, and
-// the process serves on.
-func TestTakenOverWatchPanic(t *testing.T) {
-	src := memory.New(wiretest.ObjName, memory.Options{})
-	wiretest.Put(src, "a", "1")
-	reported := make(chan error, 1)
-	pt := NewPassThrough[*wiretest.Obj](src, PassThroughOptions[*wiretest.Obj]{
-		ServeOptions: ServeOptions{
-			Logger: slog.New(slog.DiscardHandler),
-			ErrorHandler: func(err error) {
-				select {
-				case reported <- err:
-				default:
-				}
-			},
-		},
-		Encode: func(o *wiretest.Obj) ([]byte, error) {
-			if o.Val == "boom" {
-				panic("boom")
-			}
-			return json.Marshal(o)
-		},
-	})
-	ts := httptest.NewServer(pt)
-	t.Cleanup(func() {
-		_ = pt.Shutdown(context.Background())
-		ts.Close()
-	})
-	addr := ts.Listener.Addr().String()
-	br := readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=1"))
-	wiretest.Put(src, "a", "boom")
-	if l, err := br.ReadString('\n'); err == nil || l != "" {
-		t.Fatalf("after the panic: read %q, %v; want the connection cut", l, err)
-	}
-	if err := testkit.Recv(t, reported, "the panic's error"); !strings.HasPrefix(err.Error(), "fanout: pass-through: panic serving the watch of 127.0.0.1:") || !strings.Contains(err.Error(), "boom") {
-		t.Errorf("reported %v", err)
-	}
-	wiretest.Put(src, "a", "2")
-	br = readWatchHead(t, dialFrom(t, addr, 0, "watch=1&resourceVersion=3"))
-	wiretest.Put(src, "a", "3")
-	if l := string(readChunk(t, br)); !strings.Contains(l, `"val":"3"`) {
-		t.Fatalf("the next watch's first frame %q", l)
-	}
-}
-
-// Over TLS (HTTP/1.1), a watch is taken over as well: the chunks go through the TLS
-// connection, Shutdown ends the stream cleanly, and a client that closes its connection
-// (a close_notify, then its FIN, under TLS) frees its slot.
-func TestServerTakenOverWatchTLS(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-	ts := httptest.NewTLSServer(srv) // HTTP/1.1 only: EnableHTTP2 is not set
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		ts.Close()
-	})
-	waitSynced(t, srv)
-	c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{HTTPClient: ts.Client()})
-	watch := func() informer.Watch[*wiretest.Obj] {
-		w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: srv.Revision()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
-	closed, ended := watch(), watch()
-	for _, v := range []string{"2", "3"} {
-		wiretest.Put(up.src, "a", v)
-		for _, w := range []informer.Watch[*wiretest.Obj]{closed, ended} {
-			if ev, err := w.Next(); err != nil || ev.Object.Val != v {
-				t.Fatalf("%+v %v, want a=%s", ev, err, v)
-			}
-		}
-	}
-	closed.Stop()
-	ts.Client().Transport.(*http.Transport).CloseIdleConnections()
-	wiretest.Eventually(t, "the closed watch's slot to be freed", func() bool { return srv.Stats().OpenWatches == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), wiretest.WaitTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ended.Next(); err != io.EOF {
-		t.Errorf("after Shutdown: %v, want io.EOF", err)
-	}
-	ended.Stop()
 }

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,17 +13,31 @@ import (
 	"time"
 )
 
-// writeFailed accounts for a response whose connection failed: a client that stalled
-// past the write timeout is counted, reported and reset; a client that went away is not
-// news.
-func (c *core[V]) writeFailed(r *http.Request, sw *streamWriter, who string, err error) {
-	if !errors.Is(err, os.ErrDeadlineExceeded) && !sw.expired() {
-		return
-	}
-	c.stats.Evicted.Add(1)
-	c.report(kindStalled, fmt.Errorf("%s %s stalled: disconnected after %v without a completed write: %w (the client must read faster, or raise WriteTimeout)", who, r.RemoteAddr, c.writeTimeout, err))
-	sw.abort()
+// writers makes the streamWriters of a server's responses, with its write timeout and
+// send buffer, and counts and reports the clients it disconnects.
+type writers struct {
+	timeout    time.Duration
+	sendBuffer int
+	stats      *counters
+	rep        *reporter
 }
+
+// newWriting applies the defaults of o's WriteTimeout and SendBuffer.
+func newWriters(o ServeOptions, stats *counters, rep *reporter) *writers {
+	wr := &writers{timeout: cmp.Or(o.WriteTimeout, DefaultWriteTimeout), sendBuffer: o.SendBuffer, stats: stats, rep: rep}
+	if wr.sendBuffer == 0 {
+		wr.sendBuffer = DefaultSendBuffer
+	}
+	return wr
+}
+
+// Stream returns the writer of the response to r, a list's (list) or a watch's.
+func (wr *writers) Stream(w http.ResponseWriter, r *http.Request, list bool) *streamWriter {
+	return &streamWriter{w: w, r: r, rc: http.NewResponseController(w), wr: wr, list: list}
+}
+
+// Timeout returns the write timeout (negative: none).
+func (wr *writers) Timeout() time.Duration { return wr.timeout }
 
 // connKey is the context key under which ConnContext stores a request's connection.
 type connKey struct{}
@@ -61,20 +76,69 @@ func tcpConn(c net.Conn) *net.TCPConn {
 // of the connection changes, that is whenever the client's TCP stack accepts data, so a
 // client that reads, however slowly, is never cut off for the size of its buffers.
 type streamWriter struct {
-	w       http.ResponseWriter
-	r       *http.Request
-	rc      *http.ResponseController
-	timeout time.Duration
-	conn    net.Conn     // from ConnContext; nil without it
-	tcp     *net.TCPConn // under conn; nil if none
-	armed   bool         // a write deadline was set
+	w     http.ResponseWriter
+	r     *http.Request
+	rc    *http.ResponseController
+	wr    *writers
+	conn  net.Conn     // from ConnContext; nil without it
+	tcp   *net.TCPConn // under conn; nil if none
+	armed bool         // a write deadline was set
+	list  bool         // the response is a list's, not a watch's
 
 	deadline atomic.Int64 // the write deadline set last, in Unix nanoseconds; 0: none
 
 	mu      sync.Mutex  // guards the progress watch against end
 	timer   *time.Timer // checks the send queue while a write waits
 	writing bool
-	queued  int // the send queue at the last check
+	queued  int32 // the send queue at the last check (sendQueue's int32)
+
+	cut *staleWatch // cuts the response once its state is stale; nil: none
+}
+
+// ResponseWriter returns the writer of the response, to answer with a status before
+// Start.
+func (sw *streamWriter) ResponseWriter() http.ResponseWriter { return sw.w }
+
+// Request returns the request answered.
+func (sw *streamWriter) Request() *http.Request { return sw.r }
+
+// RemoteAddr returns the client's address, for reports.
+func (sw *streamWriter) RemoteAddr() string { return sw.r.RemoteAddr }
+
+// Header returns the response's header, to set before Start.
+func (sw *streamWriter) Header() http.Header { return sw.w.Header() }
+
+// Start sends the response's header (200).
+func (sw *streamWriter) Start() {
+	sw.begin(sw.wr.sendBuffer)
+	sw.w.WriteHeader(http.StatusOK)
+}
+
+// Failed accounts for a response whose write failed: a response cut because its state
+// left the history (CutWhenStale), or a client that stalled past the write timeout, is
+// counted, reported and disconnected; a client that went away is not news.
+func (sw *streamWriter) Failed(err error) {
+	if sw.cut != nil && sw.cut.cut.Load() {
+		sw.ReportCut()
+		sw.Abort()
+		return
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) && !sw.expired() {
+		return
+	}
+	sw.wr.stats.Evicted()
+	who := "watcher"
+	if sw.list {
+		who = "list reader"
+	}
+	sw.wr.rep.Stalled(fmt.Errorf("%s %s stalled: disconnected after %v without a completed write: %w (the client must read faster, or raise WriteTimeout)", who, sw.r.RemoteAddr, sw.wr.timeout, err))
+	sw.Abort()
+}
+
+// ReportCut accounts for a response cut because its state left the history.
+func (sw *streamWriter) ReportCut() {
+	sw.wr.stats.Evicted()
+	sw.wr.rep.ListCut(fmt.Errorf("list reader %s too slow: the list's revision %s left the server's history while it was sent; cut, so that it does not pin an old state (ask for pages, or raise the history)", sw.r.RemoteAddr, sw.cut.rev))
 }
 
 // begin caps the connection's send buffer and arms its reset, when the connection is
@@ -93,9 +157,10 @@ func (sw *streamWriter) begin(sendBuffer int) {
 	}
 }
 
-func (sw *streamWriter) write(b []byte, flush bool) error {
-	if sw.timeout > 0 {
-		sw.setDeadline(time.Now().Add(sw.timeout))
+// Write writes b and, with flush, flushes the response, within the write timeout.
+func (sw *streamWriter) Write(b []byte, flush bool) error {
+	if sw.wr.timeout > 0 {
+		sw.setDeadline(time.Now().Add(sw.wr.timeout))
 		sw.armed = true
 		sw.watchProgress(true)
 		defer sw.watchProgress(false)
@@ -132,9 +197,9 @@ func (sw *streamWriter) watchProgress(on bool) {
 	}
 	sw.queued = -1 // read at the first check, not here: most writes complete at once
 	if sw.timer == nil {
-		sw.timer = time.AfterFunc(sw.timeout/4, sw.checkProgress)
+		sw.timer = time.AfterFunc(sw.wr.timeout/4, sw.checkProgress)
 	} else {
-		sw.timer.Reset(sw.timeout / 4)
+		sw.timer.Reset(sw.wr.timeout / 4)
 	}
 }
 
@@ -149,16 +214,16 @@ func (sw *streamWriter) checkProgress() {
 	if !ok {
 		return // no way to see progress: the write deadline decides
 	}
-	if sw.queued >= 0 && q != sw.queued {
-		sw.setDeadline(time.Now().Add(sw.timeout))
+	if sw.queued >= 0 && int32(q) != sw.queued {
+		sw.setDeadline(time.Now().Add(sw.wr.timeout))
 	}
-	sw.queued = q
-	sw.timer.Reset(sw.timeout / 4)
+	sw.queued = int32(q)
+	sw.timer.Reset(sw.wr.timeout / 4)
 }
 
-// end clears the write deadline and disarms the reset: the response is complete, and
+// End clears the write deadline and disarms the reset: the response is complete, and
 // the connection may serve other requests or close gracefully.
-func (sw *streamWriter) end() {
+func (sw *streamWriter) End() {
 	if sw.armed {
 		sw.setDeadline(time.Time{})
 	}
@@ -191,11 +256,77 @@ func (sw *streamWriter) expired() bool {
 	return at != 0 && time.Now().UnixNano() >= at
 }
 
-// abort closes the connection of a stalled client. net/http has already closed it when a
+// Abort closes the connection of a stalled client. net/http has already closed it when a
 // write failed; with ConnContext, begin made that close a reset (SO_LINGER 0), which
 // discards what the kernel still held for the client and sends RST.
-func (sw *streamWriter) abort() {
+func (sw *streamWriter) Abort() {
 	if sw.conn != nil {
 		_ = sw.conn.Close()
+	}
+}
+
+// Hijacked points sw at the connection a takeover hijacked: cw writes its chunked body,
+// and r, the request, is kept only as what a stalled watcher's report names.
+func (sw *streamWriter) Hijacked(cw http.ResponseWriter, conn net.Conn, r *http.Request) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.w, sw.rc = cw, http.NewResponseController(cw)
+	sw.r = &http.Request{Method: r.Method, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, RemoteAddr: r.RemoteAddr}
+	if sw.conn == nil {
+		sw.conn = conn
+	}
+}
+
+// staleCheck is how often a list being sent checks that its revision is still in the
+// history, while its writes wait for a slow reader.
+const staleCheck = 500 * time.Millisecond
+
+// staleWatch cuts a response whose state (a list's revision) leaves the history while a
+// write waits for its reader: the write's deadline is moved to now, so that the write
+// fails at once.
+type staleWatch struct {
+	rev   string // the wire revision of the state, for the report
+	mu    sync.Mutex
+	timer *time.Timer
+	done  bool
+	cut   atomic.Bool
+}
+
+// CutWhenStale starts checking stale (nil: nothing to check) every staleCheck until
+// StopCut: once it reports that the state at rev left the history, the write in
+// progress and every later one fail, and Failed reports the cut.
+func (sw *streamWriter) CutWhenStale(stale func() bool, rev string) {
+	sc := &staleWatch{rev: rev}
+	sw.cut = sc
+	if stale == nil {
+		return
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.timer = time.AfterFunc(staleCheck, func() {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		if sc.done {
+			return
+		}
+		if stale() {
+			sc.cut.Store(true)
+			sw.cutNow()
+		}
+		sc.timer.Reset(staleCheck) // a write may have moved the deadline on since
+	})
+}
+
+// StopCut ends the checks of CutWhenStale; none runs after it returns.
+func (sw *streamWriter) StopCut() {
+	sc := sw.cut
+	if sc == nil {
+		return
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.done = true
+	if sc.timer != nil {
+		sc.timer.Stop()
 	}
 }

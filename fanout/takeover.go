@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -63,17 +62,17 @@ func newTakeover(w http.ResponseWriter, r *http.Request) *takeover {
 	return &takeover{w: w, r: r.WithContext(ctx), cancel: cancel, unlink: context.AfterFunc(r.Context(), cancel)}
 }
 
-// request returns the request to serve the watch with.
-func (t *takeover) request(r *http.Request) *http.Request {
+// Request returns the request to serve the watch with.
+func (t *takeover) Request(r *http.Request) *http.Request {
 	if t == nil {
 		return r
 	}
 	return t.r
 }
 
-// take hijacks the connection once the response's header is flushed and points sw at it;
+// Take hijacks the connection once the response's header is flushed and points sw at it;
 // false if it cannot be (the watch then goes on in the handler, as before).
-func (t *takeover) take(sw *streamWriter) bool {
+func (t *takeover) Take(sw *streamWriter) bool {
 	if t == nil {
 		return false
 	}
@@ -89,25 +88,19 @@ func (t *takeover) take(sw *streamWriter) bool {
 	t.conn = conn
 	cw := newChunkedConn(conn)
 	r := t.r
-	sw.mu.Lock()
-	sw.w, sw.rc = cw, http.NewResponseController(cw)
 	// What a stalled watcher's report names; the request itself (its header) is let go.
-	sw.r = &http.Request{Method: r.Method, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, RemoteAddr: r.RemoteAddr}
-	if sw.conn == nil {
-		sw.conn = conn
-	}
-	sw.mu.Unlock()
+	sw.Hijacked(cw, conn, r)
 	t.remote = r.RemoteAddr
 	t.r = nil
 	t.unwatch = watchHangup(conn, t.cancel)
 	return true
 }
 
-// recover, deferred by a taken-over watch's goroutine, does with a panic of the watch (a
+// Recover, deferred by a taken-over watch's goroutine, does with a panic of the watch (a
 // source's or an Encode's) what net/http does with a handler's: it is logged with its
-// stack and the server's name (who) and reported, and the connection cut without the
-// last chunk, so that the client sees a broken stream, not an end; the process goes on.
-func (t *takeover) recover(log *slog.Logger, who string, report func(kind string, err error)) {
+// stack and the server's name and reported, and the connection cut without the last
+// chunk, so that the client sees a broken stream, not an end; the process goes on.
+func (t *takeover) Recover(rep *reporter) {
 	p := recover()
 	if p == nil {
 		return
@@ -119,13 +112,12 @@ func (t *takeover) recover(log *slog.Logger, who string, report func(kind string
 	stack := make([]byte, 64<<10)
 	stack = stack[:runtime.Stack(stack, false)]
 	err := fmt.Errorf("panic serving the watch of %s: %v (the watch is cut and its client watches again; a bug of the source or of Encode: see the stack logged with it)", t.remote, p)
-	log.Error("fanout: panic serving a watch", "server", who, "err", err, "stack", string(stack))
-	report(kindPanic, err)
+	rep.Panic(err, stack)
 }
 
-// finish ends the watch's context and, for a watch taken over, writes the last chunk
+// Finish ends the watch's context and, for a watch taken over, writes the last chunk
 // (within timeout) and closes the connection.
-func (t *takeover) finish(timeout time.Duration) {
+func (t *takeover) Finish(timeout time.Duration) {
 	if t == nil {
 		return
 	}
