@@ -75,13 +75,13 @@ func RunMemberIfAsked() {
 // restarts) and its proxy.
 type member struct {
 	cfg   memberConfig
-	proxy *Proxy
+	proxy *etcdtest.Proxy
 	cmd   *exec.Cmd
 	exit  chan struct{} // closed when cmd has exited
 	log   *os.File
 }
 
-// Cluster is a 3-member etcd cluster of child processes, each behind a Proxy.
+// Cluster is a 3-member etcd cluster of child processes, each behind an etcdtest.Proxy.
 type Cluster struct {
 	dir     string
 	members []*member
@@ -103,7 +103,7 @@ func startCluster(dir string, addrs []string, progress time.Duration) (*Cluster,
 			Client: addrs[2*i], Peer: addrs[2*i+1], Token: c.token, ProgressInterval: progress,
 		}}
 		peers = append(peers, m.cfg.Name+"=http://"+m.cfg.Peer)
-		p, err := startProxy(m.cfg.Client)
+		p, err := etcdtest.StartProxy(m.cfg.Client)
 		if err != nil {
 			c.Close()
 			return nil, err

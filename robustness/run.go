@@ -276,7 +276,7 @@ func (r *run) drive(res *Result) error {
 // settle heals every failure and waits until everyone has etcd's last revision.
 func (r *run) settle() error {
 	for _, m := range r.cluster.members {
-		m.proxy.Heal()
+		m.proxy.Resume()
 	}
 	if err := r.cluster.waitServing(90 * time.Second); err != nil {
 		return err
@@ -367,7 +367,7 @@ func (r *run) fail(ctx context.Context, kind string) error {
 			p.Blackhole()
 		}
 		hold(lasting)
-		p.Heal()
+		p.Resume()
 	case FailCompact:
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -382,7 +382,7 @@ func (r *run) fail(ctx context.Context, kind string) error {
 		defer cancel()
 		_, err := r.direct.Compact(cctx, r.hist.Seen(), clientv3.WithCompactPhysical())
 		for _, m := range r.cluster.members {
-			m.proxy.Heal()
+			m.proxy.Resume()
 		}
 		return ignoreCompacted(err)
 	case FailDefrag:
