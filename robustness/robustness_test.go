@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -55,8 +56,23 @@ func TestRobustness(t *testing.T) {
 			report(t, res)
 		})
 		tab.add(res)
+		tab.heaps = append(tab.heaps, liveHeap())
+	}
+	// The heap's trend across the runs: a leak of a little per run shows long before a cap.
+	trend := CheckHeapTrend(tab.heaps, 64<<20)
+	tab.violations[HeapTrend] += len(trend)
+	for _, v := range trend {
+		t.Error(v.String())
 	}
 	fmt.Println(tab.String())
+}
+
+// liveHeap is the process's heap after a garbage collection, in bytes.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // report fails t with a run's setup error or violations, naming the report.
@@ -86,6 +102,7 @@ func report(t *testing.T, res Result) {
 // table sums runs.
 type table struct {
 	runs, ops, opErrors, reads, notes, waits, setup int
+	heaps                                           []uint64 // the live heap after each run
 	failures                                        map[string]int
 	kinds                                           map[string]int
 	violations                                      map[string]int
@@ -132,6 +149,9 @@ func (tb *table) String() string {
 	fmt.Fprintf(&b, "%-28s %d\n", "read-your-writes checks", tb.waits)
 	for _, name := range Validators {
 		fmt.Fprintf(&b, "%-28s %d\n", "violations: "+name, tb.violations[name])
+	}
+	if n := len(tb.heaps); n > 0 {
+		fmt.Fprintf(&b, "%-28s %d MiB after the first run, %d MiB after the last\n", "live heap after GC", tb.heaps[0]>>20, tb.heaps[n-1]>>20)
 	}
 	fmt.Fprintf(&b, "%-28s %d\n", "runs not completed", tb.setup)
 	if len(tb.failed) > 0 {

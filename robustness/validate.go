@@ -37,10 +37,11 @@ const (
 	FencedOrder   = "fenced-order"
 	ErrorsNamed   = "errors-named"
 	HeapBounded   = "heap-bounded"
+	HeapTrend     = "heap-trend"
 )
 
 // Validators lists every validator's name, in the table's order.
-var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, ErrorsNamed, HeapBounded}
+var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, ErrorsNamed, HeapBounded, HeapTrend}
 
 // IndexOf is the suite's index function: an item's value's last character (the values are
 // "v<op>.<n>", so the index moves as the value does).
@@ -500,6 +501,42 @@ func CheckHeap(samples []uint64, limit uint64) []Violation {
 			return []Violation{{Validator: HeapBounded,
 				Message: fmt.Sprintf("live heap %d MiB at sample %d of %d, over the bound of %d MiB", s>>20, i, len(samples), limit>>20)}}
 		}
+	}
+	return nil
+}
+
+// minTrendSamples is the fewest samples CheckHeapTrend judges: fewer say nothing of a trend.
+const minTrendSamples = 6
+
+// CheckHeapTrend checks that the process's live heap does not keep growing across a long
+// run: samples are the heap after a garbage collection, one after each run, in order;
+// over the second half of them, the growth the least-squares trend gives (its slope times
+// the runs it spans) stays under maxGrowth bytes. CheckHeap finds a heap over a cap; this
+// finds one that leaks a little per run, long before it reaches a cap. Fewer than
+// minTrendSamples samples pass.
+func CheckHeapTrend(samples []uint64, maxGrowth uint64) []Violation {
+	if len(samples) < minTrendSamples {
+		return nil
+	}
+	half := samples[len(samples)/2:]
+	n := float64(len(half))
+	var mx, my float64
+	for i, s := range half {
+		mx += float64(i)
+		my += float64(s)
+	}
+	mx, my = mx/n, my/n
+	var sxy, sxx float64
+	for i, s := range half {
+		dx := float64(i) - mx
+		sxy += dx * (float64(s) - my)
+		sxx += dx * dx
+	}
+	slope := sxy / sxx // bytes per run
+	if growth := slope * (n - 1); growth > float64(maxGrowth) {
+		return []Violation{{Validator: HeapTrend,
+			Message: fmt.Sprintf("the live heap after GC grew by %.0f MiB over the last %d runs (%.1f MiB per run; %d MiB, then %d MiB), over the bound of %d MiB",
+				growth/(1<<20), len(half), slope/(1<<20), half[0]>>20, half[len(half)-1]>>20, maxGrowth>>20)}}
 	}
 	return nil
 }

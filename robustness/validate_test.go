@@ -195,3 +195,20 @@ func TestErrorsNamedFindsAnAnonymousError(t *testing.T) {
 func TestHeapFindsAGrowingHeap(t *testing.T) {
 	expectOne(t, CheckHeap([]uint64{10 << 20, 900 << 20}, 512<<20), HeapBounded, "live heap 900 MiB at sample 1 of 2")
 }
+
+func TestHeapTrendFindsAHeapThatKeepsGrowing(t *testing.T) {
+	var flat, leaking []uint64
+	for i := range 20 {
+		noise := uint64(i%3) * 8 << 20 // GC and pools: up and down, no trend
+		flat = append(flat, 100<<20+noise)
+		leaking = append(leaking, 100<<20+noise+uint64(i)*6<<20) // 6 MiB more after each run
+	}
+	flat[15] += 200 << 20 // one run's peak is not a trend
+	if vs := CheckHeapTrend(flat, 64<<20); len(vs) > 0 {
+		t.Fatalf("a flat heap with one peak: %v", vs)
+	}
+	if vs := CheckHeapTrend(leaking[:5], 1); len(vs) > 0 {
+		t.Fatalf("five runs judged: %v", vs)
+	}
+	expectOne(t, CheckHeapTrend(leaking, 32<<20), HeapTrend, "the live heap after GC grew by 51 MiB over the last 10 runs (5.7 MiB per run")
+}
