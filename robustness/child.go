@@ -68,70 +68,107 @@ func RunInformerIfAsked() {
 	select {} // until killed
 }
 
-// childInformer is an informer in a child process (RunInformerIfAsked), as the suite
-// sees it: the states it streams are recorded, stamped with the restores begun by then.
-type childInformer struct {
-	cfg      childConfig
-	rec      *Recording
-	restores *atomic.Int64
-	log      *os.File
-
+// childProc is a child process of the suite: the test binary again, told by an
+// environment variable what to run, which writes JSON lines on its stdout and runs until
+// it is killed.
+type childProc struct {
+	name   string
+	log    *os.File
 	cmd    *exec.Cmd
 	exit   chan struct{} // closed once the process has exited and its output is read
-	ready  chan struct{}
 	starts int
-
-	mu     sync.Mutex
-	latest Read // the newest snapshot it streamed
 }
 
-func (c *childInformer) start() error {
-	raw, err := json.Marshal(c.cfg)
+// startProc starts the process with env set to cfg in JSON, its stderr to logPath, and
+// hands each line of its stdout to line, on a goroutine of its own, until it exits. It
+// returns once ready is closed (by line), or with an error if the process exits first or
+// is not ready in 2 minutes.
+func (c *childProc) startProc(env string, cfg any, logPath string, line func([]byte), ready <-chan struct{}) error {
+	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
 	if c.log == nil {
-		if c.log, err = os.Create(filepath.Join(filepath.Dir(c.cfg.Dir), c.cfg.Name+".log")); err != nil {
+		if c.log, err = os.Create(logPath); err != nil {
 			return err
 		}
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), informerEnv+"="+string(raw))
+	cmd.Env = append(os.Environ(), env+"="+string(raw))
 	cmd.Stderr = c.log
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting informer process %s: %w", c.cfg.Name, err)
+		return fmt.Errorf("starting process %s: %w", c.name, err)
 	}
-	c.cmd, c.exit, c.ready = cmd, make(chan struct{}), make(chan struct{})
+	exit := make(chan struct{})
+	c.cmd, c.exit = cmd, exit
 	c.starts++
-	go c.follow(bufio.NewScanner(out), c.exit, c.ready)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			line(sc.Bytes())
+		}
+		_ = cmd.Wait()
+		close(exit)
+	}()
 	select {
-	case <-c.ready:
+	case <-ready:
 		return nil
-	case <-c.exit:
-		return fmt.Errorf("informer process %s exited before it synced (see %s)", c.cfg.Name, c.log.Name())
+	case <-exit:
+		return fmt.Errorf("process %s exited before it was ready (see %s)", c.name, c.log.Name())
 	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("informer process %s did not sync in 2 minutes", c.cfg.Name)
+		return fmt.Errorf("process %s was not ready in 2 minutes", c.name)
 	}
 }
 
-// follow records what the process streams until its stdout ends, then reaps it.
-func (c *childInformer) follow(sc *bufio.Scanner, exit, ready chan struct{}) {
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
+// kill kills the process with SIGKILL and waits until it is gone.
+func (c *childProc) kill() {
+	if c.cmd == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exit
+	c.cmd = nil
+}
+
+// close kills the process and closes its log.
+func (c *childProc) close() {
+	c.kill()
+	if c.log != nil {
+		c.log.Close()
+	}
+}
+
+// childInformer is an informer in a child process (RunInformerIfAsked), as the suite
+// sees it: the states it streams are recorded, stamped with the restores begun by then.
+type childInformer struct {
+	childProc
+	cfg      childConfig
+	rec      *Recording
+	restores *atomic.Int64
+
+	mu     sync.Mutex
+	latest Read // the newest snapshot it streamed
+}
+
+func (c *childInformer) start() error {
+	c.name = c.cfg.Name
+	ready := make(chan struct{})
+	return c.startProc(informerEnv, c.cfg, filepath.Join(filepath.Dir(c.cfg.Dir), c.cfg.Name+".log"), func(b []byte) {
 		var l childLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			continue // a line cut by the kill
+		if err := json.Unmarshal(b, &l); err != nil {
+			return // a line cut by the kill
 		}
 		if l.Ready {
 			close(ready)
-			continue
+			return
 		}
 		if l.Read == nil {
-			continue
+			return
 		}
 		rd := *l.Read
 		rd.Restores = int(c.restores.Load())
@@ -141,19 +178,7 @@ func (c *childInformer) follow(sc *bufio.Scanner, exit, ready chan struct{}) {
 			c.mu.Unlock()
 		}
 		c.rec.AddRead(rd)
-	}
-	_ = c.cmd.Wait()
-	close(exit)
-}
-
-// kill kills the process with SIGKILL and waits until it is gone.
-func (c *childInformer) kill() {
-	if c.cmd == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.exit
-	c.cmd = nil
+	}, ready)
 }
 
 // waitFor waits until the process has published a state at rev or later, at most limit,
@@ -171,12 +196,5 @@ func (c *childInformer) waitFor(rev int64, limit time.Duration) (Read, error) {
 			return rd, fmt.Errorf("informer process %s did not reach revision %d in %v (at %d)", c.cfg.Name, rev, limit, rd.Label)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the process's stream with a deadline
-	}
-}
-
-func (c *childInformer) close() {
-	c.kill()
-	if c.log != nil {
-		c.log.Close()
 	}
 }

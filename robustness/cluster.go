@@ -283,13 +283,16 @@ func (c *Cluster) Backup(ctx context.Context) (string, error) {
 // Restore stops every member and restores each from the backup at path into a new data
 // directory, with the cluster's own flags (name, peer URLs, initial cluster and token, so
 // the cluster ID stays the same), as `etcdutl snapshot restore` does; bump > 0 adds
-// --bump-revision bump --mark-compacted. The members then start on the restored data.
-func (c *Cluster) Restore(path string, bump uint64) error {
+// --bump-revision bump --mark-compacted. down is called once every member is down (no
+// write is accepted from then until the restored members serve). The members then start
+// on the restored data.
+func (c *Cluster) Restore(path string, bump uint64, down func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.members {
 		c.kill(m, false)
 	}
+	down()
 	for _, m := range c.members {
 		dir := fmt.Sprintf("%s-r%d", filepath.Join(c.dir, m.cfg.Name), c.backups)
 		for i := 0; ; i++ {

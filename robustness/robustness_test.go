@@ -59,7 +59,7 @@ func TestRobustness(t *testing.T) {
 		tab.heaps = append(tab.heaps, liveHeap())
 	}
 	// The heap's trend across the runs: a leak of a little per run shows long before a cap.
-	trend := CheckHeapTrend(tab.heaps, 64<<20)
+	trend := CheckHeapTrend(tab.heaps, 16<<20)
 	tab.violations[HeapTrend] += len(trend)
 	for _, v := range trend {
 		t.Error(v.String())
@@ -101,12 +101,12 @@ func report(t *testing.T, res Result) {
 
 // table sums runs.
 type table struct {
-	runs, ops, opErrors, reads, notes, waits, setup int
-	heaps                                           []uint64 // the live heap after each run
-	failures                                        map[string]int
-	kinds                                           map[string]int
-	violations                                      map[string]int
-	failed                                          []int64
+	runs, ops, opErrors, reads, notes, waits, writes, setup int
+	heaps                                                   []uint64 // the live heap after each run
+	failures                                                map[string]int
+	kinds                                                   map[string]int
+	violations                                              map[string]int
+	failed                                                  []int64
 }
 
 func newTable() *table {
@@ -120,6 +120,7 @@ func (tb *table) add(r Result) {
 	tb.reads += r.Reads
 	tb.notes += r.Notes
 	tb.waits += r.Waits
+	tb.writes += r.Writes
 	for k, n := range r.ReadKinds {
 		tb.kinds[k] += n
 	}
@@ -147,6 +148,7 @@ func (tb *table) String() string {
 	fmt.Fprintf(&b, "%-28s %d (Snapshot() %d, saved %d, restored %d)\n", "states validated", tb.reads, tb.kinds["snapshot"], tb.kinds["saved"], tb.kinds["restored"])
 	fmt.Fprintf(&b, "%-28s %d\n", "notifications validated", tb.notes)
 	fmt.Fprintf(&b, "%-28s %d\n", "read-your-writes checks", tb.waits)
+	fmt.Fprintf(&b, "%-28s %d\n", "leader-only writes", tb.writes)
 	for _, name := range Validators {
 		fmt.Fprintf(&b, "%-28s %d\n", "violations: "+name, tb.violations[name])
 	}

@@ -40,11 +40,12 @@ const (
 	FailRestartInformer = "restart-informer" // an informer stopped and started warm from its snapshot file
 	FailKillReplica     = "kill-replica"     // a fan-out replica's connections cut and its informer stopped, started again later
 	FailKillInformer    = "kill-informer"    // kill -9 of an informer process, started again warm from its snapshot file
+	FailKillController  = "kill-controller"  // kill -9 of the leader-only controller's leader process, started again later
 )
 
 // AllFailures is every failure kind, for the long runs.
 var AllFailures = []string{FailRestore, FailRestoreBump, FailKillMember, FailKillLeader, FailCut, FailBlackhole,
-	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer}
+	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer, FailKillController}
 
 // Config is one run.
 type Config struct {
@@ -87,6 +88,8 @@ type Result struct {
 	Notes     int            // notifications validated
 	// Waits is the number of read-your-writes checks validated.
 	Waits int
+	// Writes is the number of leader-only writes validated.
+	Writes int
 	// Violations are the broken guarantees the validators found.
 	Violations []Violation
 	Report     string // the report's path when there were violations
@@ -123,6 +126,7 @@ type run struct {
 	hist      *recorder
 	traffic   *traffic
 	restores  atomic.Int64
+	restoreAt restoreTimes // when each restore began, for the processes' writes
 	parts     []*participant
 	finals    []FinalState
 	replicas  []*participant
@@ -211,11 +215,11 @@ func newRun(cfg Config) (*run, error) {
 		r.close()
 		return nil, err
 	}
-	// Two controller replicas whose leader reconciles from the fan-out client's cache.
+	// Two controller processes whose leader reconciles from a cache of the fan-out tier.
 	if cfg.NoFanout {
 		return r, nil
 	}
-	if r.ctrl, err = startControllers(2, c.Endpoints(), r.observer, r.parts[3].inf, r.rec, &r.restores); err != nil {
+	if r.ctrl, err = startControllers(2, cfg.Dir, c.Endpoints(), []string{a, b}, r.rec, &r.restoreAt); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -394,6 +398,11 @@ func (r *run) fail(ctx context.Context, kind string) error {
 				return err
 			}
 		}
+	case FailKillController:
+		if r.ctrl == nil {
+			return nil // no controllers without the fan-out tier
+		}
+		return r.ctrl.killLeader(func() { hold(lasting) }, takeoverLimit)
 	case FailKillInformer:
 		r.child.kill()
 		hold(lasting)
@@ -411,6 +420,10 @@ func (r *run) fail(ctx context.Context, kind string) error {
 	}
 	return nil
 }
+
+// takeoverLimit is how soon another controller replica must write after its leader is
+// killed: the election's TTL and a campaign, with room for a loaded machine.
+const takeoverLimit = 30 * time.Second
 
 func ignoreCompacted(err error) error {
 	if err != nil && strings.Contains(err.Error(), "compacted") {
@@ -466,7 +479,7 @@ func (r *run) restore(ctx context.Context, bump bool, lag time.Duration) error {
 	if bump {
 		amount = 1000000
 	}
-	if err := r.cluster.Restore(path, amount); err != nil {
+	if err := r.cluster.Restore(path, amount, r.restoreAt.begin); err != nil {
 		return err
 	}
 	return r.hist.StartEpoch(bctx, st.Revision, st.Revision+int64(amount))
@@ -483,6 +496,9 @@ func (r *run) validate(res *Result) {
 		}
 	}
 	if r.ctrl != nil {
+		for _, p := range r.ctrl.procs {
+			r.described = append(r.described, fmt.Sprintf("%s (a process): %d start(s)", p.name, p.starts))
+		}
 		r.ctrl.stop()
 		r.ctrl = nil
 	}
@@ -511,7 +527,7 @@ func (r *run) validate(res *Result) {
 		return
 	}
 	rec := r.rec
-	res.Reads, res.Waits = len(rec.Reads), len(rec.Waits)
+	res.Reads, res.Waits, res.Writes = len(rec.Reads), len(rec.Waits), len(rec.Writes)
 	res.ReadKinds = map[string]int{}
 	for _, rd := range rec.Reads {
 		res.ReadKinds[rd.Kind]++
@@ -526,6 +542,7 @@ func (r *run) validate(res *Result) {
 	v = append(v, CheckReadYourWrites(rec.Waits)...)
 	v = append(v, CheckWarmRestarts(h, rec.Reads)...)
 	v = append(v, CheckFencedOrder(rec.Writes)...)
+	v = append(v, CheckTakeover(rec.Kills, rec.Writes, takeoverLimit)...)
 	v = append(v, CheckErrorsNamed(rec.Errors)...)
 	v = append(v, CheckHeap(rec.Heap, 1<<30)...)
 	res.Violations = v

@@ -16,7 +16,7 @@ import (
 //   - A mix of the failures the informers are expected to survive: a restore with
 //     --bump-revision --mark-compacted, kill -9 of the leader, a compaction past the
 //     watches' revision while they are cut off, a fan-out replica killed, a warm restart,
-//     a black-holed member.
+//     a black-holed member, kill -9 of the leader-only controller's leader.
 func TestShortRun(t *testing.T) {
 	for _, sc := range []struct {
 		name string
@@ -31,7 +31,7 @@ func TestShortRun(t *testing.T) {
 				"with that check in, WaitForRevision still compares with the old history's revision (read-your-writes), " +
 				"and a fan-out client keeps the old history's revision on the restored state (one history)"},
 		{"failures survived", Config{Seed: 103, Duration: 15 * time.Second, SingleKey: true, Count: 3,
-			Failures: []string{FailRestoreBump, FailKillLeader, FailCompactWatched, FailKillReplica, FailRestartInformer, FailBlackhole}}, ""},
+			Failures: []string{FailRestoreBump, FailKillLeader, FailCompactWatched, FailKillReplica, FailRestartInformer, FailBlackhole, FailKillController}}, ""},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			res := runOne(t, sc.cfg)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Violation is a guarantee a run broke: which validator found it, what it found, and the
@@ -38,10 +39,11 @@ const (
 	ErrorsNamed   = "errors-named"
 	HeapBounded   = "heap-bounded"
 	HeapTrend     = "heap-trend"
+	Takeover      = "takeover"
 )
 
 // Validators lists every validator's name, in the table's order.
-var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, ErrorsNamed, HeapBounded, HeapTrend}
+var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, Takeover, ErrorsNamed, HeapBounded, HeapTrend}
 
 // IndexOf is the suite's index function: an item's value's last character (the values are
 // "v<op>.<n>", so the index moves as the value does).
@@ -476,6 +478,28 @@ func CheckFencedOrder(writes []FencedWrite) []Violation {
 			out = append(out, Violation{Validator: FencedOrder,
 				Message: fmt.Sprintf("write of %s at revision %d by the leader of term %d was accepted after the write of %s at revision %d by the leader of term %d",
 					ws[i].Key, ws[i].Rev, ws[i].Term, ws[i-1].Key, ws[i-1].Rev, ws[i-1].Term)})
+		}
+	}
+	return out
+}
+
+// CheckTakeover checks that the leader-only controller goes on when its leader dies:
+// after each kill -9 of the leader, another replica has a write accepted in a newer term
+// within limit (the election's TTL and a campaign, with room for a loaded machine).
+func CheckTakeover(kills []ControllerKill, writes []FencedWrite, limit time.Duration) []Violation {
+	var out []Violation
+	for _, k := range kills {
+		ok := false
+		for _, w := range writes {
+			if w.Key != k.Key && w.Term > k.Term && !w.At.Before(k.At) && w.At.Sub(k.At) <= limit {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			out = append(out, Violation{Validator: Takeover,
+				Message: fmt.Sprintf("the leader writing %s in term %d was killed at %s and no other replica had a write accepted in a newer term within %v",
+					k.Key, k.Term, k.At.Format("15:04:05.000"), limit)})
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package robustness
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // twoTxns is a hand-made history: a put at 2, a write outside the prefix at 3, a
@@ -211,4 +212,16 @@ func TestHeapTrendFindsAHeapThatKeepsGrowing(t *testing.T) {
 		t.Fatalf("five runs judged: %v", vs)
 	}
 	expectOne(t, CheckHeapTrend(leaking, 32<<20), HeapTrend, "the live heap after GC grew by 51 MiB over the last 10 runs (5.7 MiB per run")
+}
+
+func TestTakeoverFindsALeaderNotReplaced(t *testing.T) {
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	writes := []FencedWrite{
+		{Term: 10, Rev: 11, Key: "/c/0", At: at},
+		{Term: 20, Rev: 30, Key: "/c/1", At: at.Add(3 * time.Second)}, // took over from the first kill
+		{Term: 20, Rev: 31, Key: "/c/1", At: at.Add(50 * time.Second)},
+		{Term: 25, Rev: 40, Key: "/c/1", At: at.Add(70 * time.Second)}, // the killed one's own new term: no takeover
+	}
+	kills := []ControllerKill{{Key: "/c/0", Term: 10, At: at.Add(time.Second)}, {Key: "/c/1", Term: 20, At: at.Add(60 * time.Second)}}
+	expectOne(t, CheckTakeover(kills, writes, 30*time.Second), Takeover, "the leader writing /c/1 in term 20 was killed at 12:01:00.000 and no other replica")
 }
