@@ -126,7 +126,8 @@ type run struct {
 	hist      *recorder
 	traffic   *traffic
 	restores  atomic.Int64
-	restoreAt restoreTimes // when each restore began, for the processes' writes
+	downMu    sync.Mutex
+	downAt    []int64 // when each restore had every member down (Unix ns), for the processes' writes
 	parts     []*participant
 	finals    []FinalState
 	replicas  []*participant
@@ -219,7 +220,7 @@ func newRun(cfg Config) (*run, error) {
 	if cfg.NoFanout {
 		return r, nil
 	}
-	if r.ctrl, err = startControllers(2, cfg.Dir, c.Endpoints(), []string{a, b}, r.rec, &r.restoreAt); err != nil {
+	if r.ctrl, err = startControllers(2, cfg.Dir, c.Endpoints(), []string{a, b}, r.rec, r.epochOf); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -479,10 +480,37 @@ func (r *run) restore(ctx context.Context, bump bool, lag time.Duration) error {
 	if bump {
 		amount = 1000000
 	}
-	if err := r.cluster.Restore(path, amount, r.restoreAt.begin); err != nil {
+	if err := r.cluster.Restore(path, amount, r.membersDown); err != nil {
 		return err
 	}
 	return r.hist.StartEpoch(bctx, st.Revision, st.Revision+int64(amount))
+}
+
+// membersDown records that a restore has every member down now: no write is accepted
+// from then until the restored members serve.
+func (r *run) membersDown() {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	r.downAt = append(r.downAt, time.Now().UnixNano())
+}
+
+// epochOf places a write a process sent and had accepted at wall-clock times (Unix ns)
+// among the restores: it returns the restores that had every member down before it was
+// sent, and false if one did between (which history took the write is unknown). A write
+// accepted before is the old history's, one sent after the new one's.
+func (r *run) epochOf(sent, accepted int64) (int, bool) {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	before, by := 0, 0
+	for _, t := range r.downAt {
+		if t < sent {
+			before++
+		}
+		if t < accepted {
+			by++
+		}
+	}
+	return before, before == by
 }
 
 // validate stops the participants and runs every validator on what was recorded.
@@ -497,7 +525,7 @@ func (r *run) validate(res *Result) {
 	}
 	if r.ctrl != nil {
 		for _, p := range r.ctrl.procs {
-			r.described = append(r.described, fmt.Sprintf("%s (a process): %d start(s)", p.name, p.starts))
+			r.described = append(r.described, p.describe())
 		}
 		r.ctrl.stop()
 		r.ctrl = nil
@@ -508,7 +536,7 @@ func (r *run) validate(res *Result) {
 		}
 	}
 	if r.child != nil {
-		r.described = append(r.described, fmt.Sprintf("%s (a process): %d start(s)", r.child.cfg.Name, r.child.starts))
+		r.described = append(r.described, r.child.describe())
 		r.child.close()
 		r.child = nil
 	}
