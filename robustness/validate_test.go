@@ -225,3 +225,23 @@ func TestTakeoverFindsALeaderNotReplaced(t *testing.T) {
 	kills := []ControllerKill{{Key: "/c/0", Term: 10, At: at.Add(time.Second)}, {Key: "/c/1", Term: 20, At: at.Add(60 * time.Second)}}
 	expectOne(t, CheckTakeover(kills, writes, 30*time.Second), Takeover, "the leader writing /c/1 in term 20 was killed at 12:01:00.000 and no other replica")
 }
+
+// A Block handler started after a restore begins at a state the undone history had too:
+// its notifications follow the restored history from there, and only a real skip fails.
+func TestHandlersStartInTheRestoredHistory(t *testing.T) {
+	h := twoTxns() // a: v1.0 at 2, v2.0 at 4, gone at 5
+	e := NewEpoch(2, map[string]string{"a": "v1.0"})
+	e.Shared = 2
+	e.Add(3, Change{Key: "a", Value: "v2.5"})
+	e.Add(4, Change{Key: "a", Value: "v3.0"})
+	e.End = 5
+	h.Epochs = append(h.Epochs, e)
+	follows := HandlerRun{Name: "b#2", Policy: PolicyBlock, ListedOne: true, Notes: notes("b#2",
+		Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v2.5"}, Note{Kind: "update", Value: "v3.0"})}
+	if vs := CheckHandlers(h, []HandlerRun{follows}); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+	skips := HandlerRun{Name: "b#2", Policy: PolicyBlock, ListedOne: true, Notes: notes("b#2",
+		Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v3.0"})}
+	expectOne(t, CheckHandlers(h, []HandlerRun{skips}), HandlerOrder, "skips")
+}
