@@ -75,13 +75,13 @@ func RunMemberIfAsked() {
 // restarts) and its proxy.
 type member struct {
 	cfg   memberConfig
-	proxy *Proxy
+	proxy *etcdtest.Proxy
 	cmd   *exec.Cmd
 	exit  chan struct{} // closed when cmd has exited
 	log   *os.File
 }
 
-// Cluster is a 3-member etcd cluster of child processes, each behind a Proxy.
+// Cluster is a 3-member etcd cluster of child processes, each behind an etcdtest.Proxy.
 type Cluster struct {
 	dir     string
 	members []*member
@@ -103,7 +103,7 @@ func startCluster(dir string, addrs []string, progress time.Duration) (*Cluster,
 			Client: addrs[2*i], Peer: addrs[2*i+1], Token: c.token, ProgressInterval: progress,
 		}}
 		peers = append(peers, m.cfg.Name+"=http://"+m.cfg.Peer)
-		p, err := startProxy(m.cfg.Client)
+		p, err := etcdtest.StartProxy(m.cfg.Client)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -283,13 +283,16 @@ func (c *Cluster) Backup(ctx context.Context) (string, error) {
 // Restore stops every member and restores each from the backup at path into a new data
 // directory, with the cluster's own flags (name, peer URLs, initial cluster and token, so
 // the cluster ID stays the same), as `etcdutl snapshot restore` does; bump > 0 adds
-// --bump-revision bump --mark-compacted. The members then start on the restored data.
-func (c *Cluster) Restore(path string, bump uint64) error {
+// --bump-revision bump --mark-compacted. down is called once every member is down (no
+// write is accepted from then until the restored members serve). The members then start
+// on the restored data.
+func (c *Cluster) Restore(path string, bump uint64, down func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.members {
 		c.kill(m, false)
 	}
+	down()
 	for _, m := range c.members {
 		dir := fmt.Sprintf("%s-r%d", filepath.Join(c.dir, m.cfg.Name), c.backups)
 		for i := 0; ; i++ {

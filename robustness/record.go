@@ -149,6 +149,8 @@ type Recording struct {
 	Waits []Wait
 	// Writes are the leader-only writes the reconcile loop had accepted, in acceptance order.
 	Writes []FencedWrite
+	// Kills are the kills of the leader-only controller's leader.
+	Kills []ControllerKill
 	// Heap samples the process's live heap, in bytes, across the run.
 	Heap []uint64
 	max  int
@@ -186,6 +188,19 @@ type FencedWrite struct {
 	Key string
 	// Epoch is the number of restores begun before the write was sent.
 	Epoch int
+	// At is when etcd's answer reached the writer.
+	At time.Time
+}
+
+// ControllerKill is a kill -9 of the leader-only controller's leader: the replica's key,
+// its newest term and when it was killed.
+type ControllerKill struct {
+	// Key is the key the killed replica writes.
+	Key string
+	// Term is the newest term the killed replica wrote in.
+	Term int64
+	// At is when it was killed.
+	At time.Time
 }
 
 func newRecording(maxReads int) *Recording { return &Recording{max: maxReads} }
@@ -229,6 +244,13 @@ func (r *Recording) AddWrite(w FencedWrite) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.Writes = append(r.Writes, w)
+}
+
+// AddKill records a kill of the controller's leader.
+func (r *Recording) AddKill(k ControllerKill) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Kills = append(r.Kills, k)
 }
 
 // describeState prints a state's keys and values in key order, for reports.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -55,8 +56,23 @@ func TestRobustness(t *testing.T) {
 			report(t, res)
 		})
 		tab.add(res)
+		tab.heaps = append(tab.heaps, liveHeap())
+	}
+	// The heap's trend across the runs: a leak of a little per run shows long before a cap.
+	trend := CheckHeapTrend(tab.heaps, 16<<20)
+	tab.violations[HeapTrend] += len(trend)
+	for _, v := range trend {
+		t.Error(v.String())
 	}
 	fmt.Println(tab.String())
+}
+
+// liveHeap is the process's heap after a garbage collection, in bytes.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // report fails t with a run's setup error or violations, naming the report.
@@ -85,11 +101,12 @@ func report(t *testing.T, res Result) {
 
 // table sums runs.
 type table struct {
-	runs, ops, opErrors, reads, notes, waits, setup int
-	failures                                        map[string]int
-	kinds                                           map[string]int
-	violations                                      map[string]int
-	failed                                          []int64
+	runs, ops, opErrors, reads, notes, waits, writes, setup int
+	heaps                                                   []uint64 // the live heap after each run
+	failures                                                map[string]int
+	kinds                                                   map[string]int
+	violations                                              map[string]int
+	failed                                                  []int64
 }
 
 func newTable() *table {
@@ -103,6 +120,7 @@ func (tb *table) add(r Result) {
 	tb.reads += r.Reads
 	tb.notes += r.Notes
 	tb.waits += r.Waits
+	tb.writes += r.Writes
 	for k, n := range r.ReadKinds {
 		tb.kinds[k] += n
 	}
@@ -130,8 +148,12 @@ func (tb *table) String() string {
 	fmt.Fprintf(&b, "%-28s %d (Snapshot() %d, saved %d, restored %d)\n", "states validated", tb.reads, tb.kinds["snapshot"], tb.kinds["saved"], tb.kinds["restored"])
 	fmt.Fprintf(&b, "%-28s %d\n", "notifications validated", tb.notes)
 	fmt.Fprintf(&b, "%-28s %d\n", "read-your-writes checks", tb.waits)
+	fmt.Fprintf(&b, "%-28s %d\n", "leader-only writes", tb.writes)
 	for _, name := range Validators {
 		fmt.Fprintf(&b, "%-28s %d\n", "violations: "+name, tb.violations[name])
+	}
+	if n := len(tb.heaps); n > 0 {
+		fmt.Fprintf(&b, "%-28s %d MiB after the first run, %d MiB after the last\n", "live heap after GC", tb.heaps[0]>>20, tb.heaps[n-1]>>20)
 	}
 	fmt.Fprintf(&b, "%-28s %d\n", "runs not completed", tb.setup)
 	if len(tb.failed) > 0 {

@@ -40,11 +40,12 @@ const (
 	FailRestartInformer = "restart-informer" // an informer stopped and started warm from its snapshot file
 	FailKillReplica     = "kill-replica"     // a fan-out replica's connections cut and its informer stopped, started again later
 	FailKillInformer    = "kill-informer"    // kill -9 of an informer process, started again warm from its snapshot file
+	FailKillController  = "kill-controller"  // kill -9 of the leader-only controller's leader process, started again later
 )
 
 // AllFailures is every failure kind, for the long runs.
 var AllFailures = []string{FailRestore, FailRestoreBump, FailKillMember, FailKillLeader, FailCut, FailBlackhole,
-	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer}
+	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer, FailKillController}
 
 // Config is one run.
 type Config struct {
@@ -87,6 +88,8 @@ type Result struct {
 	Notes     int            // notifications validated
 	// Waits is the number of read-your-writes checks validated.
 	Waits int
+	// Writes is the number of leader-only writes validated.
+	Writes int
 	// Violations are the broken guarantees the validators found.
 	Violations []Violation
 	Report     string // the report's path when there were violations
@@ -123,6 +126,8 @@ type run struct {
 	hist      *recorder
 	traffic   *traffic
 	restores  atomic.Int64
+	downMu    sync.Mutex
+	downAt    []int64 // when each restore had every member down (Unix ns), for the processes' writes
 	parts     []*participant
 	finals    []FinalState
 	replicas  []*participant
@@ -211,11 +216,11 @@ func newRun(cfg Config) (*run, error) {
 		r.close()
 		return nil, err
 	}
-	// Two controller replicas whose leader reconciles from the fan-out client's cache.
+	// Two controller processes whose leader reconciles from a cache of the fan-out tier.
 	if cfg.NoFanout {
 		return r, nil
 	}
-	if r.ctrl, err = startControllers(2, c.Endpoints(), r.observer, r.parts[3].inf, r.rec, &r.restores); err != nil {
+	if r.ctrl, err = startControllers(2, cfg.Dir, c.Endpoints(), []string{a, b}, r.rec, r.epochOf); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -276,7 +281,7 @@ func (r *run) drive(res *Result) error {
 // settle heals every failure and waits until everyone has etcd's last revision.
 func (r *run) settle() error {
 	for _, m := range r.cluster.members {
-		m.proxy.Heal()
+		m.proxy.Resume()
 	}
 	if err := r.cluster.waitServing(90 * time.Second); err != nil {
 		return err
@@ -367,7 +372,7 @@ func (r *run) fail(ctx context.Context, kind string) error {
 			p.Blackhole()
 		}
 		hold(lasting)
-		p.Heal()
+		p.Resume()
 	case FailCompact:
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -382,7 +387,7 @@ func (r *run) fail(ctx context.Context, kind string) error {
 		defer cancel()
 		_, err := r.direct.Compact(cctx, r.hist.Seen(), clientv3.WithCompactPhysical())
 		for _, m := range r.cluster.members {
-			m.proxy.Heal()
+			m.proxy.Resume()
 		}
 		return ignoreCompacted(err)
 	case FailDefrag:
@@ -394,6 +399,11 @@ func (r *run) fail(ctx context.Context, kind string) error {
 				return err
 			}
 		}
+	case FailKillController:
+		if r.ctrl == nil {
+			return nil // no controllers without the fan-out tier
+		}
+		return r.ctrl.killLeader(func() { hold(lasting) }, takeoverLimit)
 	case FailKillInformer:
 		r.child.kill()
 		hold(lasting)
@@ -411,6 +421,10 @@ func (r *run) fail(ctx context.Context, kind string) error {
 	}
 	return nil
 }
+
+// takeoverLimit is how soon another controller replica must write after its leader is
+// killed: the election's TTL and a campaign, with room for a loaded machine.
+const takeoverLimit = 30 * time.Second
 
 func ignoreCompacted(err error) error {
 	if err != nil && strings.Contains(err.Error(), "compacted") {
@@ -466,10 +480,37 @@ func (r *run) restore(ctx context.Context, bump bool, lag time.Duration) error {
 	if bump {
 		amount = 1000000
 	}
-	if err := r.cluster.Restore(path, amount); err != nil {
+	if err := r.cluster.Restore(path, amount, r.membersDown); err != nil {
 		return err
 	}
 	return r.hist.StartEpoch(bctx, st.Revision, st.Revision+int64(amount))
+}
+
+// membersDown records that a restore has every member down now: no write is accepted
+// from then until the restored members serve.
+func (r *run) membersDown() {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	r.downAt = append(r.downAt, time.Now().UnixNano())
+}
+
+// epochOf places a write a process sent and had accepted at wall-clock times (Unix ns)
+// among the restores: it returns the restores that had every member down before it was
+// sent, and false if one did between (which history took the write is unknown). A write
+// accepted before is the old history's, one sent after the new one's.
+func (r *run) epochOf(sent, accepted int64) (int, bool) {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	before, by := 0, 0
+	for _, t := range r.downAt {
+		if t < sent {
+			before++
+		}
+		if t < accepted {
+			by++
+		}
+	}
+	return before, before == by
 }
 
 // validate stops the participants and runs every validator on what was recorded.
@@ -483,6 +524,9 @@ func (r *run) validate(res *Result) {
 		}
 	}
 	if r.ctrl != nil {
+		for _, p := range r.ctrl.procs {
+			r.described = append(r.described, p.describe())
+		}
 		r.ctrl.stop()
 		r.ctrl = nil
 	}
@@ -492,7 +536,7 @@ func (r *run) validate(res *Result) {
 		}
 	}
 	if r.child != nil {
-		r.described = append(r.described, fmt.Sprintf("%s (a process): %d start(s)", r.child.cfg.Name, r.child.starts))
+		r.described = append(r.described, r.child.describe())
 		r.child.close()
 		r.child = nil
 	}
@@ -511,7 +555,7 @@ func (r *run) validate(res *Result) {
 		return
 	}
 	rec := r.rec
-	res.Reads, res.Waits = len(rec.Reads), len(rec.Waits)
+	res.Reads, res.Waits, res.Writes = len(rec.Reads), len(rec.Waits), len(rec.Writes)
 	res.ReadKinds = map[string]int{}
 	for _, rd := range rec.Reads {
 		res.ReadKinds[rd.Kind]++
@@ -526,6 +570,7 @@ func (r *run) validate(res *Result) {
 	v = append(v, CheckReadYourWrites(rec.Waits)...)
 	v = append(v, CheckWarmRestarts(h, rec.Reads)...)
 	v = append(v, CheckFencedOrder(rec.Writes)...)
+	v = append(v, CheckTakeover(rec.Kills, rec.Writes, takeoverLimit)...)
 	v = append(v, CheckErrorsNamed(rec.Errors)...)
 	v = append(v, CheckHeap(rec.Heap, 1<<30)...)
 	res.Violations = v

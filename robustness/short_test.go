@@ -13,10 +13,11 @@ import (
 //     part of a transaction.
 //   - An etcd restored from a backup with the cluster's own flags, to an older revision,
 //     while the informers run: they must notice and converge to the restored history.
-//   - A mix of the failures the informers are expected to survive: a restore with
-//     --bump-revision --mark-compacted, kill -9 of the leader, a compaction past the
-//     watches' revision while they are cut off, a fan-out replica killed, a warm restart,
-//     a black-holed member.
+//   - A mix of the failures the informers are expected to survive, five drawn by the seed
+//     from: a restore with --bump-revision --mark-compacted, kill -9 of the leader, a
+//     compaction past the watches' revision while they are cut off, a fan-out replica
+//     killed, a warm restart, a black-holed member, kill -9 of the leader-only
+//     controller's leader (seed 103 draws all but the leader's and the replica's kills).
 func TestShortRun(t *testing.T) {
 	for _, sc := range []struct {
 		name string
@@ -30,8 +31,8 @@ func TestShortRun(t *testing.T) {
 			"the restored-etcd stale cache: a running informer keeps keys the restored etcd no longer has (fixed by the history check of the issue \"One history\"); " +
 				"with that check in, WaitForRevision still compares with the old history's revision (read-your-writes), " +
 				"and a fan-out client keeps the old history's revision on the restored state (one history)"},
-		{"failures survived", Config{Seed: 103, Duration: 15 * time.Second, SingleKey: true, Count: 3,
-			Failures: []string{FailRestoreBump, FailKillLeader, FailCompactWatched, FailKillReplica, FailRestartInformer, FailBlackhole}}, ""},
+		{"failures survived", Config{Seed: 103, Duration: 15 * time.Second, SingleKey: true, Count: 5,
+			Failures: []string{FailRestoreBump, FailKillLeader, FailCompactWatched, FailKillReplica, FailRestartInformer, FailBlackhole, FailKillController}}, ""},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			res := runOne(t, sc.cfg)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Violation is a guarantee a run broke: which validator found it, what it found, and the
@@ -37,10 +38,12 @@ const (
 	FencedOrder   = "fenced-order"
 	ErrorsNamed   = "errors-named"
 	HeapBounded   = "heap-bounded"
+	HeapTrend     = "heap-trend"
+	Takeover      = "takeover"
 )
 
 // Validators lists every validator's name, in the table's order.
-var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, ErrorsNamed, HeapBounded}
+var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, Takeover, ErrorsNamed, HeapBounded, HeapTrend}
 
 // IndexOf is the suite's index function: an item's value's last character (the values are
 // "v<op>.<n>", so the index moves as the value does).
@@ -376,6 +379,24 @@ func checkKeyNotes(h *History, hr HandlerRun, k string, notes []Note) (Violation
 			Message: fmt.Sprintf("handler %s (%s), key %s, notification #%d (%s %s): %s", hr.Name, hr.Policy, k, n.Seq, n.Kind, n.Value, why),
 			Slice:   "the handler's notifications of the key:\n" + strings.Join(lines, "\n") + "\netcd's states of the key (revision:state): " + strings.Join(hist, " ")}, false
 	}
+	// The handler's first state may be one etcd gave the key more than once (in a history
+	// a restore undid and again in the restored one): the handler passes if its
+	// notifications follow etcd's states from any of them.
+	v, ok, firstAt := walkKeyNotes(seq, revs, hr, notes, 0, fail)
+	for !ok && firstAt >= 0 {
+		var again bool
+		if _, again, firstAt = walkKeyNotes(seq, revs, hr, notes, firstAt+1, fail); again {
+			return Violation{}, true
+		}
+	}
+	return v, ok
+}
+
+// walkKeyNotes checks a handler's notifications of a key against etcd's states of it
+// (seq, at revs), its first state matched at position from or later; it returns where
+// that first state matched (-1: nowhere).
+func walkKeyNotes(seq []string, revs []int64, hr HandlerRun, notes []Note, from int, fail func(Note, string) (Violation, bool)) (v Violation, ok bool, firstAt int) {
+	firstAt = -1
 	cur := absent
 	pos := -1 // the position in seq of the state the key is in for the handler
 	first := true
@@ -395,26 +416,35 @@ func checkKeyNotes(h *History, hr HandlerRun, k string, notes []Note) (Violation
 			if n.Kind == "update" && !hr.ListedOne {
 				continue // a relist's update of an unchanged object
 			}
-			return fail(n, "repeats the state the handler already had, and is not a resync")
+			v, ok = fail(n, "repeats the state the handler already had, and is not a resync")
+			return v, ok, firstAt
 		}
 		// The earliest position after pos holding next: greedy matching is exact for
 		// "is a subsequence".
-		found := -1
-		for i := pos + 1; i < len(seq); i++ {
+		found, start := -1, pos+1
+		if first {
+			start = max(start, from)
+		}
+		for i := start; i < len(seq); i++ {
 			if seq[i] == next {
 				found = i
 				break
 			}
 		}
 		if found < 0 {
-			return fail(n, "is not a state etcd gave the key after the one before it (out of order, or never etcd's)")
+			v, ok = fail(n, "is not a state etcd gave the key after the one before it (out of order, or never etcd's)")
+			return v, ok, firstAt
+		}
+		if first {
+			firstAt = found
 		}
 		if hr.Policy == PolicyBlock && hr.ListedOne && !first && found != pos+1 {
-			return fail(n, fmt.Sprintf("skips %d state(s) of the key (from revision %d), and a Block handler of an informer that never relisted must get every one", found-pos-1, revs[pos+1]))
+			v, ok = fail(n, fmt.Sprintf("skips %d state(s) of the key (from revision %d), and a Block handler of an informer that never relisted must get every one", found-pos-1, revs[pos+1]))
+			return v, ok, firstAt
 		}
 		pos, cur, first = found, next, false
 	}
-	return Violation{}, true
+	return Violation{}, true, firstAt
 }
 
 // CheckReadYourWrites checks read-your-writes: a read made after WaitForRevision(R)
@@ -480,6 +510,28 @@ func CheckFencedOrder(writes []FencedWrite) []Violation {
 	return out
 }
 
+// CheckTakeover checks that the leader-only controller goes on when its leader dies:
+// after each kill -9 of the leader, another replica has a write accepted in a newer term
+// within limit (the election's TTL and a campaign, with room for a loaded machine).
+func CheckTakeover(kills []ControllerKill, writes []FencedWrite, limit time.Duration) []Violation {
+	var out []Violation
+	for _, k := range kills {
+		ok := false
+		for _, w := range writes {
+			if w.Key != k.Key && w.Term > k.Term && !w.At.Before(k.At) && w.At.Sub(k.At) <= limit {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			out = append(out, Violation{Validator: Takeover,
+				Message: fmt.Sprintf("the leader writing %s in term %d was killed at %s and no other replica had a write accepted in a newer term within %v",
+					k.Key, k.Term, k.At.Format("15:04:05.000"), limit)})
+		}
+	}
+	return out
+}
+
 // CheckErrorsNamed checks that every error an informer reported names that informer
 // (`informer "name"`), so that an operator reading it knows which cache it is about.
 func CheckErrorsNamed(errs []ReportedError) []Violation {
@@ -500,6 +552,42 @@ func CheckHeap(samples []uint64, limit uint64) []Violation {
 			return []Violation{{Validator: HeapBounded,
 				Message: fmt.Sprintf("live heap %d MiB at sample %d of %d, over the bound of %d MiB", s>>20, i, len(samples), limit>>20)}}
 		}
+	}
+	return nil
+}
+
+// minTrendSamples is the fewest samples CheckHeapTrend judges: fewer say nothing of a trend.
+const minTrendSamples = 6
+
+// CheckHeapTrend checks that the process's live heap does not keep growing across a long
+// run: samples are the heap after a garbage collection, one after each run, in order;
+// over the second half of them, the growth the least-squares trend gives (its slope times
+// the runs it spans) stays under maxGrowth bytes. CheckHeap finds a heap over a cap; this
+// finds one that leaks a little per run, long before it reaches a cap. Fewer than
+// minTrendSamples samples pass.
+func CheckHeapTrend(samples []uint64, maxGrowth uint64) []Violation {
+	if len(samples) < minTrendSamples {
+		return nil
+	}
+	half := samples[len(samples)/2:]
+	n := float64(len(half))
+	var mx, my float64
+	for i, s := range half {
+		mx += float64(i)
+		my += float64(s)
+	}
+	mx, my = mx/n, my/n
+	var sxy, sxx float64
+	for i, s := range half {
+		dx := float64(i) - mx
+		sxy += dx * (float64(s) - my)
+		sxx += dx * dx
+	}
+	slope := sxy / sxx // bytes per run
+	if growth := slope * (n - 1); growth > float64(maxGrowth) {
+		return []Violation{{Validator: HeapTrend,
+			Message: fmt.Sprintf("the live heap after GC grew by %.0f MiB over the last %d runs (%.1f MiB per run; %d MiB, then %d MiB), over the bound of %d MiB",
+				growth/(1<<20), len(half), slope/(1<<20), half[0]>>20, half[len(half)-1]>>20, maxGrowth>>20)}}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package robustness
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // twoTxns is a hand-made history: a put at 2, a write outside the prefix at 3, a
@@ -194,4 +195,53 @@ func TestErrorsNamedFindsAnAnonymousError(t *testing.T) {
 
 func TestHeapFindsAGrowingHeap(t *testing.T) {
 	expectOne(t, CheckHeap([]uint64{10 << 20, 900 << 20}, 512<<20), HeapBounded, "live heap 900 MiB at sample 1 of 2")
+}
+
+func TestHeapTrendFindsAHeapThatKeepsGrowing(t *testing.T) {
+	var flat, leaking []uint64
+	for i := range 20 {
+		noise := uint64(i%3) * 8 << 20 // GC and pools: up and down, no trend
+		flat = append(flat, 100<<20+noise)
+		leaking = append(leaking, 100<<20+noise+uint64(i)*6<<20) // 6 MiB more after each run
+	}
+	flat[15] += 200 << 20 // one run's peak is not a trend
+	if vs := CheckHeapTrend(flat, 64<<20); len(vs) > 0 {
+		t.Fatalf("a flat heap with one peak: %v", vs)
+	}
+	if vs := CheckHeapTrend(leaking[:5], 1); len(vs) > 0 {
+		t.Fatalf("five runs judged: %v", vs)
+	}
+	expectOne(t, CheckHeapTrend(leaking, 32<<20), HeapTrend, "the live heap after GC grew by 51 MiB over the last 10 runs (5.7 MiB per run")
+}
+
+func TestTakeoverFindsALeaderNotReplaced(t *testing.T) {
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	writes := []FencedWrite{
+		{Term: 10, Rev: 11, Key: "/c/0", At: at},
+		{Term: 20, Rev: 30, Key: "/c/1", At: at.Add(3 * time.Second)}, // took over from the first kill
+		{Term: 20, Rev: 31, Key: "/c/1", At: at.Add(50 * time.Second)},
+		{Term: 25, Rev: 40, Key: "/c/1", At: at.Add(70 * time.Second)}, // the killed one's own new term: no takeover
+	}
+	kills := []ControllerKill{{Key: "/c/0", Term: 10, At: at.Add(time.Second)}, {Key: "/c/1", Term: 20, At: at.Add(60 * time.Second)}}
+	expectOne(t, CheckTakeover(kills, writes, 30*time.Second), Takeover, "the leader writing /c/1 in term 20 was killed at 12:01:00.000 and no other replica")
+}
+
+// A Block handler started after a restore begins at a state the undone history had too:
+// its notifications follow the restored history from there, and only a real skip fails.
+func TestHandlersStartInTheRestoredHistory(t *testing.T) {
+	h := twoTxns() // a: v1.0 at 2, v2.0 at 4, gone at 5
+	e := NewEpoch(2, map[string]string{"a": "v1.0"})
+	e.Shared = 2
+	e.Add(3, Change{Key: "a", Value: "v2.5"})
+	e.Add(4, Change{Key: "a", Value: "v3.0"})
+	e.End = 5
+	h.Epochs = append(h.Epochs, e)
+	follows := HandlerRun{Name: "b#2", Policy: PolicyBlock, ListedOne: true, Notes: notes("b#2",
+		Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v2.5"}, Note{Kind: "update", Value: "v3.0"})}
+	if vs := CheckHandlers(h, []HandlerRun{follows}); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+	skips := HandlerRun{Name: "b#2", Policy: PolicyBlock, ListedOne: true, Notes: notes("b#2",
+		Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v3.0"})}
+	expectOne(t, CheckHandlers(h, []HandlerRun{skips}), HandlerOrder, "skips")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -168,124 +167,18 @@ func newClient(t testing.TB, endpoints ...string) *clientv3.Client {
 // ---------------------------------------------------------------------------------------
 // A TCP proxy that can cut the connection between a client and etcd.
 
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	hole  chan struct{} // non-nil while blackholed: closed by Resume
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
+// proxy is the tests' TCP proxy between a client and etcd.
+type proxy = etcdtest.Proxy
 
 // startProxy forwards a loopback port to target until t's cleanup.
 func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := etcdtest.StartProxy(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
-}
-
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
-		p.mu.Unlock()
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			hole := p.hole
-			p.mu.Unlock()
-			if hole != nil {
-				<-hole // blackholed: hold the bytes, as a partition does, until Resume
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// Cut closes every connection and refuses new ones until Resume.
-func (p *proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-// Blackhole keeps every connection open but passes no byte either way until Resume, as a
-// network partition does: calls in flight neither fail nor complete.
-func (p *proxy) Blackhole() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.hole == nil {
-		p.hole = make(chan struct{})
-	}
-}
-
-// Resume accepts connections again and passes the bytes a blackhole held.
-func (p *proxy) Resume() {
-	p.mu.Lock()
-	p.cut = false
-	if p.hole != nil {
-		close(p.hole)
-		p.hole = nil
-	}
-	p.mu.Unlock()
-}
-
-func (p *proxy) close() {
-	p.ln.Close()
-	p.Resume()
-	p.Cut()
-	p.wg.Wait()
 }
 
 // ---------------------------------------------------------------------------------------

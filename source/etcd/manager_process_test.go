@@ -69,7 +69,7 @@ func TestManagerProcessesStop(t *testing.T) {
 	ps.leader()
 	follower := start("p1")
 	waitReady(t, follower.p, 200)
-	follower.proxy.Blackhole()
+	follower.proxy.Pause()
 	cut := time.Now()
 	body := waitReady(t, follower.p, 503)
 	notReady := time.Since(cut)

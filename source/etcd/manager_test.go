@@ -29,7 +29,7 @@ func TestCutOffFollowerStopsAtOnce(t *testing.T) {
 		resp, err := data.Get(context.Background(), "/election/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 2
 	})
-	b.proxy.Blackhole()
+	b.proxy.Pause()
 	t0 := time.Now()
 	b.cancel()
 	b.cancel = nil
@@ -79,7 +79,7 @@ func testReadyzSeesACutOffSource(t *testing.T, how string) {
 	if how == "cut" {
 		p.Cut()
 	} else {
-		p.Blackhole()
+		p.Pause()
 	}
 	cut := time.Now()
 	var body string

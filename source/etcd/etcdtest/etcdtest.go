@@ -1,7 +1,8 @@
 // Package etcdtest starts an etcd member inside the process (go.etcd.io/etcd/server/v3's
 // embed package), for tests and demos of code that uses source/etcd: no etcd binary to
 // install, no fsync, logs discarded. A member costs about 20 MB of heap and a few hundred
-// goroutines, all gone once Close has returned; it is not for production.
+// goroutines, all gone once Close has returned; it is not for production. A Proxy between
+// clients and a member lets a test partition them (cut, black hole, pause) while etcd runs.
 package etcdtest
 
 import (
