@@ -3,7 +3,15 @@ package informer
 // This file is what the store prepares for an object before its write, off the writer's
 // goroutine: the object's index values, computed as the event is queued. The delta queue
 // carries them without looking inside (it sees a keeper and an any); only the store reads
-// them.
+// them. With them a key's queued deltas can be written as one write of its final state
+// (store.applyFinal), since none of them can fail.
+//
+// What they are worth, measured with paired test binaries of the bench module, with the
+// values prepared and with none (the reflector queueing every event unprepared), 6
+// interleaved pairs on a shared 2-core machine (load 11-26), median process CPU per event:
+// W1 4.37 µs with them, 6.09 µs without (p=0.009); W1 keyed by struct 4.79 and 7.64 µs
+// (p=0.041); W4 12.9 and 18.7 µs (p=0.002). Events/s did not differ beyond the machine's
+// noise. They cost about 10 more bytes allocated per event (W1: 104.5 B against 94.8 B).
 
 // storeHint is what the store prepares for an object before its write, off the writer's
 // goroutine (store.Prepare): the object's index values, valid while the store's index

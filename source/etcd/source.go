@@ -191,6 +191,9 @@ func (s *Source[V]) DecodeErrors() uint64 { return s.decodeErrors.Load() }
 // than the context of the List that opened it: an informer's list ends it when the
 // informer stops); it holds what gRPC has received ahead, bounded by its flow control
 // window. A list left before its last page therefore holds a stream until then.
+//
+// The page's Bytes is the size of its keys and values together, as etcd sent them (values
+// the decoder rejected included), for the informer's progress log.
 func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	var out informer.List[V]
 	from := s.start
@@ -259,6 +262,7 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		out.Items = append(out.Items, obj)
 	}
 	out.Revision = FormatRevision(rev)
+	out.Bytes = int64(size)
 	if resp.More && len(resp.Kvs) > 0 {
 		next := int64(0) // the next page's limit in keys: PageBytes at this page's mean size
 		if s.pageBytes > 0 {

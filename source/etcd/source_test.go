@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/clock"
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/etcd"
@@ -510,4 +512,121 @@ func expectDecodeError(t *testing.T, errs *testkit.Errors, key string) {
 	if !errors.Is(err, informer.ErrBadInput) || !errors.Is(err, errBadValue) {
 		t.Errorf("%v: want it to match ErrBadInput and the decoder's error", err)
 	}
+}
+
+// A page's Bytes is the size of its keys and values, as etcd sent them: on the first page
+// (a Get) and on the pages read from the list's stream alike, adding up to the prefix's.
+func TestListBytes(t *testing.T) {
+	_, c := startWithClient(t)
+	const prefix, n = "/sized/", 3000
+	fill(t, c, prefix, n)
+	src := newSource(t, c, prefix, etcd.Options{})
+	ctx := context.Background()
+	var total int64
+	opts := informer.ListOptions{Limit: 500}
+	for page := 0; ; page++ {
+		l, err := src.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want int64
+		for _, it := range l.Items {
+			want += int64(len(it.Key) + len(it.Value))
+		}
+		if l.Bytes != want || want == 0 {
+			t.Fatalf("page %d of %d items: Bytes %d, want %d", page, len(l.Items), l.Bytes, want)
+		}
+		total += l.Bytes
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, kv := range resp.Kvs {
+		want += int64(len(kv.Key) + len(kv.Value))
+	}
+	if total != want {
+		t.Fatalf("the pages hold %d bytes, etcd %d", total, want)
+	}
+}
+
+// The informer's progress log says how many bytes a list over etcd has read: a line per
+// page while it runs (the clock moves on by the log's interval at each page) and one at
+// the end, with the size of the prefix's keys and values.
+func TestListProgressLogShowsBytes(t *testing.T) {
+	_, c := startWithClient(t)
+	const prefix, n = "/progress/", 20_000
+	fill(t, c, prefix, n)
+	resp, err := c.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithLimit(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first int
+	for _, kv := range resp.Kvs {
+		first += len(kv.Key) + len(kv.Value)
+	}
+	resp, err = c.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for i, kv := range resp.Kvs {
+		total += len(kv.Key) + len(fmt.Sprintf("v%d", i))
+	}
+
+	clk := clock.NewFake(time.Unix(0, 0))
+	lw := listHook{newSource(t, c, prefix, etcd.Options{}), func(informer.ListOptions, informer.List[*item], error) {
+		clk.Step(10 * time.Second)
+	}}
+	lines := &infoLines{}
+	startInformer(t, lw, informer.Options[string, *item]{PageSize: 5000, Clock: clk, Logger: slog.New(lines)}, nil)
+	want := []string{ // pages of 32, 5,000, 5,000, 5,000 and 4,968 keys
+		fmt.Sprintf("listed 32 objects (%d B) in 10s, page 1", first),
+		"listed 5,032 objects", "listed 10,032 objects", "listed 15,032 objects",
+		"listed 20,000 objects",
+		fmt.Sprintf("listed 20,000 objects (%.1f kB) in 50s, 5 pages, 400 objects/s", float64(total)/1000),
+	}
+	got := lines.listed()
+	if len(got) != len(want) {
+		t.Fatalf("the list logged %q, want %d lines", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) || !strings.Contains(got[i], "B) in ") {
+			t.Errorf("line %d: %q, want %q…", i, got[i], want[i])
+		}
+	}
+}
+
+// infoLines is a slog handler that keeps the messages of Info records.
+type infoLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *infoLines) Enabled(_ context.Context, l slog.Level) bool { return l == slog.LevelInfo }
+func (h *infoLines) Handle(_ context.Context, rec slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, rec.Message)
+	return nil
+}
+func (h *infoLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *infoLines) WithGroup(string) slog.Handler      { return h }
+
+// listed returns the lines that say how far a list has come.
+func (h *infoLines) listed() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, l := range h.lines {
+		if strings.HasPrefix(l, "listed ") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

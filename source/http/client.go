@@ -326,6 +326,9 @@ func (c *Client[V]) StreamingList() bool { return c.stream }
 // (ClientOptions.OnDecodeError); the informer then treats its key as absent. A later
 // change of it reaches the cache as any change does: its next watch event (an Added, since
 // the cache does not hold it) or the next list that decodes it.
+//
+// The page's Bytes is the length of the response body after any decompression, as
+// MaxListBytes counts it, for the informer's progress log.
 func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	at, q := c.params()
 	if opts.Limit > 0 {
@@ -401,7 +404,7 @@ func (c *Client[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		}
 		items = append(items, v)
 	}
-	return informer.List[V]{Items: items, Revision: raw.Revision, Continue: raw.Continue}, nil
+	return informer.List[V]{Items: items, Revision: raw.Revision, Continue: raw.Continue, Bytes: int64(len(body))}, nil
 }
 
 // readList reads a list body of at most maxListBytes bytes, counted as decoded: a body

@@ -428,7 +428,8 @@ func TestClientClassify(t *testing.T) {
 // A list the transport leaves compressed (a hook asked for gzip itself, so Go's transport
 // does not decompress it) is decompressed by the Client, and MaxListBytes bounds what is
 // decompressed, not what came over the wire: a small gzip body that expands past it is
-// refused before it is split. An encoding the Client cannot decode is refused by name.
+// refused before it is split; List.Bytes of a list read is its decompressed size. An
+// encoding the Client cannot decode is refused by name.
 func TestClientListBoundCountsDecompressedBytes(t *testing.T) {
 	const limit = 64 << 10
 	body := func(n int) string { // a valid list of n bytes
@@ -461,8 +462,8 @@ func TestClientListBoundCountsDecompressedBytes(t *testing.T) {
 			c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{MaxListBytes: limit, PrepareRequest: askGzip})
 			l, err := c.List(context.Background(), informer.ListOptions{})
 			if tc.want == "" {
-				if err != nil || len(l.Items) != 1 {
-					t.Fatalf("%d items, %v; want the one item", len(l.Items), err)
+				if err != nil || len(l.Items) != 1 || l.Bytes != int64(tc.size) {
+					t.Fatalf("%d items of %d bytes, %v; want the one item of %d", len(l.Items), l.Bytes, err, tc.size)
 				}
 				return
 			}

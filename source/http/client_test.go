@@ -271,7 +271,8 @@ func TestClientListItemLimit(t *testing.T) {
 }
 
 // A list body longer than MaxListBytes (counted after decompression, with or without a
-// Content-Length) fails the List; one at the limit is read.
+// Content-Length) fails the List; one at the limit is read, and its List.Bytes is the
+// body's size as MaxListBytes counts it.
 func TestClientListByteLimit(t *testing.T) {
 	const limit = 64 << 10
 	body := func(n int) string { // a valid list of about n bytes
@@ -308,8 +309,8 @@ func TestClientListByteLimit(t *testing.T) {
 			c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{MaxListBytes: limit})
 			l, err := c.List(context.Background(), informer.ListOptions{})
 			if tc.ok {
-				if err != nil || len(l.Items) != 1 {
-					t.Fatalf("%d items, %v", len(l.Items), err)
+				if err != nil || len(l.Items) != 1 || l.Bytes != int64(tc.size) {
+					t.Fatalf("%d items of %d bytes, %v; want 1 of %d", len(l.Items), l.Bytes, err, tc.size)
 				}
 				return
 			}

@@ -215,6 +215,10 @@ func watchListUnsupported(client any) bool {
 // List reads one page of the resource (see the package documentation for the
 // resourceVersion each kind of request maps to). Its errors match the informer's error
 // classes.
+//
+// The page's Bytes is 0 (not known): client-go's typed and dynamic clients read and
+// decode the response inside the request and do not tell its size, so the informer's
+// progress log counts this source's lists in objects only.
 func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
 	lo := metav1.ListOptions{
 		LabelSelector: s.opts.LabelSelector,
