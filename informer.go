@@ -126,7 +126,11 @@ type Options[K comparable, V any] struct {
 	// whether that state is its own at the saved revision (a cluster restored from a
 	// backup keeps its identity, not its history); if not, the informer reports it and
 	// lists. Set Options.Revision to the objects' own revisions for a full proof: without
-	// it only the number of objects is compared.
+	// it only the number of objects is compared. A source that has compacted the saved
+	// revision cannot prove it (an etcd restored with its revisions bumped and marked
+	// compacted has compacted every revision of the history it left): the informer logs
+	// it at Info and lists, as on a first start, or, with ServeUnconfirmed, serves the
+	// saved state unconfirmed until the list replaces it.
 	//
 	// A source that does not answer its identity read within 3 seconds at the start is
 	// named at Warn, and the informer waits for it before it uses the saved state, unless

@@ -169,6 +169,14 @@ func (w *warm[K, V]) Restore(ctx context.Context) {
 		err = errors.New("the saved state has no revision")
 	case err == nil && !unconfirmed:
 		err = w.prove(ctx, rev, objs)
+		if errors.Is(err, errUnprovable) && w.opts.ServeUnconfirmed {
+			w.logger.Info("the source has compacted the saved revision, so it cannot prove the saved cache: serving it unconfirmed (Stats.Unconfirmed) until a list replaces it", "revision", rev, "err", err)
+			unconfirmed, err = true, nil
+		}
+	}
+	if errors.Is(err, errUnprovable) {
+		w.logger.Info("the source has compacted the saved revision, so it cannot prove the saved cache: listing instead", "revision", rev, "err", err)
+		return
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -189,8 +197,14 @@ func (w *warm[K, V]) Restore(ctx context.Context) {
 	w.logger.Info("restored the persisted cache: resuming the watch", "revision", rev, "objects", len(keys), "unconfirmed", unconfirmed)
 }
 
+// errUnprovable marks a proof the source could not give because it has compacted the
+// saved revision. Such a state is not restored as proven: a source restored from a backup
+// with its revisions bumped and marked compacted has compacted every revision of the
+// history it left, so the saved state may be another history's.
+var errUnprovable = errors.New("the source has compacted the saved revision and cannot prove the saved state")
+
 // prove asks a HistoryProver whether objs are its state at rev. An expired rev is no
-// refusal: the resumed watch expires too, and the informer relists with differences.
+// proof: it returns an error matching errUnprovable and ErrExpired.
 func (w *warm[K, V]) prove(ctx context.Context, rev string, objs []V) error {
 	p, ok := w.lw.(HistoryProver)
 	if !ok {
@@ -204,7 +218,7 @@ func (w *warm[K, V]) prove(ctx context.Context, rev string, objs []V) error {
 	}
 	err := p.ProveHistory(ctx, rev, revs)
 	if err != nil && !errors.Is(err, ErrOtherHistory) && errors.Is(err, ErrExpired) {
-		return nil
+		return fmt.Errorf("%w: %w", errUnprovable, err)
 	}
 	return err
 }
@@ -242,8 +256,10 @@ func (w *warm[K, V]) Confirm(ctx context.Context) error {
 	case err == nil:
 		w.unconfirmed.Store(false)
 		w.logger.Info("the source confirmed the restored cache: resuming the watch")
-	case ctx.Err() == nil:
+	case errors.Is(err, errUnprovable):
 		// Unconfirmed stays set until the list replaces the state (Stats.Restored).
+		w.logger.Info("the source has compacted the restored cache's revision, so it cannot prove it: listing instead", "err", err)
+	case ctx.Err() == nil:
 		w.report(fmt.Errorf("informer %q: the restored cache is not the source's state, listing instead: %w", w.opts.Name, err))
 	}
 	return err
