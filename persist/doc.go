@@ -79,7 +79,12 @@
 //     differences (TestRunningInformerAcrossRestore). Restoring etcd with
 //     `etcdutl snapshot restore --bump-revision N --mark-compacted` (etcd's advice when
 //     clients watch) makes every saved and watched revision compacted: warm starts and
-//     running informers relist at once (TestRestoreBumpRevisionRelists).
+//     running informers relist at once (TestRestoreBumpRevisionRelists). Since such a
+//     restore and a plain compaction look the same to the proof, a HistoryProver that
+//     has compacted the saved revision proves nothing: the warm start lists as a first
+//     start does, or, with informer.Options.ServeUnconfirmed, serves the saved state
+//     unconfirmed until the list replaces it with only the differences
+//     (TestWarmRestartEtcdCompacted in source/etcd).
 //   - A source that does not answer at a warm start is named at Warn within 5 s, with
 //     what to do; the informer waits for it and then uses the saved state, or, with
 //     informer.Options.ServeUnconfirmed, serves the saved state at once marked
