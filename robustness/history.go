@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/v3"
 )
 
@@ -160,13 +162,14 @@ type recorder struct {
 	cli    *clientv3.Client
 	prefix string
 
-	mu     sync.Mutex
-	h      History
-	seen   int64 // the newest revision the current epoch has reached
-	err    error
-	cancel context.CancelFunc
-	done   chan struct{}
-	moved  chan struct{} // signalled when seen advances
+	mu      sync.Mutex
+	h       History
+	seen    int64 // the newest revision the current epoch has reached
+	err     error
+	resumed int // watches opened again after etcd ended one
+	cancel  context.CancelFunc
+	done    chan struct{}
+	moved   chan struct{} // signalled when seen advances
 }
 
 func newRecorder(cli *clientv3.Client, prefix string) *recorder {
@@ -202,20 +205,51 @@ func (r *recorder) StartEpoch(ctx context.Context, shared, at int64) error {
 	r.mu.Unlock()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
 	r.cancel, r.done = cancel, make(chan struct{})
-	wch := r.cli.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithProgressNotify())
-	go r.follow(e, wch)
+	go r.follow(wctx, e)
 	return nil
 }
 
-func (r *recorder) follow(e *Epoch, wch clientv3.WatchChan) {
+// follow records the epoch's changes from a watch of the prefix. A watch that etcd ends
+// without a leader (a member cut off from the others, or a quorum down) is opened again
+// after the revision seen, which compaction never passes: the recording has no gap. A
+// compaction past it, or no watch for a minute, ends the recording with an error.
+func (r *recorder) follow(ctx context.Context, e *Epoch) {
 	defer close(r.done)
+	failing := time.Time{} // since when the watch could not be kept open
+	for ctx.Err() == nil {
+		err := r.watch(ctx, e)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if failing.IsZero() {
+			failing = time.Now()
+		}
+		if errors.Is(err, rpctypes.ErrCompacted) || time.Since(failing) > time.Minute {
+			r.mu.Lock()
+			r.err = fmt.Errorf("history: the recording watch ended: %w", err)
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Lock()
+		r.resumed++
+		r.mu.Unlock()
+		select { // a cluster without a leader: ask again shortly
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// watch records changes after the revision seen until the watch ends: nil when ctx ended
+// it, else why etcd did.
+func (r *recorder) watch(ctx context.Context, e *Epoch) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := r.cli.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(r.Seen()+1), clientv3.WithProgressNotify())
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			if wr.Canceled {
-				r.mu.Lock()
-				r.err = fmt.Errorf("history: the recording watch ended: %w", err)
-				r.mu.Unlock()
-				return
+				return err
 			}
 			continue
 		}
@@ -237,6 +271,17 @@ func (r *recorder) follow(e *Epoch, wch clientv3.WatchChan) {
 		default:
 		}
 	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("the watch channel closed")
+}
+
+// Resumed returns how many times the recording watch was opened again after etcd ended it.
+func (r *recorder) Resumed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.resumed
 }
 
 // Seen returns the newest revision the recording has reached.
