@@ -43,6 +43,8 @@
 //
 //   - The last value is gone: etcd cannot send it when the previous revision was compacted
 //     away before the watch delivered the delete (a watch that fell behind a compaction).
+//     etcd may also leave it out of an event it sends as the watch starts: the server
+//     turns the watch's previous values on only after it has started the watch.
 //   - The last value does not decode (it was skipped when it was written).
 //
 // In both, the decoder is called with the key and a nil value, and the event is marked
