@@ -36,7 +36,16 @@ func TestApply_CoalescedEqualsOneByOne(t *testing.T) {
 						typ = deltaUpdated // mostly coalescible lists
 					}
 				}
-				script = append(script, scriptedDelta{typ: typ, key: k, obj: val, unknown: typ == deltaDeleted && rng.IntN(3) == 0})
+				sd := scriptedDelta{typ: typ, key: k, obj: val}
+				if typ == deltaDeleted {
+					switch rng.IntN(3) {
+					case 0:
+						sd.unknown = true
+					case 1:
+						sd.obj, sd.keyOnly = k+"=", true // the source sent the key alone
+					}
+				}
+				script = append(script, sd)
 			}
 			got := applyScript(t, fast, script, true)
 			want := applyScript(t, slow, script, false)
@@ -54,7 +63,8 @@ type scriptedDelta struct {
 	typ     deltaType
 	key     string
 	obj     string
-	unknown bool
+	unknown bool // a tombstone
+	keyOnly bool // an observed delete whose object carries the key alone
 }
 
 func applyTestInformer(t *testing.T) *Informer[string, string] {
@@ -90,17 +100,18 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 	f := inf.fifo
 	for _, d := range script {
 		// The reflector queues watch events (added, updated, observed deletes) with values.
-		if precompute && (d.typ == deltaAdded || d.typ == deltaUpdated || d.typ == deltaDeleted && !d.unknown) {
+		// A delete that carries the key alone is queued without values, as the sink does.
+		if precompute && (d.typ == deltaAdded || d.typ == deltaUpdated || d.typ == deltaDeleted && !d.unknown && !d.keyOnly) {
 			var h storeHint[string]
 			if inf.store.Prepare(&h, d.obj) {
-				if err := f.addPrepared(d.typ, d.key, d.obj, "", false, &h); err != nil {
+				if err := f.addPrepared(d.key, delta[string]{typ: d.typ, object: d.obj}, false, &h); err != nil {
 					t.Fatal(err)
 				}
 				continue
 			}
 		}
 		f.mu.Lock()
-		f.queueLocked(d.key, delta[string]{typ: d.typ, object: d.obj, finalStateUnknown: d.unknown})
+		f.queueLocked(d.key, delta[string]{typ: d.typ, object: d.obj, finalStateUnknown: d.unknown, keyOnly: d.keyOnly})
 		f.mu.Unlock()
 	}
 	items, _, _, err := f.popBatch(nil, 1024, math.MaxInt)
@@ -111,9 +122,47 @@ func applyScript(t *testing.T, inf *Informer[string, string], script []scriptedD
 	f.finishBatch(items)
 	var out []string
 	for _, n := range notes {
-		out = append(out, fmt.Sprintf("%d:%v:%v>%v:i%v:u%v:s%v", n.kind, n.key, n.old, n.new, n.initial, n.unknown, n.sync))
+		out = append(out, noteString(n))
 	}
 	return out
+}
+
+func noteString(n notification[string, string]) string {
+	return fmt.Sprintf("%d:%v:%v>%v:i%v:u%v:s%v", n.kind, n.key, n.old, n.new, n.initial, n.unknown, n.sync)
+}
+
+// A delete whose object carries the key alone (the source did not know the last state)
+// is notified with the state the cache held, finalStateUnknown false, whether the key's
+// deltas are written one by one or as their final state; and the key leaves every index.
+func TestApply_DeleteOfKeyAloneTakesCachedState(t *testing.T) {
+	notes := func(ns ...notification[string, string]) []string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, noteString(n))
+		}
+		return out
+	}
+	for _, precompute := range []bool{true, false} {
+		inf := applyTestInformer(t)
+		applyScript(t, inf, []scriptedDelta{{typ: deltaAdded, key: "a", obj: "a=v1"}, {typ: deltaAdded, key: "b", obj: "b=v1"}}, precompute)
+		// One delta of the key in the batch: written alone.
+		got := applyScript(t, inf, []scriptedDelta{{typ: deltaDeleted, key: "a", obj: "a=", keyOnly: true}}, precompute)
+		if want := notes(del("a", "v1")); !slices.Equal(got, want) {
+			t.Errorf("precompute %v, a delete alone: got %v, want %v", precompute, got, want)
+		}
+		// Several: written as the final state (applyFinal) when prepared.
+		got = applyScript(t, inf, []scriptedDelta{
+			{typ: deltaUpdated, key: "b", obj: "b=v2"},
+			{typ: deltaDeleted, key: "b", obj: "b=", keyOnly: true},
+			{typ: deltaDeleted, key: "c", obj: "c=", keyOnly: true}, // never cached: nothing
+		}, precompute)
+		if want := notes(upd("b", "v1", "v2"), del("b", "v2")); !slices.Equal(got, want) {
+			t.Errorf("precompute %v, after an update: got %v, want %v", precompute, got, want)
+		}
+		if d := dumpStore(inf.store); d != "" {
+			t.Errorf("precompute %v: the cache keeps %s", precompute, d)
+		}
+	}
 }
 
 func dumpStore[K comparable, V any](s *store[K, V]) string {
@@ -144,7 +193,7 @@ func TestApply_IndexesAddedWhileQueued(t *testing.T) {
 		if !inf.store.Prepare(&h, obj) {
 			t.Fatalf("prepare %q failed", obj)
 		}
-		if err := f.addPrepared(deltaUpdated, "a", obj, "", false, &h); err != nil {
+		if err := f.addPrepared("a", delta[string]{typ: deltaUpdated, object: obj}, false, &h); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -270,7 +319,7 @@ func BenchmarkWriteBatch(b *testing.B) {
 		if !s.Prepare(&h, o) {
 			b.Fatal("prepare failed")
 		}
-		if err := f.addPrepared(typ, o.key, o, "", false, &h); err != nil {
+		if err := f.addPrepared(o.key, delta[*obj]{typ: typ, object: o}, false, &h); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -22,10 +22,12 @@ const (
 
 // delta is one change of one key. A tombstone is a Deleted delta whose finalStateUnknown
 // is set: the object vanished without an observed delete, and object is its last known
-// state.
+// state. A Deleted delta whose keyOnly is set was observed, but its object carries the key
+// alone (the event's LastStateUnknown): the store takes the last state from the cache.
 type delta[V any] struct {
 	typ               deltaType
 	finalStateUnknown bool
+	keyOnly           bool
 	// initial: an object of the informer's first list. Only such a delta makes an add
 	// that handlers are told is part of the initial state.
 	initial bool
@@ -43,13 +45,15 @@ type delta[V any] struct {
 }
 
 // The store reads a popped delta through these methods, never its fields: whether it is an
-// Added event, deletes its key, is a tombstone (its object the last state known), is of
+// Added event, deletes its key, is a tombstone (its object the last state known), is a
+// delete whose object carries the key alone (the cache holds the last state), is of
 // the first list, re-delivers an unchanged object (a resync, or a relisted object at the
 // revision it was listed at), comes from a list, repeats a key of its list, was prepared;
 // its object and revision.
 func (d *delta[V]) Added() bool      { return d.typ == deltaAdded }
 func (d *delta[V]) Deleted() bool    { return d.typ == deltaDeleted }
 func (d *delta[V]) Unknown() bool    { return d.finalStateUnknown }
+func (d *delta[V]) KeyOnly() bool    { return d.keyOnly }
 func (d *delta[V]) Initial() bool    { return d.initial }
 func (d *delta[V]) Resync() bool     { return d.typ == deltaSync || d.unchanged }
 func (d *delta[V]) Relisted() bool   { return d.typ == deltaReplaced }
@@ -224,23 +228,26 @@ func newDeltaFIFO[K comparable, V any](known knownObjects[K, V], keep keeper, ma
 	return f
 }
 
-// Add queues one watch event of type t (Added, Modified or Deleted) with what the store
-// prepared for obj (nil: nothing), kept by the queue's keeper. more says that more
-// changes of revision rev follow (a transaction's): until the last of them, no pop reports
-// a revision reached, and the transaction is popped whole unless it outgrows a batch (see
-// Pop). It blocks while the queue is full and returns errFIFOClosed once closed.
-func (f *deltaFIFO[K, V]) Add(t EventType, key K, obj V, rev string, more bool, prep any) error {
-	typ := deltaUpdated
-	switch t {
+// Add queues ev, one watch event (Added, Modified or Deleted) of key, with what the store
+// prepared for its object (nil: nothing), kept by the queue's keeper. more says that more
+// changes of ev's revision follow (a transaction's): until the last of them, no pop
+// reports a revision reached, and the transaction is popped whole unless it outgrows a
+// batch (see Pop). It blocks while the queue is full and returns errFIFOClosed once
+// closed.
+func (f *deltaFIFO[K, V]) Add(ev Event[V], key K, more bool, prep any) error {
+	d := delta[V]{typ: deltaUpdated, object: ev.Object, revision: ev.Revision}
+	switch ev.Type {
 	case Added:
-		typ = deltaAdded
+		d.typ = deltaAdded
 	case Deleted:
-		typ = deltaDeleted
+		d.typ, d.keyOnly = deltaDeleted, ev.LastStateUnknown
 	}
-	return f.addPrepared(typ, key, obj, rev, more, prep)
+	return f.addPrepared(key, d, more, prep)
 }
 
-func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, more bool, prep any) error {
+// addPrepared queues d, a delta of key; see Add.
+func (f *deltaFIFO[K, V]) addPrepared(key K, d delta[V], more bool, prep any) error {
+	rev := d.revision
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.maxPending > 0 && f.pending >= f.maxPending && !f.closed {
@@ -249,7 +256,8 @@ func (f *deltaFIFO[K, V]) addPrepared(typ deltaType, key K, obj V, rev string, m
 	if f.closed {
 		return errFIFOClosed
 	}
-	l, appended := f.queueLocked(key, delta[V]{typ: typ, object: obj, revision: rev, prepared: prep != nil})
+	d.prepared = prep != nil
+	l, appended := f.queueLocked(key, d)
 	if appended && prep != nil {
 		l.held = f.keep.Keep(l.held, prep, len(l.deltas)-1)
 	}

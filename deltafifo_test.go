@@ -434,7 +434,7 @@ func (t deltaType) String() string {
 // add queues one watch change. It blocks while the queue is full and returns
 // errFIFOClosed once closed.
 func (f *deltaFIFO[K, V]) add(typ deltaType, key K, obj V, rev string) error {
-	return f.addPrepared(typ, key, obj, rev, false, nil)
+	return f.addPrepared(key, delta[V]{typ: typ, object: obj, revision: rev}, false, nil)
 }
 
 // HasSynced reports whether the initial population has been popped. The informer
@@ -470,7 +470,7 @@ func TestDeltaFIFO_TransactionPoppedWhole(t *testing.T) {
 	if _, wm, _ := popAll(t, f); wm != (watermark{rev: "4", inclusive: true}) {
 		t.Fatalf("watermark %+v", wm)
 	}
-	if err := f.Add(Added, "a", "a1", "5", true, nil); err != nil {
+	if err := f.Add(Event[string]{Type: Added, Object: "a1", Revision: "5"}, "a", true, nil); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -487,7 +487,7 @@ func TestDeltaFIFO_TransactionPoppedWhole(t *testing.T) {
 		t.Fatalf("popped %q at %+v while the transaction at revision 5 was still arriving", r.got, r.wm)
 	case <-time.After(20 * time.Millisecond): // only bounds the negative check
 	}
-	if err := f.Add(Added, "b", "b1", "5", false, nil); err != nil {
+	if err := f.Add(Event[string]{Type: Added, Object: "b1", Revision: "5"}, "b", false, nil); err != nil {
 		t.Fatal(err)
 	}
 	r := <-popped
@@ -503,8 +503,8 @@ func TestDeltaFIFO_TransactionLargerThanABatch(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, nil, 0, false)
 	f.add(deltaAdded, "x", "x1", "4")
 	popAll(t, f)
-	f.Add(Added, "a", "a1", "5", true, nil)
-	f.Add(Added, "b", "b1", "5", true, nil)
+	f.Add(Event[string]{Type: Added, Object: "a1", Revision: "5"}, "a", true, nil)
+	f.Add(Event[string]{Type: Added, Object: "b1", Revision: "5"}, "b", true, nil)
 	for _, key := range []string{"a", "b"} {
 		batch, wm, _, err := f.popBatch(nil, 1, math.MaxInt)
 		if err != nil || len(batch) != 1 || batch[0].key != key || wm.inclusive {
@@ -512,14 +512,14 @@ func TestDeltaFIFO_TransactionLargerThanABatch(t *testing.T) {
 		}
 		f.finishBatch(batch)
 	}
-	f.Add(Added, "c", "c1", "5", false, nil)
+	f.Add(Event[string]{Type: Added, Object: "c1", Revision: "5"}, "c", false, nil)
 	if got, wm, _ := popAll(t, f); len(got) != 1 || wm != (watermark{rev: "5", inclusive: true}) {
 		t.Fatalf("popped %q at %+v, want c and 5 reached", got, wm)
 	}
 
 	bounded := newDeltaFIFO[string, string](nil, nil, 2, false)
-	bounded.Add(Added, "a", "a1", "5", true, nil)
-	bounded.Add(Added, "b", "b1", "5", true, nil) // the queue is full: a pop must not wait
+	bounded.Add(Event[string]{Type: Added, Object: "a1", Revision: "5"}, "a", true, nil)
+	bounded.Add(Event[string]{Type: Added, Object: "b1", Revision: "5"}, "b", true, nil) // the queue is full: a pop must not wait
 	if got, wm, _ := popAll(t, bounded); len(got) != 2 || wm.inclusive {
 		t.Fatalf("full queue: popped %q at %+v; want a and b, no revision reached", got, wm)
 	}
@@ -528,12 +528,12 @@ func TestDeltaFIFO_TransactionLargerThanABatch(t *testing.T) {
 // A bookmark or a list ends a transaction the queue was told more of would follow.
 func TestDeltaFIFO_TransactionEndedByBookmarkOrList(t *testing.T) {
 	f := newDeltaFIFO[string, string](nil, nil, 0, false)
-	f.Add(Added, "a", "a1", "5", true, nil)
+	f.Add(Event[string]{Type: Added, Object: "a1", Revision: "5"}, "a", true, nil)
 	f.Bookmark("5")
 	if got, wm, _ := popAll(t, f); len(got) != 1 || wm != (watermark{rev: "5", inclusive: true}) {
 		t.Fatalf("after a bookmark: popped %q at %+v", got, wm)
 	}
-	f.Add(Added, "b", "b1", "6", true, nil)
+	f.Add(Event[string]{Type: Added, Object: "b1", Revision: "6"}, "b", true, nil)
 	f.Replace([]string{"c"}, []string{"c1"}, "9")
 	if got, wm, _ := popAll(t, f); len(got) != 2 || wm != (watermark{rev: "9", inclusive: true}) {
 		t.Fatalf("after a list: popped %q at %+v", got, wm)

@@ -62,13 +62,16 @@
 //     and for the cache replayed to a handler added to a running informer. An object of
 //     the first list that is deleted and created again before the handler hears of it is
 //     added the second time with initial false.
-//   - OnDelete receives the object's last state. With finalStateUnknown false it is the
-//     state the source sent with the delete; with finalStateUnknown true the delete was not
-//     observed — the object was missing from a relist — and the object is the last state
-//     the informer knew, which may be stale. It is never a zero value standing for
-//     "unknown", and it is always typed: no tombstone type to switch on. A Coalesce
-//     handler that fell behind may receive a delete whose object is newer than the last
-//     update it was given (the updates in between were merged away).
+//   - OnDelete receives the object's last state. With finalStateUnknown false the delete
+//     was observed, and it is the state the source sent with the delete or, when the
+//     source could send only the key (Event.LastStateUnknown: etcd compacted the last
+//     value away, a PostgreSQL delete carries the key columns), the state the cache held
+//     for the key, the last one the handlers were given; with finalStateUnknown true the
+//     delete was not observed — the object was missing from a relist — and the object is
+//     the last state the informer knew, which may be stale. It is never a zero value or a
+//     key alone standing for "unknown", and it is always typed: no tombstone type to
+//     switch on. A Coalesce handler that fell behind may receive a delete whose object is
+//     newer than the last update it was given (the updates in between were merged away).
 //   - On a resync a handler receives OnUpdate(obj, obj) with the same object twice.
 //   - On a relist (after an expired watch, a failure, a restart without Options.Persist)
 //     every object the list brings that the cache already holds reaches every handler as an

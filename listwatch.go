@@ -144,7 +144,8 @@ const (
 	Added EventType = iota + 1
 	// Modified: an object changed.
 	Modified
-	// Deleted: an object was removed. The event's Object is its last state.
+	// Deleted: an object was removed. The event's Object is its last state, or its key
+	// alone when the event's LastStateUnknown is set.
 	Deleted
 	// Bookmark: no object changed, but every change up to the event's Revision has been
 	// sent. The event's Object is not used.
@@ -173,10 +174,21 @@ type Event[V any] struct {
 	Type EventType
 	// Object is the new state (Added, Modified) or the last state (Deleted). For Deleted, a
 	// source that does not know the last state must still return an object from which the
-	// informer's key function can compute the key.
+	// informer's key function can compute the key, and set LastStateUnknown.
 	Object V
 	// Revision is the revision of the collection after this change.
 	Revision string
+	// LastStateUnknown says, on a Deleted event, that Object carries the key alone, not
+	// the object's last state: the source could not send it (etcd compacted the last value
+	// away before the watch delivered the delete; a PostgreSQL delete carries only the
+	// key columns). The informer then hands OnDelete the state its cache holds for the
+	// key, the last one its handlers were given, and calls no index function on Object.
+	// OnDelete's finalStateUnknown stays false: the delete was observed, in order, and
+	// the cached state is the last the informer was sent (the object's final state unless
+	// the source skipped a later change it could not decode, which it reported). A key
+	// the cache does not hold is not notified, as for any delete. On other event types
+	// it is ignored.
+	LastStateUnknown bool
 	// EndOfInitialEvents marks, on a Bookmark, the end of the initial events of a streaming
 	// list (see WatchOptions.SendInitialEvents).
 	EndOfInitialEvents bool

@@ -59,6 +59,49 @@ func TestInformer_ScriptedSource(t *testing.T) {
 	}
 }
 
+// A source that does not know a deleted object's last state sends the key alone with
+// LastStateUnknown: OnDelete receives the state the handler was last given, as an
+// observed delete (finalStateUnknown false), and no index function sees the key-only
+// object. A key the cache never held is not notified.
+func TestInformer_DeleteOfKeyAloneGetsCachedState(t *testing.T) {
+	src := &scripted{items: []string{"a=1", "b=1"}, rev: "2", events: make(chan Event[string])}
+	var reported []error
+	var mu sync.Mutex
+	inf, err := New[string, string](src, Options[string, string]{
+		Key: func(s string) (string, error) { return s[:1], nil },
+		Indexers: Indexers[string]{"val": IndexBy(func(s string) (string, error) {
+			if len(s) < 3 {
+				return "", fmt.Errorf("%q has no value", s)
+			}
+			return s[2:], nil
+		})},
+		ErrorHandler: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder()
+	inf.AddHandler(r, HandlerOptions{})
+	runSynced(t, inf)
+	src.events <- Event[string]{Type: Modified, Object: "a=2", Revision: "3"}
+	src.events <- Event[string]{Type: Deleted, Object: "a=", Revision: "4", LastStateUnknown: true}
+	src.events <- Event[string]{Type: Deleted, Object: "z=", Revision: "5", LastStateUnknown: true}
+	src.events <- Event[string]{Type: Deleted, Object: "b=1", Revision: "6"}
+	r.Expect(t, "add*a=1", "add*b=1", "update a=1→2", "delete a=2", "delete b=1")
+	r.ExpectNoMore(t)
+	if got := ReadList(inf); len(got) != 0 {
+		t.Fatalf("cache %q, want empty", got)
+	}
+	if vals, err := inf.IndexValues("val"); err != nil || len(slices.Collect(vals)) != 0 {
+		t.Fatalf("index values %q (%v), want none", slices.Collect(vals), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 0 {
+		t.Fatalf("reported %v", reported)
+	}
+}
+
 // Bad input: a list whose pages report different revisions is reported (ErrBadInput) and
 // listed again; the cache is never filled from the inconsistent list.
 func TestReflector_MalformedPageRelists(t *testing.T) {

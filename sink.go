@@ -120,12 +120,14 @@ func (s *sink[K, V]) Event(ev Event[V], more bool) error {
 		return err
 	}
 	// The store prepares the object here rather than on the writer's goroutine, the
-	// pipeline's busiest. If it fails, the writer tries again and reports the error.
+	// pipeline's busiest. If it fails, the writer tries again and reports the error. A
+	// delete that carries the key alone has no index values to prepare: the store finds
+	// them from the cached object.
 	var prep any
-	if s.store.Prepare(&s.hint, ev.Object) {
+	if !(ev.Type == Deleted && ev.LastStateUnknown) && s.store.Prepare(&s.hint, ev.Object) {
 		prep = &s.hint
 	}
-	return s.queue.Add(ev.Type, k, ev.Object, ev.Revision, more, prep)
+	return s.queue.Add(ev, k, more, prep)
 }
 
 func (s *sink[K, V]) Bookmark(rev string) { s.queue.Bookmark(rev) }

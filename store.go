@@ -237,8 +237,8 @@ func (w *writeBatch[K, V]) noteFor(key K, d *delta[V], old V, existed bool) noti
 		return notification[K, V]{} // never seen, or its delete was already delivered
 	case d.Deleted():
 		obj := d.Object()
-		if d.Unknown() {
-			obj = old
+		if d.Unknown() || d.KeyOnly() {
+			obj = old // a tombstone's cached state is at least as new; a key alone is no state
 		}
 		return deleteNote(key, obj, d.Unknown())
 	case !existed:

@@ -19,7 +19,8 @@ import (
 // (encoding/json decodes them into []byte); 64-bit integers travel as strings.
 
 // Decoder turns an etcd key and value into a V. For a delete, value is nil: the key alone
-// must make an object the informer's key function accepts.
+// must make an object the informer's key function accepts (OnDelete receives the state the
+// informer held, not that object).
 type Decoder[V any] func(key, value []byte) (V, error)
 
 // GatewayOptions configures NewGatewayClient.
@@ -263,7 +264,9 @@ func (g gateway[V]) decodeFrame(f *httpsource.Frame[V]) error {
 		var value []byte
 		switch e.Type {
 		case "DELETE":
-			ev.Type = informer.Deleted
+			// The watch does not ask for the previous value: the object carries the key
+			// alone, and the informer hands OnDelete the state it held.
+			ev.Type, ev.LastStateUnknown = informer.Deleted, true
 		case "", "PUT":
 			value = e.Kv.Value
 			if value == nil {

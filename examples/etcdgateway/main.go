@@ -166,7 +166,7 @@ func run(ctx context.Context, out io.Writer, opts options) error {
 			changed()
 		},
 		DeleteFunc: func(c *Config, _ bool) {
-			say("- deleted %s", c.Name)
+			say("- deleted %v", c) // the last state, though the gateway sent the key alone
 			changed()
 		},
 	}, informer.HandlerOptions{Name: "printer"})

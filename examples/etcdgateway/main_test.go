@@ -96,7 +96,7 @@ func TestEmbedded(t *testing.T) {
 		"synced 3 configs",
 		"~ updated payments team=billing replicas=5 (was payments team=billing replicas=3)",
 		"+ added   ledger team=billing replicas=1",
-		"- deleted search",
+		"- deleted search team=discovery replicas=4",
 		`! httpsource POST http://` + endpoint + `/v3/watch: cannot decode key "/config/invoices" at revision 7: unexpected end of JSON input; skipped`,
 		"~ updated invoices team=billing replicas=3 (was invoices team=billing replicas=2)",
 		"mirrored 3 configs at revision 8: invoices team=billing replicas=3, ledger team=billing replicas=1, payments team=billing replicas=5; 1 value(s) did not decode",

@@ -43,16 +43,22 @@
 //
 //   - The last value is gone: etcd cannot send it when the previous revision was compacted
 //     away before the watch delivered the delete (a watch that fell behind a compaction).
+//     etcd may also leave it out of an event it sends as the watch starts: the server
+//     turns the watch's previous values on only after it has started the watch.
 //   - The last value does not decode (it was skipped when it was written).
 //
-// In both, the decoder is called with the key and a nil value, and OnDelete receives
-// whatever it returns, finalStateUnknown still false: so a decoder should return, for a
-// nil value, an object that carries at least the key (the informer computes the key from
-// it; the cache's last state of the key is not used). If the decoder fails on that nil
-// value too, the error is reported like any decode error and the watch ends with an error
-// that matches informer.ErrExpired: the informer lists again, and the vanished key reaches
-// OnDelete as a tombstone, finalStateUnknown true, with the last state the informer knew.
-// A delete is never dropped.
+// In both, the decoder is called with the key and a nil value, and the event is marked
+// informer.Event.LastStateUnknown: the object carries the key alone, so a decoder should
+// return, for a nil value, an object from which the informer's key function computes the
+// key. The informer then hands OnDelete the state its cache holds for the key, the last
+// one its handlers were given, finalStateUnknown still false: the delete was observed at
+// its revision, and the watch delivered every change before it, so that state is the
+// key's last (in the second case, the last that decoded; the value that did not was
+// reported when it was written). If the decoder fails on the nil value, the error is
+// reported like any decode error and the watch ends with an error that matches
+// informer.ErrExpired: the informer lists again, and the vanished key reaches OnDelete as
+// a tombstone, finalStateUnknown true, with the last state the informer knew. A delete
+// is never dropped.
 //
 // # Restores from a backup
 //

@@ -23,7 +23,8 @@ type Service struct {
 }
 
 // decodeService decodes a key and its JSON value. A nil value is the last value of a
-// deleted key that etcd no longer has: the name alone is enough for a delete.
+// deleted key that etcd no longer has: the name alone is enough for a delete (OnDelete
+// receives the state the informer held).
 func decodeService(key, value []byte) (*Service, error) {
 	s := &Service{Name: strings.TrimPrefix(string(key), "/services/")}
 	if value == nil {

@@ -27,8 +27,9 @@ import (
 // must not keep key or value (they belong to the etcd client's response).
 //
 // For a Deleted event whose last value etcd no longer has, value is nil: return an object
-// that carries at least the key (see the package documentation). An error skips the
-// object; it is reported as a *DecodeError.
+// that carries at least the key; OnDelete receives the informer's cached state instead
+// (see the package documentation). An error skips the object; it is reported as a
+// *DecodeError.
 type Decoder[V any] func(key, value []byte) (V, error)
 
 // KVDecoder is a Decoder that sees the whole etcd key-value: revisions, version and lease

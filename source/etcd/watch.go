@@ -245,7 +245,7 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 			}
 			w.push(informer.Event[V]{Type: typ, Object: obj}, kv.ModRevision)
 		case mvccpb.DELETE:
-			obj, err := w.src.decodeDeleted(e)
+			obj, keyOnly, err := w.src.decodeDeleted(e)
 			if err != nil {
 				// The delete cannot reach the informer; a relist turns it into a tombstone.
 				// The transaction is not complete, so its revision is not reached either.
@@ -253,7 +253,7 @@ func (w *watch[V]) take(resp *clientv3.WatchResponse) {
 				w.fail(newError(informer.ErrExpired, err, "etcd watch: the delete of %q at revision %d cannot be decoded; relisting", kv.Key, kv.ModRevision))
 				return
 			}
-			w.push(informer.Event[V]{Type: informer.Deleted, Object: obj}, kv.ModRevision)
+			w.push(informer.Event[V]{Type: informer.Deleted, Object: obj, LastStateUnknown: keyOnly}, kv.ModRevision)
 		}
 	}
 	if last := resp.Events[len(resp.Events)-1].Kv.ModRevision; w.bookmarks && (len(w.revs) == 0 || w.revs[len(w.revs)-1] < last) {
@@ -296,18 +296,20 @@ func (w *watch[V]) Stop() {
 }
 
 // decodeDeleted decodes the object a Deleted event carries: the key's last value, or, when
-// etcd no longer has it (or it does not decode), the key alone with a nil value.
-func (s *Source[V]) decodeDeleted(e *clientv3.Event) (V, error) {
+// etcd no longer has it (or it does not decode), the key alone with a nil value; keyOnly
+// says which (the event's LastStateUnknown: the informer takes the last state from its
+// cache).
+func (s *Source[V]) decodeDeleted(e *clientv3.Event) (obj V, keyOnly bool, err error) {
 	if prev := e.PrevKv; prev != nil {
 		if obj, err := s.decode(prev); err == nil {
-			return obj, nil
+			return obj, false, nil
 		}
 	}
-	obj, err := s.decode(&mvccpb.KeyValue{Key: e.Kv.Key, ModRevision: e.Kv.ModRevision})
+	obj, err = s.decode(&mvccpb.KeyValue{Key: e.Kv.Key, ModRevision: e.Kv.ModRevision})
 	if err != nil {
 		s.reportDecodeDeleted(e.Kv.Key, e.Kv.ModRevision, err)
 	}
-	return obj, err
+	return obj, true, err
 }
 
 // history is what a watch knows of the cluster's history: the newest revision it has

@@ -120,6 +120,19 @@ func tokenFor(t *testing.T, c *clientv3.Client, prefix string) string {
 
 // readEvents reads a watch until it ends and returns its events as strings
 // "Type key=value@revision" and the error it ended with.
+// eventString describes ev as "Type key=value"; a delete that carries the key alone says
+// so ("Deleted key= (key alone)").
+func eventString(ev informer.Event[*item]) string {
+	s := ev.Type.String()
+	if ev.Type != informer.Bookmark {
+		s += " " + ev.Object.Key + "=" + ev.Object.Value
+	}
+	if ev.LastStateUnknown {
+		s += " (key alone)"
+	}
+	return s
+}
+
 func readEvents(w informer.Watch[*item]) ([]string, error) {
 	var out []string
 	for {
@@ -127,10 +140,7 @@ func readEvents(w informer.Watch[*item]) ([]string, error) {
 		if err != nil {
 			return out, err
 		}
-		s := ev.Type.String()
-		if ev.Type != informer.Bookmark {
-			s += " " + ev.Object.Key + "=" + ev.Object.Value
-		}
+		s := eventString(ev)
 		out = append(out, s+"@"+ev.Revision)
 	}
 }
@@ -144,10 +154,7 @@ func readBatched(w informer.Watch[*item]) ([]string, error) {
 		if err != nil {
 			return out, err
 		}
-		s := ev.Type.String()
-		if ev.Type != informer.Bookmark {
-			s += " " + ev.Object.Key + "=" + ev.Object.Value
-		}
+		s := eventString(ev)
 		s += "@" + ev.Revision
 		if w.(informer.BatchedWatch).MoreAtRevision() {
 			s += " more"
@@ -198,8 +205,9 @@ func TestWatchTransactionRevisions(t *testing.T) {
 }
 
 // A delete whose last value etcd has compacted away reaches the decoder as the key with
-// a nil value. A decoder that cannot make an object of that ends the watch with an
-// expired error, so that the informer relists and reports the delete as a tombstone.
+// a nil value, and the event says it carries the key alone. A decoder that cannot make an
+// object of that ends the watch with an expired error, so that the informer relists and
+// reports the delete as a tombstone.
 func TestDeleteWithoutPreviousValue(t *testing.T) {
 	_, c := startWithClient(t)
 	const p = "/gone/"
@@ -217,7 +225,7 @@ func TestDeleteWithoutPreviousValue(t *testing.T) {
 	}
 	got, err := readEvents(w)
 	w.Stop()
-	if want := []string{fmt.Sprintf("Deleted /gone/k=@%d", rev)}; err != io.EOF || !slices.Equal(got, want) {
+	if want := []string{fmt.Sprintf("Deleted /gone/k= (key alone)@%d", rev)}; err != io.EOF || !slices.Equal(got, want) {
 		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 
@@ -246,6 +254,43 @@ func TestDeleteWithoutPreviousValue(t *testing.T) {
 	}
 	if strict.DecodeErrors() != 1 {
 		t.Errorf("DecodeErrors() = %d", strict.DecodeErrors())
+	}
+}
+
+// A watch that falls behind a compaction receives a delete without the key's last value:
+// etcd compacted it away before the watch delivered the delete. The event carries the key
+// alone, marked LastStateUnknown, and the informer hands OnDelete the state its handlers
+// saw last, as an observed delete.
+func TestDeleteBehindCompactionGetsCachedState(t *testing.T) {
+	srv, direct := startWithClient(t)
+	px := startProxy(t, srv.Endpoint())
+	const p = "/behind/"
+	put(t, direct, p+"a", "1")
+	start := put(t, direct, p+"k", "1")
+	src := newSource(t, newClient(t, px.Addr()), p, etcd.Options{})
+	inf, rec := startInformer(t, src, informer.Options[string, *item]{}, nil)
+	rec.ExpectNext(t, "add*/behind/a=1", "add*/behind/k=1")
+
+	// Cut off at start, the informer resumes its watch at start+1 once let through. The
+	// delete is that revision, and etcd, compacted there, serves the watch but no longer
+	// has the key's value before the delete.
+	px.Cut()
+	rev := del(t, direct, p+"k")
+	if _, err := direct.Compact(context.Background(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if rev != start+1 {
+		t.Fatalf("the delete is at revision %d, want %d", rev, start+1)
+	}
+	px.Resume()
+	rec.ExpectNext(t, "delete /behind/k=1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitForRevision(t, ctx, inf, src, rev)
+	assertMirrors(t, inf, src, direct, p)
+	rec.ExpectNoMore(t)
+	if n := inf.Stats().Expirations; n != 0 {
+		t.Errorf("%d expirations: the delete was to come through the watch, not a relist", n)
 	}
 }
 

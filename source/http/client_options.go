@@ -90,6 +90,9 @@ type ClientOptions[V any] struct {
 	// *StatusError (classified as a server's answer is, with Classify), an error that
 	// matches an informer class, or any other error, which is reported as malformed input
 	// (informer.ErrBadInput). The frame's events are delivered only if it returns nil.
+	// A Deleted event of an API that sends a delete's key without the object's last state
+	// sets informer.Event.LastStateUnknown: OnDelete then receives the informer's cached
+	// state (examples/etcdgateway does, for etcd's JSON gateway).
 	DecodeFrame func(f *Frame[V]) error
 	// Classify, if set, sorts every failure the server reports — a response whose status
 	// is not 200, an ERROR event, a *StatusError returned by DecodeFrame — into the

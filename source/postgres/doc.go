@@ -41,9 +41,12 @@
 // column added or dropped while the informer runs is decoded by name from then on.
 //
 // A DELETE carries only the table's replica identity, by default its primary key: the
-// Deleted event's object has the key columns set and the other fields zero, and OnDelete
-// receives that object (enough for the informer's key function). An UPDATE that changes
-// the key is a Deleted event for the old key and a Modified one for the new.
+// Deleted event's object has the key columns set and the other fields zero (enough for the
+// informer's key function), and the event says so (informer.Event.LastStateUnknown), so
+// OnDelete receives the state the informer held for the row, the last one its handlers
+// were given, finalStateUnknown false. With REPLICA IDENTITY FULL the DELETE carries the
+// whole row, and OnDelete receives that. An UPDATE that changes the key is a Deleted
+// event for the old key and a Modified one for the new.
 //
 // An UPDATE that leaves a TOASTed column (a large value stored out of its row) unchanged
 // does not send that value. The source keeps a copy of every value of at least 2,000

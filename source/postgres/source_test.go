@@ -28,12 +28,15 @@ func TestListThenWatchMatchesTable(t *testing.T) {
 	exec(t, c, "UPDATE "+name+" SET value = 'y' WHERE id = 1000")
 	exec(t, c, "DELETE FROM "+name+" WHERE id = 1000")
 	exec(t, c, "UPDATE "+name+" SET value = 'z' WHERE id = 7")
-	// A delete carries the key only (the default replica identity).
-	rec.Expect(t, "add 1000=x", "update 1000=x→y", "delete 1000=", "update 7=v7→z")
+	// A delete carries the key only (the default replica identity): OnDelete receives the
+	// state the informer held.
+	rec.Expect(t, "add 1000=x", "update 1000=x→y", "delete 1000=y", "update 7=v7→z")
 	caughtUp(t, c, inf, name)
 
 	// Several rows in one transaction, a key changed by an update.
-	exec(t, c, "BEGIN; DELETE FROM "+name+" WHERE id <= 5; UPDATE "+name+" SET id = 2000 WHERE id = 6; INSERT INTO "+name+" VALUES (3000, 'b', 'w'); COMMIT")
+	rec.Reset()
+	exec(t, c, "BEGIN; DELETE FROM "+name+" WHERE id <= 2; UPDATE "+name+" SET id = 2000 WHERE id = 6; INSERT INTO "+name+" VALUES (3000, 'b', 'w'); COMMIT")
+	rec.Expect(t, "delete 1=v1", "delete 2=v2", "delete 6=v6", "add 2000=v6", "add 3000=w")
 	caughtUp(t, c, inf, name)
 	if _, ok := inf.Get(6); ok {
 		t.Fatal("the row whose key changed from 6 is still in the cache under 6")

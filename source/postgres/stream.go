@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -312,10 +313,12 @@ func (st *stream[V]) oldRow(r *relation, oldType uint8, old *pglogrepl.TupleData
 	return row
 }
 
-// deleted adds a Deleted event for the row, which carries at least the key columns.
+// deleted adds a Deleted event for the row, which carries at least the key columns. A row
+// that lacks a column (the default replica identity sends the key columns alone) is not
+// the last state: the event says so, and the informer hands OnDelete its cached state.
 func (st *stream[V]) deleted(row *Row) {
 	if v, ok := st.s.decodeRow(row); ok {
-		st.add(informer.Deleted, v)
+		st.tx.events = append(st.tx.events, informer.Event[V]{Type: informer.Deleted, Object: v, LastStateUnknown: slices.Contains(row.present, false)})
 	}
 }
 
