@@ -116,6 +116,25 @@ func figureSync(t *testing.T, c *pgx.Conn, name string) {
 		}
 		return time.Since(start)
 	}
+	// settled waits until the server has dropped the temporary slots of the sources
+	// closed, and their processes have ended: the next measure must not share the
+	// server with their teardown.
+	settled := func() {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var n int
+			if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d slots and walsenders left a minute after the sources closed", n)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the server's state, with a deadline
+		}
+	}
 	const rounds = 7
 	var sel, seln, syn, lis []time.Duration
 	for range rounds {
@@ -125,8 +144,10 @@ func figureSync(t *testing.T, c *pgx.Conn, name string) {
 		seln = append(seln, selectNew())
 		runtime.GC()
 		syn = append(syn, syncOnce())
+		settled()
 		runtime.GC()
 		lis = append(lis, listOnce())
+		settled()
 	}
 	ms := func(ds []time.Duration) string {
 		var b strings.Builder
