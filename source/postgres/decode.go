@@ -1,9 +1,13 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -138,15 +142,37 @@ func StructDecoder[V any]() (Decoder[V], error) {
 // field tagged `db:"name"` receives column name, a field tagged `db:"-"` none, an
 // untagged exported field the column whose name equals its own, ignoring case. Columns
 // without a field are ignored; fields without a column keep their zero value.
+//
+// A row's columns are matched to fields once per column list (a list, a stream's
+// Relation), and the common cases — text into a string, an integer into an integer
+// field, a bool, a float — are decoded in place; every other pair goes through pgx's
+// type map, as Row.Scan does.
 type structDecoder[V any] struct {
 	typ    reflect.Type // the struct type
 	ptr    bool         // V is *struct
-	fields map[string]int
+	fields map[string]reflect.StructField
+	plans  atomic.Pointer[columnPlans] // the plans of the last column list seen
+}
+
+// columnPlans is how each column of one column list is decoded.
+type columnPlans struct {
+	cols  []column // the list they are for (compared by identity)
+	plans []columnPlan
+}
+
+// columnPlan is how one column is decoded: into the field at offset, of type typ, by
+// set when the pair has a fast path, else through the type map; skip for a column
+// without a field.
+type columnPlan struct {
+	skip   bool
+	offset uintptr
+	typ    reflect.Type
+	set    func(field unsafe.Pointer, val []byte) error
 }
 
 func newStructDecoder[V any]() (*structDecoder[V], error) {
 	t := reflect.TypeFor[V]()
-	d := &structDecoder[V]{typ: t, fields: map[string]int{}}
+	d := &structDecoder[V]{typ: t, fields: map[string]reflect.StructField{}}
 	if t.Kind() == reflect.Pointer {
 		d.ptr, d.typ = true, t.Elem()
 	}
@@ -166,32 +192,103 @@ func newStructDecoder[V any]() (*structDecoder[V], error) {
 		case !tagged || name == "":
 			name = strings.ToLower(f.Name)
 		}
-		d.fields[name] = i
+		d.fields[name] = f
 	}
 	return d, nil
 }
 
+// plansFor returns the plans of cols, from the last call's if it was for the same list.
+func (d *structDecoder[V]) plansFor(cols []column) []columnPlan {
+	if p := d.plans.Load(); p != nil && len(p.cols) == len(cols) && (len(cols) == 0 || &p.cols[0] == &cols[0]) {
+		return p.plans
+	}
+	p := &columnPlans{cols: cols, plans: make([]columnPlan, len(cols))}
+	for i, c := range cols {
+		f, ok := d.fields[c.name]
+		if !ok {
+			f, ok = d.fields[strings.ToLower(c.name)]
+		}
+		if !ok {
+			p.plans[i].skip = true
+			continue
+		}
+		p.plans[i] = columnPlan{offset: f.Offset, typ: f.Type, set: fastSetter(c.oid, f.Type)}
+	}
+	d.plans.Store(p)
+	return p.plans
+}
+
 func (d *structDecoder[V]) decode(r *Row) (V, error) {
 	var zero V
+	plans := d.plansFor(r.cols)
 	p := reflect.New(d.typ)
-	s := p.Elem()
-	for i, c := range r.cols {
-		if !r.present[i] {
+	base := p.UnsafePointer()
+	for i, pl := range plans {
+		if pl.skip || !r.present[i] {
 			continue
 		}
-		fi, ok := d.fields[c.name]
-		if !ok {
-			fi, ok = d.fields[strings.ToLower(c.name)]
+		field := unsafe.Add(base, pl.offset)
+		if pl.set != nil && r.vals[i] != nil {
+			err := pl.set(field, r.vals[i])
+			if err == nil {
+				continue
+			}
+			if err != errTypeMap {
+				return zero, fmt.Errorf("column %q: %w", r.cols[i].name, err)
+			}
 		}
-		if !ok {
-			continue
-		}
-		if err := r.scan(i, s.Field(fi).Addr().Interface()); err != nil {
+		if err := r.scan(i, reflect.NewAt(pl.typ, field).Interface()); err != nil {
 			return zero, err
 		}
 	}
 	if d.ptr {
 		return p.Interface().(V), nil
 	}
-	return s.Interface().(V), nil
+	return p.Elem().Interface().(V), nil
+}
+
+// errTypeMap is a fast path's answer for a value it leaves to the type map.
+var errTypeMap = errors.New("decode through the type map")
+
+// fastSetter returns how a non-NULL value of the column type oid, in text format, is
+// stored into a field of type t without pgx's type map, or nil when that pair has no
+// fast path. Each decodes as the type map would.
+func fastSetter(oid uint32, t reflect.Type) func(unsafe.Pointer, []byte) error {
+	switch oid {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
+		if t.Kind() == reflect.String {
+			return func(f unsafe.Pointer, v []byte) error {
+				*(*string)(f) = string(v)
+				return nil
+			}
+		}
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			bits := t.Bits()
+			return func(f unsafe.Pointer, v []byte) error {
+				n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(v), len(v)), 10, bits)
+				if err != nil {
+					return fmt.Errorf("cannot scan %q into %v: %w", v, t, err)
+				}
+				reflect.NewAt(t, f).Elem().SetInt(n)
+				return nil
+			}
+		}
+	case pgtype.BoolOID:
+		if t.Kind() == reflect.Bool {
+			return func(f unsafe.Pointer, v []byte) error {
+				switch string(v) {
+				case "t":
+					reflect.NewAt(t, f).Elem().SetBool(true)
+				case "f":
+					reflect.NewAt(t, f).Elem().SetBool(false)
+				default: // the server sends t or f; anything else as the type map reads it
+					return errTypeMap
+				}
+				return nil
+			}
+		}
+	}
+	return nil
 }

@@ -16,9 +16,10 @@
 //
 // List creates a replication slot (temporary: PostgreSQL drops it with its connection),
 // which exports a snapshot of the database at the slot's consistent point; the list reads
-// the table in a REPEATABLE READ transaction on that snapshot, one SELECT whose rows
-// stream in as the informer asks for pages (the server copies no page aside, and a page
-// costs no round trip), and reports the consistent point as its revision; each page's
+// the table in a REPEATABLE READ transaction on that snapshot, one SELECT whose rows the
+// source reads and decodes a page ahead of the informer (the server copies no page aside,
+// a page costs no round trip, and the informer takes in a page while the next is read),
+// and reports the consistent point as its revision; each page's
 // List.Bytes is the size of its row data, for the informer's progress log. Watch then
 // streams the slot's changes with pgoutput over the table's publication: an INSERT is an
 // Added event, an UPDATE Modified, a DELETE Deleted. Revisions are LSNs ("0/16B3748"), compared as

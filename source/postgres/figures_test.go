@@ -38,14 +38,35 @@ func TestFigures(t *testing.T) {
 	t.Run("latency", func(t *testing.T) { figureLatency(t, name) })
 }
 
-// figureSync times, in five interleaved rounds, one SELECT * of the table through pgx
-// (decoded into the same struct), the source's List alone (every page) and an
-// informer's first sync, and reports the medians and their ratios.
+// figureSync times, in seven interleaved rounds, one SELECT * of the table through pgx
+// (decoded into the same struct) on an open connection and on a new one, the source's
+// List alone (every page) and an informer's first sync, and reports the medians and
+// their ratios.
 func figureSync(t *testing.T, c *pgx.Conn, name string) {
 	ctx := context.Background()
 	selectAll := func() time.Duration {
 		start := time.Now()
 		rows, err := c.Query(ctx, "SELECT * FROM "+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[item])
+		if err != nil || len(items) != 100_000 {
+			t.Fatalf("%d rows, %v", len(items), err)
+		}
+		return time.Since(start)
+	}
+	// selectNew is what a program that loads the table at its start does: connect, then
+	// SELECT *. Like the informer's list, it reads the table through a server process
+	// that has not read it before.
+	selectNew := func() time.Duration {
+		start := time.Now()
+		nc, err := pgx.Connect(ctx, server.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close(ctx)
+		rows, err := nc.Query(ctx, "SELECT * FROM "+name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,15 +116,38 @@ func figureSync(t *testing.T, c *pgx.Conn, name string) {
 		}
 		return time.Since(start)
 	}
-	const rounds = 5
-	var sel, syn, lis []time.Duration
+	// settled waits until the server has dropped the temporary slots of the sources
+	// closed, and their processes have ended: the next measure must not share the
+	// server with their teardown.
+	settled := func() {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var n int
+			if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d slots and walsenders left a minute after the sources closed", n)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the server's state, with a deadline
+		}
+	}
+	const rounds = 7
+	var sel, seln, syn, lis []time.Duration
 	for range rounds {
 		runtime.GC() // each measure starts without the last one's garbage
 		sel = append(sel, selectAll())
 		runtime.GC()
+		seln = append(seln, selectNew())
+		runtime.GC()
 		syn = append(syn, syncOnce())
+		settled()
 		runtime.GC()
 		lis = append(lis, listOnce())
+		settled()
 	}
 	ms := func(ds []time.Duration) string {
 		var b strings.Builder
@@ -116,6 +160,7 @@ func figureSync(t *testing.T, c *pgx.Conn, name string) {
 		return b.String()
 	}
 	t.Logf("SELECT * through pgx, ms: %s", ms(sel))
+	t.Logf("connect and SELECT *, ms: %s", ms(seln))
 	t.Logf("informer sync, ms:       %s", ms(syn))
 	t.Logf("the source's List, ms:   %s", ms(lis))
 	med := func(ds []time.Duration) time.Duration {
@@ -125,6 +170,7 @@ func figureSync(t *testing.T, c *pgx.Conn, name string) {
 	}
 	t.Logf("the source's List alone: %v (%.2f× SELECT *)", med(lis).Round(time.Millisecond), float64(med(lis))/float64(med(sel)))
 	t.Logf("initial sync of 100,000 rows of ~1 KiB: informer %v, SELECT * through pgx %v (medians of %d): %.2f×", med(syn).Round(time.Millisecond), med(sel).Round(time.Millisecond), rounds, float64(med(syn))/float64(med(sel)))
+	t.Logf("against connect and SELECT * %v: %.2f×", med(seln).Round(time.Millisecond), float64(med(syn))/float64(med(seln)))
 	t.Logf("load: %s", uptime())
 }
 

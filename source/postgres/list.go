@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,41 +15,76 @@ import (
 
 // listState is a list in progress: one query on a normal connection that opens a
 // REPEATABLE READ transaction on the snapshot a new slot exported, reads the table and
-// commits. Its rows stream in as the pages ask for them: the server sends the table
-// while the informer takes in the page before, and a page costs no round trip.
-type listState struct {
-	token  string // the Continue token of the next page
+// commits. A reader goroutine reads and decodes its rows a page ahead of the calls: the
+// server sends the table and the source decodes the next page while the informer takes
+// in the page before, and a page costs no round trip.
+type listState[V any] struct {
+	token  string // the Continue token of the next page; guarded by the Source's mu
 	conn   *pgconn.PgConn
 	cancel context.CancelFunc // cancels the query
 	query  *pgconn.MultiResultReader
 	rows   *pgconn.ResultReader // the SELECT's
 	row    Row                  // the row being decoded, its values those of rows
 	rev    pglogrepl.LSN
+
+	limit   int64         // the rows of a page the reader reads: the first call's Limit
+	pages   chan page[V]  // the reader's pages, one ahead; the last one has more false or an error
+	stop    chan struct{} // closed by close: the reader sends no more
+	closing sync.Once
+	done    chan struct{} // closed when the reader has returned
+	pending page[V]       // what the last call left of a page longer than its Limit
 }
 
-func (l *listState) close() {
-	_ = l.conn.Close(context.Background())
-	l.cancel()
+// page is what the reader read: the decoded rows, the size of the values of each, and
+// whether rows may remain; or the error that ended the list.
+type page[V any] struct {
+	items []V
+	sizes []int32
+	more  bool
+	err   error
 }
 
-// whileReading makes ctx, the context of a call, cancel the list's query while the call
-// reads it (the query's own context outlives the call); the function returned ends that.
-func (l *listState) whileReading(ctx context.Context) (stop func() bool) {
-	return context.AfterFunc(ctx, l.cancel)
+// bytes is the size of the page's values as the server sent them.
+func (p *page[V]) bytes() int64 {
+	var n int64
+	for _, s := range p.sizes {
+		n += int64(s)
+	}
+	return n
+}
+
+// cut returns the page's first n rows as a page that has more, and leaves the rest in p.
+func (p *page[V]) cut(n int64) page[V] {
+	head := page[V]{items: p.items[:n:n], sizes: p.sizes[:n:n], more: true}
+	p.items, p.sizes = p.items[n:], p.sizes[n:]
+	return head
+}
+
+// close ends the list: it cancels the query, waits for the reader to return and closes
+// the connection.
+func (l *listState[V]) close() {
+	l.closing.Do(func() {
+		l.cancel()
+		close(l.stop)
+		<-l.done
+		_ = l.conn.Close(context.Background())
+	})
 }
 
 // List implements informer.ListerWatcher. The first page creates a replication slot
 // (temporary unless Config.Slot names one), starts reading the table in a REPEATABLE READ
 // transaction on the snapshot the slot exported, and reports the slot's consistent point
 // as the revision: the state of the table at that LSN, which is where the watch that
-// follows starts. Later pages read on from the same query. The list's
+// follows starts. Later pages read on from the same query: the source reads and decodes
+// each page while the one before is taken in, with the first page's ListOptions.Limit
+// (a later call with a smaller Limit receives that many rows). The list's
 // ListOptions.Revision is not used: every list is of the newest state. List.Bytes is the
 // size of the page's values as the server sent them (text).
 func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (informer.List[V], error) {
-	var l *listState
+	var l *listState[V]
 	if opts.Continue == "" {
 		var err error
-		if l, err = s.startList(ctx); err != nil {
+		if l, err = s.startList(ctx, opts.Limit); err != nil {
 			return informer.List[V]{}, err
 		}
 	} else {
@@ -60,7 +96,10 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		}
 		s.mu.Unlock()
 	}
-	p, err := s.fetch(ctx, l, opts.Limit)
+	p, err := l.next(ctx, opts.Limit)
+	if err != nil {
+		err = s.errorf(informer.ErrRetryable, err, "list")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || !p.more {
@@ -71,55 +110,88 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 		if err != nil {
 			return informer.List[V]{}, err
 		}
-		return informer.List[V]{Items: p.items, Revision: l.rev.String(), Bytes: p.bytes}, nil
+		return informer.List[V]{Items: p.items, Revision: l.rev.String(), Bytes: p.bytes()}, nil
 	}
 	s.listSeq++
 	l.token = fmt.Sprintf("%s/%d", l.rev, s.listSeq)
-	return informer.List[V]{Items: p.items, Revision: l.rev.String(), Continue: l.token, Bytes: p.bytes}, nil
+	return informer.List[V]{Items: p.items, Revision: l.rev.String(), Continue: l.token, Bytes: p.bytes()}, nil
 }
 
-// page is what fetch read: the decoded rows, the size of their values, and whether rows
-// may remain.
-type page[V any] struct {
-	items []V
-	bytes int64
-	more  bool
-}
-
-// fetch reads up to limit rows (all if limit is 0) of the list's query; at its end, it
-// reads the commit too.
-func (s *Source[V]) fetch(ctx context.Context, l *listState, limit int64) (page[V], error) {
-	defer l.whileReading(ctx)()
-	var p page[V]
-	if limit > 0 {
-		p.items = make([]V, 0, limit)
+// next returns the list's next page of at most limit rows (any number if limit is 0),
+// from what the last call left or from the reader. If ctx ends first, the list ends.
+func (l *listState[V]) next(ctx context.Context, limit int64) (page[V], error) {
+	p := l.pending
+	l.pending = page[V]{}
+	if p.items == nil && p.err == nil {
+		select {
+		case p = <-l.pages:
+		case <-ctx.Done():
+			return page[V]{}, context.Cause(ctx)
+		}
 	}
-	for n := int64(0); limit <= 0 || n < limit; n++ {
+	if p.err != nil {
+		return page[V]{}, p.err
+	}
+	if limit > 0 && int64(len(p.items)) > limit {
+		head := p.cut(limit)
+		l.pending = p
+		return head, nil
+	}
+	return p, nil
+}
+
+// read is the list's reader: it reads pages of l.limit rows until the query ends or fails,
+// or close stops it, and hands each to next.
+func (s *Source[V]) read(l *listState[V]) {
+	defer close(l.done)
+	for {
+		p := s.fetch(l)
+		select {
+		case l.pages <- p:
+		case <-l.stop:
+			return
+		}
+		if p.err != nil || !p.more {
+			return
+		}
+	}
+}
+
+// fetch reads up to l.limit rows (all if it is 0) of the list's query; at its end, it
+// reads the commit too.
+func (s *Source[V]) fetch(l *listState[V]) page[V] {
+	var p page[V]
+	if l.limit > 0 {
+		p.items = make([]V, 0, l.limit)
+		p.sizes = make([]int32, 0, l.limit)
+	}
+	for n := int64(0); l.limit <= 0 || n < l.limit; n++ {
 		if !l.rows.NextRow() {
 			if _, err := l.rows.Close(); err != nil {
-				return p, s.errorf(informer.ErrRetryable, err, "list: read the table")
+				p.err = fmt.Errorf("read the table: %w", err)
+			} else if err := l.query.Close(); err != nil {
+				p.err = fmt.Errorf("end the transaction: %w", err)
 			}
-			if err := l.query.Close(); err != nil {
-				return p, s.errorf(informer.ErrRetryable, err, "list: end the transaction")
-			}
-			return p, nil
+			return p
 		}
 		l.row.vals = l.rows.Values()
+		size := 0
 		for _, v := range l.row.vals {
-			p.bytes += int64(len(v))
+			size += len(v)
 		}
 		s.big.remember(&l.row)
 		if v, ok := s.decodeRow(&l.row); ok {
 			p.items = append(p.items, v)
+			p.sizes = append(p.sizes, int32(size))
 		}
 	}
 	p.more = true
-	return p, nil
+	return p
 }
 
 // startList checks the server's configuration, creates the slot and starts the query on
 // its snapshot. The slot's connection is parked for the watch that follows.
-func (s *Source[V]) startList(ctx context.Context) (*listState, error) {
+func (s *Source[V]) startList(ctx context.Context, limit int64) (*listState[V], error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -140,7 +212,8 @@ func (s *Source[V]) startList(ctx context.Context) (*listState, error) {
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &listState{conn: conn, cancel: cancel, rev: st.pos}
+	l := &listState[V]{conn: conn, cancel: cancel, rev: st.pos, limit: limit,
+		pages: make(chan page[V], 1), stop: make(chan struct{}), done: make(chan struct{})}
 	sql := "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT " + quoteLiteral(snapshot) +
 		"; SELECT * FROM " + s.qualified()
 	if filter != "" {
@@ -150,6 +223,7 @@ func (s *Source[V]) startList(ctx context.Context) (*listState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || s.closed {
+		close(l.done) // no reader started
 		l.close()
 		st.close()
 		if err == nil {
@@ -159,13 +233,20 @@ func (s *Source[V]) startList(ctx context.Context) (*listState, error) {
 	}
 	s.big.reset()
 	s.parked, s.list, s.ident = st, l, st.ident
+	go s.read(l)
 	return l, nil
 }
 
 // start sends the list's query, in one round trip (the transaction on the slot's
 // snapshot, the SELECT and the commit), and waits for the SELECT's columns. The query
 // runs under lctx, which outlives ctx (the first page's).
-func (l *listState) start(ctx, lctx context.Context, sql string, keys map[string]bool) error {
+// whileReading makes ctx, the context of a call, cancel the list's query while the call
+// reads it (the query's own context outlives the call); the function returned ends that.
+func (l *listState[V]) whileReading(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, l.cancel)
+}
+
+func (l *listState[V]) start(ctx, lctx context.Context, sql string, keys map[string]bool) error {
 	defer l.whileReading(ctx)()
 	l.query = l.conn.Exec(lctx, sql)
 	for range 3 { // BEGIN, SET TRANSACTION, SELECT

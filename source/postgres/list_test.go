@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,5 +46,66 @@ func TestListPagesStreamWithoutServerCopies(t *testing.T) {
 	}
 	if rows != 2000 || size != want {
 		t.Fatalf("listed %d rows of %d bytes in %d pages, want 2000 rows of %d bytes (the text of their values)", rows, size, pages, want)
+	}
+}
+
+// The source reads each page while the one before is taken in, with the first page's
+// Limit: a later call with a smaller Limit still receives that many rows and no row twice,
+// a call whose context ends ends the list, and the source's Close stops the reader ahead.
+func TestListReadsAheadWithinEachCallsLimit(t *testing.T) {
+	c := connect(t)
+	name := newTable(t, c)
+	exec(t, c, "INSERT INTO "+name+" SELECT i, 'name-'||i, 'v', NULL FROM generate_series(1, 1000) i")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	src := newSource(t, name)
+	seen := map[int64]bool{}
+	var sizes []int
+	for cont, limit := "", int64(300); ; limit = 70 {
+		l, err := src.List(ctx, informer.ListOptions{Limit: limit, Continue: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(l.Items)) > limit {
+			t.Fatalf("a call with Limit %d received %d rows", limit, len(l.Items))
+		}
+		sizes = append(sizes, len(l.Items))
+		for _, it := range l.Items {
+			if seen[it.ID] {
+				t.Fatalf("row %d listed twice", it.ID)
+			}
+			seen[it.ID] = true
+		}
+		if cont = l.Continue; cont == "" {
+			break
+		}
+	}
+	// 300, then the rest of each page of 300 in calls of at most 70.
+	want := []int{300, 70, 70, 70, 70, 20, 70, 70, 70, 70, 20, 70, 30}
+	if len(seen) != 1000 || !slices.Equal(sizes, want) {
+		t.Fatalf("listed %d rows in pages of %v, want 1000 in %v", len(seen), sizes, want)
+	}
+
+	// A call whose context has ended ends the list; its token is gone.
+	l, err := src.List(ctx, informer.ListOptions{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(ctx)
+	end()
+	if _, err := src.List(ended, informer.ListOptions{Limit: 100, Continue: l.Continue}); err == nil {
+		t.Fatal("a page read under an ended context")
+	}
+	if _, err := src.List(ctx, informer.ListOptions{Limit: 100, Continue: l.Continue}); !errors.Is(err, informer.ErrExpired) {
+		t.Fatalf("the list's next page after a cancelled call: %v, want ErrExpired", err)
+	}
+
+	// Close with a reader ahead: the package's leak check fails if it does not stop.
+	if _, err := src.List(ctx, informer.ListOptions{Limit: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

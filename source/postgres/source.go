@@ -86,10 +86,10 @@ type Source[V any] struct {
 	reports     errsink.List
 
 	mu      sync.Mutex
-	parked  *stream[V] // the replication connection kept between calls
-	list    *listState // the list in progress
-	ident   identity   // of the server, from the last list or watch
-	big     bigValues  // large values of the rows, for unchanged TOASTed columns
+	parked  *stream[V]    // the replication connection kept between calls
+	list    *listState[V] // the list in progress
+	ident   identity      // of the server, from the last list or watch
+	big     bigValues     // large values of the rows, for unchanged TOASTed columns
 	closed  bool
 	listSeq int
 }
