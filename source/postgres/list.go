@@ -120,6 +120,9 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 // next returns the list's next page of at most limit rows (any number if limit is 0),
 // from what the last call left or from the reader. If ctx ends first, the list ends.
 func (l *listState[V]) next(ctx context.Context, limit int64) (page[V], error) {
+	if ctx.Err() != nil {
+		return page[V]{}, context.Cause(ctx)
+	}
 	p := l.pending
 	l.pending = page[V]{}
 	if p.items == nil && p.err == nil {
