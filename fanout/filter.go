@@ -140,10 +140,11 @@ type filterHub[K cmp.Ordered, V any] struct {
 	compacted int64                // the log's compacted revision
 	order     []filterQueued[K, V] // every history event in revision order, for compaction
 	orderHead int
-	batchLen  int    // events appended since beginBatch
-	inBatch   bool   // between beginBatch and endBatch
-	batches   uint64 // batches ended, to mark the values endBatch has seen
-	progress  bool   // a progress broadcast is due (progressDelay after a change)
+	batchLen  int                             // events appended since beginBatch
+	inBatch   bool                            // between beginBatch and endBatch
+	batches   uint64                          // batches ended, to mark the values endBatch has seen
+	progress  bool                            // a progress broadcast is due (progressDelay after a change)
+	open      map[*filterWatch[K, V]]struct{} // the watches not ended
 }
 
 // progressDelay is how soon after its revision moves a Server sends its idle filtered
@@ -363,22 +364,23 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 	}
 }
 
-// ForgetHistory drops the history of every value, for the server's history is another
-// one now (its upstream restored from a backup): every open watch, however far it had
-// read, finds its next event gone (filterValue.ForgetHistory), ends with an error
-// matching informer.ErrExpired (410), and its client lists again.
-func (h *filterHub[K, V]) ForgetHistory() {
+// DropWatches ends every open filtered watch with err, as the log's DropWatches ends the
+// others, and drops the history of every value: the server's history is another one now
+// (its upstream restored from a backup), and a watch of the old one must not go on.
+func (h *filterHub[K, V]) DropWatches(err error) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for w := range h.open {
+		w.EndLocked(err)
+	}
 	clear(h.order)
 	h.order, h.orderHead = h.order[:0], 0
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
-			fv.ForgetHistory()
-			fv.Wake()
+			fv.DropHistory()
 			h.Forget(fv)
 		}
 	}
@@ -440,5 +442,10 @@ func (h *filterHub[K, V]) Watch(ctx context.Context, f valueFilter, opts informe
 		bookmarks = h.bookmarks
 	}
 	loop := eventlog.NewLoop(&h.mu, ctx, h.clock, opts.Timeout, bookmarks)
-	return h.value(i, f.Value).Watch(h, loop, f, bookmarks > 0, opts.SendInitialEvents, from), nil
+	w := h.value(i, f.Value).Watch(h, loop, f, bookmarks > 0, opts.SendInitialEvents, from)
+	if h.open == nil {
+		h.open = make(map[*filterWatch[K, V]]struct{})
+	}
+	h.open[w] = struct{}{}
+	return w, nil
 }

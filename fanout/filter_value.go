@@ -21,7 +21,7 @@ type filterValue[K cmp.Ordered, V any] struct {
 	value   string
 	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
 	history []filterEvent[K]                // its events after the compacted revision
-	dropped int64                           // events dropped from the front of history, ever, and one more at each ForgetHistory
+	dropped int64                           // events dropped from the front of history, ever
 	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
 	watches int                             // watches open
 
@@ -97,11 +97,9 @@ func (fv *filterValue[K, V]) DropOldest() {
 	}
 }
 
-// ForgetHistory drops the whole stream, the server's history being another one now, and
-// counts one event more dropped, so that every open watch, however far it had read,
-// finds its next event gone.
-func (fv *filterValue[K, V]) ForgetHistory() {
-	fv.dropped += int64(len(fv.history)) + 1
+// DropHistory drops the whole stream, the server's history being another one now.
+func (fv *filterValue[K, V]) DropHistory() {
+	fv.dropped += int64(len(fv.history))
 	clear(fv.history)
 	fv.history = nil
 }
@@ -270,6 +268,7 @@ func (w *filterWatch[K, V]) EndLocked(err error) {
 	w.err = err
 	w.initial, w.endOfInitial = nil, false
 	w.fv.waiters.Remove(w)
+	delete(w.h.open, w)
 	w.fv.watches--
 	w.h.Forget(w.fv)
 	w.loop.StopLocked()

@@ -203,6 +203,9 @@ func (h *handler[V]) serveList(w http.ResponseWriter, r *http.Request, req reque
 		h.Fail(w, r, err)
 		return
 	}
+	if !req.tagged {
+		pg.rev = string(wire.StripHistory([]byte(pg.rev)))
+	}
 	sendList(ctx, h, h.writing.Stream(w, r, true), pg)
 }
 

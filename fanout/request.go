@@ -26,6 +26,7 @@ type request struct {
 	initial   bool
 	sse       bool
 	filter    valueFilter // index= and value=; zero for none
+	tagged    bool        // the client asks for revisions with their history's tag (wire.HeaderHistory)
 }
 
 // knownParams are the query parameters the protocol defines; any other is refused.
@@ -61,6 +62,7 @@ func parseRequest(r *http.Request) (request, *wire.Status) {
 		return request{}, &wire.Status{Code: http.StatusNotAcceptable, Reason: "NotAcceptable", Message: "this server sends application/json (NDJSON watch streams) or text/event-stream"}
 	}
 	req.sse = sse && req.watch
+	req.tagged = r.Header.Get(wire.HeaderHistory) == "1"
 	return req, nil
 }
 
