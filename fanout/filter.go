@@ -140,11 +140,10 @@ type filterHub[K cmp.Ordered, V any] struct {
 	compacted int64                // the log's compacted revision
 	order     []filterQueued[K, V] // every history event in revision order, for compaction
 	orderHead int
-	batchLen  int                             // events appended since beginBatch
-	inBatch   bool                            // between beginBatch and endBatch
-	batches   uint64                          // batches ended, to mark the values endBatch has seen
-	progress  bool                            // a progress broadcast is due (progressDelay after a change)
-	open      map[*filterWatch[K, V]]struct{} // the watches not ended
+	batchLen  int    // events appended since beginBatch
+	inBatch   bool   // between beginBatch and endBatch
+	batches   uint64 // batches ended, to mark the values endBatch has seen
+	progress  bool   // a progress broadcast is due (progressDelay after a change)
 }
 
 // progressDelay is how soon after its revision moves a Server sends its idle filtered
@@ -373,13 +372,11 @@ func (h *filterHub[K, V]) DropWatches(err error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for w := range h.open {
-		w.EndLocked(err)
-	}
 	clear(h.order)
 	h.order, h.orderHead = h.order[:0], 0
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
+			fv.EndWatches(err)
 			fv.DropHistory()
 			h.Forget(fv)
 		}
@@ -442,10 +439,5 @@ func (h *filterHub[K, V]) Watch(ctx context.Context, f valueFilter, opts informe
 		bookmarks = h.bookmarks
 	}
 	loop := eventlog.NewLoop(&h.mu, ctx, h.clock, opts.Timeout, bookmarks)
-	w := h.value(i, f.Value).Watch(h, loop, f, bookmarks > 0, opts.SendInitialEvents, from)
-	if h.open == nil {
-		h.open = make(map[*filterWatch[K, V]]struct{})
-	}
-	h.open[w] = struct{}{}
-	return w, nil
+	return h.value(i, f.Value).Watch(h, loop, f, bookmarks > 0, opts.SendInitialEvents, from), nil
 }

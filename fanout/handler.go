@@ -203,10 +203,7 @@ func (h *handler[V]) serveList(w http.ResponseWriter, r *http.Request, req reque
 		h.Fail(w, r, err)
 		return
 	}
-	if !req.tagged {
-		pg.rev = string(wire.StripHistory([]byte(pg.rev)))
-	}
-	sendList(ctx, h, h.writing.Stream(w, r, true), pg)
+	sendList(ctx, h, h.writing.Stream(w, r, true), pg, req.Tagged())
 }
 
 // serveWatch streams a watch until the backend ends it, the client goes away, the watcher

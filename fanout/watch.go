@@ -47,7 +47,7 @@ type watchStream[V any] struct {
 func newWatchStream[V any](h *handler[V], wat informer.Watch[V], req request, replay, initial bool) *watchStream[V] {
 	ws := &watchStream[V]{h: h, wat: wat, replay: replay, inInitial: initial, scratch: make([]byte, 0, 64)}
 	ws.sse, ws.bookmarks = req.Stream()
-	ws.plain = !req.tagged
+	ws.plain = !req.Tagged()
 	ws.batched, _ = wat.(informer.BatchedWatch)
 	return ws
 }
