@@ -132,7 +132,9 @@ func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved,
 		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
 			return false, other
 		}
-		u.bounds[n-1].last = rev
+		// The same state at a newer revision: the same fingerprint; the upstream's tag
+		// of the newer one (a filtered chain may see its upstream's state change).
+		u.bounds[n-1].last, u.bounds[n-1].tag = rev, tag
 	default:
 		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
 			// Changes at a revision already announced that leave the state as it was (an
