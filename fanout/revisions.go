@@ -41,25 +41,38 @@ type revisionMap interface {
 }
 
 // bound says that the server's log up to seq is exactly the upstream's state at every
-// revision from first to last (without history tags), a state whose history tag is tag.
+// revision from first to last (without history tags), a state whose history tag is tag,
+// the upstream's, or else state in base 36 (its fingerprint).
 type bound struct {
 	seq         int64
 	first, last string
 	tag         string
+	state       uint64
+}
+
+// appendTag appends the bound's history tag.
+func (b bound) appendTag(dst []byte) []byte {
+	if b.tag != "" {
+		return append(dst, b.tag...)
+	}
+	return strconv.AppendUint(dst, b.state, 36)
+}
+
+// sameStateAs reports whether the bound's state is o's, by their tags.
+func (b bound) sameStateAs(o bound) bool {
+	if b.tag != "" || o.tag != "" {
+		return b.tag == o.tag
+	}
+	return b.state == o.state
 }
 
 // upstreamRevisions serves the upstream's own revisions (a Server whose informer's source
 // is ordered). The log holds changes in batches, each ending at a bound; an event is
 // labelled with the revision of its batch's bound, and every event of a batch but its
 // last carries wire.PartialMark.
-//
-// Every revision sent carries the tag of its history: the tag of the state it names,
-// after wire.HistoryMark. The upstream's own when its revisions carry one (a Server
-// whose informer reads another Server: the tag goes down the chain unchanged), else a
-// fingerprint of the state served (mirror.OnRevision), the same at every replica that
-// serves the same state. A request that resumes from a revision whose state this server
-// held checks the tag: another one is a state of another history (a restore from a
-// backup, seen by one side and not yet by the other), answered 410.
+// Every revision sent carries the tag of its history, the upstream's or the fingerprint
+// of the state (mirror.OnRevision), which a resume from a state the server held must
+// match (sameHistoryLocked).
 type upstreamRevisions struct {
 	cmp  informer.RevisionComparer
 	tag  string        // the prefix of continue tokens
@@ -96,29 +109,22 @@ func (u *upstreamRevisions) IsReady() bool {
 	}
 }
 
-// Reached records that the log up to seq is the upstream's state at rev, a state whose
-// fingerprint is state (its tag unless rev carries one); moved reports whether the
-// revision moved (false for a revision not newer than the newest bound's). The bound
-// labels the batch's changes at once; requests see it (complete) once the log holds them
-// all, when head reaches seq; then call Settled.
-//
-// A rev older than the newest bound's, or as old with another state, is of another
-// history of the upstream (one restored from a backup goes on from an older revision):
-// the bounds of the old history are forgotten and rev starts the history anew, so that
-// no request resumes from a revision of the old one, and other reports it: the caller
-// ends the watches of the old history before it logs anything of the new. Reached takes
-// no other lock than its own.
+// Reached records that the log up to seq is the upstream's state at rev, whose
+// fingerprint is state; moved reports whether the revision moved (not for one no newer
+// than the newest bound's). Requests see the bound once head reaches seq; then call
+// Settled. A rev older than the newest bound's, or as old with another state, is of
+// another history (a restore from a backup): the old bounds are forgotten, so that no
+// request resumes from one, and other reports it, for the caller to end the old
+// history's watches before it logs anything of the new. It takes no other lock.
 func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved, other bool) {
 	rev, tag := wire.CutHistory(rev)
-	if tag == "" {
-		tag = strconv.FormatUint(state, 36)
-	}
+	b := bound{seq: seq, first: rev, last: rev, tag: tag, state: state}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := len(u.bounds)
 	if n > 0 {
 		c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last)
-		if err == nil && (c < 0 || c == 0 && tag != u.bounds[n-1].tag) {
+		if err == nil && (c < 0 || c == 0 && !b.sameStateAs(u.bounds[n-1])) {
 			other = true
 			u.left = u.bounds[n-1].last
 			u.bounds, n = u.bounds[:0], 0
@@ -126,7 +132,7 @@ func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved,
 	}
 	switch {
 	case n == 0:
-		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev, tag: tag})
+		u.bounds = append(u.bounds, b)
 		u.once.Do(func() { close(u.ready) })
 	case u.bounds[n-1].seq == seq:
 		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
@@ -134,7 +140,7 @@ func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved,
 		}
 		// The same state at a newer revision: the same fingerprint; the upstream's tag
 		// of the newer one (a filtered chain may see its upstream's state change).
-		u.bounds[n-1].last, u.bounds[n-1].tag = rev, tag
+		u.bounds[n-1].last, u.bounds[n-1].tag, u.bounds[n-1].state = rev, tag, state
 	default:
 		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
 			// Changes at a revision already announced that leave the state as it was (an
@@ -142,7 +148,7 @@ func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved,
 			u.bounds[n-1].seq = seq
 			break
 		}
-		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev, tag: tag})
+		u.bounds = append(u.bounds, b)
 	}
 	return true, other
 }
@@ -230,13 +236,16 @@ func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
 func (u *upstreamRevisions) leftHistory(rev string) string {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	if u.left == "" {
-		return ""
-	}
-	if c, err := u.cmp.CompareRevisions(rev, u.left); err != nil || c > 0 {
+	if !u.leftAtOrAfterLocked(rev) {
 		return ""
 	}
 	return u.left
+}
+
+// leftAtOrAfterLocked reports whether the upstream left a history at or after rev.
+func (u *upstreamRevisions) leftAtOrAfterLocked(rev string) bool {
+	c, err := u.cmp.CompareRevisions(rev, u.left)
+	return u.left != "" && err == nil && c <= 0
 }
 
 // Await waits, at most CatchUpWait, until the revision of a request is reached. It returns an
@@ -291,12 +300,15 @@ func (u *upstreamRevisions) WatchRevision(onWire string) (string, error) {
 		c, _ := u.cmp.CompareRevisions(b.first, rev)
 		return c <= 0
 	}) - 1
-	if i < 0 {
+	older := func() error {
 		oldest := ""
 		if len(bounds) > 0 {
 			oldest = bounds[0].first
 		}
-		return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, oldest, informer.ErrExpired)
+		return fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, oldest, informer.ErrExpired)
+	}
+	if i < 0 {
+		return "", older()
 	}
 	held := true // the server held the state at rev: bound i's
 	if c, _ := u.cmp.CompareRevisions(rev, bounds[i].last); c > 0 {
@@ -308,14 +320,11 @@ func (u *upstreamRevisions) WatchRevision(onWire string) (string, error) {
 	if err := u.sameHistoryLocked(onWire, rev, tag, bounds[i], held); err != nil {
 		return "", err
 	}
-	if partial {
-		// The client holds part of the batch that ends at rev (a client that does not
-		// apply batches whole): start before that batch.
-		if c, _ := u.cmp.CompareRevisions(bounds[i].first, rev); c == 0 {
-			i--
-		}
-		if i < 0 {
-			return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, bounds[0].first, informer.ErrExpired)
+	// A client that holds part of the batch that ends at rev (one that does not apply
+	// batches whole) starts before that batch.
+	if c, _ := u.cmp.CompareRevisions(bounds[i].first, rev); partial && c == 0 {
+		if i--; i < 0 {
+			return "", older()
 		}
 	}
 	// Between bounds i and i+1 the client's state is the upstream's at rev: the batch
@@ -323,20 +332,15 @@ func (u *upstreamRevisions) WatchRevision(onWire string) (string, error) {
 	return strconv.FormatInt(bounds[i].seq, 10), nil
 }
 
-// sameHistoryLocked checks that the state a client resumes from, at rev with tag (""
-// when the client sent none), is of this server's history: b is the newest bound at or
-// before rev, held whether the server held the state at rev (b's) rather than rev
-// falling inside one of its batches. A tag is checked where the server held the state;
-// where it did not, or without a tag, a revision at or before the newest one of a history
-// the server left is refused, for it may be of that history.
+// sameHistoryLocked checks that the state a client resumes from, rev with tag ("": none),
+// is of this server's history; b is the newest bound at or before rev, held whether its
+// state is rev's (rev is not inside a batch). Where held, the tag is checked; otherwise,
+// or without a tag, a rev at or before the newest revision of a history left is refused.
 func (u *upstreamRevisions) sameHistoryLocked(onWire, rev, tag string, b bound, held bool) error {
 	switch {
-	case tag != "" && held && tag != b.tag:
+	case tag != "" && held && string(b.appendTag(nil)) != tag:
 		return fmt.Errorf("resourceVersion %s names a state of another history of the upstream than this server's state at %s (restored from a backup, seen by one of the client and this server and not yet by the other): list again: %w", onWire, rev, informer.ErrOtherHistory)
-	case tag != "" && held, u.left == "":
-		return nil
-	}
-	if c, err := u.cmp.CompareRevisions(rev, u.left); err != nil || c > 0 {
+	case tag != "" && held, !u.leftAtOrAfterLocked(rev):
 		return nil
 	}
 	why := "it carries no history tag"
@@ -377,7 +381,7 @@ func (u *upstreamRevisions) AppendWire(dst []byte, local string) ([]byte, bool) 
 	u.mu.RUnlock()
 	dst = append(dst, b.last...)
 	dst = append(dst, wire.HistoryMark)
-	dst = append(dst, b.tag...)
+	dst = b.appendTag(dst)
 	if n < b.seq || !ok {
 		dst = append(dst, wire.PartialMark)
 	}
