@@ -58,14 +58,6 @@ func (b bound) appendTag(dst []byte) []byte {
 	return strconv.AppendUint(dst, b.state, 36)
 }
 
-// sameStateAs reports whether the bound's state is o's, by their tags.
-func (b bound) sameStateAs(o bound) bool {
-	if b.tag != "" || o.tag != "" {
-		return b.tag == o.tag
-	}
-	return b.state == o.state
-}
-
 // upstreamRevisions serves the upstream's own revisions (a Server whose informer's source
 // is ordered). The log holds changes in batches, each ending at a bound; an event is
 // labelled with the revision of its batch's bound, and every event of a batch but its
@@ -123,8 +115,9 @@ func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved,
 	defer u.mu.Unlock()
 	n := len(u.bounds)
 	if n > 0 {
+		var x, y [16]byte
 		c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last)
-		if err == nil && (c < 0 || c == 0 && !b.sameStateAs(u.bounds[n-1])) {
+		if err == nil && (c < 0 || c == 0 && string(b.appendTag(x[:0])) != string(u.bounds[n-1].appendTag(y[:0]))) {
 			other = true
 			u.left = u.bounds[n-1].last
 			u.bounds, n = u.bounds[:0], 0
@@ -244,8 +237,11 @@ func (u *upstreamRevisions) leftHistory(rev string) string {
 
 // leftAtOrAfterLocked reports whether the upstream left a history at or after rev.
 func (u *upstreamRevisions) leftAtOrAfterLocked(rev string) bool {
+	if u.left == "" {
+		return false
+	}
 	c, err := u.cmp.CompareRevisions(rev, u.left)
-	return u.left != "" && err == nil && c <= 0
+	return err == nil && c <= 0
 }
 
 // Await waits, at most CatchUpWait, until the revision of a request is reached. It returns an
