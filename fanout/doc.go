@@ -25,10 +25,27 @@
 // Server.
 //
 // When the informer of a Server over an ordered source lists another history of it (a
-// source restored from a backup: its revisions go back behind those served), the Server
-// ends every watch with 410 before it sends anything of the new history, and answers a
-// request for a revision of the old one 410 at once: its clients list again, at the new
-// history's revisions.
+// source restored from a backup: its revisions go back behind those served, or come back
+// to the newest with another state), the Server ends every watch, filtered or not, with
+// the same 410 before it sends anything of the new history, and answers a request for a
+// revision of the old one 410 at once: its clients list again, at the new history's
+// revisions.
+//
+// Two histories share revision numbers: a client cut off during a restore may come back
+// with a revision the new history has too, naming another state. So such a Server tags
+// every revision it sends with its history, to a client that asks (the request header
+// Informer-History: 1, which a Client sends): "42@k3j9x" (the partial mark goes after
+// the tag). The tag is a fingerprint of the state the revision names (the sum of a hash
+// of each object's encoding), the same at every replica that serves the same objects, so
+// replicas stay interchangeable; a Server whose upstream's revisions carry tags (a chain
+// of Servers) and a PassThrough pass them on unchanged. A watch resumed from a revision
+// whose state the Server held (one of its batch ends) is resumed only if the tag is that
+// state's; another tag is answered 410 (a client that saw a restore this Server has not
+// seen yet, or the reverse). A revision without a tag (a client that does not ask for
+// them, or a revision saved before) or inside one of the Server's batches (a client of
+// another replica) cannot be checked: it is answered 410 if it is at or before the
+// newest revision of a history the Server left, and resumed otherwise. A client that does
+// not ask gets the revisions without tags, as before.
 //
 // Failures are answered with a Status body and a status code that says what to do:
 //

@@ -363,11 +363,10 @@ func (h *filterHub[K, V]) compact(compacted int64) {
 	}
 }
 
-// ForgetHistory drops the history of every value, for the server's history is another
-// one now (its upstream restored from a backup): every open watch, however far it had
-// read, finds its next event gone (filterValue.ForgetHistory), ends with an error
-// matching informer.ErrExpired (410), and its client lists again.
-func (h *filterHub[K, V]) ForgetHistory() {
+// DropWatches ends every open filtered watch with err, as the log's DropWatches ends the
+// others, and drops the history of every value: the server's history is another one now
+// (its upstream restored from a backup), and a watch of the old one must not go on.
+func (h *filterHub[K, V]) DropWatches(err error) {
 	if h == nil {
 		return
 	}
@@ -377,8 +376,8 @@ func (h *filterHub[K, V]) ForgetHistory() {
 	h.order, h.orderHead = h.order[:0], 0
 	for i := range h.indexes {
 		for _, fv := range h.indexes[i].values {
-			fv.ForgetHistory()
-			fv.Wake()
+			fv.EndWatches(err)
+			fv.DropHistory()
 			h.Forget(fv)
 		}
 	}

@@ -574,7 +574,7 @@ func TestFilteredWatch_FallsBehindTheHistory(t *testing.T) {
 	h := srv.mirror.filters
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if fv := h.indexes[1].values["payments"]; fv == nil || fv.watches != 0 || fv.waiters.Len() != 0 {
+	if fv := h.indexes[1].values["payments"]; fv == nil || len(fv.watches) != 0 || fv.waiters.Len() != 0 {
 		t.Errorf("the ended watch is still registered: %+v", fv)
 	}
 }

@@ -21,9 +21,9 @@ type filterValue[K cmp.Ordered, V any] struct {
 	value   string
 	bucket  *btree.Tree[K, *record[K]]      // the objects indexed under value, by key
 	history []filterEvent[K]                // its events after the compacted revision
-	dropped int64                           // events dropped from the front of history, ever, and one more at each ForgetHistory
+	dropped int64                           // events dropped from the front of history, ever
 	waiters wakeup.List[*filterWatch[K, V]] // watches blocked in Next
-	watches int                             // watches open
+	watches map[*filterWatch[K, V]]struct{} // watches open
 
 	endedBatch uint64 // the last batch whose end was labelled here (filterHub.batches)
 }
@@ -97,18 +97,23 @@ func (fv *filterValue[K, V]) DropOldest() {
 	}
 }
 
-// ForgetHistory drops the whole stream, the server's history being another one now, and
-// counts one event more dropped, so that every open watch, however far it had read,
-// finds its next event gone.
-func (fv *filterValue[K, V]) ForgetHistory() {
-	fv.dropped += int64(len(fv.history)) + 1
+// EndWatches ends every open watch of the value with err.
+func (fv *filterValue[K, V]) EndWatches(err error) {
+	for w := range fv.watches {
+		w.EndLocked(err)
+	}
+}
+
+// DropHistory drops the whole stream, the server's history being another one now.
+func (fv *filterValue[K, V]) DropHistory() {
+	fv.dropped += int64(len(fv.history))
 	clear(fv.history)
 	fv.history = nil
 }
 
 // Empty reports whether the value holds no object, event or watch: it can be forgotten.
 func (fv *filterValue[K, V]) Empty() bool {
-	return fv.watches == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0)
+	return len(fv.watches) == 0 && len(fv.history) == 0 && (fv.bucket == nil || fv.bucket.Len() == 0)
 }
 
 // Wake wakes the watches blocked on the value.
@@ -131,8 +136,11 @@ func (fv *filterValue[K, V]) Progress() {
 // after them), from the events after the log revision from, or (from < 0) from the
 // newest.
 func (fv *filterValue[K, V]) Watch(h *filterHub[K, V], loop eventlog.Loop, f valueFilter, bookmarks, initial bool, from int64) *filterWatch[K, V] {
-	fv.watches++
 	w := &filterWatch[K, V]{h: h, loop: loop, bookmarks: bookmarks, fv: fv, filter: f}
+	if fv.watches == nil {
+		fv.watches = make(map[*filterWatch[K, V]]struct{})
+	}
+	fv.watches[w] = struct{}{}
 	end := fv.dropped + int64(len(fv.history))
 	switch {
 	case initial:
@@ -270,7 +278,7 @@ func (w *filterWatch[K, V]) EndLocked(err error) {
 	w.err = err
 	w.initial, w.endOfInitial = nil, false
 	w.fv.waiters.Remove(w)
-	w.fv.watches--
+	delete(w.fv.watches, w)
 	w.h.Forget(w.fv)
 	w.loop.StopLocked()
 }

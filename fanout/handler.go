@@ -203,7 +203,7 @@ func (h *handler[V]) serveList(w http.ResponseWriter, r *http.Request, req reque
 		h.Fail(w, r, err)
 		return
 	}
-	sendList(ctx, h, h.writing.Stream(w, r, true), pg)
+	sendList(ctx, h, h.writing.Stream(w, r, true), pg, req.Tagged())
 }
 
 // serveWatch streams a watch until the backend ends it, the client goes away, the watcher

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -171,4 +172,17 @@ func bigState(tb testing.TB, objects, size, history int) (*upstream, *Server[str
 	}
 	srv := newServer(tb, up, ServerOptions[*wiretest.Obj]{HistoryLimit: history, ServeOptions: ServeOptions{ErrorHandler: func(error) {}}})
 	return up, srv, startServer(tb, srv)
+}
+
+// historyTag matches the history tag of a revision in wiretest.Event's form ("@5@k3j9x").
+var historyTag = regexp.MustCompile(`(@[0-9]+)@[0-9a-z]+`)
+
+// untagged returns events (wiretest.Event's form) with their revisions' history tags
+// left out, for comparing with revisions of the upstream.
+func untagged(events []string) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = historyTag.ReplaceAllString(e, "$1")
+	}
+	return out
 }

@@ -28,8 +28,12 @@ func newPage[V any](rev, cont string, items iter.Seq[V], stale func() bool) page
 	return page[V]{rev: rev, cont: cont, items: items, stale: stale}
 }
 
-// sendList sends pg on sw, the answer to a list request of h.
-func sendList[V any](ctx context.Context, h *handler[V], sw *streamWriter, pg page[V]) {
+// sendList sends pg on sw, the answer to a list request of h; tagged: the client asks
+// for the history tags of revisions (left out otherwise).
+func sendList[V any](ctx context.Context, h *handler[V], sw *streamWriter, pg page[V], tagged bool) {
+	if !tagged {
+		pg.rev = string(wire.StripHistory([]byte(pg.rev)))
+	}
 	ls := listSender[V]{h: h, ctx: ctx, pg: pg, sw: sw}
 	sw.CutWhenStale(pg.stale, pg.rev)
 	defer sw.StopCut()

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/crc64"
 	"sync"
 	"sync/atomic"
 
@@ -35,7 +36,10 @@ func newRecords[K cmp.Ordered](degree int) *btree.Tree[K, *record[K]] {
 // state tree (which lists read from). With an ordered upstream (up set) it holds the
 // changes back until the informer says which revision they add up to (OnRevision), and
 // then logs them as one batch: the tree and the log are always exactly the upstream's
-// state at a revision.
+// state at a revision, whose fingerprint (state) tags the revision's history.
+//
+// Lock order: the mirror's lock, then one of the log's, the filter hub's or the
+// revisions' (upstreamRevisions), each taken alone and let go before the next.
 type mirror[K cmp.Ordered, V any] struct {
 	src          *eventlog.Log[K, *record[K]]
 	key          informer.KeyFunc[K, V]
@@ -56,6 +60,23 @@ type mirror[K cmp.Ordered, V any] struct {
 	pending   []pendingChange[K]         // changes held back until the next revision (up set), one per key
 	ops       []logOp[K]                 // OnRevision's buffer
 	pendingAt map[K]int                  // the index of a key's change in pending
+	state     uint64                     // the fingerprint of tree (up set): stateHash of its records, summed
+}
+
+// stateTable is the CRC-64 table of stateHash.
+var stateTable = crc64.MakeTable(crc64.ECMA)
+
+// stateHash is a record's share of the fingerprint of a state: the fingerprint is the sum
+// of its records', so that a change updates it in O(1), and every replica that serves
+// the same objects, encoded the same, has the same.
+func stateHash(json []byte) uint64 {
+	h := crc64.Checksum(json, stateTable)
+	// Mixed (SplitMix64's finalizer), so that sums of similar encodings spread.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
 }
 
 // newMirror returns the mirror that logs the changes of an informer keyed by key, each
@@ -120,13 +141,19 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ops := m.ops[:0]
+	state := m.state
 	for _, c := range m.pending {
 		old, present := m.tree.Get(c.key)
 		switch {
 		case !c.deleted && present && bytes.Equal(old.json, c.json):
 		case !c.deleted:
+			if present {
+				state -= stateHash(old.json)
+			}
+			state += stateHash(c.json)
 			ops = append(ops, logOp[K]{r: &record[K]{key: c.key, json: c.json}, vals: c.vals})
 		case present:
+			state -= stateHash(old.json)
 			ops = append(ops, logOp[K]{r: old, delete: true})
 		case c.json != nil:
 			// Created and deleted within the batch: a client at a revision inside it
@@ -140,11 +167,11 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 	defer func() { clear(ops); m.ops = ops[:0] }()
 	// The bound goes first, so that a watcher that reads the batch's changes finds it.
 	seq := m.src.Revision() + int64(len(ops))
-	other := false
-	moved := m.up.Reached(seq, rev, func() {
-		other = true
+	moved, other := m.up.Reached(seq, rev, state)
+	m.state = state
+	if other {
 		m.endHistory(rev)
-	})
+	}
 	// The filter indexes take the batch as one too: each value's last event of it is
 	// labelled with the batch's end, before the log's head reaches it.
 	if len(ops) > 0 {
@@ -174,9 +201,9 @@ func (m *mirror[K, V]) OnRevision(rev string) {
 // rev is logged: the informer listed another history of its source, and a client must
 // list again rather than hold a state of the new history under a revision of the old.
 func (m *mirror[K, V]) endHistory(rev string) {
-	err := fmt.Errorf("the informer this server serves listed another history of its source (restored from a backup, or replaced), at revision %s, behind the revisions served: list again: %w", rev, informer.ErrOtherHistory)
+	err := fmt.Errorf("the informer this server serves listed another history of its source (restored from a backup, or replaced), at revision %s: list again: %w", rev, informer.ErrOtherHistory)
 	m.src.DropWatches(err)
-	m.filters.ForgetHistory()
+	m.filters.DropWatches(err)
 }
 
 // apply writes one change of a batch to the tree, the log and the filter indexes, and

@@ -26,7 +26,12 @@ type request struct {
 	initial   bool
 	sse       bool
 	filter    valueFilter // index= and value=; zero for none
+	tagged    bool        // the client asks for revisions with their history's tag (wire.HeaderHistory); see Tagged
 }
+
+// Tagged reports whether the client asks for revisions with the tag of their history
+// (wire.HeaderHistory); without it, tags are left out.
+func (r request) Tagged() bool { return r.tagged }
 
 // knownParams are the query parameters the protocol defines; any other is refused.
 var knownParams = map[string]bool{
@@ -61,6 +66,7 @@ func parseRequest(r *http.Request) (request, *wire.Status) {
 		return request{}, &wire.Status{Code: http.StatusNotAcceptable, Reason: "NotAcceptable", Message: "this server sends application/json (NDJSON watch streams) or text/event-stream"}
 	}
 	req.sse = sse && req.watch
+	req.tagged = r.Header.Get(wire.HeaderHistory) == "1"
 	return req, nil
 }
 

@@ -41,16 +41,30 @@ type revisionMap interface {
 }
 
 // bound says that the server's log up to seq is exactly the upstream's state at every
-// revision from first to last.
+// revision from first to last (without history tags), a state whose history tag is tag,
+// the upstream's, or else state in base 36 (its fingerprint).
 type bound struct {
 	seq         int64
 	first, last string
+	tag         string
+	state       uint64
+}
+
+// appendTag appends the bound's history tag.
+func (b bound) appendTag(dst []byte) []byte {
+	if b.tag != "" {
+		return append(dst, b.tag...)
+	}
+	return strconv.AppendUint(dst, b.state, 36)
 }
 
 // upstreamRevisions serves the upstream's own revisions (a Server whose informer's source
 // is ordered). The log holds changes in batches, each ending at a bound; an event is
 // labelled with the revision of its batch's bound, and every event of a batch but its
 // last carries wire.PartialMark.
+// Every revision sent carries the tag of its history, the upstream's or the fingerprint
+// of the state (mirror.OnRevision), which a resume from a state the server held must
+// match (sameHistoryLocked).
 type upstreamRevisions struct {
 	cmp  informer.RevisionComparer
 	tag  string        // the prefix of continue tokens
@@ -87,45 +101,49 @@ func (u *upstreamRevisions) IsReady() bool {
 	}
 }
 
-// reached records that the log up to seq is the upstream's state at rev; it reports
-// whether the revision moved (false for a revision not newer than the newest bound's).
-// The bound labels the batch's changes at once; requests see it (complete) once the log
-// holds them all, when head reaches seq; then call Settled.
-//
-// A rev older than the newest bound's is of another history of the upstream (one
-// restored from a backup goes on from an older revision): leave is called first, then the
-// bounds of the old history are forgotten and rev starts the history anew, so that no
-// request resumes from a revision of the old one.
-func (u *upstreamRevisions) Reached(seq int64, rev string, leave func()) bool {
+// Reached records that the log up to seq is the upstream's state at rev, whose
+// fingerprint is state; moved reports whether the revision moved (not for one no newer
+// than the newest bound's). Requests see the bound once head reaches seq; then call
+// Settled. A rev older than the newest bound's, or as old with another state, is of
+// another history (a restore from a backup): the old bounds are forgotten, so that no
+// request resumes from one, and other reports it, for the caller to end the old
+// history's watches before it logs anything of the new. It takes no other lock.
+func (u *upstreamRevisions) Reached(seq int64, rev string, state uint64) (moved, other bool) {
+	rev, tag := wire.CutHistory(rev)
+	b := bound{seq: seq, first: rev, last: rev, tag: tag, state: state}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := len(u.bounds)
 	if n > 0 {
-		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err == nil && c < 0 {
-			leave()
+		var x, y [16]byte
+		c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last)
+		if err == nil && (c < 0 || c == 0 && string(b.appendTag(x[:0])) != string(u.bounds[n-1].appendTag(y[:0]))) {
+			other = true
 			u.left = u.bounds[n-1].last
 			u.bounds, n = u.bounds[:0], 0
 		}
 	}
 	switch {
 	case n == 0:
-		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev})
+		u.bounds = append(u.bounds, b)
 		u.once.Do(func() { close(u.ready) })
 	case u.bounds[n-1].seq == seq:
 		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
-			return false
+			return false, other
 		}
-		u.bounds[n-1].last = rev
+		// The same state at a newer revision: the same fingerprint; the upstream's tag
+		// of the newer one (a filtered chain may see its upstream's state change).
+		u.bounds[n-1].last, u.bounds[n-1].tag, u.bounds[n-1].state = rev, tag, state
 	default:
 		if c, err := u.cmp.CompareRevisions(rev, u.bounds[n-1].last); err != nil || c <= 0 {
-			// Changes at a revision already announced (a relist that found the cache
-			// different at the same revision): they join the newest batch.
+			// Changes at a revision already announced that leave the state as it was (an
+			// object created and deleted again): they join the newest batch.
 			u.bounds[n-1].seq = seq
 			break
 		}
-		u.bounds = append(u.bounds, bound{seq: seq, first: rev, last: rev})
+		u.bounds = append(u.bounds, b)
 	}
-	return true
+	return true, other
 }
 
 // settled wakes the requests waiting for a revision: the newest bound is complete.
@@ -175,16 +193,18 @@ func (u *upstreamRevisions) Newest() string {
 	return bounds[len(bounds)-1].last
 }
 
-// parse checks a revision of a request: the upstream's, or one that ends a partial batch.
-func (u *upstreamRevisions) parse(onWire string) (rev string, partial bool, err error) {
+// parse checks a revision of a request: the upstream's, or one that ends a partial batch,
+// with the tag of its history or without (a client that did not ask for tags).
+func (u *upstreamRevisions) parse(onWire string) (rev, tag string, partial bool, err error) {
 	rev, partial = strings.CutSuffix(onWire, string(wire.PartialMark))
+	rev, tag = wire.CutHistory(rev)
 	if wire.IsOwnRevision(rev) {
-		return "", false, fmt.Errorf("resourceVersion %q is a revision of a server that numbers its changes itself, not of this server's upstream: %w", onWire, informer.ErrExpired)
+		return "", "", false, fmt.Errorf("resourceVersion %q is a revision of a server that numbers its changes itself, not of this server's upstream: %w", onWire, informer.ErrExpired)
 	}
 	if _, err := u.cmp.CompareRevisions(rev, rev); err != nil {
-		return "", false, fmt.Errorf("resourceVersion %q is not a revision of this server's upstream: %v", onWire, err)
+		return "", "", false, fmt.Errorf("resourceVersion %q is not a revision of this server's upstream: %v", onWire, err)
 	}
-	return rev, partial, nil
+	return rev, tag, partial, nil
 }
 
 // behind reports whether rev is newer than every revision reached, and returns the
@@ -209,13 +229,19 @@ func (u *upstreamRevisions) behind(rev string) (bool, <-chan struct{}) {
 func (u *upstreamRevisions) leftHistory(rev string) string {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	if u.left == "" {
-		return ""
-	}
-	if c, err := u.cmp.CompareRevisions(rev, u.left); err != nil || c > 0 {
+	if !u.leftAtOrAfterLocked(rev) {
 		return ""
 	}
 	return u.left
+}
+
+// leftAtOrAfterLocked reports whether the upstream left a history at or after rev.
+func (u *upstreamRevisions) leftAtOrAfterLocked(rev string) bool {
+	if u.left == "" {
+		return false
+	}
+	c, err := u.cmp.CompareRevisions(rev, u.left)
+	return err == nil && c <= 0
 }
 
 // Await waits, at most CatchUpWait, until the revision of a request is reached. It returns an
@@ -223,7 +249,7 @@ func (u *upstreamRevisions) leftHistory(rev string) string {
 // another upstream), which is answered 410.
 func (u *upstreamRevisions) Await(ctx context.Context, onWire string) error {
 	wait := u.wait
-	rev, _, err := u.parse(onWire)
+	rev, _, _, err := u.parse(onWire)
 	if err != nil {
 		return nil // answered by WatchRevision or ListRevision
 	}
@@ -258,7 +284,7 @@ func (u *upstreamRevisions) Await(ctx context.Context, onWire string) error {
 }
 
 func (u *upstreamRevisions) WatchRevision(onWire string) (string, error) {
-	rev, partial, err := u.parse(onWire)
+	rev, tag, partial, err := u.parse(onWire)
 	if err != nil {
 		return "", err
 	}
@@ -270,30 +296,58 @@ func (u *upstreamRevisions) WatchRevision(onWire string) (string, error) {
 		c, _ := u.cmp.CompareRevisions(b.first, rev)
 		return c <= 0
 	}) - 1
-	if i >= 0 && partial {
-		// The client holds part of the batch that ends at rev (a client that does not
-		// apply batches whole): start before that batch.
-		if c, _ := u.cmp.CompareRevisions(bounds[i].first, rev); c == 0 {
-			i--
-		}
-	}
-	if i < 0 {
+	older := func() error {
 		oldest := ""
 		if len(bounds) > 0 {
 			oldest = bounds[0].first
 		}
-		return "", fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, oldest, informer.ErrExpired)
+		return fmt.Errorf("resourceVersion %s is older than this server's history (its oldest revision is %q): %w", onWire, oldest, informer.ErrExpired)
 	}
-	if c, _ := u.cmp.CompareRevisions(rev, bounds[i].last); c > 0 && i == len(bounds)-1 {
-		return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, bounds[i].last, informer.ErrUnavailable)
+	if i < 0 {
+		return "", older()
+	}
+	held := true // the server held the state at rev: bound i's
+	if c, _ := u.cmp.CompareRevisions(rev, bounds[i].last); c > 0 {
+		if i == len(bounds)-1 {
+			return "", fmt.Errorf("this replica has not reached resourceVersion %s yet (its newest is %q): retry, here or at another replica: %w", onWire, bounds[i].last, informer.ErrUnavailable)
+		}
+		held = false // rev is inside the batch after bound i
+	}
+	if err := u.sameHistoryLocked(onWire, rev, tag, bounds[i], held); err != nil {
+		return "", err
+	}
+	// A client that holds part of the batch that ends at rev (one that does not apply
+	// batches whole) starts before that batch.
+	if c, _ := u.cmp.CompareRevisions(bounds[i].first, rev); partial && c == 0 {
+		if i--; i < 0 {
+			return "", older()
+		}
 	}
 	// Between bounds i and i+1 the client's state is the upstream's at rev: the batch
 	// after bound i brings each of its keys to a state at least as new as the client's.
 	return strconv.FormatInt(bounds[i].seq, 10), nil
 }
 
+// sameHistoryLocked checks that the state a client resumes from, rev with tag ("": none),
+// is of this server's history; b is the newest bound at or before rev, held whether its
+// state is rev's (rev is not inside a batch). Where held, the tag is checked; otherwise,
+// or without a tag, a rev at or before the newest revision of a history left is refused.
+func (u *upstreamRevisions) sameHistoryLocked(onWire, rev, tag string, b bound, held bool) error {
+	switch {
+	case tag != "" && held && string(b.appendTag(nil)) != tag:
+		return fmt.Errorf("resourceVersion %s names a state of another history of the upstream than this server's state at %s (restored from a backup, seen by one of the client and this server and not yet by the other): list again: %w", onWire, rev, informer.ErrOtherHistory)
+	case tag != "" && held, !u.leftAtOrAfterLocked(rev):
+		return nil
+	}
+	why := "it carries no history tag"
+	if tag != "" {
+		why = "this server's changes around it were one batch"
+	}
+	return fmt.Errorf("resourceVersion %s may be of the history this server's upstream left at revision %s (restored from a backup, or replaced), and this server cannot tell (%s): list again: %w", onWire, u.left, why, informer.ErrOtherHistory)
+}
+
 func (u *upstreamRevisions) ListRevision(onWire string) (string, error) {
-	rev, _, err := u.parse(onWire)
+	rev, _, _, err := u.parse(onWire)
 	if err != nil {
 		return "", err
 	}
@@ -322,6 +376,8 @@ func (u *upstreamRevisions) AppendWire(dst []byte, local string) ([]byte, bool) 
 	}
 	u.mu.RUnlock()
 	dst = append(dst, b.last...)
+	dst = append(dst, wire.HistoryMark)
+	dst = b.appendTag(dst)
 	if n < b.seq || !ok {
 		dst = append(dst, wire.PartialMark)
 	}

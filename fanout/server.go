@@ -152,7 +152,10 @@ type ServerOptions[V any] struct {
 // from a replica further ahead) waits for it up to CatchUpWait (DefaultCatchUpWait,
 // 5 s), which a replica that keeps up with its upstream never uses up; then it answers
 // 410 and the client lists again, for the revision may never come here (a revision of
-// another upstream, or of before a restore from a backup).
+// another upstream, or of before a restore from a backup). To a client that asks
+// (httpsource.HistoryHeader) every revision goes with the tag of its history, a
+// fingerprint of the state it names, which a watch resumed from a state the server held
+// must match: see the package documentation.
 //
 // The informer tells its handlers which revision their notifications add up to only
 // when its cache is exactly the upstream's state at a revision (informer.RevisionHandler):

@@ -34,6 +34,7 @@ type watchStream[V any] struct {
 	replay     bool                  // initial events the client did not ask for by name
 	inInitial  bool                  // the initial events are being sent
 	open       bool                  // the last change sent was partial
+	plain      bool                  // the client did not ask for history tags: revisions go without
 	out        []byte                // the frames not sent yet
 	scratch    []byte                // the wire revision of the event being encoded
 	stale      func() bool           // reports that the initial events' state left the history; nil: not checked
@@ -46,6 +47,7 @@ type watchStream[V any] struct {
 func newWatchStream[V any](h *handler[V], wat informer.Watch[V], req request, replay, initial bool) *watchStream[V] {
 	ws := &watchStream[V]{h: h, wat: wat, replay: replay, inInitial: initial, scratch: make([]byte, 0, 64)}
 	ws.sse, ws.bookmarks = req.Stream()
+	ws.plain = !req.Tagged()
 	ws.batched, _ = wat.(informer.BatchedWatch)
 	return ws
 }
@@ -221,6 +223,9 @@ func (s *watchStream[V]) appendEvent(ev informer.Event[V], partial bool) ([]byte
 		typ = wire.TypeModified
 	}
 	rev, newest := s.h.Backend().AppendRevision(s.scratch[:0], ev.Revision)
+	if s.plain {
+		rev = wire.StripHistory(rev)
+	}
 	if partial && (len(rev) == 0 || rev[len(rev)-1] != wire.PartialMark) {
 		rev = append(rev, wire.PartialMark)
 	}
@@ -235,5 +240,8 @@ func (s *watchStream[V]) appendEvent(ev informer.Event[V], partial bool) ([]byte
 // appendBookmark appends a BOOKMARK frame at the wire form of rev to s.out.
 func (s *watchStream[V]) appendBookmark(rev string, endOfInitial bool) []byte {
 	onWire, _ := s.h.Backend().AppendRevision(s.scratch[:0], rev)
+	if s.plain {
+		onWire = wire.StripHistory(onWire)
+	}
 	return wire.AppendBookmark(s.out, s.sse, onWire, endOfInitial)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/informer-go/informer/fanout"
 	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/etcd"
+	httpsource "github.com/informer-go/informer/source/http"
 )
 
 // indexName is the suite's one index (see IndexOf).
@@ -57,7 +58,7 @@ func (f *savingFile) Save(ctx context.Context, desc informer.PersistedCache, sta
 	if err != nil {
 		return fmt.Errorf("robustness: reading back the snapshot just saved: %w", err)
 	}
-	label, err := strconv.ParseInt(rev, 10, 64)
+	label, err := revisionLabel(rev)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func (f *savingFile) Save(ctx context.Context, desc informer.PersistedCache, sta
 func (f *savingFile) Load(ctx context.Context, desc informer.PersistedCache, add func(*Item)) (string, error) {
 	rev, err := f.File.Load(ctx, desc, add)
 	if err == nil {
-		n, _ := strconv.ParseInt(rev, 10, 64)
+		n, _ := revisionLabel(rev)
 		f.mu.Lock()
 		f.loaded = n
 		f.mu.Unlock()
@@ -292,7 +293,7 @@ func (p *participant) recordRestored() {
 	loaded := p.file.loaded
 	p.file.mu.Unlock()
 	sn := p.inf.Snapshot()
-	label, err := strconv.ParseInt(sn.Revision(), 10, 64)
+	label, err := revisionLabel(sn.Revision())
 	if loaded == 0 || err != nil || label != loaded || !p.inf.Stats().Restored {
 		return
 	}
@@ -308,7 +309,7 @@ func (p *participant) read(ctx context.Context) {
 		sn := p.inf.Snapshot()
 		if sn != prev {
 			prev = sn
-			if label, err := strconv.ParseInt(sn.Revision(), 10, 64); err == nil {
+			if label, err := revisionLabel(sn.Revision()); err == nil {
 				p.rec.AddRead(Read{Who: p.spec.Name, At: time.Now(), Restores: int(p.restores.Load()), Label: label,
 					State: stateOf(sn), Index: indexOf(sn), Kind: "snapshot", Filter: p.spec.Filter})
 			}
@@ -370,7 +371,7 @@ func (p *participant) waitFor(rev int64, limit time.Duration) error {
 	defer cancel()
 	err := p.inf.WaitForRevision(ctx, etcd.FormatRevision(rev))
 	if err == nil {
-		label, _ := strconv.ParseInt(p.inf.Snapshot().Revision(), 10, 64)
+		label, _ := revisionLabel(p.inf.Snapshot().Revision())
 		p.rec.AddWait(Wait{Who: p.spec.Name, Rev: rev, Label: label})
 		return nil
 	}
@@ -389,4 +390,10 @@ func (p *participant) waitHandlers(last int64, hist *recorder, deadline time.Tim
 			time.Sleep(10 * time.Millisecond) // polling a handler's queue with a deadline
 		}
 	}
+}
+
+// revisionLabel returns the etcd revision a revision of an informer names: its own, or a
+// fan-out client's without the tag of its history (httpsource.PlainRevision).
+func revisionLabel(rev string) (int64, error) {
+	return strconv.ParseInt(httpsource.PlainRevision(rev), 10, 64)
 }

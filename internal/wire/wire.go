@@ -8,6 +8,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -44,6 +45,11 @@ const (
 	// HeaderInstance is the response header in which a fan-out server names its instance:
 	// its revisions and continue tokens mean something to that instance only.
 	HeaderInstance = "Informer-Instance"
+	// HeaderHistory is the request header by which a client asks for revisions that name
+	// their history (value "1"): a fan-out Server over an ordered upstream then sends every
+	// revision with the history mark and the tag of the state it names ("42@k3j9x"), and a
+	// handler passes such tags on; without it they are left out, as older servers send.
+	HeaderHistory = "Informer-History"
 )
 
 // The event types of a watch frame.
@@ -63,6 +69,10 @@ const (
 	// PartialMark ends the revision of an event that is not the last of its batch: a
 	// client applies the events of one revision all at once.
 	PartialMark = '~'
+
+	// HistoryMark separates a revision from the tag of the state it names, which tells
+	// two histories of one upstream apart ("42@k3j9x"; a partial mark goes after the tag).
+	HistoryMark = '@'
 
 	// DefaultMaxFrameSize is the longest watch frame a client accepts by default: 16 MiB.
 	DefaultMaxFrameSize = 16 << 20
@@ -180,6 +190,28 @@ func IsOwnRevision(s string) bool {
 	return ok && tag != "" && IsCanonicalInteger(n) && strings.IndexFunc(tag, func(r rune) bool {
 		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z')
 	}) < 0
+}
+
+// CutHistory splits a revision (without its partial mark) into the revision and the tag
+// of its history, "" when it has none.
+func CutHistory(rev string) (plain, tag string) {
+	if i := strings.IndexByte(rev, HistoryMark); i >= 0 {
+		return rev[:i], rev[i+1:]
+	}
+	return rev, ""
+}
+
+// StripHistory drops the history tag of a revision in its wire form, keeping its partial
+// mark: for a client that did not ask for tags (HeaderHistory).
+func StripHistory(rev []byte) []byte {
+	i := bytes.IndexByte(rev, HistoryMark)
+	if i < 0 {
+		return rev
+	}
+	if rev[len(rev)-1] == PartialMark {
+		return append(rev[:i], PartialMark)
+	}
+	return rev[:i]
 }
 
 // IsCanonicalInteger reports whether s is a non-negative decimal integer without leading

@@ -613,6 +613,7 @@ func (c *Client[V]) request(at int, q url.Values, accept string) *OutgoingReques
 	u.RawQuery = q.Encode()
 	h := make(http.Header, 2)
 	h.Set("Accept", accept)
+	h.Set(wire.HeaderHistory, "1")
 	return &OutgoingRequest{Method: http.MethodGet, URL: &u, Header: h, target: at}
 }
 
@@ -879,7 +880,34 @@ func (c *Client[V]) Ordered() OrderedClient[V] { return OrderedClient[V]{c} }
 // revision of one numbering compared with one of another (an upstream's with a server's
 // own, or two servers' own) is an error: Informer.WaitForRevision refuses it rather than
 // take it as reached.
+//
+// A Server over an ordered source tags each revision with its history ("42@k3j9x", see
+// PlainRevision); revisions are compared without their tags, so that WaitForRevision of
+// the upstream's revision of a write ("42") means what it says, except that two of one
+// number with different tags (states of two histories of the upstream) are an error.
 func (OrderedClient[V]) CompareRevisions(a, b string) (int, error) {
+	a, ha := wire.CutHistory(a)
+	b, hb := wire.CutHistory(b)
+	c, err := compareRevisions(a, b)
+	if err == nil && c == 0 && ha != "" && hb != "" && ha != hb {
+		return 0, fmt.Errorf("httpsource: revisions %s@%s and %s@%s name states of two histories of the upstream (restored from a backup)", a, ha, b, hb)
+	}
+	return c, err
+}
+
+// PlainRevision returns a revision of a Server without the tag of its history: "42" for
+// "42@k3j9x". A Client asks every server for tags (header Informer-History); a fan-out
+// Server over an ordered source sends them, so that a watch resumed from a revision of
+// another history of the upstream (one restored from a backup) is answered 410 rather
+// than continued on the wrong one. The informer's revisions carry them; PlainRevision
+// gives the upstream's revision, to print or store where the tag means nothing.
+func PlainRevision(rev string) string {
+	plain, _ := wire.CutHistory(rev)
+	return plain
+}
+
+// compareRevisions compares two revisions without history tags.
+func compareRevisions(a, b string) (int, error) {
 	ta, na, oka := cutOwnRevision(a)
 	tb, nb, okb := cutOwnRevision(b)
 	switch {

@@ -231,6 +231,30 @@ func TestCompareIntegerRevisions(t *testing.T) {
 	}
 }
 
+// An OrderedClient compares a Server's history-tagged revisions by their number, with
+// the upstream's plain ones too (WaitForRevision of a write's revision), and refuses two
+// of one number with different tags: states of two histories of the upstream.
+func TestOrderedClientComparesTaggedRevisions(t *testing.T) {
+	var c OrderedClient[*wiretest.Obj]
+	for _, tc := range []struct {
+		a, b string
+		want int
+		ok   bool
+	}{
+		{"41@k3", "42@x9", -1, true}, {"42", "42@x9", 0, true}, {"43@k3", "42", 1, true},
+		{"42@k3", "42@k3", 0, true}, {"42@k3", "42@x9", 0, false}, {"42@", "41", 1, true},
+		{"4x@k3", "42", 0, false}, {"dn68.4@k3", "dn68.5", -1, true},
+	} {
+		got, err := c.CompareRevisions(tc.a, tc.b)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("(%q, %q) = %d, %v", tc.a, tc.b, got, err)
+		}
+	}
+	if got := PlainRevision("42@k3j9x"); got != "42" {
+		t.Errorf("PlainRevision(42@k3j9x) = %q", got)
+	}
+}
+
 // A small gzip body that expands to millions of list items is refused while the page is
 // split, with the default limits, before a single item is decoded.
 func TestClientListItemLimit(t *testing.T) {

@@ -33,7 +33,11 @@
 // the revision followed by '~' ("42~", "42~", "42"); a Client delivers a batch only once
 // it is whole. A fan-out Server over an unordered source numbers its changes itself,
 // "<tag>.<n>", and a Client refuses to compare such a revision with one of another
-// numbering (OrderedClient).
+// numbering (OrderedClient). A Client asks for revisions that name their history (the
+// header Informer-History: 1): a fan-out Server over an ordered source then tags each,
+// "42@k3j9x", so that a watch resumed from a revision of another history of the
+// upstream (one restored from a backup) is answered 410; see PlainRevision and package
+// fanout.
 //
 // Failures are answered with a Status body and a status code that says what to do:
 //

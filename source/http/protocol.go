@@ -20,6 +20,11 @@ import (
 // includes it, so that a cache saved from one instance is not restored over another.
 const InstanceHeader = wire.HeaderInstance
 
+// HistoryHeader is the request header by which a Client asks a fan-out Server for
+// revisions that carry the tag of their history ("42@k3j9x"; see PlainRevision). A Client
+// sends it on every request; a server that does not know it ignores it.
+const HistoryHeader = wire.HeaderHistory
+
 // StatusError is a failure reported by the server, either as an HTTP response with a
 // non-200 status or as an ERROR event in a watch stream. Its body is a Kubernetes Status
 // object: {"kind":"Status","status":"Failure","message":…,"reason":…,"code":…}.
