@@ -846,14 +846,17 @@ func transportError(ctx context.Context, what string, err error) error {
 }
 
 // isNetworkError reports whether err is a failure of the connection rather than of the
-// request (TLS verification, a malformed URL, an HTTP protocol error).
+// request (TLS verification, a malformed URL, an HTTP protocol error). A request sent on
+// a kept-alive connection the server closed at that moment fails with net/http's
+// "server closed idle connection", which it exports no value for: it is matched by text.
 func isNetworkError(err error) bool {
 	var op *net.OpError
 	var ne net.Error
 	return errors.As(err, &op) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		(errors.As(err, &ne) && ne.Timeout())
+		(errors.As(err, &ne) && ne.Timeout()) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // isClassified reports whether err matches one of the informer's error classes.

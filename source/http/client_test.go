@@ -572,3 +572,14 @@ func TestClientContentTypeRule(t *testing.T) {
 		}
 	}
 }
+
+// A request on a kept-alive connection that the server closed as the request went out
+// fails with net/http's "server closed idle connection": a broken connection, retried,
+// not a reason to list again.
+func TestTransportErrorServerClosedIdleIsRetryable(t *testing.T) {
+	err := transportError(context.Background(), "GET http://127.0.0.1:1/items",
+		&url.Error{Op: "Get", URL: "http://127.0.0.1:1/items", Err: errors.New("http: server closed idle connection")})
+	if !errors.Is(err, informer.ErrRetryable) {
+		t.Fatalf("transportError = %v, want an error matching informer.ErrRetryable", err)
+	}
+}
