@@ -40,7 +40,7 @@ func testHeader(s state) *header {
 
 func write(t testing.TB, path string, s state) {
 	t.Helper()
-	err := writeFile(context.Background(), path, testHeader(s), func(yield func(any, rec) bool) {
+	err := writeFile(context.Background(), target{path: path, temps: new(temps)}, testHeader(s), func(yield func(any, rec) bool) {
 		for _, o := range s.objs {
 			if !yield(o.Name, o) {
 				return

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -96,6 +97,18 @@ type Options[V any] struct {
 	// (Options.Name) with ".snapshot" appended, with characters other than letters,
 	// digits, '-', '_' and '.' replaced by '_'.
 	FileName string
+	// WrapWriter, when set, is called once per save with the writer of the snapshot's
+	// temporary file, and Save writes every byte of the snapshot through the writer it
+	// returns: one that counts or hashes the bytes, limits their rate, or makes a disk
+	// slow or full in a test. Its Write must write exactly the bytes it is given to w, in
+	// order, before it returns: Load reads the file as it is, so a byte changed, added or
+	// held back makes the snapshot refused as corrupt (to encrypt or compress objects,
+	// give Codec a codec that does). An error it returns fails the save as a full disk
+	// would: the previous snapshot stays, whole, and the temporary file is removed. A
+	// slow writer slows the save only: the informer saves from an immutable snapshot on
+	// a goroutine of its own, so its reads, handlers and watch go on meanwhile (a stop
+	// waits for the last save: Run returns after it). Default nil: the file itself.
+	WrapWriter func(w io.Writer) io.Writer
 }
 
 // File keeps an informer's cache in a snapshot file of a directory: it implements
@@ -108,6 +121,7 @@ type File[K comparable, V any] struct {
 	// nil otherwise; shapeText is the shape it records ("" for none).
 	shape     shapedCodec
 	shapeText string
+	temps     temps // the temporary files of the saves in progress
 }
 
 // shapedCodec is a codec that records the objects' shape in each snapshot, and reads a
@@ -204,7 +218,7 @@ func (f *File[K, V]) Equal(a, b V) bool {
 // order, and returns its revision. It verifies the checksum at the end: add may have been
 // called before an error, and the caller must then discard what it got (the informer
 // does). No file: an error matching informer.ErrNoPersistedState. Leftover temporary
-// files of an interrupted Save are removed.
+// files of an interrupted Save are removed; those of a Save in progress are left to it.
 func (f *File[K, V]) Load(ctx context.Context, desc informer.PersistedCache, add func(obj V)) (string, error) {
 	path := f.Path(desc)
 	f.removeTemps(path)
@@ -253,7 +267,8 @@ func (f *File[K, V]) header(desc informer.PersistedCache, revision string, count
 // previous snapshot stays). It costs one encode per object and one sequential write.
 func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[K, V]) error {
 	h := f.header(desc, state.Revision(), state.Len())
-	return writeFile(ctx, f.Path(desc), h, func(yield func(any, V) bool) {
+	to := target{path: f.Path(desc), temps: &f.temps, wrap: f.opts.WrapWriter}
+	return writeFile(ctx, to, h, func(yield func(any, V) bool) {
 		for k, v := range state.All() {
 			if !yield(k, v) {
 				return
@@ -262,10 +277,6 @@ func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, sta
 	}, f.opts.Codec)
 }
 
-// removeTemps removes the temporary files an interrupted Save left.
-func (f *File[K, V]) removeTemps(path string) {
-	matches, _ := filepath.Glob(path + tempSuffix + "*")
-	for _, m := range matches {
-		os.Remove(m)
-	}
-}
+// removeTemps removes the temporary files an interrupted Save left, not those of a Save
+// in progress.
+func (f *File[K, V]) removeTemps(path string) { f.temps.removeLeftovers(path) }
