@@ -32,20 +32,25 @@ type childConfig struct {
 	Name      string
 	Endpoints []string
 	Dir       string
+	Disk      diskFault // the disk of its snapshot file
 }
 
 // childLine is one line a child informer writes on its stdout: a state it published
-// (Read) or that it is ready.
+// (Read), a step of its snapshot file (File), that a write of the file stalls on a slow
+// disk (Stalled), or that it is ready.
 type childLine struct {
-	Ready bool  `json:",omitempty"`
-	Read  *Read `json:",omitempty"`
+	Ready   bool       `json:",omitempty"`
+	Read    *Read      `json:",omitempty"`
+	File    *FileEvent `json:",omitempty"`
+	Stalled bool       `json:",omitempty"`
 }
 
 // RunInformerIfAsked runs an informer process and never returns, when the suite started
 // the process as one; otherwise it returns at once. Call it from TestMain. The process
 // runs an informer over etcd with a slow Transform and a snapshot file, and writes every
 // state it publishes, saves and restores to stdout as JSON lines, for the suite to
-// validate; the suite kills it with SIGKILL and starts it again (a warm restart).
+// validate; the suite kills it with SIGKILL and starts it again (a warm restart), also
+// on a slow or full disk.
 func RunInformerIfAsked() {
 	raw := os.Getenv(informerEnv)
 	if raw == "" {
@@ -69,8 +74,12 @@ func RunInformerIfAsked() {
 		_ = enc.Encode(l)
 	}
 	rec := newRecording(1 << 30)
-	rec.sink = func(rd Read) { emit(childLine{Read: &rd}) }
-	p := newParticipant(InformerSpec{Name: cc.Name, SlowTransform: 200 * time.Microsecond, PersistDir: cc.Dir}, cli, rec, new(atomic.Int64))
+	rec.sink = emit
+	spec := InformerSpec{Name: cc.Name, SlowTransform: 200 * time.Microsecond, PersistDir: cc.Dir}
+	if cc.Disk.Kind != "" {
+		spec.WrapWriter = newFaultyDisk(cc.Disk, func() { emit(childLine{Stalled: true}) }).wrap
+	}
+	p := newParticipant(spec, cli, rec, new(atomic.Int64))
 	if err := p.start(prefix); err != nil {
 		fmt.Fprintf(os.Stderr, "robustness informer: %v\n", err)
 		os.Exit(1)
@@ -166,6 +175,7 @@ type childInformer struct {
 	cfg      childConfig
 	rec      *Recording
 	restores *atomic.Int64
+	stalls   chan struct{} // signalled (without blocking) when a write stalls on a slow disk
 
 	mu     sync.Mutex
 	latest Read // the newest snapshot it streamed
@@ -179,11 +189,20 @@ func (c *childInformer) start() error {
 		if err := json.Unmarshal(b, &l); err != nil {
 			return // a line cut by the kill
 		}
-		if l.Ready {
+		switch {
+		case l.Ready:
 			close(ready)
 			return
-		}
-		if l.Read == nil {
+		case l.Stalled:
+			select {
+			case c.stalls <- struct{}{}:
+			default:
+			}
+			return
+		case l.File != nil:
+			c.rec.AddFile(*l.File)
+			return
+		case l.Read == nil:
 			return
 		}
 		rd := *l.Read
@@ -195,6 +214,43 @@ func (c *childInformer) start() error {
 		}
 		c.rec.AddRead(rd)
 	}, ready)
+}
+
+// stallWait is how long a slow disk's failure waits for a write to stall before it
+// kills the process anyway.
+const stallWait = 10 * time.Second
+
+// onFaultyDisk kills the process and starts it again warm on a slow or full disk (kind
+// FailSlowDisk or FailDiskFull, its faults drawn from seed), lets it run for hold, and
+// kills it again: on a slow disk, once a write of its snapshot file stalls mid-file, if
+// one does within stallWait before ctx ends. Then it starts the process on a healthy
+// disk, warm from whatever the kills left. It reports whether a kill landed mid-write.
+func (c *childInformer) onFaultyDisk(ctx context.Context, kind string, seed uint64, hold func()) (midWrite bool, err error) {
+	c.kill()
+	c.cfg.Disk = diskFault{Kind: diskFull, Seed: seed}
+	if kind == FailSlowDisk {
+		c.cfg.Disk.Kind = diskSlow
+	}
+	err = c.start()
+	c.cfg.Disk = diskFault{}
+	if err != nil {
+		return false, err
+	}
+	hold()
+	if kind == FailSlowDisk {
+		select { // a stall seen before now may be over
+		case <-c.stalls:
+		default:
+		}
+		select {
+		case <-c.stalls:
+			midWrite = true
+		case <-ctx.Done():
+		case <-time.After(stallWait):
+		}
+	}
+	c.kill()
+	return midWrite, c.start()
 }
 
 // waitFor waits until the process has published a state at rev or later, at most limit,
