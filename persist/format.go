@@ -241,13 +241,6 @@ func step(name string) {
 	}
 }
 
-// target is where and how writeFile writes a snapshot.
-type target struct {
-	path  string
-	temps *temps                    // the saves in progress, whose temporary files Load leaves
-	wrap  func(io.Writer) io.Writer // Options.WrapWriter, or nil
-}
-
 // temps are the temporary files of a File's saves in progress: a Load removes the
 // temporary files an interrupted save left, never those of a save still writing.
 type temps struct {
@@ -290,17 +283,16 @@ func (t *temps) removeLeftovers(path string) {
 	}
 }
 
-// writeFile writes a snapshot at to.path atomically: temporary file, fsync, rename,
-// fsync of the directory. Every byte goes through to.wrap when it is set.
-func writeFile[V any](ctx context.Context, to target, h *header, objects func(yield func(any, V) bool), codec Codec[V]) (err error) {
-	path := to.path
+// writeFile writes a snapshot at path atomically: a temporary file held in saving, fsync,
+// rename, fsync of the directory. Every byte goes through wrap when it is not nil.
+func writeFile[V any](ctx context.Context, saving *temps, path string, h *header, objects func(yield func(any, V) bool), codec Codec[V], wrap func(io.Writer) io.Writer) (err error) {
 	dir := filepath.Dir(path)
-	f, err := to.temps.create(dir, filepath.Base(path)+tempSuffix+"*")
+	f, err := saving.create(dir, filepath.Base(path)+tempSuffix+"*")
 	if err != nil {
 		return fmt.Errorf("persist: saving %s: %w", path, err)
 	}
 	tmp := f.Name()
-	defer to.temps.done(tmp)
+	defer saving.done(tmp)
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -309,8 +301,8 @@ func writeFile[V any](ctx context.Context, to target, h *header, objects func(yi
 	}()
 	fw := &fileWriter{f: f, crc: crc32.New(castagnoli)}
 	var w io.Writer = fw
-	if to.wrap != nil {
-		w = to.wrap(fw)
+	if wrap != nil {
+		w = wrap(fw)
 	}
 	bw := bufio.NewWriterSize(w, bufferSize)
 	hb := h.encode()
@@ -389,8 +381,12 @@ func (r *fileReader) Read(p []byte) (int, error) {
 }
 
 // readFile reads the snapshot at path: check accepts or refuses the header before any
-// record is read; add receives each object.
-func readFile[V any](ctx context.Context, path string, codec Codec[V], check func(*header) error, add func(V)) (*header, error) {
+// record is read; add receives each object. With saving, it first removes the temporary
+// files an interrupted save left (those saving does not hold).
+func readFile[V any](ctx context.Context, saving *temps, path string, codec Codec[V], check func(*header) error, add func(V)) (*header, error) {
+	if saving != nil {
+		saving.removeLeftovers(path)
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("persist: %s: %w", path, informer.ErrNoPersistedState)

@@ -220,9 +220,7 @@ func (f *File[K, V]) Equal(a, b V) bool {
 // does). No file: an error matching informer.ErrNoPersistedState. Leftover temporary
 // files of an interrupted Save are removed; those of a Save in progress are left to it.
 func (f *File[K, V]) Load(ctx context.Context, desc informer.PersistedCache, add func(obj V)) (string, error) {
-	path := f.Path(desc)
-	f.removeTemps(path)
-	h, err := readFile(ctx, path, f.opts.Codec, func(h *header) error { return f.check(h, desc) }, add)
+	h, err := readFile(ctx, &f.temps, f.Path(desc), f.opts.Codec, func(h *header) error { return f.check(h, desc) }, add)
 	if err != nil {
 		return "", err
 	}
@@ -239,7 +237,7 @@ var errHeaderRead = errors.New("header read")
 // informer.ErrNoPersistedState.
 func (f *File[K, V]) SavedSource(ctx context.Context, desc informer.PersistedCache) (string, error) {
 	var source string
-	_, err := readFile(ctx, f.Path(desc), f.opts.Codec, func(h *header) error {
+	_, err := readFile(ctx, nil, f.Path(desc), f.opts.Codec, func(h *header) error {
 		source = h.source
 		return errHeaderRead
 	}, func(V) {})
@@ -267,16 +265,11 @@ func (f *File[K, V]) header(desc informer.PersistedCache, revision string, count
 // previous snapshot stays). It costs one encode per object and one sequential write.
 func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[K, V]) error {
 	h := f.header(desc, state.Revision(), state.Len())
-	to := target{path: f.Path(desc), temps: &f.temps, wrap: f.opts.WrapWriter}
-	return writeFile(ctx, to, h, func(yield func(any, V) bool) {
+	return writeFile(ctx, &f.temps, f.Path(desc), h, func(yield func(any, V) bool) {
 		for k, v := range state.All() {
 			if !yield(k, v) {
 				return
 			}
 		}
-	}, f.opts.Codec)
+	}, f.opts.Codec, f.opts.WrapWriter)
 }
-
-// removeTemps removes the temporary files an interrupted Save left, not those of a Save
-// in progress.
-func (f *File[K, V]) removeTemps(path string) { f.temps.removeLeftovers(path) }

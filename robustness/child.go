@@ -32,7 +32,8 @@ type childConfig struct {
 	Name      string
 	Endpoints []string
 	Dir       string
-	Disk      diskFault // the disk of its snapshot file
+	DiskFault string // the fault of its snapshot file's disk: FailSlowDisk, FailDiskFull or "" (none)
+	DiskSeed  uint64 // draws the faults
 }
 
 // childLine is one line a child informer writes on its stdout: a state it published
@@ -74,11 +75,10 @@ func RunInformerIfAsked() {
 		_ = enc.Encode(l)
 	}
 	rec := newRecording(1 << 30)
-	rec.sink = emit
-	spec := InformerSpec{Name: cc.Name, SlowTransform: 200 * time.Microsecond, PersistDir: cc.Dir}
-	if cc.Disk.Kind != "" {
-		spec.WrapWriter = newFaultyDisk(cc.Disk, func() { emit(childLine{Stalled: true}) }).wrap
-	}
+	rec.sink = func(rd Read) { emit(childLine{Read: &rd}) }
+	rec.fileSink = func(ev FileEvent) { emit(childLine{File: &ev}) }
+	spec := InformerSpec{Name: cc.Name, SlowTransform: 200 * time.Microsecond, PersistDir: cc.Dir,
+		WrapWriter: faultyDisk(cc.DiskFault, cc.DiskSeed, func() { emit(childLine{Stalled: true}) })}
 	p := newParticipant(spec, cli, rec, new(atomic.Int64))
 	if err := p.start(prefix); err != nil {
 		fmt.Fprintf(os.Stderr, "robustness informer: %v\n", err)
@@ -181,6 +181,12 @@ type childInformer struct {
 	latest Read // the newest snapshot it streamed
 }
 
+// newChildInformer returns the informer process name, not started, which watches etcd
+// at endpoints, keeps its snapshot file in dir and records what it streams in rec.
+func newChildInformer(name string, endpoints []string, dir string, rec *Recording, restores *atomic.Int64) *childInformer {
+	return &childInformer{cfg: childConfig{Name: name, Endpoints: endpoints, Dir: dir}, rec: rec, restores: restores, stalls: make(chan struct{}, 1)}
+}
+
 func (c *childInformer) start() error {
 	c.name = c.cfg.Name
 	ready := make(chan struct{})
@@ -227,12 +233,9 @@ const stallWait = 10 * time.Second
 // disk, warm from whatever the kills left. It reports whether a kill landed mid-write.
 func (c *childInformer) onFaultyDisk(ctx context.Context, kind string, seed uint64, hold func()) (midWrite bool, err error) {
 	c.kill()
-	c.cfg.Disk = diskFault{Kind: diskFull, Seed: seed}
-	if kind == FailSlowDisk {
-		c.cfg.Disk.Kind = diskSlow
-	}
+	c.cfg.DiskFault, c.cfg.DiskSeed = kind, seed
 	err = c.start()
-	c.cfg.Disk = diskFault{}
+	c.cfg.DiskFault = ""
 	if err != nil {
 		return false, err
 	}

@@ -9,19 +9,6 @@ import (
 	"time"
 )
 
-// The faults of an informer process's disk (diskFault.Kind).
-const (
-	diskSlow = "slow" // every write throttled, and about one save in two stalled mid-file
-	diskFull = "full" // about one save in two fails at a random byte, as a full disk does
-)
-
-// diskFault is the disk an informer process writes its snapshot file to: healthy (Kind
-// ""), slow or full, its faults drawn from Seed.
-type diskFault struct {
-	Kind string
-	Seed uint64
-}
-
 // The slow disk's pace and stalls, for snapshot files of a few KiB.
 const (
 	diskChunk     = 64                     // bytes written at a time
@@ -31,9 +18,21 @@ const (
 	stallSpread   = 1200 * time.Millisecond
 )
 
-// faultyDisk makes each save's writes slow or failing: its wrap is the persist File's
-// Options.WrapWriter. Saves run one at a time.
-type faultyDisk struct {
+// faultyDisk returns the persist File's Options.WrapWriter of a disk that is slow
+// (kind FailSlowDisk: every write throttled, about one save in two stalled mid-file,
+// calling stalled as it stalls) or full (FailDiskFull: about one save in two fails at a
+// random byte, as a full disk does), its faults drawn from seed; nil for any other kind:
+// a healthy disk.
+func faultyDisk(kind string, seed uint64, stalled func()) func(io.Writer) io.Writer {
+	if kind != FailSlowDisk && kind != FailDiskFull {
+		return nil
+	}
+	d := &disk{kind: kind, stalled: stalled, rng: rand.New(rand.NewPCG(seed, 0x6469736b))}
+	return d.wrap
+}
+
+// disk is a faulty disk (faultyDisk). Saves run one at a time.
+type disk struct {
 	kind    string
 	stalled func() // called as a write stalls, before it waits
 
@@ -41,24 +40,20 @@ type faultyDisk struct {
 	rng *rand.Rand
 }
 
-func newFaultyDisk(d diskFault, stalled func()) *faultyDisk {
-	return &faultyDisk{kind: d.Kind, stalled: stalled, rng: rand.New(rand.NewPCG(d.Seed, 0x6469736b))}
-}
-
 // wrap returns the writer of one save: on a slow disk, throttled and perhaps stalled at
 // a random offset; on a full one, perhaps failing at a random offset.
-func (d *faultyDisk) wrap(w io.Writer) io.Writer {
+func (d *disk) wrap(w io.Writer) io.Writer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fw := &faultyWriter{w: w, stallAt: -1, failAt: -1, stalled: d.stalled}
 	switch d.kind {
-	case diskSlow:
+	case FailSlowDisk:
 		fw.slow = true
 		if d.rng.IntN(2) == 0 {
 			fw.stallAt = d.rng.Int64N(diskReach)
 			fw.stall = stallMin + time.Duration(d.rng.Int64N(int64(stallSpread)))
 		}
-	case diskFull:
+	case FailDiskFull:
 		if d.rng.IntN(2) == 0 {
 			fw.failAt = d.rng.Int64N(diskReach)
 		}

@@ -154,9 +154,10 @@ type Recording struct {
 	// Heap samples the process's live heap, in bytes, across the run.
 	Heap []uint64
 	// Files are the steps of the informers' snapshot files, in the order they happened.
-	Files []FileEvent
-	max   int
-	sink  func(childLine) // when set, reads and file steps go there instead (an informer process streams them)
+	Files    []FileEvent
+	max      int
+	sink     func(Read)      // when set, reads go there instead (an informer process streams them)
+	fileSink func(FileEvent) // likewise for the steps of snapshot files
 }
 
 // FileEvent is a step of an informer's snapshot file: a save begun ("save"), done
@@ -229,7 +230,7 @@ func newRecording(maxReads int) *Recording { return &Recording{max: maxReads} }
 // AddRead records a read unless the recording is full.
 func (r *Recording) AddRead(rd Read) {
 	if r.sink != nil {
-		r.sink(childLine{Read: &rd})
+		r.sink(rd)
 		return
 	}
 	r.mu.Lock()
@@ -248,8 +249,8 @@ func (r *Recording) Full() bool {
 
 // AddFile records a step of a snapshot file.
 func (r *Recording) AddFile(ev FileEvent) {
-	if r.sink != nil {
-		r.sink(childLine{File: &ev})
+	if r.fileSink != nil {
+		r.fileSink(ev)
 		return
 	}
 	r.mu.Lock()

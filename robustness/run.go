@@ -219,8 +219,7 @@ func newRun(cfg Config) (*run, error) {
 		}
 	}
 	// An informer in a process of its own, for kill -9.
-	r.child = &childInformer{cfg: childConfig{Name: "process", Endpoints: c.Endpoints(), Dir: filepath.Join(cfg.Dir, "process")},
-		rec: r.rec, restores: &r.restores, stalls: make(chan struct{}, 1)}
+	r.child = newChildInformer("process", c.Endpoints(), filepath.Join(cfg.Dir, "process"), r.rec, &r.restores)
 	if err := r.child.start(); err != nil {
 		r.close()
 		return nil, err
@@ -320,7 +319,7 @@ func (r *run) settle() error {
 	if err != nil {
 		r.quiesce = append(r.quiesce, Violation{Validator: Converged, Message: err.Error()})
 	} else {
-		r.finals = append(r.finals, FinalState{Who: r.child.cfg.Name, State: rd.State})
+		r.finals = append(r.finals, FinalState{Who: rd.Who, State: rd.State})
 	}
 	return nil
 }

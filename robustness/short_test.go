@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TestShortRun is the suite's part of `make test`: four fixed runs of about 15 s each,
+// TestShortRun is the suite's part of `make test`: four fixed runs of 12 to 20 s each,
 // each on its own 3-member cluster, every validator applied.
 //
 //   - Multi-key transactions under a slow Transform, each after a write outside the
@@ -37,7 +37,7 @@ func TestShortRun(t *testing.T) {
 				"and a fan-out client keeps the old history's revision on the restored state (one history)"},
 		{"failures survived", Config{Seed: 103, Duration: 15 * time.Second, SingleKey: true, Count: 5,
 			Failures: []string{FailRestoreBump, FailKillLeader, FailCompactWatched, FailKillReplica, FailRestartInformer, FailBlackhole, FailKillController}}, ""},
-		{"a slow and a full disk", Config{Seed: 104, Duration: 15 * time.Second, SingleKey: true, NoFanout: true, Count: 2,
+		{"a slow and a full disk", Config{Seed: 104, Duration: 20 * time.Second, SingleKey: true, NoFanout: true, Count: 2,
 			Failures: []string{FailSlowDisk, FailDiskFull}}, ""},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
