@@ -102,7 +102,7 @@ COMPARE_FLAGS ?=
 compare:
 	cd bench && $(GO) run ./cmd/compare -rounds 3 -png compare.png $(COMPARE_FLAGS)
 
-## robustness: the robustness suite (module robustness/) for ROBUSTNESS_TIME (default 10m): a real 3-member etcd behind proxies, random traffic, random failures (kill -9 of members, the leader and the controller's leader, partitions, compaction, defragmentation, restores, warm restarts, a fan-out replica killed), every participant's history validated; prints the table, writes a report per failing run.
+## robustness: the robustness suite (module robustness/) for ROBUSTNESS_TIME (default 10m): a real 3-member etcd behind proxies, random traffic, random failures (kill -9 of members, the leader and the controller's leader, partitions, compaction, defragmentation, restores, warm restarts, a fan-out replica killed, a slow and a full disk under an informer process), every participant's history validated; prints the table, writes a report per failing run.
 ROBUSTNESS_TIME ?= 10m
 ROBUSTNESS_FLAGS ?=
 .PHONY: robustness

@@ -21,7 +21,11 @@
 //     snapshot and fsyncs the directory; a process killed at any byte of the write, or
 //     between the steps, leaves either the previous snapshot or the new one, whole
 //     (TestKilledMidWrite, which re-runs the test binary as a child and kills it at
-//     random offsets).
+//     random offsets). A save whose write fails at any byte (a full disk, an error of
+//     Options.WrapWriter) returns the error and leaves the previous snapshot whole and
+//     no temporary file (TestWrapWriterFailureKeepsPreviousSnapshot); a Load while a
+//     save is in progress leaves that save's temporary file alone
+//     (TestLoadDuringStalledSave).
 //   - Never a damaged load: a CRC-32C over the whole file, a trailer, an object count and
 //     bounds on every length refuse a truncated or corrupted file with ErrCorrupt, whatever
 //     the byte (TestLoadRefusesTruncated, TestLoadRefusesCorrupted); the informer then
@@ -97,7 +101,11 @@
 //
 // Load is one sequential read with a reused record buffer; Save one sequential write
 // from an immutable snapshot, which never blocks the informer (it pins the memory of the
-// state it writes while it runs). The format is length-prefixed records after a header,
+// state it writes while it runs): a save stalled in the middle of its file holds up
+// neither the watch, the handlers, the reads nor WaitForRevision
+// (TestStalledSaveDoesNotBlockTheInformer). Options.WrapWriter sees every byte a save
+// writes, in order (TestWrapWriterSeesEveryByte): to count, hash or rate-limit them, or
+// to make a disk slow or full in a test. The format is length-prefixed records after a header,
 // chosen for load speed (see format.go): the file is read in one pass while GOMAXPROCS
 // workers decode the records, and the cache is built in one write. Decoding is most of a
 // load's cost: with JSON an object of 1 KiB costs several microseconds, with Binary (the

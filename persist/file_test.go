@@ -40,13 +40,13 @@ func testHeader(s state) *header {
 
 func write(t testing.TB, path string, s state) {
 	t.Helper()
-	err := writeFile(context.Background(), path, testHeader(s), func(yield func(any, rec) bool) {
+	err := writeFile(context.Background(), new(temps), path, testHeader(s), func(yield func(any, rec) bool) {
 		for _, o := range s.objs {
 			if !yield(o.Name, o) {
 				return
 			}
 		}
-	}, JSON[rec]())
+	}, JSON[rec](), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func acceptV1(h *header) error {
 // read loads path and returns the state it holds.
 func read(path string) (state, error) {
 	var s state
-	h, err := readFile(context.Background(), path, JSON[rec](), acceptV1, func(r rec) { s.objs = append(s.objs, r) })
+	h, err := readFile(context.Background(), nil, path, JSON[rec](), acceptV1, func(r rec) { s.objs = append(s.objs, r) })
 	if err != nil {
 		return state{}, err
 	}
@@ -177,7 +177,7 @@ func TestDecodePanicIsAnError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.snapshot")
 	write(t, path, makeState("7", 3))
 	panicky := CodecFuncs[rec]{CodecName: "json", DecodeFunc: func([]byte) (rec, error) { panic("bad bytes") }}
-	_, err := readFile(context.Background(), path, panicky, acceptV1, func(rec) {})
+	_, err := readFile(context.Background(), nil, path, panicky, acceptV1, func(rec) {})
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("got %v, want ErrCorrupt", err)
 	}
@@ -266,8 +266,7 @@ func TestKilledMidWrite(t *testing.T) {
 			t.Fatalf("crash point %s: loaded revision %s with %d objects, want revision %s whole", point, got.rev, len(got.objs), want.rev)
 		}
 		// The interrupted save's temporary file is removed by the next Load.
-		f := &File[string, rec]{dir: dir, opts: Options[rec]{FileName: "s.snapshot", Codec: JSON[rec]()}}
-		f.removeTemps(filepath.Join(dir, "s.snapshot"))
+		new(temps).removeLeftovers(filepath.Join(dir, "s.snapshot"))
 		if tmps, _ := filepath.Glob(filepath.Join(dir, "*"+tempSuffix+"*")); len(tmps) != 0 {
 			t.Fatalf("crash point %s: temporary files left: %v", point, tmps)
 		}

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/informer-go/informer"
 )
@@ -240,15 +241,58 @@ func step(name string) {
 	}
 }
 
-// writeFile writes a snapshot at path atomically: temporary file, fsync, rename, fsync
-// of the directory.
-func writeFile[V any](ctx context.Context, path string, h *header, objects func(yield func(any, V) bool), codec Codec[V]) (err error) {
+// temps are the temporary files of a File's saves in progress: a Load removes the
+// temporary files an interrupted save left, never those of a save still writing.
+type temps struct {
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+// create creates a temporary file in dir, named by pattern as os.CreateTemp does, and
+// holds it as live until done.
+func (t *temps) create(dir, pattern string) (*os.File, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, err := os.CreateTemp(dir, pattern)
+	if err == nil {
+		if t.live == nil {
+			t.live = make(map[string]bool)
+		}
+		t.live[f.Name()] = true
+	}
+	return f, err
+}
+
+// done says that the save of the temporary file name has ended.
+func (t *temps) done(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.live, name)
+}
+
+// removeLeftovers removes the temporary files of the snapshot at path that no save in
+// progress writes: those an interrupted save left.
+func (t *temps) removeLeftovers(path string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	matches, _ := filepath.Glob(path + tempSuffix + "*")
+	for _, m := range matches {
+		if !t.live[m] {
+			os.Remove(m)
+		}
+	}
+}
+
+// writeFile writes a snapshot at path atomically: a temporary file held in saving, fsync,
+// rename, fsync of the directory. Every byte goes through wrap when it is not nil.
+func writeFile[V any](ctx context.Context, saving *temps, path string, h *header, objects func(yield func(any, V) bool), codec Codec[V], wrap func(io.Writer) io.Writer) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+tempSuffix+"*")
+	f, err := saving.create(dir, filepath.Base(path)+tempSuffix+"*")
 	if err != nil {
 		return fmt.Errorf("persist: saving %s: %w", path, err)
 	}
 	tmp := f.Name()
+	defer saving.done(tmp)
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -256,7 +300,11 @@ func writeFile[V any](ctx context.Context, path string, h *header, objects func(
 		}
 	}()
 	fw := &fileWriter{f: f, crc: crc32.New(castagnoli)}
-	bw := bufio.NewWriterSize(fw, bufferSize)
+	var w io.Writer = fw
+	if wrap != nil {
+		w = wrap(fw)
+	}
+	bw := bufio.NewWriterSize(w, bufferSize)
 	hb := h.encode()
 	var fixed [fixedSize]byte
 	copy(fixed[:8], magic[:])
@@ -276,7 +324,9 @@ func writeFile[V any](ctx context.Context, path string, h *header, objects func(
 			return fmt.Errorf("persist: saving %s: encoding the object with key %v: %w", path, k, err)
 		}
 		bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(b)))])
-		bw.Write(b)
+		if _, err := bw.Write(b); err != nil { // a write error stays: no more encoding
+			return fmt.Errorf("persist: saving %s: %w", path, err)
+		}
 		n++
 	}
 	if n != h.count {
@@ -288,7 +338,7 @@ func writeFile[V any](ctx context.Context, path string, h *header, objects func(
 	}
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], fw.crc.Sum32())
-	if _, err := fw.Write(sum[:]); err != nil {
+	if _, err := w.Write(sum[:]); err != nil {
 		return fmt.Errorf("persist: saving %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -331,8 +381,12 @@ func (r *fileReader) Read(p []byte) (int, error) {
 }
 
 // readFile reads the snapshot at path: check accepts or refuses the header before any
-// record is read; add receives each object.
-func readFile[V any](ctx context.Context, path string, codec Codec[V], check func(*header) error, add func(V)) (*header, error) {
+// record is read; add receives each object. With saving, it first removes the temporary
+// files an interrupted save left (those saving does not hold).
+func readFile[V any](ctx context.Context, saving *temps, path string, codec Codec[V], check func(*header) error, add func(V)) (*header, error) {
+	if saving != nil {
+		saving.removeLeftovers(path)
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("persist: %s: %w", path, informer.ErrNoPersistedState)

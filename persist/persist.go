@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -96,6 +97,18 @@ type Options[V any] struct {
 	// (Options.Name) with ".snapshot" appended, with characters other than letters,
 	// digits, '-', '_' and '.' replaced by '_'.
 	FileName string
+	// WrapWriter, when set, is called once per save with the writer of the snapshot's
+	// temporary file, and Save writes every byte of the snapshot through the writer it
+	// returns: one that counts or hashes the bytes, limits their rate, or makes a disk
+	// slow or full in a test. Its Write must write exactly the bytes it is given to w, in
+	// order, before it returns: Load reads the file as it is, so a byte changed, added or
+	// held back makes the snapshot refused as corrupt (to encrypt or compress objects,
+	// give Codec a codec that does). An error it returns fails the save as a full disk
+	// would: the previous snapshot stays, whole, and the temporary file is removed. A
+	// slow writer slows the save only: the informer saves from an immutable snapshot on
+	// a goroutine of its own, so its reads, handlers and watch go on meanwhile (a stop
+	// waits for the last save: Run returns after it). Default nil: the file itself.
+	WrapWriter func(w io.Writer) io.Writer
 }
 
 // File keeps an informer's cache in a snapshot file of a directory: it implements
@@ -108,6 +121,7 @@ type File[K comparable, V any] struct {
 	// nil otherwise; shapeText is the shape it records ("" for none).
 	shape     shapedCodec
 	shapeText string
+	temps     temps // the temporary files of the saves in progress
 }
 
 // shapedCodec is a codec that records the objects' shape in each snapshot, and reads a
@@ -204,11 +218,9 @@ func (f *File[K, V]) Equal(a, b V) bool {
 // order, and returns its revision. It verifies the checksum at the end: add may have been
 // called before an error, and the caller must then discard what it got (the informer
 // does). No file: an error matching informer.ErrNoPersistedState. Leftover temporary
-// files of an interrupted Save are removed.
+// files of an interrupted Save are removed; those of a Save in progress are left to it.
 func (f *File[K, V]) Load(ctx context.Context, desc informer.PersistedCache, add func(obj V)) (string, error) {
-	path := f.Path(desc)
-	f.removeTemps(path)
-	h, err := readFile(ctx, path, f.opts.Codec, func(h *header) error { return f.check(h, desc) }, add)
+	h, err := readFile(ctx, &f.temps, f.Path(desc), f.opts.Codec, func(h *header) error { return f.check(h, desc) }, add)
 	if err != nil {
 		return "", err
 	}
@@ -225,7 +237,7 @@ var errHeaderRead = errors.New("header read")
 // informer.ErrNoPersistedState.
 func (f *File[K, V]) SavedSource(ctx context.Context, desc informer.PersistedCache) (string, error) {
 	var source string
-	_, err := readFile(ctx, f.Path(desc), f.opts.Codec, func(h *header) error {
+	_, err := readFile(ctx, nil, f.Path(desc), f.opts.Codec, func(h *header) error {
 		source = h.source
 		return errHeaderRead
 	}, func(V) {})
@@ -253,19 +265,11 @@ func (f *File[K, V]) header(desc informer.PersistedCache, revision string, count
 // previous snapshot stays). It costs one encode per object and one sequential write.
 func (f *File[K, V]) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[K, V]) error {
 	h := f.header(desc, state.Revision(), state.Len())
-	return writeFile(ctx, f.Path(desc), h, func(yield func(any, V) bool) {
+	return writeFile(ctx, &f.temps, f.Path(desc), h, func(yield func(any, V) bool) {
 		for k, v := range state.All() {
 			if !yield(k, v) {
 				return
 			}
 		}
-	}, f.opts.Codec)
-}
-
-// removeTemps removes the temporary files an interrupted Save left.
-func (f *File[K, V]) removeTemps(path string) {
-	matches, _ := filepath.Glob(path + tempSuffix + "*")
-	for _, m := range matches {
-		os.Remove(m)
-	}
+	}, f.opts.Codec, f.opts.WrapWriter)
 }

@@ -32,20 +32,26 @@ type childConfig struct {
 	Name      string
 	Endpoints []string
 	Dir       string
+	DiskFault string // the fault of its snapshot file's disk: FailSlowDisk, FailDiskFull or "" (none)
+	DiskSeed  uint64 // draws the faults
 }
 
 // childLine is one line a child informer writes on its stdout: a state it published
-// (Read) or that it is ready.
+// (Read), a step of its snapshot file (File), that a write of the file stalls on a slow
+// disk (Stalled), or that it is ready.
 type childLine struct {
-	Ready bool  `json:",omitempty"`
-	Read  *Read `json:",omitempty"`
+	Ready   bool       `json:",omitempty"`
+	Read    *Read      `json:",omitempty"`
+	File    *FileEvent `json:",omitempty"`
+	Stalled bool       `json:",omitempty"`
 }
 
 // RunInformerIfAsked runs an informer process and never returns, when the suite started
 // the process as one; otherwise it returns at once. Call it from TestMain. The process
 // runs an informer over etcd with a slow Transform and a snapshot file, and writes every
 // state it publishes, saves and restores to stdout as JSON lines, for the suite to
-// validate; the suite kills it with SIGKILL and starts it again (a warm restart).
+// validate; the suite kills it with SIGKILL and starts it again (a warm restart), also
+// on a slow or full disk.
 func RunInformerIfAsked() {
 	raw := os.Getenv(informerEnv)
 	if raw == "" {
@@ -70,7 +76,10 @@ func RunInformerIfAsked() {
 	}
 	rec := newRecording(1 << 30)
 	rec.sink = func(rd Read) { emit(childLine{Read: &rd}) }
-	p := newParticipant(InformerSpec{Name: cc.Name, SlowTransform: 200 * time.Microsecond, PersistDir: cc.Dir}, cli, rec, new(atomic.Int64))
+	rec.fileSink = func(ev FileEvent) { emit(childLine{File: &ev}) }
+	spec := InformerSpec{Name: cc.Name, SlowTransform: 200 * time.Microsecond, PersistDir: cc.Dir,
+		WrapWriter: faultyDisk(cc.DiskFault, cc.DiskSeed, func() { emit(childLine{Stalled: true}) })}
+	p := newParticipant(spec, cli, rec, new(atomic.Int64))
 	if err := p.start(prefix); err != nil {
 		fmt.Fprintf(os.Stderr, "robustness informer: %v\n", err)
 		os.Exit(1)
@@ -166,9 +175,16 @@ type childInformer struct {
 	cfg      childConfig
 	rec      *Recording
 	restores *atomic.Int64
+	stalls   chan struct{} // signalled (without blocking) when a write stalls on a slow disk
 
 	mu     sync.Mutex
 	latest Read // the newest snapshot it streamed
+}
+
+// newChildInformer returns the informer process name, not started, which watches etcd
+// at endpoints, keeps its snapshot file in dir and records what it streams in rec.
+func newChildInformer(name string, endpoints []string, dir string, rec *Recording, restores *atomic.Int64) *childInformer {
+	return &childInformer{cfg: childConfig{Name: name, Endpoints: endpoints, Dir: dir}, rec: rec, restores: restores, stalls: make(chan struct{}, 1)}
 }
 
 func (c *childInformer) start() error {
@@ -179,11 +195,20 @@ func (c *childInformer) start() error {
 		if err := json.Unmarshal(b, &l); err != nil {
 			return // a line cut by the kill
 		}
-		if l.Ready {
+		switch {
+		case l.Ready:
 			close(ready)
 			return
-		}
-		if l.Read == nil {
+		case l.Stalled:
+			select {
+			case c.stalls <- struct{}{}:
+			default:
+			}
+			return
+		case l.File != nil:
+			c.rec.AddFile(*l.File)
+			return
+		case l.Read == nil:
 			return
 		}
 		rd := *l.Read
@@ -195,6 +220,40 @@ func (c *childInformer) start() error {
 		}
 		c.rec.AddRead(rd)
 	}, ready)
+}
+
+// stallWait is how long a slow disk's failure waits for a write to stall before it
+// kills the process anyway.
+const stallWait = 10 * time.Second
+
+// onFaultyDisk kills the process and starts it again warm on a slow or full disk (kind
+// FailSlowDisk or FailDiskFull, its faults drawn from seed), lets it run for hold, and
+// kills it again: on a slow disk, once a write of its snapshot file stalls mid-file, if
+// one does within stallWait before ctx ends. Then it starts the process on a healthy
+// disk, warm from whatever the kills left. It reports whether a kill landed mid-write.
+func (c *childInformer) onFaultyDisk(ctx context.Context, kind string, seed uint64, hold func()) (midWrite bool, err error) {
+	c.kill()
+	c.cfg.DiskFault, c.cfg.DiskSeed = kind, seed
+	err = c.start()
+	c.cfg.DiskFault = ""
+	if err != nil {
+		return false, err
+	}
+	hold()
+	if kind == FailSlowDisk {
+		select { // a stall seen before now may be over
+		case <-c.stalls:
+		default:
+		}
+		select {
+		case <-c.stalls:
+			midWrite = true
+		case <-ctx.Done():
+		case <-time.After(stallWait):
+		}
+	}
+	c.kill()
+	return midWrite, c.start()
 }
 
 // waitFor waits until the process has published a state at rev or later, at most limit,

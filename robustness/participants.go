@@ -36,8 +36,9 @@ func decodeItem(key, value []byte) (*Item, error) {
 
 func itemKey(it *Item) (string, error) { return it.Key, nil }
 
-// savingFile is a persist.File that records every state it saved, read back from the
-// file, and the state it gave a warm start.
+// savingFile is a persist.File that records every step of its file: each save begun,
+// done or failed, with every state it saved read back from the file; what a warm start
+// loaded; and what the file holds after a save failed.
 type savingFile struct {
 	*persist.File[string, *Item]
 	who      string
@@ -48,27 +49,37 @@ type savingFile struct {
 	loaded int64 // the revision Load gave the informer, 0 if none
 }
 
-// Save saves, then reads the file back and records what is on disk.
+// Save saves, then reads the file back and records what is on disk; after a failed
+// save it records what the file holds.
 func (f *savingFile) Save(ctx context.Context, desc informer.PersistedCache, state *informer.Snapshot[string, *Item]) error {
-	if err := f.File.Save(ctx, desc, state); err != nil {
+	label, err := revisionLabel(state.Revision())
+	if err != nil {
 		return err
 	}
+	f.rec.AddFile(FileEvent{Who: f.who, Kind: "save", Label: label})
+	if err := f.File.Save(ctx, desc, state); err != nil {
+		f.rec.AddFile(FileEvent{Who: f.who, Kind: "failed", Label: label})
+		rev, lerr := f.File.Load(context.WithoutCancel(ctx), desc, func(*Item) {})
+		f.rec.AddFile(f.found("failed save", rev, lerr))
+		return err
+	}
+	f.rec.AddFile(FileEvent{Who: f.who, Kind: "saved", Label: label})
 	got := make(map[string]string)
 	rev, err := f.File.Load(ctx, desc, func(it *Item) { got[it.Key] = it.Value })
 	if err != nil {
 		return fmt.Errorf("robustness: reading back the snapshot just saved: %w", err)
 	}
-	label, err := revisionLabel(rev)
-	if err != nil {
+	if label, err = revisionLabel(rev); err != nil {
 		return err
 	}
 	f.rec.AddRead(Read{Who: f.who, At: time.Now(), Restores: int(f.restores.Load()), Label: label, State: got, Exact: true, Kind: "saved"})
 	return nil
 }
 
-// Load loads and remembers the revision the informer was given.
+// Load loads, records what it found and remembers the revision the informer was given.
 func (f *savingFile) Load(ctx context.Context, desc informer.PersistedCache, add func(*Item)) (string, error) {
 	rev, err := f.File.Load(ctx, desc, add)
+	f.rec.AddFile(f.found("warm start", rev, err))
 	if err == nil {
 		n, _ := revisionLabel(rev)
 		f.mu.Lock()
@@ -76,6 +87,24 @@ func (f *savingFile) Load(ctx context.Context, desc informer.PersistedCache, add
 		f.mu.Unlock()
 	}
 	return rev, err
+}
+
+// found describes what a load of the file found.
+func (f *savingFile) found(after, rev string, err error) FileEvent {
+	ev := FileEvent{Who: f.who, Kind: "loaded", After: after, Found: "whole"}
+	switch {
+	case err == nil:
+		ev.Label, _ = revisionLabel(rev)
+		return ev
+	case errors.Is(err, informer.ErrNoPersistedState):
+		ev.Found = "none"
+	case errors.Is(err, persist.ErrCorrupt):
+		ev.Found = "corrupt"
+	default:
+		ev.Found = "refused"
+	}
+	ev.Err = err.Error()
+	return ev
 }
 
 // InformerSpec describes one informer of a run.
@@ -86,6 +115,9 @@ type InformerSpec struct {
 	SlowTransform time.Duration
 	// PersistDir, when set, makes the informer save its cache there every 20 ms.
 	PersistDir string
+	// WrapWriter, when set, is the snapshot file's persist.Options.WrapWriter: a slow or
+	// full disk.
+	WrapWriter func(io.Writer) io.Writer
 	// Source, when set, is the informer's source (a fan-out client); nil means etcd
 	// through the proxies.
 	Source func() (informer.ListerWatcher[*Item], error)
@@ -185,7 +217,7 @@ func (p *participant) start(prefix string) error {
 		}
 	}
 	if p.spec.PersistDir != "" {
-		f, err := persist.New[string, *Item](p.spec.PersistDir, persist.Options[*Item]{Interval: 20 * time.Millisecond})
+		f, err := persist.New[string, *Item](p.spec.PersistDir, persist.Options[*Item]{Interval: 20 * time.Millisecond, WrapWriter: p.spec.WrapWriter})
 		if err != nil {
 			return err
 		}

@@ -153,8 +153,30 @@ type Recording struct {
 	Kills []ControllerKill
 	// Heap samples the process's live heap, in bytes, across the run.
 	Heap []uint64
-	max  int
-	sink func(Read) // when set, reads go there instead (an informer process streams them)
+	// Files are the steps of the informers' snapshot files, in the order they happened.
+	Files    []FileEvent
+	max      int
+	sink     func(Read)      // when set, reads go there instead (an informer process streams them)
+	fileSink func(FileEvent) // likewise for the steps of snapshot files
+}
+
+// FileEvent is a step of an informer's snapshot file: a save begun ("save"), done
+// ("saved") or failed ("failed"), each with the revision it saves; or the file read
+// outside a save ("loaded": at a warm start, or after a save failed) and what it held.
+type FileEvent struct {
+	// Who is the informer whose file it is.
+	Who string
+	// Kind is "save", "saved", "failed" or "loaded".
+	Kind string
+	// Label is the revision saved, or the revision the file held when it was loaded whole.
+	Label int64
+	// Found is what a load found: "whole", "none" (no file), "corrupt" (a torn or damaged
+	// file) or "refused" (a whole file of another configuration, or a load cut short).
+	Found string
+	// After says when a load happened: "warm start" or "failed save".
+	After string
+	// Err is the load's error, if any.
+	Err string
 }
 
 // ReportedError is one error an informer's ErrorHandler received.
@@ -223,6 +245,17 @@ func (r *Recording) Full() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.Reads) >= r.max
+}
+
+// AddFile records a step of a snapshot file.
+func (r *Recording) AddFile(ev FileEvent) {
+	if r.fileSink != nil {
+		r.fileSink(ev)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Files = append(r.Files, ev)
 }
 
 // AddError records an error an informer reported.

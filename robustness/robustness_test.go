@@ -102,6 +102,7 @@ func report(t *testing.T, res Result) {
 // table sums runs.
 type table struct {
 	runs, ops, opErrors, reads, notes, waits, writes, setup int
+	files, failedSaves, midWrite                            int
 	heaps                                                   []uint64 // the live heap after each run
 	failures                                                map[string]int
 	kinds                                                   map[string]int
@@ -121,6 +122,9 @@ func (tb *table) add(r Result) {
 	tb.notes += r.Notes
 	tb.waits += r.Waits
 	tb.writes += r.Writes
+	tb.files += r.Files
+	tb.failedSaves += r.FailedSaves
+	tb.midWrite += r.MidWrite
 	for k, n := range r.ReadKinds {
 		tb.kinds[k] += n
 	}
@@ -143,10 +147,15 @@ func (tb *table) String() string {
 	fmt.Fprintf(&b, "%-28s %d\n", "runs", tb.runs)
 	fmt.Fprintf(&b, "%-28s %d (%d failed at the client)\n", "operations", tb.ops, tb.opErrors)
 	for _, k := range AllFailures {
+		if k == FailSlowDisk {
+			fmt.Fprintf(&b, "%-28s %d (%d killed mid-write)\n", "failures: "+k, tb.failures[k], tb.midWrite)
+			continue
+		}
 		fmt.Fprintf(&b, "%-28s %d\n", "failures: "+k, tb.failures[k])
 	}
 	fmt.Fprintf(&b, "%-28s %d (Snapshot() %d, saved %d, restored %d)\n", "states validated", tb.reads, tb.kinds["snapshot"], tb.kinds["saved"], tb.kinds["restored"])
 	fmt.Fprintf(&b, "%-28s %d\n", "notifications validated", tb.notes)
+	fmt.Fprintf(&b, "%-28s %d (%d after a failed save)\n", "snapshot files checked", tb.files, tb.failedSaves)
 	fmt.Fprintf(&b, "%-28s %d\n", "read-your-writes checks", tb.waits)
 	fmt.Fprintf(&b, "%-28s %d\n", "leader-only writes", tb.writes)
 	for _, name := range Validators {

@@ -41,11 +41,14 @@ const (
 	FailKillReplica     = "kill-replica"     // a fan-out replica's connections cut and its informer stopped, started again later
 	FailKillInformer    = "kill-informer"    // kill -9 of an informer process, started again warm from its snapshot file
 	FailKillController  = "kill-controller"  // kill -9 of the leader-only controller's leader process, started again later
+	FailSlowDisk        = "slow-disk"        // an informer process on a slow disk, killed -9 while a write of its snapshot stalls mid-file
+	FailDiskFull        = "disk-full"        // an informer process on a disk that fills up at a random byte of random saves, then killed -9
 )
 
 // AllFailures is every failure kind, for the long runs.
 var AllFailures = []string{FailRestore, FailRestoreBump, FailKillMember, FailKillLeader, FailCut, FailBlackhole,
-	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer, FailKillController}
+	FailCompact, FailCompactWatched, FailDefrag, FailRestartInformer, FailKillReplica, FailKillInformer, FailKillController,
+	FailSlowDisk, FailDiskFull}
 
 // Config is one run.
 type Config struct {
@@ -82,10 +85,15 @@ type Result struct {
 	// OpErrors is the number of traffic operations that returned an error.
 	OpErrors int
 	// Failures counts the failures injected, by kind.
-	Failures  map[string]int
-	Reads     int            // states validated: reads, saved and restored snapshots
-	ReadKinds map[string]int // the same by kind
-	Notes     int            // notifications validated
+	Failures map[string]int
+	// MidWrite counts the slow-disk failures whose kill landed while a write of the
+	// snapshot file stalled mid-file.
+	MidWrite    int
+	Files       int            // snapshot file loads validated (at warm starts, after failed saves)
+	FailedSaves int            // saves that failed (a full disk, a stop), each followed by a load
+	Reads       int            // states validated: reads, saved and restored snapshots
+	ReadKinds   map[string]int // the same by kind
+	Notes       int            // notifications validated
 	// Waits is the number of read-your-writes checks validated.
 	Waits int
 	// Writes is the number of leader-only writes validated.
@@ -138,6 +146,7 @@ type run struct {
 	transport *http.Transport
 	quiesce   []Violation
 	history   *History
+	midWrite  int // slow-disk kills that landed mid-write
 }
 
 const prefix = "/r/"
@@ -210,8 +219,7 @@ func newRun(cfg Config) (*run, error) {
 		}
 	}
 	// An informer in a process of its own, for kill -9.
-	r.child = &childInformer{cfg: childConfig{Name: "process", Endpoints: c.Endpoints(), Dir: filepath.Join(cfg.Dir, "process")},
-		rec: r.rec, restores: &r.restores}
+	r.child = newChildInformer("process", c.Endpoints(), filepath.Join(cfg.Dir, "process"), r.rec, &r.restores)
 	if err := r.child.start(); err != nil {
 		r.close()
 		return nil, err
@@ -271,7 +279,7 @@ func (r *run) drive(res *Result) error {
 	}
 	heap.Stop()
 	wg.Wait()
-	res.Ops, res.OpErrors = r.traffic.Ops(), r.traffic.errors
+	res.Ops, res.OpErrors, res.MidWrite = r.traffic.Ops(), r.traffic.errors, r.midWrite
 	if failErr != nil {
 		return failErr
 	}
@@ -311,7 +319,7 @@ func (r *run) settle() error {
 	if err != nil {
 		r.quiesce = append(r.quiesce, Violation{Validator: Converged, Message: err.Error()})
 	} else {
-		r.finals = append(r.finals, FinalState{Who: r.child.cfg.Name, State: rd.State})
+		r.finals = append(r.finals, FinalState{Who: rd.Who, State: rd.State})
 	}
 	return nil
 }
@@ -408,6 +416,13 @@ func (r *run) fail(ctx context.Context, kind string) error {
 		r.child.kill()
 		hold(lasting)
 		return r.child.start()
+	case FailSlowDisk, FailDiskFull:
+		// 2 s more than other failures: several saves meet the faulty disk.
+		mid, err := r.child.onFaultyDisk(ctx, kind, r.rng.Uint64(), func() { hold(lasting + 2*time.Second) })
+		if mid {
+			r.midWrite++
+		}
+		return err
 	case FailRestartInformer, FailKillReplica:
 		p := r.parts[0] // the informer with a snapshot file
 		if kind == FailKillReplica && len(r.replicas) > 0 {
@@ -563,12 +578,21 @@ func (r *run) validate(res *Result) {
 	for _, hr := range handlers {
 		res.Notes += len(hr.Notes)
 	}
+	for _, ev := range rec.Files {
+		switch ev.Kind {
+		case "loaded":
+			res.Files++
+		case "failed":
+			res.FailedSaves++
+		}
+	}
 	v := r.quiesce
 	v = append(v, CheckOneHistory(h, rec.Reads)...)
 	v = append(v, CheckHandlers(h, handlers)...)
 	v = append(v, CheckConverged(h, r.finals)...)
 	v = append(v, CheckReadYourWrites(rec.Waits)...)
 	v = append(v, CheckWarmRestarts(h, rec.Reads)...)
+	v = append(v, CheckSnapshotFiles(rec.Files)...)
 	v = append(v, CheckFencedOrder(rec.Writes)...)
 	v = append(v, CheckTakeover(rec.Kills, rec.Writes, takeoverLimit)...)
 	v = append(v, CheckErrorsNamed(rec.Errors)...)

@@ -35,6 +35,7 @@ const (
 	Converged     = "converged"
 	ReadYourWrite = "read-your-writes"
 	WarmRestart   = "warm-restart"
+	SnapshotWhole = "snapshot-whole"
 	FencedOrder   = "fenced-order"
 	ErrorsNamed   = "errors-named"
 	HeapBounded   = "heap-bounded"
@@ -43,7 +44,7 @@ const (
 )
 
 // Validators lists every validator's name, in the table's order.
-var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, FencedOrder, Takeover, ErrorsNamed, HeapBounded, HeapTrend}
+var Validators = []string{OneHistory, HandlerOrder, Converged, ReadYourWrite, WarmRestart, SnapshotWhole, FencedOrder, Takeover, ErrorsNamed, HeapBounded, HeapTrend}
 
 // IndexOf is the suite's index function: an item's value's last character (the values are
 // "v<op>.<n>", so the index moves as the value does).
@@ -481,6 +482,54 @@ func CheckWarmRestarts(h *History, reads []Read) []Violation {
 		}
 		if !ok {
 			out = append(out, explain(h, rd, WarmRestart))
+		}
+	}
+	return out
+}
+
+// CheckSnapshotFiles checks that an informer's snapshot file always holds a whole
+// snapshot it saved, whatever happened to the process or its disk. Whenever the file is
+// read outside a save (at a warm start, after a save failed), it holds the newest
+// snapshot saved whole before, or, at a warm start after a kill -9, the one whose save
+// the kill interrupted (its rename may have been done): never a torn file, never no file
+// once a snapshot was saved, never an older snapshot, and after a failed save (a full
+// disk) still the previous one. A file of another configuration, or a load cut short,
+// is the warm start's business (CheckWarmRestarts, CheckErrorsNamed). Events are each
+// informer's steps in the order they happened, across its restarts.
+func CheckSnapshotFiles(events []FileEvent) []Violation {
+	type file struct{ saved, saving int64 } // the newest whole save, the save in progress
+	files := map[string]*file{}
+	var out []Violation
+	for _, ev := range events {
+		f := files[ev.Who]
+		if f == nil {
+			f = &file{}
+			files[ev.Who] = f
+		}
+		switch ev.Kind {
+		case "save":
+			f.saving = ev.Label
+		case "saved":
+			f.saved, f.saving = ev.Label, 0
+		case "failed":
+			f.saving = 0
+		case "loaded":
+			var what string
+			switch {
+			case ev.Found == "corrupt":
+				what = "is torn or damaged: " + ev.Err
+			case ev.Found == "none" && f.saved != 0:
+				what = "is gone"
+			case ev.Found == "whole" && ev.Label != f.saved && (ev.Label != f.saving || f.saving == 0):
+				what = fmt.Sprint("holds revision ", ev.Label)
+			default:
+				continue
+			}
+			msg := fmt.Sprintf("%s: at a %s, its snapshot file %s; the newest snapshot saved whole was revision %d", ev.Who, ev.After, what, f.saved)
+			if f.saving != 0 {
+				msg += fmt.Sprintf(", and a save of revision %d was in progress", f.saving)
+			}
+			out = append(out, Violation{Validator: SnapshotWhole, Message: msg})
 		}
 	}
 	return out

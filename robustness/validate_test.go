@@ -1,7 +1,10 @@
 package robustness
 
 import (
+	"bytes"
+	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -244,4 +247,81 @@ func TestHandlersStartInTheRestoredHistory(t *testing.T) {
 	skips := HandlerRun{Name: "b#2", Policy: PolicyBlock, ListedOne: true, Notes: notes("b#2",
 		Note{Kind: "add", Value: "v1.0"}, Note{Kind: "update", Value: "v3.0"})}
 	expectOne(t, CheckHandlers(h, []HandlerRun{skips}), HandlerOrder, "skips")
+}
+
+// fileLife is an informer's snapshot file through a first start, saves, a kill -9 after
+// a rename, a failed save and a kill -9 mid-write: every load finds a whole snapshot it
+// may hold.
+func fileLife() []FileEvent {
+	return []FileEvent{
+		{Who: "p", Kind: "loaded", After: "warm start", Found: "none"},
+		{Who: "p", Kind: "save", Label: 5},
+		{Who: "p", Kind: "saved", Label: 5},
+		{Who: "p", Kind: "save", Label: 7}, // killed after its rename
+		{Who: "p", Kind: "loaded", After: "warm start", Found: "whole", Label: 7},
+		{Who: "p", Kind: "save", Label: 9},
+		{Who: "p", Kind: "saved", Label: 9},
+		{Who: "p", Kind: "save", Label: 11},
+		{Who: "p", Kind: "failed", Label: 11},
+		{Who: "p", Kind: "loaded", After: "failed save", Found: "whole", Label: 9},
+		{Who: "p", Kind: "save", Label: 12}, // killed mid-write
+		{Who: "p", Kind: "loaded", After: "warm start", Found: "whole", Label: 9},
+		{Who: "p", Kind: "loaded", After: "warm start", Found: "refused", Err: "another configuration"},
+	}
+}
+
+func TestSnapshotFilesAcceptWholeSnapshots(t *testing.T) {
+	if vs := CheckSnapshotFiles(fileLife()); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+}
+
+func TestSnapshotFilesFindTornLostAndStaleFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		last FileEvent
+		want string
+	}{
+		{"a torn file at a warm start (a save written in place, killed mid-write)",
+			FileEvent{Kind: "loaded", After: "warm start", Found: "corrupt", Err: "snapshot corrupt: checksum mismatch"},
+			"p: at a warm start, its snapshot file is torn or damaged: snapshot corrupt: checksum mismatch; the newest snapshot saved whole was revision 9"},
+		{"no file once one was saved",
+			FileEvent{Kind: "loaded", After: "warm start", Found: "none"}, "its snapshot file is gone"},
+		{"an older snapshot than the newest saved",
+			FileEvent{Kind: "loaded", After: "warm start", Found: "whole", Label: 5}, "holds revision 5; the newest snapshot saved whole was revision 9"},
+		{"a failed save that replaced the file",
+			FileEvent{Kind: "loaded", After: "failed save", Found: "whole", Label: 13}, "at a failed save, its snapshot file holds revision 13"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events := fileLife()
+			if tc.last.After == "failed save" {
+				events = append(events, FileEvent{Who: "p", Kind: "save", Label: 13}, FileEvent{Who: "p", Kind: "failed", Label: 13})
+			}
+			tc.last.Who = "p"
+			expectOne(t, CheckSnapshotFiles(append(events, tc.last)), SnapshotWhole, tc.want)
+		})
+	}
+}
+
+// The faulty disk's writer passes the bytes before its fault through unchanged, fails
+// with ENOSPC where the disk is full, and stalls where it stalls, after the bytes before.
+func TestFaultyWriter(t *testing.T) {
+	data := make([]byte, 300)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	var buf bytes.Buffer
+	full := &faultyWriter{w: &buf, stallAt: -1, failAt: 100}
+	if n, err := full.Write(data); n != 100 || !errors.Is(err, syscall.ENOSPC) || !bytes.Equal(buf.Bytes(), data[:100]) {
+		t.Fatalf("full at 100: wrote %d (%d bytes passed), %v", n, buf.Len(), err)
+	}
+	buf.Reset()
+	stalledAt := -1
+	slow := &faultyWriter{w: &buf, slow: true, stallAt: 170, failAt: -1, stalled: func() { stalledAt = buf.Len() }}
+	if n, err := slow.Write(data); n != 300 || err != nil || !bytes.Equal(buf.Bytes(), data) {
+		t.Fatalf("slow: wrote %d, %v", n, err)
+	}
+	if stalledAt != 170 {
+		t.Fatalf("stalled after %d bytes, want 170", stalledAt)
+	}
 }
