@@ -241,6 +241,7 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	sk := newSink(opts, inf.report, inf.fifo, st, inf.proc.ResyncPeriod, inf.proc.ShouldResync, inf.stats.Relisted)
 	inf.key = sk.Key
 	inf.refl = newReflector(lw, sk, opts, inf.logger, inf.report, inf.stats)
+	inf.refl.OnOtherHistory(inf.write.SuspendWaits)
 	if opts.Persist != nil {
 		inf.warm = newWarm(opts, lw, inf.logger, inf.report, sk.Key, inf.refl.ResumeFrom, inf.proc.AbortWaits, inf.fifo.Restored, inf.write, st)
 		inf.refl.ConfirmWith(inf.warm.Confirm)

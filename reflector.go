@@ -102,6 +102,7 @@ type reflector[V any] struct {
 	pages    *lister[V]                      // reads one list
 	noStream bool                            // the source said ErrNotSupported to a streaming list
 	confirm  func(ctx context.Context) error // checks a restored state before its watch
+	leave    func()                          // called when the source is found on another history
 
 	// Used by the reflector's goroutine only.
 	unservable string // a revision the source answered expired to a list at
@@ -171,6 +172,17 @@ func newReflectorOf[V any](lw ListerWatcher[V], sink reflectorSink[V], cfg refle
 		r.noStream = true
 	}
 	return r
+}
+
+// OnOtherHistory sets what the reflector calls when it finds the source on another
+// history (a watch ends with ErrOtherHistory, or a list is older than the revision already
+// reached), before it lists again.
+func (r *reflector[V]) OnOtherHistory(leave func()) { r.leave = leave }
+
+func (r *reflector[V]) leftHistory() {
+	if r.leave != nil {
+		r.leave()
+	}
 }
 
 // run lists and watches until ctx is done: every return of listAndWatch is followed by a
@@ -278,6 +290,8 @@ func (r *reflector[V]) list(ctx context.Context) error {
 	if !opts.Consistent && (errors.Is(err, ErrExpired) || errors.Is(err, errStaleList)) {
 		// The source cannot serve a list at least as new as the revision already seen.
 		if errors.Is(err, errStaleList) {
+			// The source went back: another history, until a list of it is in.
+			r.leftHistory()
 			r.fail(r.opErr("list", err))
 		} else {
 			r.cfg.stats.Expired()
@@ -448,6 +462,7 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 	case errors.Is(err, ErrExpired):
 		r.cfg.stats.Expired()
 		if errors.Is(err, ErrOtherHistory) { // unlike a compaction, worth telling
+			r.leftHistory()
 			r.cfg.report(r.opErr("watch", err))
 		}
 		if r.progressed {

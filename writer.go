@@ -143,6 +143,10 @@ func (w *writer[K, V]) WaitFor(ctx context.Context, rev, name string) error {
 // Stop makes WaitFor callers return ErrStopped; the informer stopped.
 func (w *writer[K, V]) Stop() { w.wm.Stop() }
 
+// SuspendWaits makes WaitFor callers wait until the next list is in the cache: the source
+// is on another history, whose revisions the cache's say nothing about.
+func (w *writer[K, V]) SuspendWaits() { w.wm.Suspend() }
+
 // Batch sizes when Options.MaxBatch is 0. A batch applied while goroutines read the
 // cache is published as a snapshot, and the writer then copies each tree node it changes
 // (copy-on-write): a batch of 1024 random keys among 50,000 copies nearly every leaf of
@@ -180,6 +184,7 @@ type watermarks struct {
 	rev       string
 	inclusive bool // every change of rev is in, not only those before it
 	set       bool
+	suspended bool // the source left the history of rev: no revision is reached until a list is in
 	ch        chan struct{}
 	stopped   bool
 }
@@ -192,6 +197,9 @@ func (m *watermarks) Advance(rev string, inclusive bool) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.suspended {
+		return // only the list of the history the source is on now resumes (MoveBack)
+	}
 	if m.set && m.cmp != nil {
 		// A batch whose head is older than what an earlier batch already covered does not
 		// move the watermark back.
@@ -205,7 +213,8 @@ func (m *watermarks) Advance(rev string, inclusive bool) {
 
 // MoveBack moves the watermark back to rev, every change of it in, if rev is older and
 // listed reports that the batch that reached it holds a list: the cache went back with the
-// source's history, and a revision between the two has to be waited for again.
+// source's history, and a revision between the two has to be waited for again. After
+// Suspend, the list's batch sets the watermark to rev whatever it is, and waits resume.
 func (m *watermarks) MoveBack(rev string, listed func() bool) {
 	if rev == "" || m.cmp == nil {
 		return
@@ -215,10 +224,29 @@ func (m *watermarks) MoveBack(rev string, listed func() bool) {
 	if !m.set {
 		return
 	}
+	if m.suspended {
+		if listed() {
+			m.rev, m.inclusive, m.suspended = rev, true, false
+			m.wakeLocked()
+		}
+		return
+	}
 	if c, err := m.cmp.CompareRevisions(rev, m.rev); err != nil || c >= 0 || !listed() {
 		return
 	}
 	m.rev, m.inclusive = rev, true
+}
+
+// Suspend says that the source left the history the watermark's revision belongs to (a
+// restore from a backup, a failover to a server of another history): its revisions,
+// compared with the source's new ones, say nothing of what the cache holds. Until the
+// batch that holds the next list is in (MoveBack), no revision counts as reached.
+func (m *watermarks) Suspend() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.set {
+		m.suspended = true
+	}
 }
 
 // Stop makes Wait callers return ErrStopped.
@@ -248,7 +276,7 @@ func (m *watermarks) Wait(ctx context.Context, rev, name string) error {
 	}
 	for {
 		m.mu.Lock()
-		if m.set {
+		if m.set && !m.suspended {
 			c, err := m.cmp.CompareRevisions(rev, m.rev)
 			if err != nil {
 				at := m.rev
