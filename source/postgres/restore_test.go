@@ -131,30 +131,7 @@ func TestWarmRestartAfterRestoreFromBaseBackup(t *testing.T) {
 	dir := t.TempDir()
 	var log errorLog
 	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
-		src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.ConnString, cfg.Slot = s.URL, slot })
-		store, err := persist.New[int64, *item](dir, persist.Options[*item]{Schema: "items-1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Persist: store, ServeUnconfirmed: true, Logger: slog.New(slog.DiscardHandler),
-			ErrorHandler: func(err error) { t.Logf("informer error: %v", err); log.add(err) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
-		if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { _ = inf.Run(ctx) }()
-		stop := func() { cancel(); <-inf.Done(); _ = src.Close() }
-		sctx, scancel := context.WithTimeout(ctx, time.Minute)
-		defer scancel()
-		if err := informer.WaitForCacheSync(sctx, inf); err != nil {
-			stop()
-			t.Fatal("informer did not sync")
-		}
-		return inf, rec, stop
+		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) { cfg.ConnString, cfg.Slot = s.URL, slot }, log.add)
 	}
 	inf, rec, stop := start()
 	rec.WaitFor(t, 20)
@@ -193,4 +170,84 @@ func restoredAdds() []string {
 		}
 	}
 	return adds
+}
+
+// warmStart starts an informer over table that saves its cache in dir (persist, with
+// ServeUnconfirmed), reporting its errors to report, waits for its sync, and returns it,
+// its recorder and a function that stops it.
+func warmStart(t *testing.T, table, dir string, edit func(*postgres.Config[*item]), report func(error)) (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
+	t.Helper()
+	src := newSource(t, table, edit)
+	store, err := persist.New[int64, *item](dir, persist.Options[*item]{Schema: "items-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Persist: store, ServeUnconfirmed: true, Logger: slog.New(slog.DiscardHandler),
+		ErrorHandler: func(err error) { t.Logf("informer error: %v", err); report(err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = inf.Run(ctx) }()
+	stop := func() { cancel(); <-inf.Done(); _ = src.Close() }
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if err := informer.WaitForCacheSync(sctx, inf); err != nil {
+		stop()
+		t.Fatal("informer did not sync")
+	}
+	return inf, rec, stop
+}
+
+// A warm restart after a restore from a copy of the data directory (a disk snapshot):
+// the server is as it was, on the same timeline, with the named slot as it was; the
+// saved cache holds writes made after the copy, which the restore lost. The warm start
+// must not restore them: its handlers never hear a lost state, and the cache ends equal
+// to the restored table.
+func TestWarmRestartAfterRestoreFromCopy(t *testing.T) {
+	t.Skip("not yet detected: a copy restored keeps the system identifier, the timeline and the named slot, and the " +
+		"server's position passes the saved revision, so the source resumes the watch there and the cache keeps the lost writes")
+	s, name := restoreSetup(t)
+	slot := "informer_copied"
+	dir := t.TempDir()
+	var log errorLog
+	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
+		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) {
+			cfg.ConnString, cfg.Slot = s.URL, slot
+		}, log.add)
+	}
+	inf, rec, stop := start()
+	rec.WaitFor(t, 20)
+	caughtUp(t, connectTo(t, s.URL), inf, name)
+	b, err := s.Copy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := connectTo(t, s.URL)
+	exec(t, c, "UPDATE "+name+" SET value = 'lost' WHERE id = 1")
+	exec(t, c, "DELETE FROM "+name+" WHERE id = 3")
+	exec(t, c, "INSERT INTO "+name+" VALUES (100, 'n', 'lost')")
+	rec.WaitForLine(t, "add 100=lost")
+	caughtUp(t, c, inf, name)
+	lostAt := inf.Snapshot().Revision()
+	stop()
+
+	if err := s.Restore(b); err != nil {
+		t.Fatal(err)
+	}
+	c = connectTo(t, s.URL)
+	exec(t, c, "SELECT pg_switch_wal()") // the restored server's position passes the lost writes'
+	exec(t, c, "UPDATE "+name+" SET value = 'restored' WHERE id = 2")
+	inf, rec, stop = start()
+	defer stop()
+	caughtUp(t, c, inf, name)
+	for _, call := range rec.Calls() {
+		if strings.HasSuffix(call, "=lost") {
+			t.Fatalf("a handler received %s, a state of the writes after the copy (at %s), which the restore lost", call, lostAt)
+		}
+	}
 }

@@ -104,7 +104,7 @@ func (s *Server) StartStandby() (*Server, error) {
 // failover. It returns once the server is promoted.
 func (s *Server) Promote() error { return s.run("promote") }
 
-// Backup is a base backup of a server, taken by Server.Backup.
+// Backup is a backup of a server, taken by Server.Backup or Server.Copy.
 type Backup struct {
 	// Dir is the backup's directory, inside the server's: Stop removes it.
 	Dir string
@@ -112,24 +112,32 @@ type Backup struct {
 
 // Backup takes a base backup of the running server (pg_basebackup with the WAL written
 // meanwhile), for Restore. The server goes on as before.
-func (s *Server) Backup() (Backup, error) {
-	out, err := s.output("backup")
+func (s *Server) Backup() (Backup, error) { return s.backup("backup") }
+
+// Copy takes a cold backup of the server, as a disk snapshot does: it stops the server
+// (pg_ctl -m fast), copies its data directory (its replication slots too), and starts it
+// again. Restored, the copy is the server as it was, on the same timeline.
+func (s *Server) Copy() (Backup, error) { return s.backup("copy") }
+
+func (s *Server) backup(how string) (Backup, error) {
+	out, err := s.output(how)
 	if err != nil {
 		return Backup{}, err
 	}
 	dir, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "export PGTEST_BACKUP=")
 	if !ok || dir == "" {
-		return Backup{}, fmt.Errorf("pgtest: server.sh backup printed no PGTEST_BACKUP: %q", out)
+		return Backup{}, fmt.Errorf("pgtest: server.sh %s printed no PGTEST_BACKUP: %q", how, out)
 	}
 	return Backup{Dir: dir}, nil
 }
 
-// Restore does what an operator does to restore the server to a point in time: it stops
-// the server if it runs (pg_ctl -m immediate), replaces its data with the backup b, and
-// starts it on the same port, recovering up to the backup's consistent point
-// (recovery_target 'immediate') and then promoting. Whatever was written after the
-// backup is lost; the server has the same system identifier and a new timeline. It
-// returns once the server accepts writes.
+// Restore does what an operator does to restore the server from a backup: it stops the
+// server if it runs (pg_ctl -m immediate), replaces its data with the backup b, and
+// starts it on the same port. Whatever was written after the backup is lost; the server
+// keeps its system identifier. A base backup (Backup) recovers up to the backup's
+// consistent point (recovery_target 'immediate') and promotes: a point-in-time restore,
+// onto a new timeline. A copy (Copy) starts as it was, on the same timeline. It returns
+// once the server accepts writes.
 func (s *Server) Restore(b Backup) error {
 	_, err := s.output("restore", b.Dir)
 	return err

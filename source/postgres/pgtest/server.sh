@@ -18,10 +18,15 @@
 #   server.sh backup              pg_basebackup (-X stream) the running server at
 #                                 PGTEST_DIR into a new directory inside it; prints
 #                                 PGTEST_BACKUP, that directory
+#   server.sh copy                stop the server at PGTEST_DIR (-m fast), copy its data
+#                                 directory into a new directory inside it (a cold
+#                                 backup: a disk snapshot), start it again; prints
+#                                 PGTEST_BACKUP, that directory
 #   server.sh restore BACKUP      stop the server at PGTEST_DIR (-m immediate) if it runs,
 #                                 replace its data with the backup BACKUP and start it on
-#                                 the same port: it replays the backup's WAL up to the
-#                                 backup's consistent point and promotes (a new timeline)
+#                                 the same port: a base backup replays its WAL up to the
+#                                 backup's consistent point and promotes (a new timeline);
+#                                 a copy starts as it was, on the same timeline
 #   server.sh stop                stop the server at PGTEST_DIR and remove its directory
 #                                 (nothing to do if it is gone)
 #
@@ -143,6 +148,17 @@ backup() {
   echo "export PGTEST_BACKUP=$bdir"
 }
 
+copy() {
+  need_dir
+  B=$(bindir)
+  local bdir
+  bdir=$(as_owner mktemp -d "$DIR/copy.XXXXXX")
+  as_owner "$B/pg_ctl" -D "$DIR/data" -m fast -w -t 60 stop >/dev/null
+  as_owner cp -a "$DIR/data" "$bdir/data"
+  pgctl_start
+  echo "export PGTEST_BACKUP=$bdir"
+}
+
 restore() {
   need_dir
   B=$(bindir)
@@ -151,6 +167,7 @@ restore() {
   as_owner "$B/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$DIR/data"
   as_owner cp -a "$bdir/data" "$DIR/data"
+  [ -f "$DIR/data/backup_label" ] || { pgctl_start; return; } # a copy: as it was
   # A point-in-time restore: recover from the backup's WAL alone (restore_command finds
   # nothing more) up to the backup's consistent point, then promote onto a new timeline.
   as_owner touch "$DIR/data/recovery.signal"
@@ -198,7 +215,8 @@ case "${1:-start}" in
   standby) standby ;;
   promote) promote ;;
   backup) backup ;;
+  copy) copy ;;
   restore) restore "${2:-}" ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|backup|restore BACKUP|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|backup|copy|restore BACKUP|stop" >&2; exit 2 ;;
 esac
