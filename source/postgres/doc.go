@@ -82,6 +82,18 @@
 // informer.ErrOtherHistory, which matches ErrExpired: the informer reports it and lists
 // again, and its handlers hear only the rows that differ.
 //
+// A point-in-time restore (a base backup restored, its recovery ended, the server
+// promoted) starts a new timeline from a position behind the writes it lost. A running
+// informer's watch ends with its temporary slot (ErrExpired); the informer lists the
+// restored server and reports that the list is older than the revision it asked for,
+// then takes it. Until that list, its cache holds the lost writes under their revision,
+// which the restored server reaches again: WaitForRevision with a position of the
+// restored server can return before the list. A copy of the data directory restored as
+// it was (a disk snapshot, no recovery) keeps the timeline and the named slot as they
+// were: the source cannot tell it from the history it left, and a warm restart resumes
+// on the saved cache. After such a restore, drop the named slot (DropSlot) and delete
+// the saved cache.
+//
 // A warm restart (informer.Options.Persist) needs a slot that outlives the process:
 // Config.Slot names one. The source then watches from the saved revision on that slot,
 // and fails with ErrExpired, so that the informer lists, if the slot is gone, has lost

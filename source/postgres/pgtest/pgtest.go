@@ -3,9 +3,11 @@
 // process is root), a cluster in a temporary directory with wal_level=logical, listening
 // on a free loopback port, stopped by Stop or, should the process die first, by a
 // watchdog that notices; and, for tests of a failover, a streaming standby of such a
-// server (StartStandby), promoted onto a new timeline by Promote. The work is done by
-// server.sh beside this file (embedded, and run from a copy in the temporary directory);
-// see its header.
+// server (StartStandby), promoted onto a new timeline by Promote; and, for tests of a
+// point-in-time restore, a base backup of a server (Backup) from which the server starts
+// again on the same port (Restore), onto a new timeline. The work is done by server.sh
+// beside this file (embedded, and run from a copy in the temporary directory); see its
+// header.
 package pgtest
 
 import (
@@ -102,6 +104,45 @@ func (s *Server) StartStandby() (*Server, error) {
 // failover. It returns once the server is promoted.
 func (s *Server) Promote() error { return s.run("promote") }
 
+// Backup is a backup of a server, taken by Server.Backup or Server.Copy.
+type Backup struct {
+	// Dir is the backup's directory, inside the server's: Stop removes it.
+	Dir string
+}
+
+// Backup takes a base backup of the running server (pg_basebackup with the WAL written
+// meanwhile), for Restore. The server goes on as before.
+func (s *Server) Backup() (Backup, error) { return s.backup("backup") }
+
+// Copy takes a cold backup of the server, as a disk snapshot does: it stops the server
+// (pg_ctl -m fast), copies its data directory (its replication slots too), and starts it
+// again. Restored, the copy is the server as it was, on the same timeline.
+func (s *Server) Copy() (Backup, error) { return s.backup("copy") }
+
+func (s *Server) backup(how string) (Backup, error) {
+	out, err := s.output(how)
+	if err != nil {
+		return Backup{}, err
+	}
+	dir, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "export PGTEST_BACKUP=")
+	if !ok || dir == "" {
+		return Backup{}, fmt.Errorf("pgtest: server.sh %s printed no PGTEST_BACKUP: %q", how, out)
+	}
+	return Backup{Dir: dir}, nil
+}
+
+// Restore does what an operator does to restore the server from a backup: it stops the
+// server if it runs (pg_ctl -m immediate), replaces its data with the backup b, and
+// starts it on the same port. Whatever was written after the backup is lost; the server
+// keeps its system identifier. A base backup (Backup) recovers up to the backup's
+// consistent point (recovery_target 'immediate') and promotes: a point-in-time restore,
+// onto a new timeline. A copy (Copy) starts as it was, on the same timeline. It returns
+// once the server accepts writes.
+func (s *Server) Restore(b Backup) error {
+	_, err := s.output("restore", b.Dir)
+	return err
+}
+
 // launch runs server.sh with args (start or standby), which starts a server and prints
 // where it is.
 func launch(env []string, args ...string) (*Server, error) {
@@ -148,17 +189,25 @@ func (s *Server) Restart(mode string) error { return s.run("restart", mode) }
 func (s *Server) Stop() error { return s.run("stop") }
 
 func (s *Server) run(args ...string) error {
+	_, err := s.output(args...)
+	return err
+}
+
+// output runs server.sh with args on the server and returns what it printed.
+func (s *Server) output(args ...string) ([]byte, error) {
 	sh, err := script()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := exec.Command(sh, args...)
 	cmd.Env = append(os.Environ(), "PGTEST_DIR="+s.Dir)
-	out, err := cmd.CombinedOutput()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("pgtest: %s %s: %v\n%s", sh, strings.Join(args, " "), err, out)
+		return nil, fmt.Errorf("pgtest: %s %s: %v\n%s%s", sh, strings.Join(args, " "), err, out, stderr.Bytes())
 	}
-	return nil
+	return out, nil
 }
 
 // Main runs a test binary's tests against a server started for it, and stops the server

@@ -15,6 +15,18 @@
 #                                 standby on another free port; prints as start does
 #   server.sh promote             pg_ctl promote the standby at PGTEST_DIR (it leaves
 #                                 recovery on a new timeline and accepts writes)
+#   server.sh backup              pg_basebackup (-X stream) the running server at
+#                                 PGTEST_DIR into a new directory inside it; prints
+#                                 PGTEST_BACKUP, that directory
+#   server.sh copy                stop the server at PGTEST_DIR (-m fast), copy its data
+#                                 directory into a new directory inside it (a cold
+#                                 backup: a disk snapshot), start it again; prints
+#                                 PGTEST_BACKUP, that directory
+#   server.sh restore BACKUP      stop the server at PGTEST_DIR (-m immediate) if it runs,
+#                                 replace its data with the backup BACKUP and start it on
+#                                 the same port: a base backup replays its WAL up to the
+#                                 backup's consistent point and promotes (a new timeline);
+#                                 a copy starts as it was, on the same timeline
 #   server.sh stop                stop the server at PGTEST_DIR and remove its directory
 #                                 (nothing to do if it is gone)
 #
@@ -124,6 +136,56 @@ CONF
   started
 }
 
+backup() {
+  need_dir
+  B=$(bindir)
+  local port bdir
+  port=$(sed -n 's/^port = //p' "$DIR/data/postgresql.conf" | tail -1)
+  bdir=$(as_owner mktemp -d "$DIR/backup.XXXXXX")
+  # -X stream copies the WAL written during the backup: the backup restores on its own.
+  as_owner "$B/pg_basebackup" -D "$bdir/data" -X stream -c fast -h 127.0.0.1 -p "$port" -U postgres \
+    >"$bdir/basebackup.log" 2>&1 || { cat "$bdir/basebackup.log" >&2; return 1; }
+  echo "export PGTEST_BACKUP=$bdir"
+}
+
+copy() {
+  need_dir
+  B=$(bindir)
+  local bdir
+  bdir=$(as_owner mktemp -d "$DIR/copy.XXXXXX")
+  as_owner "$B/pg_ctl" -D "$DIR/data" -m fast -w -t 60 stop >/dev/null
+  as_owner cp -a "$DIR/data" "$bdir/data"
+  pgctl_start
+  echo "export PGTEST_BACKUP=$bdir"
+}
+
+restore() {
+  need_dir
+  B=$(bindir)
+  local bdir=${1:-}
+  [ -n "$bdir" ] && [ -d "$bdir/data" ] || { echo "server.sh: restore needs a backup directory from server.sh backup" >&2; exit 2; }
+  as_owner "$B/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  rm -rf "$DIR/data"
+  as_owner cp -a "$bdir/data" "$DIR/data"
+  [ -f "$DIR/data/backup_label" ] || { pgctl_start; return; } # a copy: as it was
+  # A point-in-time restore: recover from the backup's WAL alone (restore_command finds
+  # nothing more) up to the backup's consistent point, then promote onto a new timeline.
+  as_owner touch "$DIR/data/recovery.signal"
+  cat >>"$DIR/data/postgresql.conf" <<CONF
+restore_command = 'false'
+recovery_target = 'immediate'
+recovery_target_action = 'promote'
+CONF
+  pgctl_start
+  # pg_ctl returns once the server accepts connections; wait until it has promoted.
+  local i
+  for i in $(seq 1 600); do
+    [ "$(as_owner "$B/psql" -h 127.0.0.1 -p "$(sed -n 's/^port = //p' "$DIR/data/postgresql.conf" | tail -1)" -U postgres -d postgres -Atc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ] && return 0
+    sleep 0.1
+  done
+  echo "server.sh: the restored server did not leave recovery:" >&2; tail -20 "$DIR/log" >&2; return 1
+}
+
 promote() {
   need_dir
   B=$(bindir)
@@ -152,6 +214,9 @@ case "${1:-start}" in
   restart) restart "${2:-immediate}" ;;
   standby) standby ;;
   promote) promote ;;
+  backup) backup ;;
+  copy) copy ;;
+  restore) restore "${2:-}" ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|backup|copy|restore BACKUP|stop" >&2; exit 2 ;;
 esac

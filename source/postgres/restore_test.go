@@ -1,0 +1,253 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/informertest"
+	"github.com/informer-go/informer/persist"
+	"github.com/informer-go/informer/source/postgres"
+	"github.com/informer-go/informer/source/postgres/pgtest"
+)
+
+// errorLog keeps the errors an informer reports.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorLog) add(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err)
+}
+
+// all returns the errors reported so far.
+func (l *errorLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+
+// matching returns the errors that match target.
+func (l *errorLog) matching(target error) []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []error
+	for _, err := range l.errs {
+		if errors.Is(err, target) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// restoreSetup starts a server of its own with a table of 20 rows, and returns it and
+// the table's name.
+func restoreSetup(t *testing.T) (*pgtest.Server, string) {
+	t.Helper()
+	connect(t) // skips without a server
+	s, err := pgtest.Start(pgtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	name := newTable(t, connectTo(t, s.URL))
+	exec(t, connectTo(t, s.URL), "INSERT INTO "+name+" SELECT i, 'n', 'v'||i FROM generate_series(1, 20) i")
+	return s, name
+}
+
+// loseWrites takes a base backup of s, then writes what the restore will lose: an
+// update and a delete of rows the backup holds, and an insert.
+func loseWrites(t *testing.T, s *pgtest.Server, name string) pgtest.Backup {
+	t.Helper()
+	b, err := s.Backup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := connectTo(t, s.URL)
+	exec(t, c, "UPDATE "+name+" SET value = 'lost' WHERE id = 1")
+	exec(t, c, "DELETE FROM "+name+" WHERE id = 3")
+	exec(t, c, "INSERT INTO "+name+" VALUES (100, 'n', 'lost')")
+	return b
+}
+
+// A point-in-time restore under a running informer (a temporary slot): the primary
+// takes writes after a base backup, stops, and the backup is restored on its address,
+// which ends recovery at the backup and promotes onto a new timeline. The watch ends
+// with the slot's connection (ErrExpired); the informer lists the restored server, whose
+// revision is behind the lost writes' (it says so), and its handlers hear exactly the
+// rows that differ from the lost writes' state, and nothing of that state afterwards.
+func TestRestoreFromBaseBackupRelists(t *testing.T) {
+	s, name := restoreSetup(t)
+	var log errorLog
+	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.ConnString = s.URL })
+	inf, rec := run(t, src, byContent, func(o *informer.Options[int64, *item]) {
+		o.Backoff = informer.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+		o.ErrorHandler = func(err error) { t.Logf("informer error: %v", err); log.add(err) }
+	})
+	rec.WaitFor(t, 20)
+	b := loseWrites(t, s, name)
+	rec.ExpectNextUnordered(t, "add*1=v1", "add*2=v2", "add*3=v3", "add*4=v4", "add*5=v5", "add*6=v6", "add*7=v7", "add*8=v8", "add*9=v9", "add*10=v10",
+		"add*11=v11", "add*12=v12", "add*13=v13", "add*14=v14", "add*15=v15", "add*16=v16", "add*17=v17", "add*18=v18", "add*19=v19", "add*20=v20")
+	rec.ExpectNextUnordered(t, "update 1=v1→lost", "delete 3=v3", "add 100=lost")
+	caughtUp(t, connectTo(t, s.URL), inf, name)
+	lostAt := inf.Snapshot().Revision()
+
+	if err := s.Restore(b); err != nil {
+		t.Fatal(err)
+	}
+	c := connectTo(t, s.URL)
+	exec(t, c, "UPDATE "+name+" SET value = 'restored' WHERE id = 2")
+	rec.ExpectNextUnordered(t, "update 1=lost→v1", "add 3=v3", "delete?100=lost", "update 2=v2→restored")
+	caughtUp(t, c, inf, name)
+	rec.ExpectNoMore(t)
+	// The watch ended with the temporary slot's connection (ErrExpired, not reported);
+	// the informer's relist asked for a list at least as new as the revision of the
+	// lost writes, and the restored server, on a new timeline behind it, answered with
+	// an older one: the informer reported that, and listed again consistently.
+	stale := log.matching(informer.ErrBadInput)
+	if len(stale) != 1 || !strings.Contains(stale[0].Error(), "the list is older than the revision it was asked to be at least as new as: list at revision ") ||
+		!strings.HasSuffix(stale[0].Error(), ", asked for at least "+lostAt) {
+		t.Fatalf("the informer reported %v, want one list older than the lost writes' revision %s", stale, lostAt)
+	}
+}
+
+// A warm restart after a point-in-time restore: the informer (a named slot, its cache
+// saved) stopped after the writes the restore loses, so the saved cache holds them. The
+// restored server is on a new timeline, so its SourceID is another: the saved cache is
+// refused (reported once), not served even with ServeUnconfirmed, and the informer
+// lists the restored table.
+func TestWarmRestartAfterRestoreFromBaseBackup(t *testing.T) {
+	s, name := restoreSetup(t)
+	slot := "informer_restored"
+	dir := t.TempDir()
+	var log errorLog
+	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
+		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) { cfg.ConnString, cfg.Slot = s.URL, slot }, log.add)
+	}
+	inf, rec, stop := start()
+	rec.WaitFor(t, 20)
+	b := loseWrites(t, s, name)
+	rec.WaitForLine(t, "add 100=lost")
+	caughtUp(t, connectTo(t, s.URL), inf, name)
+	stop()
+
+	if err := s.Restore(b); err != nil {
+		t.Fatal(err)
+	}
+	c := connectTo(t, s.URL)
+	exec(t, c, "UPDATE "+name+" SET value = 'restored' WHERE id = 2")
+	inf, rec, stop = start()
+	defer stop()
+	caughtUp(t, c, inf, name)
+	rec.ExpectNextUnordered(t, restoredAdds()...)
+	rec.ExpectNoMore(t)
+	if st := inf.Stats(); st.Restored || st.Unconfirmed || st.Lists != 1 {
+		t.Fatalf("restored %v, unconfirmed %v, %d lists: want no restore and one list", st.Restored, st.Unconfirmed, st.Lists)
+	}
+	errs := log.all()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "persisted cache not used, listing instead") ||
+		!strings.Contains(errs[0].Error(), "/1/postgres/"+name+`", this informer's source is "postgres:`) ||
+		!strings.HasSuffix(errs[0].Error(), "/2/postgres/"+name+`" (another cluster, prefix or server: its revisions mean nothing here)`) {
+		t.Fatalf("the informer reported %v, want the saved cache refused as from timeline 1, the server being on timeline 2", errs)
+	}
+}
+
+// restoredAdds are the initial adds of the restored table after the write to row 2.
+func restoredAdds() []string {
+	adds := []string{"add*2=restored"}
+	for i := 1; i <= 20; i++ {
+		if i != 2 {
+			adds = append(adds, fmt.Sprintf("add*%d=v%d", i, i))
+		}
+	}
+	return adds
+}
+
+// warmStart starts an informer over table that saves its cache in dir (persist, with
+// ServeUnconfirmed), reporting its errors to report, waits for its sync, and returns it,
+// its recorder and a function that stops it.
+func warmStart(t *testing.T, table, dir string, edit func(*postgres.Config[*item]), report func(error)) (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
+	t.Helper()
+	src := newSource(t, table, edit)
+	store, err := persist.New[int64, *item](dir, persist.Options[*item]{Schema: "items-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Persist: store, ServeUnconfirmed: true, Logger: slog.New(slog.DiscardHandler),
+		ErrorHandler: func(err error) { t.Logf("informer error: %v", err); report(err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = inf.Run(ctx) }()
+	stop := func() { cancel(); <-inf.Done(); _ = src.Close() }
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if err := informer.WaitForCacheSync(sctx, inf); err != nil {
+		stop()
+		t.Fatal("informer did not sync")
+	}
+	return inf, rec, stop
+}
+
+// A warm restart after a restore from a copy of the data directory (a disk snapshot):
+// the server is as it was, on the same timeline, with the named slot as it was; the
+// saved cache holds writes made after the copy, which the restore lost. The warm start
+// must not restore them: its handlers never hear a lost state, and the cache ends equal
+// to the restored table.
+func TestWarmRestartAfterRestoreFromCopy(t *testing.T) {
+	t.Skip("not yet detected: a copy restored keeps the system identifier, the timeline and the named slot, and the " +
+		"server's position passes the saved revision, so the source resumes the watch there and the cache keeps the lost writes")
+	s, name := restoreSetup(t)
+	slot := "informer_copied"
+	dir := t.TempDir()
+	var log errorLog
+	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
+		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) {
+			cfg.ConnString, cfg.Slot = s.URL, slot
+		}, log.add)
+	}
+	inf, rec, stop := start()
+	rec.WaitFor(t, 20)
+	caughtUp(t, connectTo(t, s.URL), inf, name)
+	b, err := s.Copy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := connectTo(t, s.URL)
+	exec(t, c, "UPDATE "+name+" SET value = 'lost' WHERE id = 1")
+	exec(t, c, "DELETE FROM "+name+" WHERE id = 3")
+	exec(t, c, "INSERT INTO "+name+" VALUES (100, 'n', 'lost')")
+	rec.WaitForLine(t, "add 100=lost")
+	caughtUp(t, c, inf, name)
+	lostAt := inf.Snapshot().Revision()
+	stop()
+
+	if err := s.Restore(b); err != nil {
+		t.Fatal(err)
+	}
+	c = connectTo(t, s.URL)
+	exec(t, c, "SELECT pg_switch_wal()") // the restored server's position passes the lost writes'
+	exec(t, c, "UPDATE "+name+" SET value = 'restored' WHERE id = 2")
+	inf, rec, stop = start()
+	defer stop()
+	caughtUp(t, c, inf, name)
+	for _, call := range rec.Calls() {
+		if strings.HasSuffix(call, "=lost") {
+			t.Fatalf("a handler received %s, a state of the writes after the copy (at %s), which the restore lost", call, lostAt)
+		}
+	}
+}
