@@ -398,6 +398,11 @@ func (inf *Informer[K, V]) RevisionComparer() RevisionComparer { return inf.cmpR
 // changes are queued to every handler (not necessarily delivered). Use it for
 // read-your-writes: write to the source, take the revision of the write, wait for it, read
 // the cache. It needs a source that implements RevisionComparer.
+//
+// Once the informer finds its source on another history (a watch fails with
+// ErrOtherHistory, or a list is older than the revision the cache reached: a restore from
+// a backup), the cache's revision says nothing about the new history's, and every wait
+// goes on until the informer's next list is in the cache.
 func (inf *Informer[K, V]) WaitForRevision(ctx context.Context, rev string) error {
 	return inf.write.WaitFor(ctx, rev, inf.opts.Name)
 }

@@ -464,6 +464,9 @@ func (r *reflector[V]) afterWatchError(ctx context.Context, err error) (bool, er
 		if errors.Is(err, ErrOtherHistory) { // unlike a compaction, worth telling
 			r.leftHistory()
 			r.cfg.report(r.opErr("watch", err))
+			// The revision reached is of the history left: the source cannot serve a list
+			// at least as new as it, and the next list is a consistent one.
+			r.unservable = r.LastSyncRevision()
 		}
 		if r.progressed {
 			r.cfg.logger.Debug("watch revision expired after progress; relisting promptly", "err", err)

@@ -24,12 +24,16 @@ func TestInformer_WaitForRevisionWaitsOutAnotherHistory(t *testing.T) {
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			var lists counter
+			var relist ListOptions
 			relisting, release, fail := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			lw := orderedLW{ListerWatcherFuncs: ListerWatcherFuncs[*string]{
 				ListFunc: func(ctx context.Context, opts ListOptions) (List[*string], error) {
 					n := lists.next()
 					if n == 1 {
 						return List[*string]{Items: []*string{ptr("a=1")}, Revision: "10"}, nil
+					}
+					if n == 2 {
+						relist = opts // read after relisting is closed
 					}
 					if n == sc.block {
 						close(relisting)
@@ -55,6 +59,10 @@ func TestInformer_WaitForRevisionWaitsOutAnotherHistory(t *testing.T) {
 			}
 			close(fail) // the source is found on another history
 			<-relisting
+			if errors.Is(sc.err, ErrOtherHistory) && (!relist.Consistent || relist.Revision != "") {
+				// The history left's revision means nothing to the source now.
+				t.Errorf("the list after another history was asked %+v, want a consistent one", relist)
+			}
 			got := make(chan string, 1)
 			go func() {
 				if err := inf.WaitForRevision(context.Background(), "15"); err != nil {

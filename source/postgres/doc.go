@@ -84,11 +84,12 @@
 //
 // A point-in-time restore (a base backup restored, its recovery ended, the server
 // promoted) starts a new timeline from a position behind the writes it lost. A running
-// informer's watch ends with its temporary slot (ErrExpired); the informer lists the
-// restored server and reports that the list is older than the revision it asked for,
-// then takes it. Until that list, its cache holds the lost writes under their revision,
-// which the restored server reaches again: WaitForRevision with a position of the
-// restored server can return before the list. A copy of the data directory restored as
+// informer's stream breaks with the old server (a retryable error: its temporary slot is
+// gone, but the watch that follows first identifies the server); watching again finds the
+// new timeline and fails with informer.ErrOtherHistory, reported, and the informer lists
+// the restored server. From that error until the list is in, WaitForRevision waits: the
+// cache's revision, of the lost writes, says nothing about the restored server's
+// positions, which reach it again. A copy of the data directory restored as
 // it was (a disk snapshot, no recovery) keeps the timeline and the named slot as they
 // were: the source cannot tell it from the history it left, and a warm restart resumes
 // on the saved cache. After such a restore, drop the named slot (DropSlot) and delete

@@ -82,9 +82,10 @@ func loseWrites(t *testing.T, s *pgtest.Server, name string) pgtest.Backup {
 // A point-in-time restore under a running informer (a temporary slot): the primary
 // takes writes after a base backup, stops, and the backup is restored on its address,
 // which ends recovery at the backup and promotes onto a new timeline. The watch ends
-// with the slot's connection (ErrExpired); the informer lists the restored server, whose
-// revision is behind the lost writes' (it says so), and its handlers hear exactly the
-// rows that differ from the lost writes' state, and nothing of that state afterwards.
+// with the slot's connection; watching again finds the server on a new timeline
+// (ErrOtherHistory, reported); the informer lists the restored server, and its handlers
+// hear exactly the rows that differ from the lost writes' state, and nothing of that
+// state afterwards.
 func TestRestoreFromBaseBackupRelists(t *testing.T) {
 	s, name := restoreSetup(t)
 	var log errorLog
@@ -109,14 +110,17 @@ func TestRestoreFromBaseBackupRelists(t *testing.T) {
 	rec.ExpectNextUnordered(t, "update 1=lost→v1", "add 3=v3", "delete?100=lost", "update 2=v2→restored")
 	caughtUp(t, c, inf, name)
 	rec.ExpectNoMore(t)
-	// The watch ended with the temporary slot's connection (ErrExpired, not reported);
-	// the informer's relist asked for a list at least as new as the revision of the
-	// lost writes, and the restored server, on a new timeline behind it, answered with
-	// an older one: the informer reported that, and listed again consistently.
-	stale := log.matching(informer.ErrBadInput)
-	if len(stale) != 1 || !strings.Contains(stale[0].Error(), "the list is older than the revision it was asked to be at least as new as: list at revision ") ||
-		!strings.HasSuffix(stale[0].Error(), ", asked for at least "+lostAt) {
-		t.Fatalf("the informer reported %v, want one list older than the lost writes' revision %s", stale, lostAt)
+	// The watch ended with the temporary slot's connection (reported as retryable);
+	// watching again found the server on another timeline and said so, once; the
+	// informer then listed the new history consistently, not asking for a list at least
+	// as new as the lost writes' revision.
+	other := log.matching(informer.ErrOtherHistory)
+	if len(other) != 1 || !strings.Contains(other[0].Error(), "watch from "+lostAt+": the server is now system ") ||
+		!strings.Contains(other[0].Error(), "timeline 2, not system ") {
+		t.Fatalf("the informer reported %v, want one error of another history (timeline 2) from the watch at %s", other, lostAt)
+	}
+	if stale := log.matching(informer.ErrBadInput); len(stale) != 0 {
+		t.Fatalf("the informer reported %v, want no list older than it asked for", stale)
 	}
 }
 

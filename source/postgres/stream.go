@@ -339,11 +339,15 @@ func (s *Source[V]) classify(err error, what string) error {
 	return s.errorf(informer.ErrRetryable, err, "%s", what)
 }
 
-// streamError classifies an error that broke a stream: on a temporary slot, which goes
-// with its connection, the revision is lost whatever the cause.
+// streamError classifies an error that broke a stream. On a temporary slot, which goes
+// with its connection, the revision is lost whatever the cause; but the error is
+// retryable all the same: the informer watches again, and the watch finds out whether the
+// server it reaches now is still on the list's history (ErrExpired: list again) or not
+// (ErrOtherHistory: a restore, a promotion), which the informer must know before it
+// lists (see temporaryGone).
 func (s *Source[V]) streamError(err error, what string) error {
 	if s.cfg.Slot == "" {
-		return s.errorf(informer.ErrExpired, err, "%s (the temporary slot went with the connection: list again)", what)
+		return s.errorf(informer.ErrRetryable, err, "%s (the temporary slot went with the connection)", what)
 	}
 	return s.classify(err, what)
 }
