@@ -50,12 +50,17 @@ func (tr *traffic) run(ctx context.Context) {
 }
 
 // revoke revokes every lease granted, so that no key expires after the run settles.
-func (tr *traffic) revoke(ctx context.Context) error {
+func (tr *traffic) revoke(ctx context.Context) error { return tr.revokeThrough(ctx, tr.cli) }
+
+// revokeThrough revokes every lease granted through cli and forgets them. Call it with
+// the traffic paused.
+func (tr *traffic) revokeThrough(ctx context.Context, cli *clientv3.Client) error {
 	for _, id := range tr.leases {
-		if _, err := tr.cli.Revoke(ctx, id); err != nil && !strings.Contains(err.Error(), "not found") {
+		if _, err := cli.Revoke(ctx, id); err != nil && !strings.Contains(err.Error(), "not found") {
 			return fmt.Errorf("revoking lease %x: %w", id, err)
 		}
 	}
+	tr.leases = tr.leases[:0]
 	return nil
 }
 
