@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/informer-go/informer"
 )
@@ -56,9 +55,6 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		st = nil
 	}
 	if st == nil {
-		if s.cfg.Slot == "" {
-			return nil, s.temporaryGone(ctx, from)
-		}
 		if st, err = s.reopen(ctx, from); err != nil {
 			return nil, err
 		}
@@ -79,46 +75,10 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 	return &watch[V]{s: s, st: st, ctx: wctx, cancel: cancel, bookmarks: opts.AllowBookmarks}, nil
 }
 
-// temporaryGone is the answer to a watch from a revision whose temporary slot went with
-// its connection: informer.ErrOtherHistory if the server is now on another history than
-// the list's (restored from a backup, or a promoted standby), so that the informer says
-// so and does not take the new history's positions for the old one's; else ErrExpired.
-// A server it cannot reach is a retryable error: the informer watches again later.
-func (s *Source[V]) temporaryGone(ctx context.Context, from pglogrepl.LSN) error {
-	repl, err := s.connect(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = repl.Close(context.WithoutCancel(ctx)) }()
-	if _, err := s.sameHistory(ctx, repl, from); err != nil {
-		return err
-	}
-	return s.errorf(informer.ErrExpired, nil, "watch from %s: the temporary slot of that revision is gone: list again", from)
-}
-
-// sameHistory identifies the server on repl, a replication connection, and fails with
-// informer.ErrOtherHistory if it is another system or timeline than the list's, or has
-// not reached from.
-func (s *Source[V]) sameHistory(ctx context.Context, repl *pgconn.PgConn, from pglogrepl.LSN) (identity, error) {
-	r, err := pglogrepl.IdentifySystem(ctx, repl)
-	if err != nil {
-		return identity{}, s.classify(err, "identify the server")
-	}
-	id := identity{system: r.SystemID, timeline: r.Timeline, database: r.DBName}
-	s.mu.Lock()
-	known := s.ident
-	s.mu.Unlock()
-	if known.system != "" && known != id {
-		return id, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server is now system %s timeline %d, not system %s timeline %d (restored or promoted): list again",
-			from, id.system, id.timeline, known.system, known.timeline)
-	}
-	if from > r.XLogPos {
-		return id, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
-	}
-	return id, nil
-}
-
-// reopen connects to the named slot for a watch from the revision from.
+// reopen connects to the named slot for a watch from the revision from. It first
+// identifies the server: one on another history than the list's fails with
+// informer.ErrOtherHistory, with a named slot or a temporary one (whose revision is lost
+// anyway: ErrExpired otherwise).
 func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V], error) {
 	repl, err := s.connect(ctx, true)
 	if err != nil {
@@ -130,9 +90,25 @@ func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V],
 			_ = repl.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	id, err := s.sameHistory(ctx, repl, from)
+	r, err := pglogrepl.IdentifySystem(ctx, repl)
 	if err != nil {
-		return nil, err
+		return nil, s.classify(err, "identify the server")
+	}
+	id := identity{system: r.SystemID, timeline: r.Timeline, database: r.DBName}
+	s.mu.Lock()
+	known := s.ident
+	s.mu.Unlock()
+	if known.system != "" && known != id {
+		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server is now system %s timeline %d, not system %s timeline %d (restored or promoted): list again",
+			from, id.system, id.timeline, known.system, known.timeline)
+	}
+	if from > r.XLogPos {
+		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
+	}
+	if s.cfg.Slot == "" {
+		// The same history, but the temporary slot of that revision went with its
+		// connection.
+		return nil, s.errorf(informer.ErrExpired, nil, "watch from %s: the temporary slot of that revision is gone: list again", from)
 	}
 	res, err := repl.Exec(ctx, "SELECT confirmed_flush_lsn, wal_status FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot)).ReadAll()
 	if err != nil {
