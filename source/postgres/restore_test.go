@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
 	"github.com/informer-go/informer/persist"
@@ -72,11 +74,17 @@ func loseWrites(t *testing.T, s *pgtest.Server, name string) pgtest.Backup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := connectTo(t, s.URL)
+	writeLost(t, connectTo(t, s.URL), name)
+	return b
+}
+
+// writeLost writes, on c, what a restore will lose: an update and a delete of rows a
+// backup holds, and an insert.
+func writeLost(t *testing.T, c *pgx.Conn, name string) {
+	t.Helper()
 	exec(t, c, "UPDATE "+name+" SET value = 'lost' WHERE id = 1")
 	exec(t, c, "DELETE FROM "+name+" WHERE id = 3")
 	exec(t, c, "INSERT INTO "+name+" VALUES (100, 'n', 'lost')")
-	return b
 }
 
 // A point-in-time restore under a running informer (a temporary slot): the primary
@@ -232,9 +240,7 @@ func TestWarmRestartAfterRestoreFromCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := connectTo(t, s.URL)
-	exec(t, c, "UPDATE "+name+" SET value = 'lost' WHERE id = 1")
-	exec(t, c, "DELETE FROM "+name+" WHERE id = 3")
-	exec(t, c, "INSERT INTO "+name+" VALUES (100, 'n', 'lost')")
+	writeLost(t, c, name)
 	rec.WaitForLine(t, "add 100=lost")
 	caughtUp(t, c, inf, name)
 	lostAt := inf.Snapshot().Revision()
