@@ -1,10 +1,8 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
-	"github.com/informer-go/informer/persist"
 	"github.com/informer-go/informer/source/postgres"
 	"github.com/informer-go/informer/source/postgres/pgtest"
 )
@@ -143,7 +140,7 @@ func TestWarmRestartAfterRestoreFromBaseBackup(t *testing.T) {
 	dir := t.TempDir()
 	var log errorLog
 	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
-		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) { cfg.ConnString, cfg.Slot = s.URL, slot }, log.add)
+		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) { cfg.ConnString, cfg.Slot = s.URL, slot }, true, log.add)
 	}
 	inf, rec, stop := start()
 	rec.WaitFor(t, 20)
@@ -184,37 +181,6 @@ func restoredAdds() []string {
 	return adds
 }
 
-// warmStart starts an informer over table that saves its cache in dir (persist, with
-// ServeUnconfirmed), reporting its errors to report, waits for its sync, and returns it,
-// its recorder and a function that stops it.
-func warmStart(t *testing.T, table, dir string, edit func(*postgres.Config[*item]), report func(error)) (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
-	t.Helper()
-	src := newSource(t, table, edit)
-	store, err := persist.New[int64, *item](dir, persist.Options[*item]{Schema: "items-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Persist: store, ServeUnconfirmed: true, Logger: slog.New(slog.DiscardHandler),
-		ErrorHandler: func(err error) { t.Logf("informer error: %v", err); report(err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
-	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = inf.Run(ctx) }()
-	stop := func() { cancel(); <-inf.Done(); _ = src.Close() }
-	sctx, scancel := context.WithTimeout(ctx, time.Minute)
-	defer scancel()
-	if err := informer.WaitForCacheSync(sctx, inf); err != nil {
-		stop()
-		t.Fatal("informer did not sync")
-	}
-	return inf, rec, stop
-}
-
 // A warm restart after a restore from a copy of the data directory (a disk snapshot):
 // the server is as it was, on the same timeline, with the named slot as it was; the
 // saved cache holds writes made after the copy, which the restore lost. The warm start
@@ -230,7 +196,7 @@ func TestWarmRestartAfterRestoreFromCopy(t *testing.T) {
 	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
 		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) {
 			cfg.ConnString, cfg.Slot = s.URL, slot
-		}, log.add)
+		}, true, log.add)
 	}
 	inf, rec, stop := start()
 	rec.WaitFor(t, 20)

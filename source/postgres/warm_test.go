@@ -23,30 +23,7 @@ func TestWarmRestartOnNamedSlot(t *testing.T) {
 	exec(t, c, "INSERT INTO "+name+" VALUES (1, 'n', 'a'), (2, 'n', 'b'), (3, 'n', 'c')")
 	dir := t.TempDir()
 	start := func() (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
-		src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.Slot = slot })
-		store, err := persist.New[int64, *item](dir, persist.Options[*item]{Schema: "items-1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Persist: store, Logger: slog.New(slog.DiscardHandler),
-			ErrorHandler: func(err error) { t.Logf("informer error: %v", err) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
-		if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { _ = inf.Run(ctx) }()
-		stop := func() { cancel(); <-inf.Done(); _ = src.Close() }
-		sctx, scancel := context.WithTimeout(ctx, time.Minute)
-		defer scancel()
-		if err := informer.WaitForCacheSync(sctx, inf); err != nil {
-			stop()
-			t.Fatal("informer did not sync")
-		}
-		return inf, rec, stop
+		return warmStart(t, name, dir, func(cfg *postgres.Config[*item]) { cfg.Slot = slot }, false, nil)
 	}
 
 	inf, rec, stop := start()
@@ -67,4 +44,41 @@ func TestWarmRestartOnNamedSlot(t *testing.T) {
 	if st := inf.Stats(); !st.Restored || st.Lists != 0 {
 		t.Fatalf("restored %v, %d lists: want a restore and no list", st.Restored, st.Lists)
 	}
+}
+
+// warmStart starts an informer over table that saves its cache in dir (persist; with
+// Options.ServeUnconfirmed if unconfirmed), logging its errors and passing them to report
+// (nil: none), waits for its sync, and returns it, its recorder and a function that
+// stops it.
+func warmStart(t *testing.T, table, dir string, edit func(*postgres.Config[*item]), unconfirmed bool, report func(error)) (*informer.Informer[int64, *item], *informertest.Recorder[*item], func()) {
+	t.Helper()
+	src := newSource(t, table, edit)
+	store, err := persist.New[int64, *item](dir, persist.Options[*item]{Schema: "items-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err := informer.New(src, informer.Options[int64, *item]{Key: itemKey, Persist: store, ServeUnconfirmed: unconfirmed, Logger: slog.New(slog.DiscardHandler),
+		ErrorHandler: func(err error) {
+			t.Logf("informer error: %v", err)
+			if report != nil {
+				report(err)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := informertest.NewRecorder(describe).WithTimeout(time.Minute)
+	if _, err := inf.AddHandler(rec, informer.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = inf.Run(ctx) }()
+	stop := func() { cancel(); <-inf.Done(); _ = src.Close() }
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if err := informer.WaitForCacheSync(sctx, inf); err != nil {
+		stop()
+		t.Fatal("informer did not sync")
+	}
+	return inf, rec, stop
 }
