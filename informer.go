@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/informer-go/informer/clock"
 )
@@ -247,7 +248,14 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 		inf.refl.ConfirmWith(inf.warm.Confirm)
 	}
 	if er, ok := lw.(ErrorReporting); ok {
-		er.ReportErrorsTo(inf.ReportError)
+		// The source holds the informer weakly: a source that outlives its informers
+		// (one built again over it, say) must not keep each stopped one and its cache.
+		w := weak.Make(inf)
+		er.ReportErrorsTo(func(err error) {
+			if inf := w.Value(); inf != nil {
+				inf.ReportError(err)
+			}
+		})
 	}
 	return inf, nil
 }

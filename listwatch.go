@@ -223,10 +223,12 @@ type PageSizer interface {
 }
 
 // ErrorReporting is implemented by a source that finds errors without failing a call: an
-// object it could not decode and skipped, say. New calls ReportErrorsTo with the new
-// informer's ReportError, so that such errors reach that informer's ErrorHandler, its log
-// and its Stats with no wiring by the user. A source given to several informers should
-// report to each of them.
+// object it could not decode and skipped, say. New calls ReportErrorsTo with a function
+// that passes an error to the new informer's ReportError, so that such errors reach that
+// informer's ErrorHandler, its log and its Stats with no wiring by the user. A source given
+// to several informers should report to each of them. The function holds the informer
+// weakly: a source that outlives an informer does not keep it or its cache, and once the
+// informer is collected the function does nothing.
 type ErrorReporting interface {
 	// ReportErrorsTo adds report to the functions the source reports its errors to.
 	ReportErrorsTo(report func(error))

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/informer-go/informer/internal/testkit"
 )
@@ -277,4 +278,36 @@ func runSynced[K comparable, V any](t testing.TB, inf *Informer[K, V], release .
 	if WaitForCacheSync(testkit.Run(t, inf, release...), inf) != nil {
 		t.Fatal("no sync")
 	}
+}
+
+// A source that outlives the informers built over it does not keep them: the function New
+// hands it holds the informer weakly, so a stopped informer and its cache are collected
+// once the program drops them, and what the source reports after that goes nowhere.
+func TestInformer_SourceDoesNotKeepTheInformer(t *testing.T) {
+	src := &reportingSource{scripted: scripted{items: []string{"a=1"}, rev: "1", events: make(chan Event[string])}}
+	collected := func() weak.Pointer[Informer[string, string]] {
+		inf, err := New[string, string](src, Options[string, string]{Key: func(s string) (string, error) { return s[:1], nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- inf.Run(ctx) }()
+		if WaitForCacheSync(ctx, inf) != nil {
+			t.Fatal("no sync")
+		}
+		cancel()
+		<-done
+		return weak.Make(inf)
+	}()
+	for range 10 { // a full collection frees an unreachable informer; a few allow for stragglers
+		if collected.Value() == nil {
+			break
+		}
+		runtime.GC()
+	}
+	if collected.Value() != nil {
+		t.Fatal("the informer is still reachable after it stopped and the program dropped it: the source keeps it")
+	}
+	src.sinks[0](fmt.Errorf("etcd: key /x: %w", ErrDecode)) // reaches no one, and does not panic
 }
