@@ -87,7 +87,10 @@
 // informer's stream breaks with the old server (a retryable error: its temporary slot is
 // gone, but the watch that follows first identifies the server); watching again finds the
 // new timeline and fails with informer.ErrOtherHistory, reported, and the informer lists
-// the restored server. From that error until the list is in, WaitForRevision waits: the
+// the restored server. While the restored server is still in recovery, on the old
+// timeline and short of the watch's revision, the watch fails with
+// informer.ErrUnavailable and is tried again: a standby that lags may yet reach it, and a
+// restore that promotes does so onto a new timeline. From that error until the list is in, WaitForRevision waits: the
 // cache's revision, of the lost writes, says nothing about the restored server's
 // positions, which reach it again. A copy of the data directory restored as
 // it was (a disk snapshot, no recovery) keeps the timeline and the named slot as they

@@ -129,6 +129,52 @@ func TestRestoreFromBaseBackupRelists(t *testing.T) {
 	}
 }
 
+// A restore still in recovery is waited for, not taken for another history: the
+// restored server accepts connections while it replays the backup's WAL, on the old
+// timeline and behind the watch's revision, as a standby that lags does. The watch
+// reports it unavailable and tries again; once the server promotes, onto a new
+// timeline, the watch finds another history, once, and the informer lists again.
+func TestRestoreInRecoveryIsWaitedFor(t *testing.T) {
+	s, name := restoreSetup(t)
+	var log errorLog
+	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.ConnString = s.URL })
+	inf, rec := run(t, src, byContent, func(o *informer.Options[int64, *item]) {
+		o.Backoff = informer.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+		o.ErrorHandler = func(err error) { t.Logf("informer error: %v", err); log.add(err) }
+	})
+	rec.WaitFor(t, 20)
+	b := loseWrites(t, s, name)
+	rec.ExpectNextUnordered(t, "add*1=v1", "add*2=v2", "add*3=v3", "add*4=v4", "add*5=v5", "add*6=v6", "add*7=v7", "add*8=v8", "add*9=v9", "add*10=v10",
+		"add*11=v11", "add*12=v12", "add*13=v13", "add*14=v14", "add*15=v15", "add*16=v16", "add*17=v17", "add*18=v18", "add*19=v19", "add*20=v20")
+	rec.ExpectNextUnordered(t, "update 1=v1→lost", "delete 3=v3", "add 100=lost")
+	caughtUp(t, connectTo(t, s.URL), inf, name)
+
+	before := len(log.all())
+	if err := s.RestorePaused(b); err != nil {
+		t.Fatal(err)
+	}
+	// Two attempts of the informer against the paused server.
+	paused := len(log.all())
+	informertest.Eventually(t, time.Minute, func() bool { return len(log.all()) >= paused+2 },
+		"the informer did not try the paused server twice")
+	for _, err := range log.all()[before:] {
+		if errors.Is(err, informer.ErrOtherHistory) || !errors.Is(err, informer.ErrRetryable) {
+			t.Fatalf("while the server was in recovery the informer reported %v, want it waited for as unavailable", err)
+		}
+	}
+	rec.ExpectNoMore(t)
+
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	rec.ExpectNextUnordered(t, "update 1=lost→v1", "add 3=v3", "delete?100=lost")
+	caughtUp(t, connectTo(t, s.URL), inf, name)
+	rec.ExpectNoMore(t)
+	if other := log.matching(informer.ErrOtherHistory); len(other) != 1 || !strings.Contains(other[0].Error(), "timeline 2, not system ") {
+		t.Fatalf("the informer reported %v, want one error of another history, timeline 2", other)
+	}
+}
+
 // A warm restart after a point-in-time restore: the informer (a named slot, its cache
 // saved) stopped after the writes the restore loses, so the saved cache holds them. The
 // restored server is on a new timeline, so its SourceID is another: the saved cache is

@@ -78,7 +78,8 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 // reopen connects to the named slot for a watch from the revision from. It first
 // identifies the server: one on another history than the list's fails with
 // informer.ErrOtherHistory, with a named slot or a temporary one (whose revision is lost
-// anyway: ErrExpired otherwise).
+// anyway: ErrExpired otherwise); one in recovery short of from, with
+// informer.ErrUnavailable, until it has replayed that far or promoted.
 func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V], error) {
 	repl, err := s.connect(ctx, true)
 	if err != nil {
@@ -103,6 +104,16 @@ func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V],
 			from, id.system, id.timeline, known.system, known.timeline)
 	}
 	if from > r.XLogPos {
+		// A server in recovery may yet replay up to from (a standby that lags, a restore
+		// still replaying): wait for it. Should it promote short of from, it does so
+		// onto a new timeline, which the check above then finds.
+		res, err := repl.Exec(ctx, "SELECT pg_is_in_recovery()").ReadAll()
+		if err != nil {
+			return nil, s.classify(err, "ask the server whether it is in recovery")
+		}
+		if len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t" {
+			return nil, s.errorf(informer.ErrUnavailable, nil, "watch from %s: the server is in recovery and has replayed up to %s only: waiting for it to replay further or be promoted", from, r.XLogPos)
+		}
 		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
 	}
 	if s.cfg.Slot == "" {

@@ -143,6 +143,19 @@ func (s *Server) Restore(b Backup) error {
 	return err
 }
 
+// RestorePaused restores a base backup as Restore does, but stops recovery at the
+// backup's consistent point without promoting: the server accepts read-only connections,
+// in recovery on the old timeline, behind the writes it lost, until Resume. It returns
+// once recovery is paused there.
+func (s *Server) RestorePaused(b Backup) error {
+	_, err := s.output("restore", b.Dir, "pause")
+	return err
+}
+
+// Resume ends the recovery RestorePaused paused: the server promotes onto a new timeline.
+// It returns once the server accepts writes.
+func (s *Server) Resume() error { return s.run("resume") }
+
 // launch runs server.sh with args (start or standby), which starts a server and prints
 // where it is.
 func launch(env []string, args ...string) (*Server, error) {

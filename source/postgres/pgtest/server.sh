@@ -27,6 +27,10 @@
 #                                 the same port: a base backup replays its WAL up to the
 #                                 backup's consistent point and promotes (a new timeline);
 #                                 a copy starts as it was, on the same timeline
+#   server.sh restore BACKUP pause
+#                                 the same for a base backup, but recovery pauses at the
+#                                 consistent point (read-only, the old timeline)
+#   server.sh resume              end the paused recovery: the server promotes
 #   server.sh stop                stop the server at PGTEST_DIR and remove its directory
 #                                 (nothing to do if it is gone)
 #
@@ -162,28 +166,50 @@ copy() {
 restore() {
   need_dir
   B=$(bindir)
-  local bdir=${1:-}
+  local bdir=${1:-} action=promote
+  [ "${2:-}" = pause ] && action=pause
   [ -n "$bdir" ] && [ -d "$bdir/data" ] || { echo "server.sh: restore needs a backup directory from server.sh backup" >&2; exit 2; }
   as_owner "$B/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$DIR/data"
   as_owner cp -a "$bdir/data" "$DIR/data"
   [ -f "$DIR/data/backup_label" ] || { pgctl_start; return; } # a copy: as it was
   # A point-in-time restore: recover from the backup's WAL alone (restore_command finds
-  # nothing more) up to the backup's consistent point, then promote onto a new timeline.
+  # nothing more) up to the backup's consistent point, then promote onto a new timeline,
+  # or (pause) stay there in recovery, read-only, until resume.
   as_owner touch "$DIR/data/recovery.signal"
   cat >>"$DIR/data/postgresql.conf" <<CONF
 restore_command = 'false'
 recovery_target = 'immediate'
-recovery_target_action = 'promote'
+recovery_target_action = '$action'
 CONF
   pgctl_start
-  # pg_ctl returns once the server accepts connections; wait until it has promoted.
+  # pg_ctl returns once the server accepts connections; wait until it has promoted, or
+  # paused at the target.
+  if [ "$action" = pause ]; then
+    wait_sql "SELECT pg_get_wal_replay_pause_state()" paused
+  else
+    wait_sql "SELECT pg_is_in_recovery()" f
+  fi
+}
+
+resume() {
+  need_dir
+  B=$(bindir)
+  psql_owner -c 'SELECT pg_wal_replay_resume()' >/dev/null
+  wait_sql "SELECT pg_is_in_recovery()" f
+}
+
+psql_owner() { # psql as the owner, on the server at DIR
+  as_owner "$B/psql" -h 127.0.0.1 -p "$(sed -n 's/^port = //p' "$DIR/data/postgresql.conf" | tail -1)" -U postgres -d postgres -At "$@"
+}
+
+wait_sql() { # polls the query $1 until it answers $2, for up to a minute
   local i
   for i in $(seq 1 600); do
-    [ "$(as_owner "$B/psql" -h 127.0.0.1 -p "$(sed -n 's/^port = //p' "$DIR/data/postgresql.conf" | tail -1)" -U postgres -d postgres -Atc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ] && return 0
+    [ "$(psql_owner -c "$1" 2>/dev/null)" = "$2" ] && return 0
     sleep 0.1
   done
-  echo "server.sh: the restored server did not leave recovery:" >&2; tail -20 "$DIR/log" >&2; return 1
+  echo "server.sh: $1 did not answer $2 within a minute:" >&2; tail -20 "$DIR/log" >&2; return 1
 }
 
 promote() {
@@ -216,7 +242,8 @@ case "${1:-start}" in
   promote) promote ;;
   backup) backup ;;
   copy) copy ;;
-  restore) restore "${2:-}" ;;
+  restore) restore "${2:-}" "${3:-}" ;;
+  resume) resume ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|backup|copy|restore BACKUP|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|restart [MODE]|standby|promote|backup|copy|restore BACKUP [pause]|resume|stop" >&2; exit 2 ;;
 esac
