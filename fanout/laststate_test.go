@@ -100,13 +100,15 @@ func TestPassThroughDeleteOfKeyAloneSaysSo(t *testing.T) {
 			t.Fatalf("the delete's frame:\n got %s\nwant %s", got, want)
 		}
 	})
-	t.Run("client", func(t *testing.T) {
-		src := lastStateSource()
-		ts := passThroughOf(t, src)
-		client := syncedMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Ordered(), "client")
-		updateA(t, src, client)
-		deleteA(t, src, client)
-	})
+	for name, framing := range map[string]httpsource.Framing{"ndjson": httpsource.NDJSON, "sse": httpsource.ServerSentEvents} {
+		t.Run("client "+name, func(t *testing.T) {
+			src := lastStateSource()
+			ts := passThroughOf(t, src)
+			client := syncedMirror(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{Framing: framing}).Ordered(), "client")
+			updateA(t, src, client)
+			deleteA(t, src, client)
+		})
+	}
 	t.Run("two pass-throughs", func(t *testing.T) {
 		src := lastStateSource()
 		first := passThroughOf(t, src)
