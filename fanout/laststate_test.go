@@ -121,8 +121,9 @@ func TestPassThroughDeleteOfKeyAloneSaysSo(t *testing.T) {
 
 // A Server whose informer's source sends a delete's key alone sends the last state its
 // informer held (the state its own log holds), with no mark: a client, old or new, gets
-// it whole. Over an ordered upstream and an unordered one, and down a chain whose first
-// link is a PassThrough (the informer in the middle reads the mark from the wire).
+// it whole. Over an ordered upstream and an unordered one, through a PassThrough over a
+// Client of the Server, and down a chain whose first link is a PassThrough (the informer
+// in the middle reads the mark from the wire).
 func TestServerDeleteOfKeyAloneSendsTheLastState(t *testing.T) {
 	for _, ordered := range []bool{true, false} {
 		name := "upstream revisions"
@@ -149,6 +150,15 @@ func TestServerDeleteOfKeyAloneSendsTheLastState(t *testing.T) {
 			}
 		})
 	}
+	t.Run("before a PassThrough", func(t *testing.T) {
+		src := lastStateSource()
+		up := &upstream{Mirror: syncedMirror(t, src, "upstream"), src: src.Source}
+		_, ts := serve(t, up, ServerOptions[*wiretest.Obj]{})
+		pt := passThroughOf(t, newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Ordered())
+		client := syncedMirror(t, newTestClient(t, pt.URL, httpsource.ClientOptions[*wiretest.Obj]{}).Ordered(), "client")
+		updateA(t, src, up.Mirror, client)
+		deleteA(t, src, up.Mirror, client)
+	})
 	t.Run("after a PassThrough", func(t *testing.T) {
 		src := lastStateSource()
 		pt := passThroughOf(t, src)
