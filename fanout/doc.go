@@ -77,6 +77,23 @@
 // whatever the number of watchers of other values (BenchmarkFilterDispatch). An index
 // the server does not have is answered 400, naming the ones it has; a PassThrough has none.
 //
+// # Deletes whose last state is unknown
+//
+// A source may know only the key of a deleted object (source/etcd, for a delete whose
+// previous value was compacted away; source/postgres, for a row deleted under the default
+// replica identity) and say so: informer.Event.LastStateUnknown. An informer then hands
+// OnDelete the state its cache held. A Server's informer does so, and its log's delete
+// carries the state the Server served, so a Server sends the object's last state, with
+// nothing to mark: every client, of any version, gets it whole. A PassThrough has no
+// cache: it sends the key-only object and adds "lastStateUnknown":true to the frame
+// ({"type":"DELETED","resourceVersion":"42","lastStateUnknown":true,"object":{…}}),
+// which a Client passes on as Event.LastStateUnknown, so that a client informer's
+// OnDelete gets the state its own cache held, as the upstream informer's did; a
+// PassThrough over such a Client passes the mark on in turn. No header is needed: a
+// reader that does not know the field ignores it (the envelope's unknown keys are
+// ignored, by a Client of before the field and by Kubernetes clients) and takes the
+// key-only object for the last state, as it did; an older server sends no field.
+//
 // # Costs
 //
 // A Server encodes each change once and every watcher reads the same bounded log; an

@@ -40,6 +40,11 @@ type PassThroughOptions[V any] struct {
 // after the revision), which a Client applies whole, so that its WaitForRevision never
 // returns halfway through one; every other event stands alone.
 //
+// A delete whose source sent the key alone (informer.Event.LastStateUnknown) is sent as
+// the key-only object with "lastStateUnknown":true in its frame: a Client passes the mark
+// on, and a client informer hands OnDelete the state its cache held (see the package
+// documentation).
+//
 // A source error is answered by its class: informer.ErrExpired → 410,
 // informer.ErrTooManyRequests → 429, other informer.ErrRetryable → 503,
 // informer.ErrNotSupported → 400, anything else → 500. A list with resourceVersion=0 asks

@@ -229,7 +229,7 @@ func (s *watchStream[V]) appendEvent(ev informer.Event[V], partial bool) ([]byte
 	if partial && (len(rev) == 0 || rev[len(rev)-1] != wire.PartialMark) {
 		rev = append(rev, wire.PartialMark)
 	}
-	dst = wire.AppendEventStart(dst, s.sse, typ, rev)
+	dst = wire.AppendEventStart(dst, s.sse, typ, rev, ev.Type == informer.Deleted && ev.LastStateUnknown)
 	dst, err := s.h.Backend().AppendObject(dst, ev.Object)
 	if err != nil {
 		return dst, false, err

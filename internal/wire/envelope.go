@@ -32,12 +32,17 @@ type Event struct {
 	// EndOfInitialEvents is set on a BOOKMARK that ends the initial events of a streaming
 	// list (the InitialEventsEnd annotation).
 	EndOfInitialEvents bool
+	// LastStateUnknown is the envelope's "lastStateUnknown" field (false if absent): on a
+	// DELETED event, the object carries the key alone, not the object's last state (see
+	// AppendEventStart).
+	LastStateUnknown bool
 }
 
 // The JSON envelopes are the Kubernetes shapes, split by an allocation-free scanner so
 // that each object is parsed once, by the client's item decoder. A list is
 // {"metadata":{"resourceVersion":…,"continue":…},"items":[…]}; an event is
-// {"type":…,"object":…} with an optional "resourceVersion". The envelope is checked
+// {"type":…,"object":…} with an optional "resourceVersion" and, on a DELETED event, an
+// optional "lastStateUnknown" (true or false). The envelope is checked
 // strictly (RFC 8259); keys match case-sensitively; unknown keys are checked and ignored;
 // a duplicate key's last value wins. Inside an object or a list item only quotes and
 // brackets are matched, to find its end: the item decoder checks the rest (encoding/json
@@ -162,6 +167,8 @@ func DecodeEvent(frame []byte) (Event, error) {
 			} else {
 				err = fmt.Errorf("invalid event: resourceVersion is not a string")
 			}
+		case "lastStateUnknown":
+			ev.LastStateUnknown, err = s.boolValue("lastStateUnknown")
 		default:
 			err = s.skipValue(1)
 		}
@@ -204,6 +211,17 @@ func DecodeEvent(frame []byte) (Event, error) {
 		}
 	}
 	return ev, nil
+}
+
+// boolValue reads true or false, the value of the envelope's field what.
+func (s *scanner) boolValue(what string) (bool, error) {
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == 't':
+		return true, s.literal("true")
+	case s.i < len(s.b) && s.b[s.i] == 'f':
+		return false, s.literal("false")
+	}
+	return false, fmt.Errorf("invalid event: %s is not true or false", what)
 }
 
 // eventType reads the type string, returning the constants for the known types so that

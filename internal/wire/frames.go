@@ -22,7 +22,12 @@ func AppendListEnd(dst []byte) []byte { return append(dst, "]}\n"...) }
 
 // AppendEventStart appends an event frame of type typ (TypeAdded, TypeModified or
 // TypeDeleted) at revision rev up to its object, which follows, then AppendEventEnd.
-func AppendEventStart(dst []byte, sse bool, typ string, rev []byte) []byte {
+// lastStateUnknown, on a delete whose object carries the key alone (its source did not
+// know the last state: informer.Event.LastStateUnknown), adds "lastStateUnknown":true,
+// which a Client passes on to its informer; a reader that does not know the field
+// ignores it, as the envelope's unknown fields are, and takes the object for the last
+// state, as before the field.
+func AppendEventStart(dst []byte, sse bool, typ string, rev []byte, lastStateUnknown bool) []byte {
 	if sse {
 		dst = append(dst, "data: "...)
 	}
@@ -30,6 +35,9 @@ func AppendEventStart(dst []byte, sse bool, typ string, rev []byte) []byte {
 	dst = append(dst, typ...)
 	dst = append(dst, `","resourceVersion":`...)
 	dst = AppendQuoted(dst, rev)
+	if lastStateUnknown {
+		dst = append(dst, `,"lastStateUnknown":true`...)
+	}
 	return append(dst, `,"object":`...)
 }
 

@@ -223,7 +223,7 @@ func (w *watch[V]) next() (informer.Event[V], error) {
 	if rev == "" && w.c.revision != nil {
 		rev = w.c.revision(obj)
 	}
-	return informer.Event[V]{Type: typ, Object: obj, Revision: rev}, nil
+	return informer.Event[V]{Type: typ, Object: obj, Revision: rev, LastStateUnknown: typ == informer.Deleted && raw.LastStateUnknown}, nil
 }
 
 // nextCustom delivers the events of frames decoded by ClientOptions.DecodeFrame.

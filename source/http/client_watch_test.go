@@ -143,3 +143,37 @@ func TestClientSilentWatchRewatches(t *testing.T) {
 		t.Errorf("requests %q: want one list and a second watch from the same revision", f.requests())
 	}
 }
+
+// A DELETED frame whose envelope says lastStateUnknown (a fanout PassThrough whose
+// source sent the key alone) becomes a Deleted event with LastStateUnknown, so that the
+// informer hands OnDelete its cached state; a frame without the field (an older server,
+// a Kubernetes API server) is a delete of the state sent, as before; on another event
+// type the field is ignored; a value other than true or false is bad input.
+func TestClientWatchDeleteOfKeyAlone(t *testing.T) {
+	keyAlone := `{"type":"DELETED","resourceVersion":"2","lastStateUnknown":true,"object":{"name":"a","val":""}}` + "\n"
+	said := `{"type":"DELETED","resourceVersion":"3","lastStateUnknown":false,"object":{"name":"b","val":"1"}}` + "\n"
+	added := `{"type":"ADDED","resourceVersion":"5","lastStateUnknown":true,"object":{"name":"d","val":"1"}}` + "\n"
+	bad := `{"type":"DELETED","resourceVersion":"6","lastStateUnknown":"yes","object":{"name":"d","val":""}}` + "\n"
+	_, ts := newFake(t, []string{listBody("1")}, stream(keyAlone, said, ev("DELETED", "4", o("c", "1")), added, bad))
+	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
+	w, err := c.Watch(context.Background(), informer.WatchOptions{Revision: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for _, want := range []string{"Deleted a= @2 last state unknown", "Deleted b=1 @3", "Deleted c=1 @4", "Added d=1 @5"} {
+		e, err := w.Next()
+		if err != nil {
+			t.Fatalf("want %s: %v", want, err)
+		}
+		got := wiretest.Event(e)
+		if e.LastStateUnknown {
+			got += " last state unknown"
+		}
+		if got != want {
+			t.Fatalf("got %s, want %s", got, want)
+		}
+	}
+	_, err = w.Next()
+	wantError(t, err, "lastStateUnknown is not true or false", informer.ErrBadInput)
+}

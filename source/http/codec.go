@@ -52,6 +52,12 @@ type RawEvent struct {
 	// EndOfInitialEvents is set on a BOOKMARK that ends the initial events of a streaming
 	// list (the k8s.io/initial-events-end annotation).
 	EndOfInitialEvents bool
+	// LastStateUnknown is set on a DELETED event whose object carries the key alone, not
+	// the object's last state (the JSON codec: the envelope's "lastStateUnknown": true,
+	// sent by a fanout PassThrough whose source did not know it). The client passes it on
+	// as informer.Event.LastStateUnknown, so that OnDelete receives the informer's cached
+	// state; on other event types it is ignored.
+	LastStateUnknown bool
 	// Status is the decoded object of an ERROR event, nil otherwise.
 	Status *StatusError
 }
@@ -59,7 +65,8 @@ type RawEvent struct {
 // JSON is the default EnvelopeCodec: the Kubernetes JSON shapes, with the envelope split by an
 // allocation-free scanner so that each object is parsed once, by the item decoder. A list
 // is {"metadata":{"resourceVersion":…,"continue":…},"items":[…]}; an event is
-// {"type":…,"object":…} with an optional "resourceVersion". The envelope is checked
+// {"type":…,"object":…} with an optional "resourceVersion" and, on a DELETED event, an
+// optional "lastStateUnknown" (true or false). The envelope is checked
 // strictly (RFC 8259); keys match case-sensitively; unknown keys are checked and ignored;
 // a duplicate key's last value wins. Inside an object or a list item only quotes and
 // brackets are matched, to find its end: the item decoder checks the rest (encoding/json
@@ -82,7 +89,7 @@ func (jsonCodec) DecodeEvent(frame []byte) (RawEvent, error) {
 	if err != nil {
 		return RawEvent{}, err
 	}
-	raw := RawEvent{Type: ev.Type, Object: ev.Object, Revision: ev.Revision, EndOfInitialEvents: ev.EndOfInitialEvents}
+	raw := RawEvent{Type: ev.Type, Object: ev.Object, Revision: ev.Revision, EndOfInitialEvents: ev.EndOfInitialEvents, LastStateUnknown: ev.LastStateUnknown}
 	if ev.Type == wire.TypeError {
 		raw.Status = &StatusError{}
 		if ev.Object != nil {

@@ -23,7 +23,12 @@
 // client that asks for Accept: text/event-stream gets the same events as Server-Sent
 // Events ("data: {…}" and a blank line). The envelope's resourceVersion is this package's
 // addition; without it a client takes the object's metadata.resourceVersion, as
-// Kubernetes clients do. Other parameters: resourceVersionMatch=NotOlderThan, and
+// Kubernetes clients do. A DELETED event may carry "lastStateUnknown":true, also this
+// package's addition: its object carries the key alone, not the object's last state (a
+// fanout PassThrough whose source did not know it); the Client sets
+// informer.Event.LastStateUnknown, and the informer hands OnDelete the state its cache
+// held. Without the field (a Kubernetes API server, an older server) a DELETED event's
+// object is the last state. Other parameters: resourceVersionMatch=NotOlderThan, and
 // sendInitialEvents=true for a streaming list (the current state as ADDED events, then a
 // BOOKMARK annotated k8s.io/initial-events-end).
 //

@@ -79,6 +79,10 @@ func checkEvent(t *testing.T, frame []byte) {
 				t.Fatalf("%q: revision %q, encoding/json says %s", frame, ev.Revision, raw)
 			}
 		}
+		var unknown bool
+		if raw, ok := m["lastStateUnknown"]; (ok && (json.Unmarshal(raw, &unknown) != nil || unknown != ev.LastStateUnknown)) || (!ok && ev.LastStateUnknown) {
+			t.Fatalf("%q: lastStateUnknown %v, encoding/json says %s", frame, ev.LastStateUnknown, raw)
+		}
 		return
 	}
 	if stdErr != nil {
@@ -91,6 +95,9 @@ func checkEvent(t *testing.T, frame []byte) {
 	}
 	if raw, ok := m["resourceVersion"]; ok && (json.Unmarshal(raw, &rv) != nil || raw[0] != '"') {
 		return
+	}
+	if raw, ok := m["lastStateUnknown"]; ok && string(raw) != "true" && string(raw) != "false" {
+		return // not a boolean
 	}
 	if typ == wire.TypeError {
 		var se StatusError
