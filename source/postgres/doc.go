@@ -14,9 +14,10 @@
 //
 // # What the informer gets
 //
-// List creates a replication slot (temporary: PostgreSQL drops it with its connection),
-// which exports a snapshot of the database at the slot's consistent point; the list reads
-// the table in a REPEATABLE READ transaction on that snapshot, one SELECT whose rows the
+// List opens one replication connection, used by the list and by the watch that follows
+// it, and creates a replication slot on it (temporary: PostgreSQL drops it with its
+// connection) inside a REPEATABLE READ transaction, whose snapshot is the database at the
+// slot's consistent point; the list reads the table in that transaction, one SELECT whose rows the
 // source reads and decodes a page ahead of the informer (the server copies no page aside,
 // a page costs no round trip, and the informer takes in a page while the next is read),
 // and reports the consistent point as its revision; each page's

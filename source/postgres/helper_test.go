@@ -118,6 +118,22 @@ func newSource(t testing.TB, table string, edit ...func(*postgres.Config[*item])
 	return src
 }
 
+// firstPage fills a new table with rows rows (value "v<id>"), and returns a connection,
+// the table's name, a source over it (edited by edit) and the first page of a list in pages
+// of limit rows.
+func firstPage(t *testing.T, rows, limit int, edit ...func(*postgres.Config[*item])) (*pgx.Conn, string, *postgres.Source[*item], informer.List[*item]) {
+	t.Helper()
+	c := connect(t)
+	name := newTable(t, c)
+	exec(t, c, "INSERT INTO "+name+" SELECT i, 'n', 'v'||i FROM generate_series(1, $1::int) i", rows)
+	src := newSource(t, name, edit...)
+	l, err := src.List(t.Context(), informer.ListOptions{Limit: int64(limit)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, name, src, l
+}
+
 // run starts an informer over src with a recorder, and waits for its first sync.
 func run(t testing.TB, src *postgres.Source[*item], edit ...func(*informer.Options[int64, *item])) (*informer.Informer[int64, *item], *informertest.Recorder[*item]) {
 	t.Helper()

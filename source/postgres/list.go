@@ -13,26 +13,28 @@ import (
 	"github.com/informer-go/informer"
 )
 
-// listState is a list in progress: one query on a normal connection that opens a
-// REPEATABLE READ transaction on the snapshot a new slot exported, reads the table and
-// commits. A reader goroutine reads and decodes its rows a page ahead of the calls: the
-// server sends the table and the source decodes the next page while the informer takes
-// in the page before, and a page costs no round trip.
+// listState is a list in progress: one query, on the replication connection of the
+// stream the list parks for the watch, that reads the table in the REPEATABLE READ
+// transaction whose snapshot is the new slot's, and commits. A reader goroutine reads
+// and decodes its rows a page ahead of the calls: the server sends the table and the
+// source decodes the next page while the informer takes in the page before, and a page
+// costs no round trip.
 type listState[V any] struct {
-	token  string // the Continue token of the next page; guarded by the Source's mu
-	conn   *pgconn.PgConn
+	token  string             // the Continue token of the next page; guarded by the Source's mu
+	conn   *pgconn.PgConn     // the connection of the stream the list parks for the watch
 	cancel context.CancelFunc // cancels the query
 	query  *pgconn.MultiResultReader
 	rows   *pgconn.ResultReader // the SELECT's
 	row    Row                  // the row being decoded, its values those of rows
 	rev    pglogrepl.LSN
 
-	limit   int64         // the rows of a page the reader reads: the first call's Limit
-	pages   chan page[V]  // the reader's pages, one ahead; the last one has more false or an error
-	stop    chan struct{} // closed by close: the reader sends no more
-	closing sync.Once
-	done    chan struct{} // closed when the reader has returned
-	pending page[V]       // what the last call left of a page longer than its Limit
+	limit    int64         // the rows of a page the reader reads: the first call's Limit
+	pages    chan page[V]  // the reader's pages, one ahead; the last one has more false or an error
+	stop     chan struct{} // closed by close: the reader sends no more
+	closing  sync.Once
+	done     chan struct{} // closed when the reader has returned
+	finished bool          // the query ended and committed; set by the reader before done
+	pending  page[V]       // what the last call left of a page longer than its Limit
 }
 
 // page is what the reader read: the decoded rows, the size of the values of each, and
@@ -60,22 +62,25 @@ func (p *page[V]) cut(n int64) page[V] {
 	return head
 }
 
-// close ends the list: it cancels the query, waits for the reader to return and closes
-// the connection.
+// close ends the list: it cancels the query and waits for the reader to return. A list
+// that ends before its query did leaves the connection in the middle of the query: close
+// closes it, and the watch that follows opens another.
 func (l *listState[V]) close() {
 	l.closing.Do(func() {
 		l.cancel()
 		close(l.stop)
 		<-l.done
-		_ = l.conn.Close(context.Background())
+		if !l.finished {
+			_ = l.conn.Close(context.Background())
+		}
 	})
 }
 
-// List implements informer.ListerWatcher. The first page creates a replication slot
-// (temporary unless Config.Slot names one), starts reading the table in a REPEATABLE READ
-// transaction on the snapshot the slot exported, and reports the slot's consistent point
-// as the revision: the state of the table at that LSN, which is where the watch that
-// follows starts. Later pages read on from the same query: the source reads and decodes
+// List implements informer.ListerWatcher. The first page opens a replication connection,
+// creates a replication slot on it (temporary unless Config.Slot names one) in a
+// REPEATABLE READ transaction that takes the slot's snapshot, starts reading the table in
+// that transaction, and reports the slot's consistent point as the revision: the state of
+// the table at that LSN, which is where the watch that follows starts. Later pages read on from the same query: the source reads and decodes
 // each page while the one before is taken in, with the first page's ListOptions.Limit
 // (a later call with a smaller Limit receives that many rows). The list's
 // ListOptions.Revision is not used: every list is of the newest state. List.Bytes is the
@@ -104,9 +109,8 @@ func (s *Source[V]) List(ctx context.Context, opts informer.ListOptions) (inform
 	defer s.mu.Unlock()
 	if err != nil || !p.more {
 		if s.list == l {
-			s.list = nil
+			s.endList()
 		}
-		l.close()
 		if err != nil {
 			return informer.List[V]{}, err
 		}
@@ -174,6 +178,8 @@ func (s *Source[V]) fetch(l *listState[V]) page[V] {
 				p.err = fmt.Errorf("read the table: %w", err)
 			} else if err := l.query.Close(); err != nil {
 				p.err = fmt.Errorf("end the transaction: %w", err)
+			} else {
+				l.finished = true
 			}
 			return p
 		}
@@ -203,22 +209,21 @@ func (s *Source[V]) startList(ctx context.Context, limit int64) (*listState[V], 
 	old, oldList := s.parked, s.list
 	s.parked, s.list = nil, nil
 	s.mu.Unlock()
-	if old != nil {
-		old.close()
-	}
 	if oldList != nil {
 		oldList.close()
 	}
+	if old != nil {
+		old.close()
+	}
 
-	conn, st, snapshot, filter, keys, err := s.prepare(ctx)
+	st, conn, filter, keys, err := s.prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &listState[V]{conn: conn, cancel: cancel, rev: st.pos, limit: limit,
 		pages: make(chan page[V], 1), stop: make(chan struct{}), done: make(chan struct{})}
-	sql := "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT " + quoteLiteral(snapshot) +
-		"; SELECT * FROM " + s.qualified()
+	sql := "SELECT * FROM " + s.qualified()
 	if filter != "" {
 		sql += " WHERE " + filter
 	}
@@ -240,25 +245,31 @@ func (s *Source[V]) startList(ctx context.Context, limit int64) (*listState[V], 
 	return l, nil
 }
 
-// start sends the list's query, in one round trip (the transaction on the slot's
-// snapshot, the SELECT and the commit), and waits for the SELECT's columns. The query
-// runs under lctx, which outlives ctx (the first page's).
+// endList ends the list in progress, if any (see listState.close); s.mu is held.
+func (s *Source[V]) endList() {
+	if s.list != nil {
+		s.list.close()
+		s.list = nil
+	}
+}
+
 // whileReading makes ctx, the context of a call, cancel the list's query while the call
 // reads it (the query's own context outlives the call); the function returned ends that.
 func (l *listState[V]) whileReading(ctx context.Context) (stop func() bool) {
 	return context.AfterFunc(ctx, l.cancel)
 }
 
+// start sends the list's query (the SELECT and the commit of the transaction the slot
+// was created in) and waits for the SELECT's columns. The query runs under lctx, which
+// outlives ctx (the first page's).
 func (l *listState[V]) start(ctx, lctx context.Context, sql string, keys map[string]bool) error {
 	defer l.whileReading(ctx)()
 	l.query = l.conn.Exec(lctx, sql)
-	for range 3 { // BEGIN, SET TRANSACTION, SELECT
-		if !l.query.NextResult() {
-			if err := l.query.Close(); err != nil {
-				return err
-			}
-			return errors.New("the server answered no result")
+	if !l.query.NextResult() { // the SELECT's
+		if err := l.query.Close(); err != nil {
+			return err
 		}
+		return errors.New("the server answered no result")
 	}
 	l.rows = l.query.ResultReader()
 	cols := make([]column, 0, len(l.rows.FieldDescriptions()))
@@ -272,43 +283,26 @@ func (l *listState[V]) start(ctx, lctx context.Context, sql string, keys map[str
 	return nil
 }
 
-// prepare opens the list's connection and checks the server on it, and at once opens a
-// replication connection and creates the slot on it (see createSlot). It returns the
-// slot's stream (not started), the name of the snapshot it exported, and the
-// publication's row filter and the table's key columns.
-func (s *Source[V]) prepare(ctx context.Context) (conn *pgconn.PgConn, st *stream[V], snapshot, filter string, keys map[string]bool, err error) {
-	type slotted struct {
-		st       *stream[V]
-		snapshot string
-		err      error
+// prepare opens the replication connection of the list and of the watch that follows,
+// identifies the server, checks what the source needs of it, and creates the slot in a
+// REPEATABLE READ transaction that takes the slot's snapshot (see createSlot). It returns
+// the stream parked on the connection (not started), the connection, inside that
+// transaction, and the publication's row filter and the table's key columns.
+func (s *Source[V]) prepare(ctx context.Context) (*stream[V], *pgconn.PgConn, string, map[string]bool, error) {
+	repl, err := s.connect(ctx, true)
+	if err != nil {
+		return nil, nil, "", nil, err
 	}
-	checked := make(chan error, 1)
-	slotc := make(chan slotted, 1)
-	go func() {
-		var r slotted
-		repl, err := s.connect(ctx, true)
-		if err == nil {
-			r.st, r.snapshot, err = s.createSlot(ctx, repl, checked)
-		}
-		r.err = err
-		slotc <- r
-	}()
-	conn, err = s.connect(ctx, false)
+	filter, keys, err := s.check(ctx, repl)
+	var st *stream[V]
 	if err == nil {
-		filter, keys, err = s.check(ctx, conn)
-	}
-	checked <- err
-	r := <-slotc
-	if err == nil {
-		err = r.err
+		st, err = s.createSlot(ctx, repl)
 	}
 	if err != nil {
-		if conn != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
-		}
-		return nil, nil, "", "", nil, err
+		_ = repl.Close(context.WithoutCancel(ctx))
+		return nil, nil, "", nil, err
 	}
-	return conn, r.st, r.snapshot, filter, keys, nil
+	return st, repl, filter, keys, nil
 }
 
 // check verifies what the source needs of the server, with an error that says what to
@@ -352,51 +346,38 @@ SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
 	return strings.TrimSpace(string(res[1].Rows[0][1])), keys, nil
 }
 
-// createSlot identifies the server on repl, a new replication connection, and creates
-// the source's slot on it, exporting its snapshot; it returns the stream parked on it
-// (not yet started) and the snapshot's name. checked gives the outcome of the list's
-// checks of the server, which run meanwhile: a named slot is created only once they
-// passed, a temporary one at once (it goes with its connection should they fail). On
-// an error, repl is closed.
-func (s *Source[V]) createSlot(ctx context.Context, repl *pgconn.PgConn, checked <-chan error) (_ *stream[V], snapshot string, err error) {
-	defer func() {
-		if err != nil {
-			_ = repl.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	id, err := identify(ctx, repl)
+// createSlot creates the source's slot on repl, a replication connection, in a REPEATABLE
+// READ transaction it begins, whose snapshot is the slot's: the list reads the table in
+// it, after it identified the server. A named slot is dropped first: a list starts it
+// afresh. It returns the stream parked on repl, not yet started.
+func (s *Source[V]) createSlot(ctx context.Context, repl *pgconn.PgConn) (*stream[V], error) {
+	id, _, err := identify(ctx, repl)
 	if err != nil {
-		return nil, "", s.errorf(informer.ErrRetryable, err, "identify the server")
+		return nil, s.errorf(informer.ErrRetryable, err, "identify the server")
 	}
 	name, temporary := s.cfg.Slot, s.cfg.Slot == ""
 	if temporary {
 		name = newSlotName()
 	} else {
-		if err := <-checked; err != nil {
-			return nil, "", err // the caller reports it
-		}
-		// A list starts the slot afresh: its snapshot is the list's state.
 		_, err := repl.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(name)).ReadAll()
 		if err != nil {
-			return nil, "", s.errorf(informer.ErrRetryable, err, "drop slot %s to create it afresh (is another informer using it?)", name)
+			return nil, s.errorf(informer.ErrRetryable, err, "drop slot %s to create it afresh (is another informer using it?)", name)
 		}
 	}
+	if _, err := repl.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").ReadAll(); err != nil {
+		return nil, s.errorf(informer.ErrRetryable, err, "begin the list's transaction")
+	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
-		Temporary: temporary, SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication,
+		Temporary: temporary, SnapshotAction: "USE_SNAPSHOT", Mode: pglogrepl.LogicalReplication,
 	})
 	if err != nil {
-		return nil, "", s.errorf(informer.ErrRetryable, err, "create replication slot %s", name)
+		return nil, s.errorf(informer.ErrRetryable, err, "create replication slot %s", name)
 	}
 	pos, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
-		return nil, "", s.errorf(informer.ErrBadInput, err, "slot %s's consistent point", name)
+		return nil, s.errorf(informer.ErrBadInput, err, "slot %s's consistent point", name)
 	}
-	if temporary {
-		if err := <-checked; err != nil {
-			return nil, "", err // the caller reports it
-		}
-	}
-	return s.newStream(repl, name, id, pos), res.SnapshotName, nil
+	return s.newStream(repl, name, id, pos), nil
 }
 
 // serverMajor is the server's major version, from the server_version it reported on

@@ -109,3 +109,65 @@ func TestListReadsAheadWithinEachCallsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A list and the watch that follows it use one connection to the server, a replication
+// one: the slot is created in the transaction that reads the table, on that connection,
+// and the watch streams on it.
+func TestListAndWatchUseOneConnection(t *testing.T) {
+	c, name, src, l := firstPage(t, 100, 10, func(cfg *postgres.Config[*item]) { cfg.ConnString += "&application_name=one_connection" })
+	ctx := t.Context()
+	connections := func() (n int, kinds []string) {
+		rows, err := c.Query(ctx, "SELECT backend_type FROM pg_stat_activity WHERE application_name = 'one_connection' ORDER BY 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			kinds = append(kinds, k)
+		}
+		return len(kinds), kinds
+	}
+	var err error
+	if n, kinds := connections(); n != 1 || kinds[0] != "walsender" {
+		t.Fatalf("while the list is read the source holds connections %q, want one walsender", kinds)
+	}
+	for cont := l.Continue; cont != ""; {
+		if l, err = src.List(ctx, informer.ListOptions{Limit: 10, Continue: cont}); err != nil {
+			t.Fatal(err)
+		}
+		cont = l.Continue
+	}
+	w, err := src.Watch(ctx, informer.WatchOptions{Revision: l.Revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	exec(t, c, "UPDATE "+name+" SET value = 'w' WHERE id = 1")
+	if ev, err := w.Next(); err != nil || ev.Object.Value != "w" {
+		t.Fatalf("watch: %v, %v", ev, err)
+	}
+	if n, kinds := connections(); n != 1 || kinds[0] != "walsender" {
+		t.Fatalf("while the watch streams the source holds connections %q, want one walsender", kinds)
+	}
+}
+
+// A watch that starts before the list was read to its end ends the list, whose query
+// holds the connection the watch would stream on: the list's next page and the watch
+// both fail with ErrExpired (the temporary slot went with the connection), and a new
+// list works.
+func TestWatchBeforeTheListEndsEndsIt(t *testing.T) {
+	_, _, src, l := firstPage(t, 100, 10)
+	ctx := t.Context()
+	if _, err := src.Watch(ctx, informer.WatchOptions{Revision: l.Revision}); !errors.Is(err, informer.ErrExpired) {
+		t.Fatalf("a watch during the list: %v, want ErrExpired", err)
+	}
+	if _, err := src.List(ctx, informer.ListOptions{Limit: 10, Continue: l.Continue}); !errors.Is(err, informer.ErrExpired) {
+		t.Fatalf("the list's next page after a watch: %v, want ErrExpired", err)
+	}
+	if l, err := src.List(ctx, informer.ListOptions{}); err != nil || len(l.Items) != 100 || l.Continue != "" {
+		t.Fatalf("a new list: %d rows, continue %q, %v; want the 100 rows", len(l.Items), l.Continue, err)
+	}
+}

@@ -68,8 +68,8 @@ type Config[V any] struct {
 // whatever the page size; a page bounds what the informer holds at once).
 const DefaultPageSize = 10_000
 
-// Source is an informer.ListerWatcher[V] over one PostgreSQL table: lists read a
-// snapshot exported by a new logical replication slot, watches stream the table's changes
+// Source is an informer.ListerWatcher[V] over one PostgreSQL table: lists read the
+// snapshot of a new logical replication slot, watches stream the table's changes
 // from that slot (pgoutput). Revisions are LSNs ("0/16B3748"). Source also implements
 // informer.RevisionComparer, informer.SourceIdentifier, informer.PageSizer and
 // informer.ErrorReporting.
@@ -189,7 +189,7 @@ func (s *Source[V]) SourceID(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	id, err := identify(ctx, conn)
+	id, _, err := identify(ctx, conn)
 	if err != nil {
 		return "", s.errorf(nil, err, "identify the server")
 	}
@@ -204,11 +204,11 @@ func (s *Source[V]) Close() error {
 	st, l := s.parked, s.list
 	s.parked, s.list = nil, nil
 	s.mu.Unlock()
+	if l != nil {
+		l.close() // first: its reader may be reading on the stream's connection
+	}
 	if st != nil {
 		st.close()
-	}
-	if l != nil {
-		l.close()
 	}
 	return nil
 }
@@ -250,12 +250,19 @@ func (s *Source[V]) connect(ctx context.Context, replication bool) (*pgconn.PgCo
 	return conn, nil
 }
 
-func identify(ctx context.Context, conn *pgconn.PgConn) (identity, error) {
+// identify asks the server on conn, a replication connection, who it is and how far
+// its WAL has reached.
+func identify(ctx context.Context, conn *pgconn.PgConn) (identity, pglogrepl.LSN, error) {
 	r, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
-		return identity{}, err
+		return identity{}, 0, err
 	}
-	return identity{system: r.SystemID, timeline: r.Timeline, database: r.DBName}, nil
+	return identity{system: r.SystemID, timeline: r.Timeline, database: r.DBName}, r.XLogPos, nil
+}
+
+// String says which system and timeline the identity names.
+func (id identity) String() string {
+	return fmt.Sprintf("system %s timeline %d", id.system, id.timeline)
 }
 
 // sourceError is an error of the Source. It matches an informer error class without

@@ -148,16 +148,8 @@ func TestWatchTimeoutEndsAndResumes(t *testing.T) {
 // A list is one snapshot: rows changed while its pages are read are listed as they were
 // at its revision, and the watch from that revision delivers the changes.
 func TestListIsOneSnapshotAcrossPages(t *testing.T) {
-	c := connect(t)
-	name := newTable(t, c)
-	exec(t, c, "INSERT INTO "+name+" SELECT i, 'n', 'v'||i FROM generate_series(1, 30) i")
-	src := newSource(t, name)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := src.List(ctx, informer.ListOptions{Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, name, src, l := firstPage(t, 30, 10)
+	ctx := t.Context()
 	exec(t, c, "UPDATE "+name+" SET value = 'changed' WHERE id > 10")
 	exec(t, c, "INSERT INTO "+name+" VALUES (31, 'n', 'new')")
 	items := l.Items

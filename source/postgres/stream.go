@@ -267,10 +267,16 @@ func (st *stream[V]) row(r *relation, t *pglogrepl.TupleData) (row *Row, unchang
 	return row, unchanged
 }
 
+// decodeKept keeps the row's big values for the updates that do not send them again, and
+// decodes it.
+func (st *stream[V]) decodeKept(row *Row) (V, bool) {
+	st.s.big.remember(row)
+	return st.s.decodeRow(row)
+}
+
 func (st *stream[V]) insert(ctx context.Context, r *relation, t *pglogrepl.TupleData) {
 	row, _ := st.row(r, t)
-	st.s.big.remember(row)
-	if v, ok := st.s.decodeRow(row); ok {
+	if v, ok := st.decodeKept(row); ok {
 		st.add(informer.Added, v)
 	}
 }
@@ -288,8 +294,7 @@ func (st *stream[V]) update(ctx context.Context, r *relation, oldType uint8, old
 	if len(unchanged) > 0 {
 		st.s.fillUnchanged(ctx, row, unchanged)
 	}
-	st.s.big.remember(row)
-	if v, ok := st.s.decodeRow(row); ok {
+	if v, ok := st.decodeKept(row); ok {
 		st.add(informer.Modified, v)
 		return
 	}

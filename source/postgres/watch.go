@@ -14,7 +14,9 @@ import (
 // Watch implements informer.ListerWatcher: it streams the table's changes committed after
 // opts.Revision, each transaction's events at its commit's end LSN, in commit order.
 //
-// A watch after a list reads from the slot that list created. A watch that follows
+// A watch after a list reads from the slot that list created, on the list's connection;
+// one that starts before the list's last page was read ends the list (its query holds
+// the connection) and fails with informer.ErrExpired. A watch that follows
 // another (the informer re-watches after a timeout, say) reads on from the same
 // connection if the revision is where the last one stopped. Otherwise, with a temporary
 // slot, the revision is lost: Watch identifies the server and fails with an error that
@@ -38,6 +40,7 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		return nil, s.errorf(informer.ErrExpired, err, "watch")
 	}
 	s.mu.Lock()
+	s.endList()
 	st := s.parked
 	s.parked = nil
 	closed := s.closed
@@ -49,8 +52,9 @@ func (s *Source[V]) Watch(ctx context.Context, opts informer.WatchOptions) (info
 		return nil, s.errorf(nil, nil, "the source is closed")
 	}
 	// A stream that delivered part of a transaction is not resumed: the informer's
-	// revision does not say where in it it stopped.
-	if st != nil && (st.broken || st.pos != from || len(st.pending) > 0) {
+	// revision does not say where in it it stopped. Nor one whose connection a list
+	// closed, having ended before its query did.
+	if st != nil && (st.broken || st.conn.IsClosed() || st.pos != from || len(st.pending) > 0) {
 		st.close()
 		st = nil
 	}
@@ -91,19 +95,17 @@ func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V],
 			_ = repl.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	r, err := pglogrepl.IdentifySystem(ctx, repl)
+	id, reached, err := identify(ctx, repl)
 	if err != nil {
 		return nil, s.classify(err, "identify the server")
 	}
-	id := identity{system: r.SystemID, timeline: r.Timeline, database: r.DBName}
 	s.mu.Lock()
 	known := s.ident
 	s.mu.Unlock()
-	if known.system != "" && known != id {
-		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server is now system %s timeline %d, not system %s timeline %d (restored or promoted): list again",
-			from, id.system, id.timeline, known.system, known.timeline)
+	if known != (identity{}) && known != id {
+		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server is now %s, not %s (restored or promoted): list again", from, id, known)
 	}
-	if from > r.XLogPos {
+	if from > reached {
 		// A server in recovery may yet replay up to from (a standby that lags, a restore
 		// still replaying): wait for it. Should it promote short of from, it does so
 		// onto a new timeline, which the check above then finds.
@@ -112,9 +114,9 @@ func (s *Source[V]) reopen(ctx context.Context, from pglogrepl.LSN) (*stream[V],
 			return nil, s.classify(err, "ask the server whether it is in recovery")
 		}
 		if len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t" {
-			return nil, s.errorf(informer.ErrUnavailable, nil, "watch from %s: the server is in recovery and has replayed up to %s only: waiting for it to replay further or be promoted", from, r.XLogPos)
+			return nil, s.errorf(informer.ErrUnavailable, nil, "watch from %s: the server is in recovery and has replayed up to %s only: waiting for it to replay further or be promoted", from, reached)
 		}
-		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, r.XLogPos)
+		return nil, s.errorf(informer.ErrOtherHistory, nil, "watch from %s: the server has only reached %s: the revision is of another history: list again", from, reached)
 	}
 	if s.cfg.Slot == "" {
 		// The same history, but the temporary slot of that revision went with its
