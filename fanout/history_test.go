@@ -3,120 +3,18 @@ package fanout
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
 	"github.com/informer-go/informer/source/memory"
 )
-
-// cutProxy is a TCP proxy on loopback in front of a server, which a test cuts (every
-// connection closed, new ones closed at once: a client cut off from its server) and
-// joins again.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-}
-
-// newCutProxy proxies to the server at url (http://host:port) until the test ends.
-func newCutProxy(t testing.TB, url string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: strings.TrimPrefix(url, "http://"), conns: make(map[net.Conn]struct{})}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		p.setCut(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-// URL returns the proxy's URL.
-func (p *cutProxy) URL() string { return "http://" + p.ln.Addr().String() }
-
-// setCut cuts the proxy (closing every connection) or joins it again.
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			c.Close()
-		}
-	}
-}
-
-// keep registers c, unless the proxy is cut (then c is closed).
-func (p *cutProxy) keep(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *cutProxy) forget(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *cutProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.keep(c) {
-			continue
-		}
-		p.wg.Add(1)
-		go p.pipe(c)
-	}
-}
-
-// pipe copies between c and a connection to the target until either side ends.
-func (p *cutProxy) pipe(c net.Conn) {
-	defer p.wg.Done()
-	up, err := net.Dial("tcp", p.target)
-	if err != nil || !p.keep(up) {
-		p.forget(c)
-		return
-	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		_, _ = io.Copy(up, c)
-		p.forget(c, up)
-	}()
-	_, _ = io.Copy(c, up)
-	p.forget(c, up)
-}
 
 // history is the writes of one history of an upstream, one per revision from 1: "name=val".
 type history []string
@@ -191,19 +89,19 @@ func TestClientBackAfterRestoreListsTheNewHistory(t *testing.T) {
 			up := &upstream{Mirror: wiretest.NewMirror(t, lw, "upstream", nil), src: current}
 			up.settle(t)
 			srv, ts, _ := startReplica(t, up, ServerOptions[*wiretest.Obj]{})
-			proxy := newCutProxy(t, ts.URL)
+			proxy := testkit.NewProxy(t, ts.Listener.Addr().String())
 			var copts httpsource.ClientOptions[*wiretest.Obj]
 			if !tags {
 				copts.PrepareRequest = withoutHistoryTags
 			}
-			client := wiretest.NewMirror(t, newTestClient(t, proxy.URL(), copts).Ordered(), "client", nil)
+			client := wiretest.NewMirror(t, newTestClient(t, "http://"+proxy.Addr(), copts).Ordered(), "client", nil)
 			mirrorConverge(t, client, current)
 
-			proxy.setCut(true)
+			proxy.Cut()
 			lw.restore(backup)
 			wiretest.Eventually(t, "the server at revision 2 of the new history", func() bool { return srv.Revision() == "2" })
 			newHistory.write(t, backup, 3, srv) // to revision 7, past the client's 6
-			proxy.setCut(false)
+			proxy.Resume()
 
 			wiretest.Until(t, "the client at revision 7", func() bool {
 				rev, _ := presented(client)

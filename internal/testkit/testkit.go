@@ -1,6 +1,7 @@
 // Package testkit holds what the tests of the repository's modules share and that none of
-// them should write again: a goroutine-leak check with patience, and loopback addresses
-// that stay free while a server restarts on them. It is for tests only.
+// them should write again: a goroutine-leak check with patience, loopback addresses that
+// stay free while a server restarts on them, and a TCP proxy that cuts clients off their
+// server. It is for tests only.
 package testkit
 
 import (

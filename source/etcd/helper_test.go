@@ -171,15 +171,7 @@ func newClient(t testing.TB, endpoints ...string) *clientv3.Client {
 type proxy = etcdtest.Proxy
 
 // startProxy forwards a loopback port to target until t's cleanup.
-func startProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	p, err := etcdtest.StartProxy(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
+func startProxy(t testing.TB, target string) *proxy { return testkit.NewProxy(t, target) }
 
 // ---------------------------------------------------------------------------------------
 // The objects the tests mirror: the key and the value as a string. A value that starts

@@ -5,17 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -152,53 +148,6 @@ func TestWarmRestartEtcdCompacted(t *testing.T) {
 	})
 }
 
-// countingProxy forwards a loopback port to etcd and counts the bytes etcd sends.
-type countingProxy struct {
-	ln     net.Listener
-	target string
-	read   atomic.Int64
-	wg     sync.WaitGroup
-}
-
-func startCountingProxy(b testing.TB, target string) *countingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := &countingProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
-			go func() { defer p.wg.Done(); io.Copy(countingWriter{c, &p.read}, up); c.Close() }()
-		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return p
-}
-
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
 // binaryItem encodes an item as its key and value, length-prefixed.
 var binaryItem = persist.CodecFuncs[*item]{
 	CodecName: "item-binary",
@@ -236,8 +185,8 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 	c := newClient(b, srv.Endpoint())
 	const prefix = "/bench/warm/"
 	putMany(b, c, prefix+"%08d", n, strings.Repeat("x", 1000))
-	px := startCountingProxy(b, srv.Endpoint())
-	viaProxy := newClient(b, px.ln.Addr().String())
+	px := startProxy(b, srv.Endpoint())
+	viaProxy := newClient(b, px.Addr())
 	src := newSource(b, viaProxy, prefix, etcd.Options{})
 
 	save := func(codec persist.Codec[*item]) *persist.File[string, *item] {
@@ -269,8 +218,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				runtime.GC()
-				px.read.Store(0)
-				cpu0 := cpuTime()
+				received0, cpu0 := px.Received(), cpuTime()
 				b.StartTimer()
 				var p informer.Persister[string, *item]
 				if f, ok := files[mode]; ok {
@@ -285,7 +233,7 @@ func BenchmarkWarmStartEtcd(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				bytes += px.read.Load()
+				bytes += px.Received() - received0
 				cpu += cpuTime() - cpu0
 				if inf.Len() != n {
 					b.Fatalf("%d objects, want %d", inf.Len(), n)

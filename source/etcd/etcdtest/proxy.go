@@ -1,171 +1,18 @@
 package etcdtest
 
-import (
-	"io"
-	"net"
-	"sync"
-)
+import "github.com/informer-go/informer/internal/testkit"
 
-// proxyMode is what a Proxy does with the bytes of its connections.
-type proxyMode int
-
-const (
-	pass      proxyMode = iota // forward every byte both ways
-	cut                        // close every connection, refuse new ones
-	blackhole                  // drop every byte, connections left open
-	paused                     // hold every byte until Resume, connections left open
-)
-
-// Proxy is a TCP proxy on a loopback port in front of an address, an etcd member's client
-// port: a test's clients dial the proxy, so that the test can partition them from etcd
-// while etcd runs on (Cut, Blackhole, Pause), and then let them through again (Resume).
-// Make one with StartProxy; it is safe for concurrent use.
-type Proxy struct {
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex
-	mode    proxyMode
-	resumed chan struct{} // closed when a pause ends; nil unless paused
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup
-}
+// Proxy is a TCP proxy on a loopback port in front of an etcd member's client port: a
+// test's clients dial it (Addr), so that the test can partition them from etcd while etcd
+// runs on, and then let them through again. Cut closes every connection and refuses new
+// ones (a member that is gone); Blackhole drops every byte without closing anything (a
+// network that stopped answering), and its Resume closes the connections it held; Pause
+// holds every byte until Resume passes them on (a partition that heals); Resume forwards
+// again; Received counts the bytes etcd sent; Close stops the proxy and waits for its
+// goroutines. It is safe for concurrent use. It is the proxy of the repository's test kit,
+// which the tests of other packages use too.
+type Proxy = testkit.Proxy
 
 // StartProxy listens on a loopback port and forwards each connection to target, which it
 // dials when a client connects. Close stops it.
-func StartProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
-	p.wg.Add(1)
-	go p.accept()
-	return p, nil
-}
-
-// Addr is the proxy's address, the endpoint clients dial.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
-
-// Cut closes every connection and refuses new ones (accepted and closed at once) until
-// Resume: a member that is gone, as its clients see it.
-func (p *Proxy) Cut() { p.set(cut) }
-
-// Blackhole drops every byte of every connection, open or new, without closing any, until
-// Resume: a network that stopped answering, which only keep-alives and timeouts notice.
-// Resume closes the connections it held, so that clients dial again rather than go on on a
-// stream that lost bytes.
-func (p *Proxy) Blackhole() { p.set(blackhole) }
-
-// Pause holds every byte of every connection, open or new, without closing any, until
-// Resume passes them on: a partition that heals, in which calls in flight neither fail nor
-// complete meanwhile.
-func (p *Proxy) Pause() { p.set(paused) }
-
-// Resume forwards again, after Cut, Blackhole or Pause.
-func (p *Proxy) Resume() { p.set(pass) }
-
-// Close stops the proxy: it closes the listener and every connection, and waits for its
-// goroutines.
-func (p *Proxy) Close() {
-	p.ln.Close()
-	p.Cut()
-	p.wg.Wait()
-}
-
-func (p *Proxy) set(m proxyMode) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	was := p.mode
-	p.mode = m
-	switch {
-	case m == paused && was != paused:
-		p.resumed = make(chan struct{})
-	case m != paused && was == paused:
-		close(p.resumed)
-		p.resumed = nil
-	}
-	if m == cut || (was == blackhole && m == pass) {
-		for c := range p.conns {
-			c.Close()
-		}
-	}
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		switch p.mode {
-		case cut:
-			c.Close()
-		case blackhole:
-			p.conns[c] = struct{}{}
-			p.wg.Add(1)
-			go p.drain(c)
-		default:
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				break
-			}
-			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-			p.wg.Add(2)
-			go p.pipe(c, up)
-			go p.pipe(up, c)
-		}
-		p.mu.Unlock()
-	}
-}
-
-// pipe copies src to dst: it holds what it read while the proxy is paused, and drops it
-// while it is a black hole.
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && p.await() != blackhole {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	p.forget(dst, src)
-}
-
-// await returns the proxy's mode once it is not paused.
-func (p *Proxy) await() proxyMode {
-	for {
-		p.mu.Lock()
-		m, resumed := p.mode, p.resumed
-		p.mu.Unlock()
-		if m != paused {
-			return m
-		}
-		<-resumed
-	}
-}
-
-// drain reads a connection accepted during a black hole and drops what it reads.
-func (p *Proxy) drain(c net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(io.Discard, c)
-	p.forget(c)
-}
-
-func (p *Proxy) forget(conns ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
+func StartProxy(target string) (*Proxy, error) { return testkit.StartProxy(target) }

@@ -1,4 +1,4 @@
-package etcdtest_test
+package testkit_test
 
 import (
 	"errors"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/informer-go/informer/internal/testkit"
-	"github.com/informer-go/informer/source/etcd/etcdtest"
 )
 
 // TestMain checks that no goroutine is left when the tests end.
@@ -18,6 +17,27 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m, nil) }
 
 // startEcho serves a loopback port that writes back what it reads, until the test ends.
 func startEcho(t *testing.T) string {
+	return startServer(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// startDoubler serves a loopback port that writes back every byte it reads twice, until
+// the test ends.
+func startDoubler(t *testing.T) string {
+	return startServer(t, func(c net.Conn) {
+		buf := make([]byte, 1)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			if _, err := c.Write([]byte{buf[0], buf[0]}); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// startServer serves a loopback port, each connection with serve, until the test ends.
+func startServer(t *testing.T, serve func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -35,7 +55,7 @@ func startEcho(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(c, c) })
+			wg.Go(func() { serve(c) })
 		}
 	})
 	t.Cleanup(func() {
@@ -103,7 +123,7 @@ func expectClosed(t *testing.T, c net.Conn, what string) {
 // drops them and Resume closes the connections it held; a cut closes every connection
 // and refuses new ones until Resume; Close refuses for good.
 func TestProxy(t *testing.T) {
-	p, err := etcdtest.StartProxy(startEcho(t))
+	p, err := testkit.StartProxy(startEcho(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,5 +166,25 @@ func TestProxy(t *testing.T) {
 	if c, err := net.Dial("tcp", p.Addr()); err == nil {
 		c.Close()
 		t.Fatal("the closed proxy still accepts connections")
+	}
+}
+
+// Received counts the bytes the target sent, not those the clients sent, over every
+// connection.
+func TestProxyReceived(t *testing.T) {
+	p := testkit.NewProxy(t, startDoubler(t))
+	c := dial(t, p.Addr())
+	send(t, c, "ab")
+	expect(t, c, "aabb")
+	if n := p.Received(); n != 4 {
+		t.Fatalf("Received %d after the target sent 4 bytes (and the client 2)", n)
+	}
+	p.Cut()
+	p.Resume()
+	c = dial(t, p.Addr())
+	send(t, c, "c")
+	expect(t, c, "cc")
+	if n := p.Received(); n != 6 {
+		t.Fatalf("Received %d after the target sent 6 bytes over two connections", n)
 	}
 }
