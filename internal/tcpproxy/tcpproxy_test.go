@@ -1,4 +1,4 @@
-package testkit_test
+package tcpproxy_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/informer-go/informer/internal/tcpproxy"
 	"github.com/informer-go/informer/internal/testkit"
 )
 
@@ -123,7 +124,7 @@ func expectClosed(t *testing.T, c net.Conn, what string) {
 // drops them and Resume closes the connections it held; a cut closes every connection
 // and refuses new ones until Resume; Close refuses for good.
 func TestProxy(t *testing.T) {
-	p, err := testkit.StartProxy(startEcho(t))
+	p, err := tcpproxy.Start(startEcho(t))
 	if err != nil {
 		t.Fatal(err)
 	}
