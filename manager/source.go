@@ -37,14 +37,19 @@ type sourceHealth struct {
 
 // sources follows the sources of a manager's caches, by cache.
 type sources struct {
-	mu     sync.Mutex
-	health map[Cache]*sourceHealth
+	mu       sync.Mutex
+	health   map[Cache]*sourceHealth
+	released bool // the manager stopped: keep no cache
 }
 
-// of returns c's sourceHealth, made on first use. The caller holds s.mu.
+// of returns c's sourceHealth, made on first use (and not kept once the manager has
+// released its caches). The caller holds s.mu.
 func (s *sources) of(c Cache) *sourceHealth {
 	h := s.health[c]
 	if h == nil {
+		if s.released {
+			return &sourceHealth{}
+		}
 		if s.health == nil {
 			s.health = map[Cache]*sourceHealth{}
 		}
