@@ -1,8 +1,6 @@
 package fanout
 
 import (
-	"context"
-	"net/http/httptest"
 	"testing"
 	"weak"
 
@@ -10,7 +8,6 @@ import (
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
-	"github.com/informer-go/informer/source/memory"
 )
 
 // A Server and the Client of it outlive the client informers built over them: an
@@ -49,32 +46,4 @@ func clientSyncedThenStopped(t *testing.T, c *httpsource.Client[*wiretest.Obj]) 
 		t.Fatalf("the first informer's handler was told %q, want a=1 b=1", got)
 	}
 	return weak.Make(inf)
-}
-
-// A Server shut down over an informer that goes on running is collected with its copy of
-// the collection: Shutdown takes its handler off the informer, and the informer keeps no
-// other reference to it, so a program that serves an informer through one Server after
-// another (a new configuration, say) does not pay for each Server it shut down.
-func TestInformerDoesNotKeepShutDownServers(t *testing.T) {
-	up := newUpstream(t, memory.Options{})
-	wiretest.Put(up.src, "a", "1")
-	served := func() weak.Pointer[mirror[string, *wiretest.Obj]] {
-		srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
-		ts := httptest.NewServer(srv)
-		defer ts.Close()
-		waitSynced(t, srv)
-		c := newTestClient(t, ts.URL, httpsource.ClientOptions[*wiretest.Obj]{})
-		if l, err := c.List(context.Background(), informer.ListOptions{}); err != nil || len(l.Items) != 1 {
-			t.Fatalf("list of the Server: %d items, %v; want a=1", len(l.Items), err)
-		}
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return weak.Make(srv.mirror)
-	}()
-	wiretest.Put(up.src, "b", "1") // a change the shut-down Server must not be told of
-	up.settle(t)
-	if !testkit.Collected(served) {
-		t.Fatal("the Server's copy of the collection is still reachable after its Shutdown and the program dropped the Server: the informer it served keeps it")
-	}
 }

@@ -8,14 +8,17 @@ import (
 	"weak"
 )
 
-// Collected reports whether the value w points to has been freed, running up to ten full
-// collections until it has: one frees a value nothing reaches; the others allow for what
-// a finished goroutine or an expired timer let go of late. It does not sleep.
+// Collected reports whether the value w points to has been freed, running up to 50 full
+// collections until it has, and letting other goroutines run before each: one collection
+// frees a value nothing reaches; the others allow for a goroutine that still holds it on
+// its way out (a server's connection winding down) and is scheduled late on a loaded
+// machine. It does not sleep; a value still held after them is held for good.
 func Collected[T any](w weak.Pointer[T]) bool {
-	for range 10 {
+	for range 50 {
 		if w.Value() == nil {
 			return true
 		}
+		runtime.Gosched()
 		runtime.GC()
 	}
 	return w.Value() == nil
