@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"testing"
 	"weak"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 	httpsource "github.com/informer-go/informer/source/http"
+	"github.com/informer-go/informer/source/memory"
 )
 
 // A Server and the Client of it outlive the client informers built over them: an
@@ -46,4 +48,29 @@ func clientSyncedThenStopped(t *testing.T, c *httpsource.Client[*wiretest.Obj]) 
 		t.Fatalf("the first informer's handler was told %q, want a=1 b=1", got)
 	}
 	return weak.Make(inf)
+}
+
+// A Server shut down over an informer that goes on running is collected with its copy of
+// the collection: Shutdown takes its handler off the informer, and the informer keeps no
+// other reference to it, so a program that serves an informer through one Server after
+// another (a new configuration, say) does not pay for each Server it shut down.
+func TestInformerDoesNotKeepShutDownServers(t *testing.T) {
+	up := newUpstream(t, memory.Options{})
+	wiretest.Put(up.src, "a", "1")
+	served := func() weak.Pointer[mirror[string, *wiretest.Obj]] {
+		srv := newServer(t, up, ServerOptions[*wiretest.Obj]{})
+		waitSynced(t, srv)
+		if got := srv.Revision(); got != rev(srv, 1) {
+			t.Fatalf("the Server is at %s, want %s", got, rev(srv, 1))
+		}
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return weak.Make(srv.mirror)
+	}()
+	wiretest.Put(up.src, "b", "1") // a change the shut-down Server must not be told of
+	up.settle(t)
+	if !testkit.Collected(served) {
+		t.Fatal("the Server's copy of the collection is still reachable after its Shutdown and the program dropped the Server: the informer it served keeps it")
+	}
 }
