@@ -422,9 +422,6 @@ func (m *Manager) release() {
 	m.mu.Lock()
 	m.caches, m.factories, m.entries = nil, nil, nil
 	m.mu.Unlock()
-	m.sources.mu.Lock()
-	m.sources.health, m.sources.released = nil, true
-	m.sources.mu.Unlock()
 }
 
 // added returns the caches, factories and runnables added so far.

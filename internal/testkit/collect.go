@@ -25,7 +25,10 @@ func Collected[T any](w weak.Pointer[T]) bool {
 }
 
 // Syncer is what reports its first sync: an informer, or a handler's registration.
-type Syncer interface{ Synced() <-chan struct{} }
+type Syncer interface {
+	// Synced returns a channel closed once synced.
+	Synced() <-chan struct{}
+}
 
 // SyncThenStop runs r as a program runs an informer: it starts Run, waits up to WaitLimit
 // for the first sync of r and of each of also (a handler's registration: its handler has
