@@ -24,6 +24,10 @@ var _ sharedInformer = (*Informer[string, int])(nil)
 // Factory shares one informer per source among many consumers, so that a
 // collection is listed and watched once however many parts of a program read it. Its
 // methods are safe for concurrent use. The zero value is not usable; call NewFactory.
+//
+// The factory holds its informers until Shutdown, stopped ones included (an informer
+// whose Start context ended is still the one InformerFor returns, and is not run again);
+// after Shutdown it holds none.
 type Factory struct {
 	mu        sync.Mutex
 	informers map[string]sharedInformer
@@ -45,7 +49,8 @@ func NewFactory() *Factory {
 	}
 }
 
-// ErrFactoryShutdown is returned when registering with a factory that has shut down.
+// ErrFactoryShutdown is returned when registering with a factory that has shut down, and
+// by its WaitForCacheSync once Shutdown has returned.
 var ErrFactoryShutdown = errors.New("informer: factory shut down")
 
 // InformerFor returns the factory's informer for the source identity id, building it with
@@ -102,9 +107,14 @@ func (f *Factory) Start(ctx context.Context) {
 
 // WaitForCacheSync waits until every started informer has synced, or ctx is done; it
 // returns nil when all synced, and otherwise WaitForCacheSync's error naming the others.
-// Informers registered but not started are not waited for.
+// Informers registered but not started are not waited for. Once Shutdown has returned it
+// returns ErrFactoryShutdown: the factory has no informer left.
 func (f *Factory) WaitForCacheSync(ctx context.Context) error {
 	f.mu.Lock()
+	if f.shutdown && f.informers == nil {
+		f.mu.Unlock()
+		return ErrFactoryShutdown
+	}
 	ids := make([]string, 0, len(f.started))
 	for id := range f.started {
 		ids = append(ids, id)
@@ -243,13 +253,19 @@ func lastError(s Syncer) (time.Time, error) {
 }
 
 // Shutdown stops every informer the factory started and waits until all their goroutines
-// have returned. Later registrations fail with ErrFactoryShutdown and Start does nothing.
-// It returns the first error a Run returned (ErrAlreadyStarted for an informer that was
-// also run by hand), or nil.
+// have returned. Then the factory lets go of its informers: one the program no longer
+// holds is collected with its cache, though the program keeps the factory. Later
+// registrations fail with ErrFactoryShutdown, Start does nothing and WaitForCacheSync
+// returns ErrFactoryShutdown. It returns the first error a Run returned
+// (ErrAlreadyStarted for an informer that was also run by hand), or nil.
 func (f *Factory) Shutdown() error {
 	f.mu.Lock()
 	f.shutdown = true
 	f.mu.Unlock()
 	f.cancel()
-	return f.running.Wait()
+	err := f.running.Wait()
+	f.mu.Lock()
+	f.informers, f.started = nil, nil
+	f.mu.Unlock()
+	return err
 }

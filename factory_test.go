@@ -3,11 +3,14 @@ package informer_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/informer-go/informer"
+	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/source/memory"
 )
 
@@ -110,4 +113,44 @@ func TestWaitForCacheSync_NeverStartedSaidWithinASecond(t *testing.T) {
 	if st := f.inf.Stats(); !st.Started {
 		t.Errorf("Stats.Started of a running informer: false")
 	}
+}
+
+// A factory that outlives its informers does not keep them: once Shutdown has stopped
+// them, an informer the factory made is collected when the program drops it, though the
+// program keeps the factory, the source and the context it gave Start; and an informer
+// the factory made is collected with a factory that was shut down and dropped.
+func TestFactory_ShutDownFactoryKeepsNoInformer(t *testing.T) {
+	src := newSource(memory.Options{})
+	src.Put(newObj("a", "g", "1"))
+	ctx, cancel := context.WithCancel(context.Background()) // outlives the informers
+	defer cancel()
+	build := func() (*informer.Informer[string, *obj], error) {
+		return informer.New[string, *obj](src, informer.Options[string, *obj]{Key: objKeyErr})
+	}
+	shutDown := func(f *informer.Factory) weak.Pointer[informer.Informer[string, *obj]] {
+		inf, err := informer.InformerFor(f, "objs", build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Start(ctx)
+		if err := f.WaitForCacheSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+		return weak.Make(inf)
+	}
+
+	kept := informer.NewFactory()
+	if made := shutDown(kept); !testkit.Collected(made) {
+		t.Fatal("an informer of a factory that was shut down is still reachable after the program dropped it: the factory keeps it")
+	}
+	if err := kept.WaitForCacheSync(ctx); !errors.Is(err, informer.ErrFactoryShutdown) {
+		t.Fatalf("WaitForCacheSync of a factory shut down = %v, want ErrFactoryShutdown", err)
+	}
+	if made := shutDown(informer.NewFactory()); !testkit.Collected(made) {
+		t.Fatal("an informer of a factory shut down and dropped is still reachable: the context given to Start or the source keeps it")
+	}
+	runtime.KeepAlive(kept)
 }

@@ -250,9 +250,11 @@ func New[K comparable, V any](lw ListerWatcher[V], opts Options[K, V]) (*Informe
 	if er, ok := lw.(ErrorReporting); ok {
 		// The source holds the informer weakly: a source that outlives its informers
 		// (one built again over it, say) must not keep each stopped one and its cache.
+		// A stopped informer hears no more: what the source reports then comes from the
+		// calls of other informers over it.
 		w := weak.Make(inf)
 		er.ReportErrorsTo(func(err error) {
-			if inf := w.Value(); inf != nil {
+			if inf := w.Value(); inf != nil && !inf.stopped.Load() {
 				inf.ReportError(err)
 			}
 		})

@@ -228,7 +228,10 @@ type PageSizer interface {
 // informer's ErrorHandler, its log and its Stats with no wiring by the user. A source given
 // to several informers should report to each of them. The function holds the informer
 // weakly: a source that outlives an informer does not keep it or its cache, and once the
-// informer is collected the function does nothing.
+// informer has stopped (or is collected) the function does nothing: what the source reports
+// then comes from other informers' calls. What stays with the source for each
+// informer ever built over it is that function, about 50 bytes, called only when the
+// source reports an error.
 type ErrorReporting interface {
 	// ReportErrorsTo adds report to the functions the source reports its errors to.
 	ReportErrorsTo(report func(error))

@@ -311,3 +311,20 @@ func TestInformer_SourceDoesNotKeepTheInformer(t *testing.T) {
 	}
 	src.sinks[0](fmt.Errorf("etcd: key /x: %w", ErrDecode)) // reaches no one, and does not panic
 }
+
+// An informer that stopped hears no more from its source, though the program keeps it: what
+// the source reports afterwards comes from the calls of other informers over it, and
+// reaches neither the stopped one's ErrorHandler nor its Stats.
+func TestInformer_StoppedInformerHearsNoMoreFromItsSource(t *testing.T) {
+	src := &reportingSource{scripted: scripted{items: []string{"a=1"}, rev: "1", events: make(chan Event[string])}}
+	var reported testkit.Errors
+	inf, err := New[string, string](src, Options[string, string]{Key: func(s string) (string, error) { return s[:1], nil }, ErrorHandler: reported.Report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.SyncThenStop(t, inf)
+	src.sinks[0](fmt.Errorf("etcd: key /x: %w", ErrDecode)) // another informer's list, say
+	if got := reported.All(); len(got) != 0 || inf.Stats().DecodeErrors != 0 {
+		t.Fatalf("the stopped informer was told %v (DecodeErrors %d), want nothing", got, inf.Stats().DecodeErrors)
+	}
+}

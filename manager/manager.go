@@ -175,7 +175,9 @@ func (e entry) Reporter() (ReadyReporter, bool) {
 // runnables and campaigns again (Options.OnLoss).
 //
 // Caches and runnables may be added before Start or while it runs. Methods are safe for
-// concurrent use.
+// concurrent use. Once Start has returned, the manager lets go of everything added to
+// it: a stopped manager that the program keeps (its Handler mounted on a server of the
+// program's, say) does not keep the informers, factories and runnables, nor their caches.
 type Manager struct {
 	opts Options
 	log  *slog.Logger
@@ -351,6 +353,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.run = rs
 	caches, factories := m.caches, m.factories
 	m.mu.Unlock()
+	defer m.release()
 	defer rs.Abort()
 
 	for _, srv := range []struct {
@@ -410,6 +413,15 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Unlock()
 	m.log.Info("stopped", "err", errors.Join(err, stopErr))
 	return errors.Join(err, stopErr)
+}
+
+// release lets go of what was added, once Start has stopped it all: a stopped manager
+// the program keeps (its Handler mounted elsewhere, say) does not keep the informers and
+// their caches. Nothing can be added or started after that.
+func (m *Manager) release() {
+	m.mu.Lock()
+	m.caches, m.factories, m.entries = nil, nil, nil
+	m.mu.Unlock()
 }
 
 // added returns the caches, factories and runnables added so far.

@@ -38,20 +38,33 @@ type sourceHealth struct {
 // sources follows the sources of a manager's caches, by cache.
 type sources struct {
 	mu     sync.Mutex
-	health map[Cache]*sourceHealth
+	health map[Cache]*sourceHealth // the caches running now
 }
 
-// of returns c's sourceHealth, made on first use. The caller holds s.mu.
+// of returns c's sourceHealth while c runs, and a fresh one, kept nowhere, before and
+// after: a manager keeps no cache that stopped. The caller holds s.mu.
 func (s *sources) of(c Cache) *sourceHealth {
-	h := s.health[c]
-	if h == nil {
-		if s.health == nil {
-			s.health = map[Cache]*sourceHealth{}
-		}
-		h = &sourceHealth{}
-		s.health[c] = h
+	if h := s.health[c]; h != nil {
+		return h
 	}
-	return h
+	return &sourceHealth{}
+}
+
+// track follows c's source while c runs: until untrack.
+func (s *sources) track(c Cache) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.health == nil {
+		s.health = map[Cache]*sourceHealth{}
+	}
+	s.health[c] = &sourceHealth{}
+}
+
+// untrack forgets c, which has stopped.
+func (s *sources) untrack(c Cache) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.health, c)
 }
 
 // observe takes the cache's counters at now.
@@ -99,6 +112,8 @@ func (m *Manager) progressBound(h *sourceHealth) time.Duration {
 // runCache runs c, and while it runs asks its source for progress whenever it has been
 // quiet for a quarter of the progress bound, so that a cut-off source shows in /readyz.
 func (m *Manager) runCache(ctx context.Context, c Cache) error {
+	m.sources.track(c)
+	defer m.sources.untrack(c)
 	asker, ok := c.(progressAsker)
 	if !ok || m.opts.SourceProgressBound < 0 {
 		return c.Run(ctx)

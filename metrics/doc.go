@@ -93,6 +93,8 @@
 // second registration fails with a prometheus.AlreadyRegisteredError. An informer's series
 // are removed when its Run returns (its Done channel closes); a handler's
 // series go when the handler is removed from the informer. Once the series are removed
-// the name is free again. Unregister removes them at once; it does not stop anything.
-// Values recorded after the removal are dropped.
+// the name is free again, and the InformerMetrics of the registration no longer holds
+// the informer: a program that keeps it does not keep a stopped informer's cache.
+// Unregister removes them at once; it does not stop anything. Values recorded after the
+// removal are dropped.
 package metrics

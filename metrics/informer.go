@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,7 +66,7 @@ func RegisterInformer(reg prometheus.Registerer, inf StatsProvider) (*InformerMe
 	if errors.As(err, &dup) {
 		// An informer of the same name that has stopped, whose goroutine has not removed
 		// its series yet: remove them now and take the name.
-		if old, ok := dup.ExistingCollector.(*informerCollector); ok && stopped(old.src) {
+		if old, ok := dup.ExistingCollector.(*informerCollector); ok && stopped(old.source()) {
 			old.m.unregister()
 			err = reg.Register(m.c)
 		}
@@ -76,6 +77,7 @@ func RegisterInformer(reg prometheus.Registerer, inf StatsProvider) (*InformerMe
 	go func() {
 		select {
 		case <-inf.Done():
+			m.c.release() // first: once the series are gone, nothing here holds inf
 			m.unregister()
 		case <-m.stop:
 		}
@@ -87,9 +89,18 @@ func RegisterInformer(reg prometheus.Registerer, inf StatsProvider) (*InformerMe
 // now, rather than when the informer stops. It reports whether it removed them: false on a
 // second call, or once the informer has stopped (its stop removed them). It does not stop
 // the informer.
+//
+// Once the series are removed, by the informer's stop or by Unregister, the
+// InformerMetrics no longer holds the informer: a program that keeps it does not keep a
+// stopped informer and its cache.
 func (m *InformerMetrics) Unregister() bool {
 	m.stopOnce.Do(func() { close(m.stop) })
-	return m.unregister() && !stopped(m.c.src)
+	if !m.unregister() {
+		return false
+	}
+	removed := !stopped(m.c.source())
+	m.c.release()
+	return removed
 }
 
 // unregister removes the collector from the registry, once; it reports whether this call
@@ -124,8 +135,8 @@ var eventTypes = [...]string{"added", "modified", "deleted", "bookmark"}
 // carry the informer's name as a constant label, so that each informer is a collector of
 // its own, registered and unregistered with it.
 type informerCollector struct {
-	src StatsProvider
-	m   *InformerMetrics // the registration that removes it
+	src atomic.Pointer[provider] // the informer; once unregistered, a stand-in (release)
+	m   *InformerMetrics         // the registration that removes it
 
 	lists, listErrors, relists, watches, watchErrors, expirations *prometheus.Desc
 	events, errs, applied, quorumLists, duplicates                *prometheus.Desc
@@ -140,8 +151,7 @@ func newInformerCollector(src StatsProvider, m *InformerMetrics) *informerCollec
 	d := func(name, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, variable, labels)
 	}
-	return &informerCollector{
-		src:           src,
+	c := &informerCollector{
 		m:             m,
 		lists:         d("informer_lists_total", "Lists started by the informer, streaming lists included."),
 		listErrors:    d("informer_list_errors_total", "Lists that failed."),
@@ -168,7 +178,37 @@ func newInformerCollector(src StatsProvider, m *InformerMetrics) *informerCollec
 		hSynced:       d("informer_handler_synced", "1 once the handler has been given the initial state, else 0.", "handler"),
 		hLatency:      d("informer_handler_delivery_latency_seconds", "Time notifications waited in the handler's queue; kept for handlers added with HandlerOptions.MeasureLatency.", "handler"),
 	}
+	c.src.Store(&provider{src})
+	return c
 }
+
+// provider holds a StatsProvider, for an atomic.Pointer.
+type provider struct{ StatsProvider }
+
+// source returns the informer the collector reads, or its stand-in once released.
+func (c *informerCollector) source() StatsProvider { return c.src.Load().StatsProvider }
+
+// release replaces the informer by a stand-in of its name that has stopped, once the
+// collector is off the registry: the registration, which the program may keep, then no
+// longer keeps the informer and its cache.
+func (c *informerCollector) release() {
+	c.src.Store(&provider{released{name: c.source().Name()}})
+}
+
+// released stands in for an informer whose series were removed: it has stopped and
+// counts nothing.
+type released struct{ name string }
+
+// Name returns the informer's name.
+func (r released) Name() string { return r.name }
+
+// Stats returns no counters.
+func (released) Stats() informer.Stats { return informer.Stats{} }
+
+// Done returns a closed channel.
+func (released) Done() <-chan struct{} { return closedDone }
+
+var closedDone = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // Describe sends the descriptions of every series the informer may have.
 func (c *informerCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -185,10 +225,11 @@ func (c *informerCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the informer's and its handlers' counters; it yields nothing once the
 // informer has stopped.
 func (c *informerCollector) Collect(ch chan<- prometheus.Metric) {
-	if stopped(c.src) {
+	src := c.source()
+	if stopped(src) {
 		return
 	}
-	s := c.src.Stats()
+	s := src.Stats()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}

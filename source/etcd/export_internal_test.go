@@ -10,3 +10,10 @@ func ParkedToken[V any](s *Source[V]) string {
 	}
 	return s.parked.token
 }
+
+// OpenWatches returns how many watches of s are open now.
+func OpenWatches[V any](s *Source[V]) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watches
+}
