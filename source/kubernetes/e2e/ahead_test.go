@@ -110,9 +110,11 @@ func TestWarmRestartAheadOfServer(t *testing.T) {
 			ns := namespace(t, c)
 			cms := c.kube.CoreV1().ConfigMaps(ns)
 			for _, name := range []string{"stays", "goes", "changes"} {
-				if _, err := cms.Create(ctx, configMap(ns, name, nil, "1"), metav1.CreateOptions{}); err != nil {
+				created, err := cms.Create(ctx, configMap(ns, name, nil, "1"), metav1.CreateOptions{})
+				if err != nil {
 					t.Fatal(err)
 				}
+				cachedAt(t, created.ResourceVersion, cms.List)
 			}
 			l, err := cms.List(ctx, metav1.ListOptions{})
 			if err != nil {

@@ -134,9 +134,11 @@ func TestConfigMapEvents(t *testing.T) {
 			ctx := testContext(t)
 			ns := namespace(t, c)
 			cms := c.kube.CoreV1().ConfigMaps(ns)
-			if _, err := cms.Create(ctx, configMap(ns, "pre", nil, "0"), metav1.CreateOptions{}); err != nil {
+			pre, err := cms.Create(ctx, configMap(ns, "pre", nil, "0"), metav1.CreateOptions{})
+			if err != nil {
 				t.Fatal(err)
 			}
+			cachedAt(t, pre.ResourceVersion, cms.List)
 
 			inf, rec, counts := configMapInformer(t, c, ns, tt.opts, nil)
 			rec.ExpectNext(t, "add*"+ns+"/pre=0")
@@ -176,9 +178,11 @@ func TestLabelSelector(t *testing.T) {
 	web := map[string]string{"app": "web"}
 	db := map[string]string{"app": "db"}
 	for _, cm := range []*corev1.ConfigMap{configMap(ns, "web-0", web, "0"), configMap(ns, "db-0", db, "0")} {
-		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		created, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		cachedAt(t, created.ResourceVersion, cms.List)
 	}
 	inf, rec, _ := configMapInformer(t, c, ns, kubernetes.Options{LabelSelector: "app=web"}, nil)
 	rec.ExpectNext(t, "add*"+ns+"/web-0=0")

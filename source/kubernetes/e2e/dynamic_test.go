@@ -107,9 +107,11 @@ func TestDynamicCRD(t *testing.T) {
 			"spec":       map[string]any{"size": size},
 		}}
 	}
-	if _, err := widgets.Create(ctx, widget("pre", "red", 1), metav1.CreateOptions{}); err != nil {
+	pre, err := widgets.Create(ctx, widget("pre", "red", 1), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	cachedAt(t, pre.GetResourceVersion(), widgets.List)
 
 	src, err := kubernetes.NewDynamic(c.dynamic, gvr, ns, kubernetes.Options{})
 	if err != nil {

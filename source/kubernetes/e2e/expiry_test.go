@@ -26,9 +26,11 @@ func TestRestartMidWatch(t *testing.T) {
 	ns := namespace(t, c)
 	cms := c.kube.CoreV1().ConfigMaps(ns)
 	for _, name := range []string{"stays", "goes", "changes"} {
-		if _, err := cms.Create(ctx, configMap(ns, name, nil, "1"), metav1.CreateOptions{}); err != nil {
+		created, err := cms.Create(ctx, configMap(ns, name, nil, "1"), metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		cachedAt(t, created.ResourceVersion, cms.List)
 	}
 	inf, rec, _ := configMapInformer(t, c, ns, kubernetes.Options{}, nil)
 	rec.ExpectNextUnordered(t, "add*"+ns+"/stays=1", "add*"+ns+"/goes=1", "add*"+ns+"/changes=1")

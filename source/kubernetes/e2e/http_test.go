@@ -40,9 +40,11 @@ func TestHTTPSource(t *testing.T) {
 			ctx := testContext(t)
 			ns := namespace(t, c)
 			cms := c.kube.CoreV1().ConfigMaps(ns)
-			if _, err := cms.Create(ctx, configMap(ns, "pre", nil, "0"), metav1.CreateOptions{}); err != nil {
+			pre, err := cms.Create(ctx, configMap(ns, "pre", nil, "0"), metav1.CreateOptions{})
+			if err != nil {
 				t.Fatal(err)
 			}
+			cachedAt(t, pre.ResourceVersion, cms.List)
 
 			pem, err := os.ReadFile(os.Getenv(envCA))
 			if err != nil {

@@ -254,6 +254,18 @@ func metaKey[V metav1.Object](o V) string { k, _ := kubesource.Key(o); return k 
 // configMapState describes a ConfigMap by its key and its data "v", which the tests set.
 func configMapState(cm *corev1.ConfigMap) (key, state string) { return metaKey(cm), cm.Data["v"] }
 
+// cachedAt waits until the apiserver's cache of list's resource has reached rv, the
+// resourceVersion of a write the test made. An informer's first list asks for any state
+// (resourceVersion "0"), which the cache answers at once, with a state from before the
+// write if it has not caught up with it yet; a list at least as new as rv waits on the
+// server until it has.
+func cachedAt[L any](t *testing.T, rv string, list func(context.Context, metav1.ListOptions) (L, error)) {
+	t.Helper()
+	if _, err := list(testContext(t), metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}); err != nil {
+		t.Fatalf("list at least as new as %s: %v", rv, err)
+	}
+}
+
 // record adds to inf a recorder of its calls in informertest's notation ("add*ns/a=1",
 // "update ns/a=1→2", "delete?ns/a=1", …; describe names an object by its key and renders
 // what the test changes in it), runs inf until the test ends and waits, up to a minute,
