@@ -290,23 +290,10 @@ func TestInformer_SourceDoesNotKeepTheInformer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- inf.Run(ctx) }()
-		if WaitForCacheSync(ctx, inf) != nil {
-			t.Fatal("no sync")
-		}
-		cancel()
-		<-done
+		testkit.SyncThenStop(t, inf)
 		return weak.Make(inf)
 	}()
-	for range 10 { // a full collection frees an unreachable informer; a few allow for stragglers
-		if collected.Value() == nil {
-			break
-		}
-		runtime.GC()
-	}
-	if collected.Value() != nil {
+	if !testkit.Collected(collected) {
 		t.Fatal("the informer is still reachable after it stopped and the program dropped it: the source keeps it")
 	}
 	src.sinks[0](fmt.Errorf("etcd: key /x: %w", ErrDecode)) // reaches no one, and does not panic
