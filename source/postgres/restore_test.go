@@ -84,19 +84,18 @@ func writeLost(t *testing.T, c *pgx.Conn, name string) {
 	exec(t, c, "INSERT INTO "+name+" VALUES (100, 'n', 'lost')")
 }
 
-// A point-in-time restore under a running informer (a temporary slot): the primary
-// takes writes after a base backup, stops, and the backup is restored on its address,
-// which ends recovery at the backup and promotes onto a new timeline. The watch ends
-// with the slot's connection; watching again finds the server on a new timeline
-// (ErrOtherHistory, reported); the informer lists the restored server, and its handlers
-// hear exactly the rows that differ from the lost writes' state, and nothing of that
-// state afterwards.
-func TestRestoreFromBaseBackupRelists(t *testing.T) {
+// informerThroughLostWrites starts a server of its own (restoreSetup), runs an informer
+// over it with a temporary slot, takes a base backup and writes what a restore of it
+// loses (loseWrites), and waits until the informer's handlers have heard the list and
+// those writes, exactly. It returns the server, the table, the backup, the informer, its
+// recorder and the errors it reports.
+func informerThroughLostWrites(t *testing.T) (*pgtest.Server, string, pgtest.Backup, *informer.Informer[int64, *item], *informertest.Recorder[*item], *errorLog) {
+	t.Helper()
 	s, name := restoreSetup(t)
-	var log errorLog
+	log := &errorLog{}
 	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.ConnString = s.URL })
 	inf, rec := run(t, src, byContent, func(o *informer.Options[int64, *item]) {
-		o.Backoff = informer.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+		o.Backoff = informer.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
 		o.ErrorHandler = func(err error) { t.Logf("informer error: %v", err); log.add(err) }
 	})
 	rec.WaitFor(t, 20)
@@ -105,6 +104,18 @@ func TestRestoreFromBaseBackupRelists(t *testing.T) {
 		"add*11=v11", "add*12=v12", "add*13=v13", "add*14=v14", "add*15=v15", "add*16=v16", "add*17=v17", "add*18=v18", "add*19=v19", "add*20=v20")
 	rec.ExpectNextUnordered(t, "update 1=v1→lost", "delete 3=v3", "add 100=lost")
 	caughtUp(t, connectTo(t, s.URL), inf, name)
+	return s, name, b, inf, rec, log
+}
+
+// A point-in-time restore under a running informer (a temporary slot): the primary
+// takes writes after a base backup, stops, and the backup is restored on its address,
+// which ends recovery at the backup and promotes onto a new timeline. The watch ends
+// with the slot's connection; watching again finds the server on a new timeline
+// (ErrOtherHistory, reported); the informer lists the restored server, and its handlers
+// hear exactly the rows that differ from the lost writes' state, and nothing of that
+// state afterwards.
+func TestRestoreFromBaseBackupRelists(t *testing.T) {
+	s, name, b, inf, rec, log := informerThroughLostWrites(t)
 	lostAt := inf.Snapshot().Revision()
 
 	if err := s.Restore(b); err != nil {
@@ -135,19 +146,7 @@ func TestRestoreFromBaseBackupRelists(t *testing.T) {
 // reports it unavailable and tries again; once the server promotes, onto a new
 // timeline, the watch finds another history, once, and the informer lists again.
 func TestRestoreInRecoveryIsWaitedFor(t *testing.T) {
-	s, name := restoreSetup(t)
-	var log errorLog
-	src := newSource(t, name, func(cfg *postgres.Config[*item]) { cfg.ConnString = s.URL })
-	inf, rec := run(t, src, byContent, func(o *informer.Options[int64, *item]) {
-		o.Backoff = informer.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
-		o.ErrorHandler = func(err error) { t.Logf("informer error: %v", err); log.add(err) }
-	})
-	rec.WaitFor(t, 20)
-	b := loseWrites(t, s, name)
-	rec.ExpectNextUnordered(t, "add*1=v1", "add*2=v2", "add*3=v3", "add*4=v4", "add*5=v5", "add*6=v6", "add*7=v7", "add*8=v8", "add*9=v9", "add*10=v10",
-		"add*11=v11", "add*12=v12", "add*13=v13", "add*14=v14", "add*15=v15", "add*16=v16", "add*17=v17", "add*18=v18", "add*19=v19", "add*20=v20")
-	rec.ExpectNextUnordered(t, "update 1=v1→lost", "delete 3=v3", "add 100=lost")
-	caughtUp(t, connectTo(t, s.URL), inf, name)
+	s, name, b, inf, rec, log := informerThroughLostWrites(t)
 
 	before := len(log.all())
 	if err := s.RestorePaused(b); err != nil {
