@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/informertest"
@@ -204,6 +205,29 @@ func NewMirror(t testing.TB, lw informer.ListerWatcher[*Obj], name string, mod f
 	m.Inf = inf
 	Run(t, inf)
 	return m
+}
+
+// SyncedThenStopped builds an informer over lw with a Recorder as its handler and error
+// handler, runs it until it has synced and the handler has had the list, checks that the
+// handler was told want (State), stops the informer and drops it. It returns a weak
+// pointer to it, for the test to check that it is collected, and the Recorder, which the
+// test may keep.
+func SyncedThenStopped(t testing.TB, lw informer.ListerWatcher[*Obj], want string) (weak.Pointer[informer.Informer[string, *Obj]], *Recorder) {
+	t.Helper()
+	rec := NewRecorder()
+	inf, err := informer.New(lw, informer.Options[string, *Obj]{Key: ObjKey, Name: "first", Backoff: TestBackoff, ErrorHandler: rec.OnError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := inf.AddHandler(rec, informer.HandlerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.SyncThenStop(t, inf, reg)
+	if got := rec.State(); got != want {
+		t.Fatalf("the first informer's handler was told %q, want %s", got, want)
+	}
+	return weak.Make(inf), rec
 }
 
 // Watched opens a watch of lw with opts and returns its next n events as Event renders

@@ -8,9 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"weak"
 
-	"github.com/informer-go/informer"
 	"github.com/informer-go/informer/internal/testkit"
 	"github.com/informer-go/informer/internal/wiretest"
 )
@@ -50,7 +48,7 @@ func TestClientDoesNotKeepStoppedInformers(t *testing.T) {
 	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close() })
 	c := newTestClient(t, ts.URL, ClientOptions[*wiretest.Obj]{})
 
-	first, firstRec := syncedThenStopped(t, c)
+	first, firstRec := wiretest.SyncedThenStopped(t, c, "a=1 b=1")
 	testkit.Until(t, "the stopped informer's watch to end at the server", time.Millisecond, func() bool { return open.Load() == 0 })
 	second := wiretest.NewMirror(t, c, "second", nil)
 	if !testkit.Collected(first) {
@@ -67,26 +65,4 @@ func TestClientDoesNotKeepStoppedInformers(t *testing.T) {
 	if errs := firstRec.Errors(); len(errs) != 0 {
 		t.Fatalf("the stopped informer's error handler was called: %v", errs)
 	}
-}
-
-// syncedThenStopped builds an informer over c with a handler, runs it until it has synced
-// and its handler has had the list, stops it, and drops it: it returns a weak pointer to
-// it, for the test to check that it is collected, with its handler (also its error
-// handler), which the test may keep.
-func syncedThenStopped(t *testing.T, c *Client[*wiretest.Obj]) (weak.Pointer[informer.Informer[string, *wiretest.Obj]], *wiretest.Recorder) {
-	t.Helper()
-	rec := wiretest.NewRecorder()
-	inf, err := informer.New(c, informer.Options[string, *wiretest.Obj]{Key: wiretest.ObjKey, Name: "first", Backoff: wiretest.TestBackoff, ErrorHandler: rec.OnError})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := inf.AddHandler(rec, informer.HandlerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.SyncThenStop(t, inf, reg)
-	if got := rec.State(); got != "a=1 b=1" {
-		t.Fatalf("the first informer's handler was told %q, want a=1 b=1", got)
-	}
-	return weak.Make(inf), rec
 }
