@@ -154,6 +154,10 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 	tctx, cancel := context.WithCancel(WithTerm(context.WithoutCancel(ctx), l.Term()))
 	defer cancel()
 	t := &termRun{m: m, rs: rs, ctx: tctx, l: l}
+	// Leading reports the term before its runnables start: one that asks at once, or
+	// whose first act a reader sees, finds the term held.
+	m.election.leader.Store(&leaderState{l})
+	m.election.electOnce.Do(func() { close(m.election.elected) })
 	m.mu.Lock()
 	rs.SetTerm(t)
 	for _, e := range m.entries {
@@ -162,8 +166,6 @@ func (m *Manager) runTerm(ctx context.Context, rs *runState, l Leadership) (lost
 		}
 	}
 	m.mu.Unlock()
-	m.election.leader.Store(&leaderState{l})
-	m.election.electOnce.Do(func() { close(m.election.elected) })
 	m.setElectionDoing(fmt.Sprintf("leading term %d", l.Term().Value))
 	select {
 	case <-l.Lost():

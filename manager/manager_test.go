@@ -302,3 +302,22 @@ func TestStopSavesSnapshotsForTheNextStart(t *testing.T) {
 		t.Fatalf("restored cache %q, want %q", got, want)
 	}
 }
+
+// A leader-only runnable starts within its term: Leading reports the term from the
+// runnable's first instruction on.
+func TestLeaderRunnableSeesTheTermHeld(t *testing.T) {
+	el := newFakeElector()
+	m := newManager(t, manager.Options{Elector: el, Logger: discard()})
+	seen := make(chan string, 1)
+	m.AddLeader("reader", manager.RunnableFunc(func(ctx context.Context) error {
+		term, ok := m.Leading()
+		seen <- fmt.Sprintf("%d %v", term.Value, ok)
+		<-ctx.Done()
+		return nil
+	}))
+	start(t, m)
+	el.grants <- newFakeTerm(7)
+	if got := recv(t, seen, "the runnable to start"); got != "7 true" {
+		t.Fatalf("the runnable saw Leading() = %s, want 7 true", got)
+	}
+}
