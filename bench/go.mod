@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/google/btree v1.1.3
-	github.com/informer-go/informer v0.0.0-20261128002252-4421fd39c6e3
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261128002252-4421fd39c6e3
+	github.com/informer-go/informer v0.0.0-20261128004102-767756123341
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261128004102-767756123341
 	gonum.org/v1/plot v0.15.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/etcdgateway
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261128002252-4421fd39c6e3
-	github.com/informer-go/informer/source/etcd v0.0.0-20261128002252-4421fd39c6e3
+	github.com/informer-go/informer v0.0.0-20261128004102-767756123341
+	github.com/informer-go/informer/source/etcd v0.0.0-20261128004102-767756123341
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0

@@ -3,8 +3,8 @@ module github.com/informer-go/informer/examples/kubernetes
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261128002252-4421fd39c6e3
-	github.com/informer-go/informer/source/kubernetes v0.0.0-20261128002252-4421fd39c6e3
+	github.com/informer-go/informer v0.0.0-20261128004102-767756123341
+	github.com/informer-go/informer/source/kubernetes v0.0.0-20261128004102-767756123341
 	k8s.io/api v0.37.2
 	k8s.io/client-go v0.37.2
 )

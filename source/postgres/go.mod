@@ -3,7 +3,7 @@ module github.com/informer-go/informer/source/postgres
 go 1.26.0
 
 require (
-	github.com/informer-go/informer v0.0.0-20261128002252-4421fd39c6e3
+	github.com/informer-go/informer v0.0.0-20261128004102-767756123341
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
 )
